@@ -1,0 +1,27 @@
+"""m2flow: declare RL workers and their dataflow; a planner compiles it into a micro-execution schedule."""
+
+from m2flow.api import Workflow, define_worker, plan, run
+from m2flow.config import dump_spec, load_spec
+from m2flow.context import WorkerContext, context
+from m2flow.errors import M2FlowError, MissingDependency, PlanError, SpecError, WaitTimeout, WorkerError
+from m2flow.spec import WorkflowSpec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "M2FlowError",
+    "MissingDependency",
+    "PlanError",
+    "SpecError",
+    "WaitTimeout",
+    "WorkerContext",
+    "WorkerError",
+    "Workflow",
+    "WorkflowSpec",
+    "context",
+    "define_worker",
+    "dump_spec",
+    "load_spec",
+    "plan",
+    "run",
+]

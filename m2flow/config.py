@@ -1,0 +1,142 @@
+"""YAML <-> WorkflowSpec, Hydra-style `key=value` overrides, and readable validation errors."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from m2flow.errors import SpecError
+from m2flow.spec import WorkflowSpec
+
+
+def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> WorkflowSpec:
+    """Read a workflow file, apply `key=value` overrides, validate; every problem names its key."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError([f"file not found: {source}"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"cannot read {source}: {exc}"]) from None
+    raw = parse_yaml(text, source)
+    return spec_from_dict(apply_overrides(raw, overrides, source), source)
+
+
+def parse_yaml(text: str, source: str) -> dict[str, Any]:
+    """Safe YAML load (no object construction); the top level must be a mapping."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError([f"not valid YAML{where}: {getattr(exc, 'problem', exc)}"], source) from None
+    if raw is None:
+        raise SpecError(["the file is empty: a workflow needs at least 'name' and 'workers'"], source)
+    if not isinstance(raw, dict):
+        raise SpecError([f"the top level must be a mapping of keys, got {type(raw).__name__}"], source)
+    return raw
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...], source: str) -> dict[str, Any]:
+    """Set dotted keys as Hydra does: `run.iterations=10 workers.env.replicas=2`. Values are YAML."""
+    problems = []
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            problems.append(f"override '{item}': expected key=value, e.g. run.iterations=10")
+            continue
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text
+        path = key.strip().split(".")
+        node = raw
+        for depth, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                problems.append(f"override '{item}': '{'.'.join(path[: depth + 1])}' is not a mapping")
+                break
+            node = child
+        else:
+            node[path[-1]] = value
+    if problems:
+        raise SpecError(problems, source)
+    return raw
+
+
+def spec_from_dict(raw: dict[str, Any], source: str = "<workflow>") -> WorkflowSpec:
+    try:
+        return WorkflowSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc), source) from None
+
+
+def dump_spec(spec: WorkflowSpec) -> str:
+    return yaml.safe_dump(spec.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+def format_validation_error(exc: ValidationError) -> list[str]:
+    """One line per problem: the dotted key, what is wrong, and the fix where we can name it."""
+    lines = []
+    for err in exc.errors():
+        loc = [str(part) for part in err["loc"] if not str(part).startswith("function-")]
+        key = ".".join(loc) or "<top level>"
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            lines.append(f"{key}: unknown key{_did_you_mean(loc)}")
+        elif kind == "missing":
+            lines.append(f"{key}: required key is missing")
+        else:
+            message = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{key}: {message} (got {_short(err.get('input'))})")
+    return lines
+
+
+def _did_you_mean(loc: list[str]) -> str:
+    known = _fields_at(WorkflowSpec, loc[:-1])
+    if not known:
+        return ""
+    close = difflib.get_close_matches(loc[-1], known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"{hint} Allowed here: {', '.join(sorted(known))}"
+
+
+def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """The field names (YAML spelling) of the model found at `loc` inside `model`, if any."""
+    for part in loc:
+        field = _field_by_name(model, part)
+        if field is None:
+            continue  # a dict key such as a worker's name: stay on the value's model
+        model = _model_of(field.annotation)
+        if model is None:
+            return []
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _field_by_name(model: type[BaseModel], name: str):
+    for field_name, field in model.model_fields.items():
+        if name in (field_name, field.alias):
+            return field
+    return None
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as `Model`, `Model | None`, `dict[str, Model]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in reversed(getattr(annotation, "__args__", ()) or ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,34 @@
+"""Errors a user can cause. The CLI prints them without a traceback and exits non-zero."""
+
+from __future__ import annotations
+
+
+class M2FlowError(Exception):
+    """Base of every user-facing error: the message names what was wrong, where, and the fix."""
+
+
+class SpecError(M2FlowError):
+    """A workflow declaration (YAML or Python) is invalid; carries every problem found."""
+
+    def __init__(self, problems: list[str], source: str | None = None):
+        self.problems = problems
+        self.source = source
+        where = f"{source}: " if source else ""
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{where}invalid workflow ({len(problems)} problem(s)):\n{lines}")
+
+
+class PlanError(M2FlowError):
+    """No plan can run this workflow on this cluster (memory, device count, placement)."""
+
+
+class WorkerError(M2FlowError):
+    """A worker raised, died, or failed to start; names the worker, replica and port."""
+
+
+class WaitTimeout(M2FlowError):
+    """A wait ran past its deadline; names what it was waiting for."""
+
+
+class MissingDependency(M2FlowError):
+    """An optional dependency is not installed; names the extra that provides it."""

@@ -1,0 +1,173 @@
+"""The macro graph: workers as nodes, loop / then / sync edges between their ports, validated.
+
+Every problem found is reported at once, each naming the key in the workflow file and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from m2flow.errors import SpecError
+from m2flow.resolve import ports_of, resolve
+from m2flow.spec import Edge, PortRef, WorkflowSpec
+
+
+@dataclass(frozen=True)
+class LoopChain:
+    """The interaction loop as a chain of ports p0 -> p1 -> ... -> pk.
+
+    p0 is read once at the start of an iteration; then, `horizon` times, p1..pk run in order and
+    pk's output feeds p1 again (for `env.obs -> policy.act -> env.step`: obs once, then act, step).
+    """
+
+    ports: tuple[PortRef, ...]
+    horizon: int
+
+    @property
+    def entry(self) -> PortRef:
+        return self.ports[0]
+
+    @property
+    def body(self) -> tuple[PortRef, ...]:
+        return self.ports[1:]
+
+    @property
+    def workers(self) -> list[str]:
+        return list(dict.fromkeys(p.worker for p in self.ports))
+
+
+@dataclass
+class MacroGraph:
+    spec: WorkflowSpec
+    graph: nx.MultiDiGraph
+    loop: LoopChain | None
+    then: list[Edge]
+    then_order: list[PortRef]
+    sync: list[tuple[Edge, int]]
+    ports: dict[str, set[str]] = field(default_factory=dict)
+
+    @property
+    def workers(self) -> dict:
+        return self.spec.workers
+
+    def then_inputs(self, port: PortRef) -> list[PortRef]:
+        return [e.src for e in self.then if e.dst == port]
+
+    def to_dot(self) -> str:
+        """Graphviz source: one box per worker, edges coloured by phase."""
+        colours = {"loop": "#1f77b4", "then": "#2ca02c", "sync": "#d62728"}
+        lines = [f'digraph "{self.spec.name}" {{', "  rankdir=LR;", '  node [shape=box, style="rounded,filled"];']
+        fill = {"simulator": "#dbeafe", "inference": "#fef3c7", "training": "#fee2e2", "function": "#e5e7eb"}
+        for name, worker in self.spec.workers.items():
+            label = f"{name}\\n{worker.kind} x{worker.replicas}"
+            lines.append(f'  "{name}" [label="{label}", fillcolor="{fill[worker.kind]}"];')
+        for src, dst, data in self.graph.edges(data=True):
+            label = f"{data['src_port']} -> {data['dst_port']}"
+            if data["phase"] == "loop" and self.loop:
+                label += f"\\n(x{self.loop.horizon})"
+            if data["phase"] == "sync":
+                label += f"\\n(every {data['every']})"
+            colour = colours[data["phase"]]
+            lines.append(f'  "{src}" -> "{dst}" [label="{label}", color="{colour}", fontcolor="{colour}"];')
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
+    """Resolve every worker, check every edge, and return the validated macro graph."""
+    problems: list[str] = []
+    ports: dict[str, set[str]] = {}
+    for name, worker in spec.workers.items():
+        try:
+            ports[name] = ports_of(resolve(worker.cls, f"workers.{name}.class"))
+        except SpecError as exc:
+            problems.extend(exc.problems)
+
+    def check(ref: PortRef, key: str) -> None:
+        if ref.worker not in spec.workers:
+            known = ", ".join(sorted(spec.workers))
+            problems.append(f"{key}: unknown worker '{ref.worker}' (workers declared: {known})")
+        elif ref.worker in ports and ref.port not in ports[ref.worker]:
+            known = ", ".join(sorted(ports[ref.worker])) or "none"
+            problems.append(
+                f"{key}: worker '{ref.worker}' ({spec.workers[ref.worker].cls}) has no port '{ref.port}'"
+                f" (its ports: {known})"
+            )
+
+    graph = nx.MultiDiGraph()
+    graph.add_nodes_from(spec.workers)
+    flow = spec.flow
+
+    def add(edge: Edge, key: str, phase: str, every: int = 1) -> None:
+        check(edge.src, f"{key} (source)")
+        check(edge.dst, f"{key} (destination)")
+        graph.add_edge(
+            edge.src.worker, edge.dst.worker, src_port=edge.src.port, dst_port=edge.dst.port, phase=phase, every=every
+        )
+
+    loop = None
+    if flow.loop is not None:
+        for i, edge in enumerate(flow.loop.edges):
+            add(edge, f"flow.loop.edges[{i}] '{edge}'", "loop")
+        loop = _loop_chain(flow.loop.edges, flow.loop.horizon, problems)
+    for i, edge in enumerate(flow.then):
+        add(edge, f"flow.then[{i}] '{edge}'", "then")
+    for i, sync in enumerate(flow.sync):
+        add(sync.edge, f"flow.sync[{i}].edge '{sync.edge}'", "sync", sync.every)
+
+    then_order = _then_order(flow.then, problems)
+    _check_loop_replicas(spec, loop, problems)
+    if problems:
+        raise SpecError(problems, source)
+    return MacroGraph(spec, graph, loop, list(flow.then), then_order, [(s.edge, s.every) for s in flow.sync], ports)
+
+
+def _loop_chain(edges: list[Edge], horizon: int, problems: list[str]) -> LoopChain | None:
+    chain = [edges[0].src, edges[0].dst]
+    for i, edge in enumerate(edges[1:], start=1):
+        if edge.src != chain[-1]:
+            problems.append(
+                f"flow.loop.edges[{i}] '{edge}': must start where the previous edge ends ('{chain[-1]}');"
+                " loop edges form a chain such as [env.obs -> policy.act, policy.act -> env.step]"
+            )
+            return None
+        chain.append(edge.dst)
+    body = chain[1:]
+    repeated = [str(p) for p in body if body.count(p) > 1]
+    if repeated:
+        problems.append(f"flow.loop.edges: port '{repeated[0]}' repeats inside the loop; each port runs once per step")
+        return None
+    return LoopChain(tuple(chain), horizon)
+
+
+def _then_order(edges: list[Edge], problems: list[str]) -> list[PortRef]:
+    """Ports of the after-loop phase in dependency order; a cycle there is an error."""
+    dag = nx.DiGraph()
+    for edge in edges:
+        dag.add_edge(str(edge.src), str(edge.dst))
+    try:
+        order = list(nx.topological_sort(dag))
+    except nx.NetworkXUnfeasible:
+        cycle = " -> ".join(src for src, _ in nx.find_cycle(dag))
+        problems.append(
+            f"flow.then: cycle {cycle} -> ...; only flow.loop may repeat, make the after-loop edges acyclic"
+        )
+        return []
+    return [PortRef.model_validate(name) for name in order]
+
+
+def _check_loop_replicas(spec: WorkflowSpec, loop: LoopChain | None, problems: list[str]) -> None:
+    """Loop batches are cut into one shard per replica of the entry worker; others group shards."""
+    if loop is None or loop.entry.worker not in spec.workers:
+        return
+    source = loop.entry.worker
+    shards = spec.workers[source].replicas
+    for name in loop.workers:
+        if name in spec.workers and spec.workers[name].replicas > shards:
+            problems.append(
+                f"workers.{name}.replicas: {spec.workers[name].replicas} replicas, but the loop's batch comes from"
+                f" the {shards} replica(s) of '{source}' (the loop's first port), so the extra ones would idle."
+                f" Set workers.{name}.replicas <= {shards} or raise workers.{source}.replicas"
+            )

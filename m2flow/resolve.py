@@ -1,0 +1,50 @@
+"""Find a worker's class or function from its dotted path, and the ports it exposes."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from m2flow.errors import SpecError
+
+FUNCTION_PORT = "call"
+
+_defined: dict[str, Any] = {}
+
+
+def register_object(path: str, obj: Any) -> None:
+    """Remember an object defined through the Python API, so its path resolves without importing."""
+    _defined[path] = obj
+
+
+def dotted_path(obj: Any) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def resolve(path: str, key: str) -> Any:
+    """Import `package.module.Name` (or `package.module:Name`); errors name the key and what was tried."""
+    if path in _defined:
+        return _defined[path]
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpecError([f"{key}: cannot import module '{module_name}' for '{path}': {exc}"]) from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SpecError([f"{key}: module '{module_name}' has no attribute '{attr}' (from '{path}')"]) from None
+    if not callable(obj):
+        raise SpecError([f"{key}: '{path}' is a {type(obj).__name__}, expected a class or a function"])
+    return obj
+
+
+def ports_of(obj: Any) -> set[str]:
+    """A class exposes its public methods as ports; a function exposes the single port `call`."""
+    if not inspect.isclass(obj):
+        return {FUNCTION_PORT}
+    return {name for name, member in inspect.getmembers(obj, callable) if not name.startswith("_")}

@@ -1,0 +1,56 @@
+"""Checkpoints written atomically: a temporary directory renamed into place, loaded weights-only."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+_PREFIX = "iter_"
+
+
+def save_checkpoint(root: str | Path, iteration: int, state: dict[str, Any], meta: dict[str, Any]) -> Path:
+    import torch
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{_PREFIX}{iteration:08d}"
+    tmp = root / f".{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    with open(tmp / "state.pt", "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    (tmp / "meta.json").write_text(json.dumps({"iteration": iteration, **meta}, indent=1))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    return final
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    done = [p for p in root.glob(f"{_PREFIX}*") if (p / "meta.json").exists() and (p / "state.pt").exists()]
+    return max(done, key=lambda p: int(p.name.removeprefix(_PREFIX)), default=None)
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    import torch
+
+    path = Path(path)
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+    return state, json.loads((path / "meta.json").read_text())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

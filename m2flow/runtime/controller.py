@@ -1,0 +1,178 @@
+"""The controller: one coarse call per worker per phase, in the order the plan's phases give.
+
+Bulk data (trajectories, weights) moves between workers as Ray object references; the driver never
+touches it. Per-step loop data moves over the workers' own channels (see `loop.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from m2flow.errors import SpecError
+from m2flow.graph import MacroGraph
+from m2flow.plan import Phase, Plan
+from m2flow.runtime.launch import Launch, Replica
+from m2flow.runtime.loop import LoopProgram, LoopStats
+from m2flow.runtime.tracing import Trace
+from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.spec import Edge, PortRef
+
+
+@dataclass
+class IterationResult:
+    metrics: dict[str, float] = field(default_factory=dict)
+    env_steps: int = 0
+
+
+class Controller:
+    def __init__(self, graph: MacroGraph, plan: Plan, launch: Launch, trace: Trace):
+        self.graph = graph
+        self.plan = plan
+        self.launch = launch
+        self.trace = trace
+        self.timeouts = graph.spec.run.timeouts
+        self._phases = {"sync": self._sync, "loop": self._loop, "then": self._then}
+
+    def iteration(self, it: int) -> IterationResult:
+        result = IterationResult()
+        start = time.time()
+        for phase in self.plan.phases:
+            began = time.time()
+            self._phases[phase.op](phase, it, result)
+            seconds = time.time() - began
+            result.metrics[f"time/{phase.op}_s"] = result.metrics.get(f"time/{phase.op}_s", 0.0) + seconds
+            self.trace.task("controller", "controller", (phase.op, "phase", began, time.time(), -1, 0, 0), iteration=it)
+        result.metrics.update(self._worker_metrics())
+        elapsed = time.time() - start
+        result.metrics["time/iteration_s"] = elapsed
+        if result.env_steps:
+            result.metrics["env/steps_per_s"] = result.env_steps / elapsed
+        return result
+
+    # -- phases ----------------------------------------------------------------------------------
+    def _sync(self, phase: Phase, it: int, result: IterationResult) -> None:
+        if it % phase.every:
+            return
+        edge = Edge.model_validate(phase.edges[0])
+        outs, calls = self._call(edge.src, it, [], [])
+        self._record(wait_all(calls, self._deadline(f"sync {edge}", it)), [c[1] for c in calls])
+        value_ref = outs[0][0]
+        calls = []
+        for r in self.launch.replicas[edge.dst.worker]:
+            out, event = r.actor.call_single.options(num_returns=2).remote(edge.dst.port, it, value_ref)
+            calls.append((event, r, f"sync {edge}"))
+        self._record(wait_all(calls, self._deadline(f"sync {edge}", it)), [c[1] for c in calls])
+
+    def _loop(self, phase: Phase, it: int, result: IterationResult) -> None:
+        loop = self.graph.loop
+        program = LoopProgram(
+            ports=tuple((p.worker, p.port) for p in loop.ports),
+            horizon=loop.horizon,
+            stages=self.plan.pipeline_stages,
+            shards=self.graph.workers[loop.entry.worker].replicas,
+            replicas={w: self.graph.workers[w].replicas for w in loop.workers},
+            iteration=it,
+            channel_timeout_s=self.timeouts.channel_s,
+            trace_steps=it < self.graph.spec.run.trace_detail_iterations,
+        )
+        members = [r for w in loop.workers for r in self.launch.replicas[w]]
+        calls = [(r.actor.run_loop.remote(program), r, f"loop of iteration {it}") for r in members]
+        stats: list[LoopStats] = wait_all(calls, self._deadline("the interaction loop", it))
+        last = loop.ports[-1]
+        for r, s in zip(members, stats, strict=True):
+            device = self.plan.device_name(r.device)
+            for event in s.events:
+                self.trace.task(f"{r.worker}[{r.index}]", device, event, iteration=it)
+            if not program.trace_steps and s.seconds:
+                busy = sum(s.seconds.values())
+                self.trace.task(f"{r.worker}[{r.index}]", device, ("loop (busy)", "loop", s.start, s.start + busy,
+                                                                   -1, 0, sum(s.items.values())), iteration=it)
+            if r.worker == last.worker:
+                result.env_steps += s.items.get(last.port, 0)
+        result.metrics["loop/bytes_sent"] = float(sum(s.sent_bytes for s in stats))
+
+    def _then(self, phase: Phase, it: int, result: IterationResult) -> None:
+        produced: dict[str, list[tuple[Any, Replica]]] = {}
+        calls = []
+        for port in self.graph.then_order:
+            inputs = [[ref for ref, _ in produced[str(src)]] for src in self.graph.then_inputs(port)]
+            outs, port_calls = self._call(port, it, [len(refs) for refs in inputs], [r for refs in inputs for r in refs])
+            produced[str(port)] = outs
+            calls += port_calls
+        self._record(wait_all(calls, self._deadline("the after-loop phase", it)), [c[1] for c in calls])
+        terminal = {str(p) for p in self.graph.then_order} - {str(e.src) for e in self.graph.then}
+        for name in sorted(terminal):
+            outputs = wait_all([(ref, r, name) for ref, r in produced[name]], self._deadline(name, it))
+            result.metrics.update(_mean_of_dicts([item for per_replica in outputs for item in per_replica]))
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _call(self, port: PortRef, it: int, counts: list[int], refs: list[Any]) -> tuple[list, list]:
+        """Call `port` on every replica: (output refs downstream should use, trace-event calls to wait on).
+
+        A multi-rank training worker is one data-parallel group: every rank is called (collectives),
+        and rank 0's output stands for the group.
+        """
+        group = self.launch.replicas[port.worker]
+        calls, outs = [], []
+        for r in group:
+            out, event = r.actor.call.options(num_returns=2).remote(port.port, it, counts, *refs)
+            outs.append((out, r))
+            calls.append((event, r, f"port {port}"))
+        if self.graph.workers[port.worker].kind == "training":
+            outs = outs[:1]
+        return outs, calls
+
+    def _record(self, events: list[tuple], group: list[Replica]) -> None:
+        for event, r in zip(events, group, strict=True):
+            self.trace.task(f"{r.worker}[{r.index}]", self.plan.device_name(r.device), event)
+
+    def _deadline(self, what: str, it: int) -> Deadline:
+        return Deadline(self.timeouts.call_s, f"{what} (iteration {it})")
+
+    def _worker_metrics(self) -> dict[str, float]:
+        """Average of what each replica's optional `metrics()` hook reports."""
+        calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for g in self.launch.replicas.values() for r in g]
+        per_replica = wait_all(calls, Deadline(self.timeouts.call_s, "metrics() hooks"))
+        return _mean_of_dicts([m for values in per_replica if values for m in values])
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, list]:
+        """Per worker, per replica, per instance state (a training group keeps rank 0's)."""
+        state = {}
+        for name, group in self.launch.replicas.items():
+            calls = [(r.actor.hook.remote("state_dict"), r, "state_dict()") for r in group]
+            values = wait_all(calls, Deadline(self.timeouts.call_s, f"{name}.state_dict()"))
+            if values[0] is None:
+                continue
+            state[name] = values[:1] if self.graph.workers[name].kind == "training" else values
+        return state
+
+    def load_state_dict(self, state: dict[str, list]) -> None:
+        calls = []
+        for name, per_replica in state.items():
+            group = self.launch.replicas.get(name)
+            if group is None:
+                raise SpecError([f"workers: the checkpoint holds worker '{name}', this workflow has none"])
+            training = self.graph.workers[name].kind == "training"
+            if not training and len(per_replica) != len(group):
+                raise SpecError([f"workers.{name}.replicas: the checkpoint has {len(per_replica)} replicas, the"
+                                 f" workflow {len(group)}; resume with the same replica count"])
+            for r in group:
+                calls.append((r.actor.hook_each.remote("load_state_dict", per_replica[0 if training else r.index]),
+                              r, "load_state_dict()"))
+        wait_all(calls, Deadline(self.timeouts.call_s, "load_state_dict() on resume"))
+
+
+def _mean_of_dicts(items: list[Any]) -> dict[str, float]:
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for item in items:
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    sums[key] += float(value)
+                    counts[key] += 1
+    return {key: sums[key] / counts[key] for key in sums}

@@ -1,0 +1,92 @@
+"""Run a workflow: plan it, start it on Ray, iterate, report, checkpoint, and trace."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from m2flow.config import dump_spec
+from m2flow.graph import build_graph
+from m2flow.plan import Plan
+from m2flow.planners import make_plan
+from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from m2flow.runtime.controller import Controller
+from m2flow.runtime.launch import Launch, connect_ray
+from m2flow.runtime.reporting import Reporter
+from m2flow.runtime.tracing import Trace
+from m2flow.spec import WorkflowSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    plan: Plan
+    iterations: int
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def last(self) -> dict:
+        return self.history[-1] if self.history else {}
+
+
+def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
+    graph = build_graph(spec, source)
+    cluster = connect_ray(spec.cluster)
+    plan = make_plan(graph, cluster)
+    run_dir = Path(spec.run.output_dir) / spec.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "workflow.yaml").write_text(dump_spec(spec))
+    plan.save(run_dir / "plan.json")
+
+    start, env_steps, restored = 0, 0, None
+    checkpoint = latest_checkpoint(run_dir / "checkpoints") if spec.run.resume else None
+    if checkpoint is not None:
+        restored, meta = load_checkpoint(checkpoint)
+        start, env_steps = meta["iteration"] + 1, meta["env_steps"]
+
+    result = RunResult(run_dir, plan, start)
+    trace = Trace(plan)
+    launch = Launch(graph, plan, str(run_dir))
+    reporter = Reporter(run_dir, spec.run.iterations, start, spec.run.progress)
+    reporter.print(f"m2flow: {spec.name}: {plan.mode} placement, {plan.pipeline_stages} stage(s); outputs in {run_dir}")
+    if checkpoint is not None:
+        reporter.print(f"m2flow: resumed from {checkpoint} at iteration {start}")
+    try:
+        launch.start()
+        controller = Controller(graph, plan, launch, trace)
+        if restored is not None:
+            controller.load_state_dict(restored)
+        for it in range(start, spec.run.iterations):
+            began = time.time()
+            outcome = controller.iteration(it)
+            env_steps += outcome.env_steps
+            metrics = {**outcome.metrics, "time/iteration_s": time.time() - began}
+            reporter.log(it, env_steps, metrics)
+            result.history.append({"iteration": it, "env_steps": env_steps, **metrics})
+            result.iterations = it + 1
+            every = spec.run.checkpoint_every
+            if (every and (it + 1) % every == 0) or it + 1 == spec.run.iterations:
+                state = controller.state_dict()
+                save_checkpoint(run_dir / "checkpoints", it, state,
+                                {"env_steps": env_steps, "workflow": spec.name, "plan": plan.to_dict()})
+        reporter.print(compare(plan, result.history))
+    finally:
+        trace.write(run_dir / "trace.json")
+        reporter.close()
+        launch.close()
+    return result
+
+
+def compare(plan: Plan, history: list[dict]) -> str:
+    """Predicted vs measured iteration time (the first iteration warms up and is left out when possible)."""
+    measured = [h["time/iteration_s"] for h in history[1:] or history]
+    if not measured:
+        return "m2flow: no iteration ran"
+    mean = sum(measured) / len(measured)
+    predicted = plan.predicted.get("iteration_s", 0.0)
+    ratio = f" (measured/predicted {mean / predicted:.2f}x)" if predicted else ""
+    return f"m2flow: iteration time predicted {predicted:.3f} s, measured {mean:.3f} s{ratio}"

@@ -1,0 +1,145 @@
+"""The Ray actor that hosts one replica of a user's worker and runs its part of the plan.
+
+The user's class stays plain: the host builds it under a `WorkerContext`, calls its ports when the
+controller or the loop program says so, calls the optional hooks it defines (`state_dict`,
+`load_state_dict`, `metrics`, `offload`, `onload`), and reports every task for the trace.
+A simulator replica hosts one instance per pipeline slice; other workers one instance.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+import traceback
+from typing import Any
+
+from m2flow.context import WorkerContext, set_context
+from m2flow.errors import WorkerError
+from m2flow.runtime.batching import leading_size
+from m2flow.runtime.channels import Mailbox, PeerId
+from m2flow.runtime.loop import LoopProgram, LoopStats, run_loop
+
+
+class PortFailed(WorkerError):
+    """A user port raised; carries the worker, replica, port and the original traceback."""
+
+    def __init__(self, worker: str, replica: int, port: str, where: str, detail: str):
+        self.worker, self.replica, self.port = worker, replica, port
+        super().__init__(f"worker '{worker}' replica {replica} failed in port '{port}' ({where}):\n{detail}")
+
+    def __reduce__(self):
+        return (_rebuild_port_failed, (self.args[0], self.worker, self.replica, self.port))
+
+
+def _rebuild_port_failed(message: str, worker: str, replica: int, port: str) -> PortFailed:
+    error = PortFailed.__new__(PortFailed)
+    WorkerError.__init__(error, message)
+    error.worker, error.replica, error.port = worker, replica, port
+    return error
+
+
+class _FunctionWorker:
+    """A plain function as a worker with the single port `call`."""
+
+    def __init__(self, func):
+        self.func = func
+
+    def call(self, *args):
+        return self.func(*args)
+
+
+class WorkerHost:
+    def __init__(self, target: Any, args: dict, ctx: WorkerContext, instances: int, dist: dict | None):
+        self.ctx = ctx
+        self.me: PeerId = (ctx.worker, ctx.replica)
+        self.mailbox: Mailbox | None = None
+        if dist is not None:
+            from m2flow.runtime.distributed import init_process_group
+
+            init_process_group(ctx.replica, ctx.replicas, dist["address"], dist["port"], ctx.device, dist["timeout_s"])
+        self.instances = [self._build(target, args, ctx, s, instances) for s in range(instances)]
+
+    @staticmethod
+    def _build(target: Any, args: dict, ctx: WorkerContext, stage: int, stages: int) -> Any:
+        first, count = ctx.items
+        per = [count // stages + (1 if s < count % stages else 0) for s in range(stages)]
+        start = first + sum(per[:stage])
+        instance_ctx = ctx.with_(stage=stage, stages=stages, items=(start, start + per[stage]))
+        set_context(instance_ctx)
+        try:
+            if inspect.isclass(target):
+                return target(**args)
+            return _FunctionWorker(target)
+        except Exception:
+            raise PortFailed(ctx.worker, ctx.replica, "__init__", "construction", traceback.format_exc()) from None
+
+    def info(self) -> dict:
+        import ray
+
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+
+    # -- channels ----------------------------------------------------------------------------
+    def open_channels(self, authkey: bytes, kinds: list[str]) -> dict:
+        self.mailbox = Mailbox(self.me, authkey, kinds)
+        return self.mailbox.addresses
+
+    def connect(self, peers: list[tuple[PeerId, Any]], timeout_s: float) -> None:
+        for peer, address in peers:
+            self.mailbox.connect(tuple(peer), address, timeout_s)
+
+    def await_peers(self, peers: list[PeerId], timeout_s: float) -> None:
+        self.mailbox.wait_inbound([tuple(p) for p in peers], timeout_s)
+
+    # -- phases --------------------------------------------------------------------------------
+    def run_loop(self, program: LoopProgram) -> LoopStats:
+        def call_port(port: str, stage: int, value: Any) -> Any:
+            instance = self.instances[stage % len(self.instances)]
+            args = () if value is None else (value,)
+            return self._invoke(instance, port, args, f"iteration {program.iteration}, loop slice {stage}")
+
+        return run_loop(program, self.ctx.worker, self.ctx.replica, call_port, self.mailbox)
+
+    def call(self, port: str, iteration: int, counts: list[int], *outputs: list[Any]) -> tuple[list[Any], tuple]:
+        """Call `port` on every instance. `outputs` are the producer replicas' output lists, `counts[i]`
+        of them for the i-th input edge; each argument the port receives is the flat list of shards."""
+        args, at = [], 0
+        for count in counts:
+            args.append([item for produced in outputs[at : at + count] for item in produced])
+            at += count
+        start = time.time()
+        outputs = [self._invoke(inst, port, args, f"iteration {iteration}") for inst in self.instances]
+        items = sum(leading_size(a) for arg in args for a in arg) if args else 0
+        return outputs, (port, "call", start, time.time(), -1, 0, items)
+
+    def call_single(self, port: str, iteration: int, produced: list[Any]) -> tuple[list[Any], tuple]:
+        """Call `port` with the first output of a producer replica (a sync edge copies one state)."""
+        value = produced[0]
+        start = time.time()
+        outputs = [self._invoke(inst, port, (value,), f"iteration {iteration}, sync") for inst in self.instances]
+        return outputs, (port, "sync", start, time.time(), -1, 0, 0)
+
+    def hook(self, name: str, *args: Any) -> list[Any] | None:
+        """Call an optional hook on every instance; None where the class does not define it."""
+        if not hasattr(self.instances[0], name):
+            return None
+        return [self._invoke(inst, name, args, f"hook {name}") for inst in self.instances]
+
+    def hook_each(self, name: str, per_instance: list[Any]) -> None:
+        for inst, value in zip(self.instances, per_instance, strict=True):
+            self._invoke(inst, name, (value,), f"hook {name}")
+
+    def close(self) -> None:
+        if self.mailbox is not None:
+            self.mailbox.close()
+        if self.ctx.replicas > 1 and self.ctx.kind == "training":
+            from m2flow.runtime.distributed import destroy_process_group
+
+            destroy_process_group()
+
+    def _invoke(self, instance: Any, port: str, args: tuple | list, where: str) -> Any:
+        method = getattr(instance, port)
+        try:
+            return method(*args)
+        except Exception:
+            raise PortFailed(self.ctx.worker, self.ctx.replica, port, where, traceback.format_exc()) from None

@@ -1,0 +1,202 @@
+"""Start what a plan needs on Ray: the cluster connection, one placement-group bundle per device,
+one host actor per worker replica, and the worker-to-worker channels of the loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from m2flow.cluster import Cluster, Device
+from m2flow.context import WorkerContext
+from m2flow.errors import PlanError
+from m2flow.graph import MacroGraph
+from m2flow.plan import Plan
+from m2flow.resolve import resolve
+from m2flow.runtime.host import WorkerHost
+from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.spec import ClusterSpec
+
+log = logging.getLogger(__name__)
+
+
+def connect_ray(spec: ClusterSpec) -> Cluster:
+    """Join `cluster.address` or start a local Ray (dashboard off); return the cluster to plan on."""
+    import ray
+
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        if spec.address:
+            ray.init(address=spec.address, include_dashboard=False, logging_level=logging.WARNING)
+        else:
+            local = Cluster.from_spec(spec)
+            ray.init(num_cpus=local.count("cpu"), num_gpus=local.count("gpu"), include_dashboard=False,
+                     logging_level=logging.WARNING, log_to_driver=True)
+    if spec.address or spec.gpus is None or spec.cpus is None:
+        return cluster_from_ray(spec)
+    return Cluster.from_spec(spec)
+
+
+def cluster_from_ray(spec: ClusterSpec) -> Cluster:
+    """The devices Ray reports, node by node (GPUs, then one CPU slot per core)."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    devices: list[Device] = []
+    for kind, key, memory in (("gpu", "GPU", spec.gpu_memory_gb), ("cpu", "CPU", None)):
+        for node_index, node in enumerate(nodes):
+            count = int(node["Resources"].get(key, 0))
+            if kind == "cpu" and spec.cpus is not None:
+                count = min(count, spec.cpus)
+            cpu_mem = spec.cpu_memory_gb or node["Resources"].get("memory", 8 * 2**30) / 2**30 / max(1, count)
+            devices += [Device(len(devices), kind, node_index, memory or cpu_mem) for _ in range(count)]
+    return Cluster(tuple(devices), len(nodes))
+
+
+@dataclass
+class Replica:
+    worker: str
+    index: int
+    device: int
+    actor: Any
+
+
+class Launch:
+    """The actors and channels of one plan; `close()` releases everything."""
+
+    def __init__(self, graph: MacroGraph, plan: Plan, output_dir: str):
+        self.graph = graph
+        self.plan = plan
+        self.output_dir = output_dir
+        self.replicas: dict[str, list[Replica]] = {}
+        self.pg = None
+
+    def start(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        timeouts = self.graph.spec.run.timeouts
+        used = sorted({d for p in self.plan.placements.values() for d in p.replica_devices})
+        bundle_of = {device: i for i, device in enumerate(used)}
+        bundles = [_bundle(self.plan.cluster.devices[d]) for d in used]
+        self.pg = placement_group(bundles, strategy="PACK", name=f"m2flow-{self.plan.workflow}")
+        try:
+            ray.get(self.pg.ready(), timeout=timeouts.start_s)
+        except ray.exceptions.GetTimeoutError:
+            raise PlanError(
+                f"Ray could not reserve {len(bundles)} device bundles {bundles} within {timeouts.start_s:g}s;"
+                f" the cluster has {ray.available_resources()}. Lower replicas or set cluster.cpus/gpus to what"
+                " Ray has"
+            ) from None
+        occupants = self.plan.occupants()
+        remote_host = ray.remote(WorkerHost)
+        dist_port: dict[str, dict] = {}
+        for name, placement in self.plan.placements.items():
+            spec = self.graph.workers[name]
+            target = resolve(spec.cls, f"workers.{name}.class")
+            stages = self.plan.pipeline_stages if spec.kind == "simulator" else 1
+            dist = self._dist(name, dist_port)
+            items = int(spec.args.get("num_envs", 1))
+            group = []
+            for r, device in enumerate(placement.replica_devices):
+                share = _share(occupants[device])
+                resources = {"num_gpus": share, "num_cpus": 0} if placement.device_kind == "gpu" else {"num_cpus": share}
+                ctx = WorkerContext(
+                    worker=name, kind=spec.kind, replica=r, replicas=spec.replicas, items=(r * items, (r + 1) * items),
+                    seed=self.graph.spec.run.seed, device="cuda" if placement.device_kind == "gpu" else "cpu",
+                    backend=spec.backend, output_dir=self.output_dir,
+                )
+                actor = remote_host.options(
+                    name=f"m2flow:{self.plan.workflow}:{name}:{r}",
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle_of[device]),
+                    **resources,
+                ).remote(target, spec.args, ctx, stages, None if dist is None else {**dist, "timeout_s": timeouts.call_s})
+                group.append(Replica(name, r, device, actor))
+            self.replicas[name] = group
+        wait_all([(r.actor.info.remote(), r, "start-up") for g in self.replicas.values() for r in g],
+                 Deadline(timeouts.start_s, "workers to start (import, build model, init process groups)"))
+        self._wire_loop()
+
+    def _dist(self, name: str, cache: dict) -> dict | None:
+        """Process-group rendezvous for a multi-rank training worker (address of rank 0's node)."""
+        spec = self.graph.workers[name]
+        if spec.kind != "training" or spec.replicas < 2:
+            return None
+        from m2flow.runtime.channels import node_ip
+        from m2flow.runtime.distributed import free_port
+
+        cache[name] = {"address": node_ip(), "port": free_port()}
+        return cache[name]
+
+    def _wire_loop(self) -> None:
+        """Open a mailbox on every loop replica and connect each to the peers it sends to."""
+        import ray
+
+        loop = self.graph.loop
+        if loop is None:
+            return
+        timeouts = self.graph.spec.run.timeouts
+        authkey = secrets.token_bytes(16)
+        kinds = ["unix", "tcp"] if self.plan.cluster.nodes > 1 else ["unix"]
+        members = [r for w in loop.workers for r in self.replicas[w]]
+        addresses = dict(zip([(r.worker, r.index) for r in members],
+                             ray.get([r.actor.open_channels.remote(authkey, kinds) for r in members],
+                                     timeout=timeouts.start_s), strict=True))
+        senders: dict[tuple, set] = {}
+        ports = loop.ports
+        for j in range(1, len(ports)):
+            _link(senders, ports[j - 1].worker, ports[j].worker, self.graph)
+        _link(senders, ports[-1].worker, ports[1].worker, self.graph)
+        kind = kinds[-1]
+        calls = []
+        for r in members:
+            peers = [(peer, addresses[peer][kind]) for peer in sorted(senders.get((r.worker, r.index), ()))]
+            calls.append((r.actor.connect.remote(peers, timeouts.start_s), r, "connect channels"))
+        wait_all(calls, Deadline(timeouts.start_s, "channels to connect"))
+        receivers: dict[tuple, list] = {}
+        for sender, peers in senders.items():
+            for peer in peers:
+                receivers.setdefault(peer, []).append(sender)
+        calls = [(r.actor.await_peers.remote(receivers.get((r.worker, r.index), []), timeouts.start_s), r, "accept channels")
+                 for r in members]
+        wait_all(calls, Deadline(timeouts.start_s, "channels to be accepted"))
+
+    def close(self) -> None:
+        import ray
+
+        for group in self.replicas.values():
+            for r in group:
+                try:
+                    ray.get(r.actor.close.remote(), timeout=10)
+                except Exception:  # noqa: BLE001 - best effort: the actor may already be dead
+                    pass
+                ray.kill(r.actor)
+        if self.pg is not None:
+            ray.util.remove_placement_group(self.pg)
+        self.replicas.clear()
+
+
+def _link(senders: dict, src: str, dst: str, graph: MacroGraph) -> None:
+    """Replicas of `src` send to the replicas of `dst` that own the same shards."""
+    from m2flow.sharding import owner
+
+    if src == dst:
+        return
+    shards = graph.workers[graph.loop.entry.worker].replicas
+    for b in range(shards):
+        a = owner(b, shards, graph.workers[src].replicas)
+        z = owner(b, shards, graph.workers[dst].replicas)
+        senders.setdefault((src, a), set()).add((dst, z))
+
+
+def _bundle(device: Device) -> dict:
+    return {"GPU": 1} if device.kind == "gpu" else {"CPU": 1}
+
+
+def _share(occupants: int) -> float:
+    """Fraction of one device per replica, floored to Ray's 1e-4 resource precision."""
+    return max(1e-4, int(10_000 / occupants) / 10_000)
+

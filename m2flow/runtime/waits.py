@@ -1,0 +1,67 @@
+"""Every wait on a remote call has a deadline, and every failure names the worker and replica."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from m2flow.errors import WaitTimeout, WorkerError
+
+
+@dataclass
+class Deadline:
+    seconds: float
+    waiting_for: str
+    start: float = field(default_factory=time.monotonic)
+
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - self.start)
+
+
+def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]:
+    """`calls` are (object ref, replica, what it does). Results in order; the first failure raises at once."""
+    import ray
+
+    index = {ref: i for i, (ref, _, _) in enumerate(calls)}
+    results: list[Any] = [None] * len(calls)
+    pending = [ref for ref, _, _ in calls]
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline.left()))
+        if not ready:
+            stuck = ", ".join(f"{calls[index[r]][1].worker}[{calls[index[r]][1].index}] ({calls[index[r]][2]})"
+                              for r in pending[:6])
+            raise WaitTimeout(
+                f"waited {deadline.seconds:g}s for {deadline.waiting_for}; still running: {stuck}."
+                f" A worker may be hung; its log is under {log_dir()}. Raise run.timeouts if it is just slow"
+            )
+        ref = ready[0]
+        _, replica, what = calls[index[ref]]
+        results[index[ref]] = get(ref, replica, what)
+    return results
+
+
+def get(ref: Any, replica: Any, what: str) -> Any:
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, WorkerError):
+            raise cause from None
+        raise WorkerError(f"worker '{replica.worker}' replica {replica.index} failed during {what}:\n{exc}") from None
+    except ray.exceptions.RayActorError as exc:
+        raise WorkerError(
+            f"worker '{replica.worker}' replica {replica.index} died during {what} (process killed, crashed or out of"
+            f" memory): {str(exc).splitlines()[0]}. Its log is under {log_dir()}"
+        ) from None
+
+
+def log_dir() -> str:
+    try:
+        import ray
+
+        return ray._private.worker._global_node.get_logs_dir_path()  # noqa: SLF001 - no public accessor
+    except Exception:  # noqa: BLE001
+        return "/tmp/ray/session_latest/logs"

@@ -1,0 +1,195 @@
+"""The workflow declaration: pydantic models shared by the Python API and YAML files.
+
+YAML is only a serialisation of `WorkflowSpec`; `dump_spec` and `load_spec` round-trip losslessly.
+Cross-references (which worker, which port) are checked by `m2flow.graph`, not here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+
+WorkerKind = Literal["simulator", "inference", "training", "function"]
+PlacementMode = Literal["auto", "shared", "disaggregated", "hybrid"]
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+_WORKER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PORT_REF = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\s*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
+
+
+class PortRef(_Strict):
+    """`worker.port`: a method of a worker (a function worker has the single port `call`)."""
+
+    worker: str
+    port: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            match = _PORT_REF.match(value)
+            if not match:
+                raise ValueError(f"'{value}' is not of the form worker.port (e.g. env.step)")
+            return {"worker": match.group(1), "port": match.group(2)}
+        return value
+
+    @model_serializer
+    def _dump(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return f"{self.worker}.{self.port}"
+
+
+class Edge(_Strict):
+    """`src.port -> dst.port`: the output of `src.port` is the input of `dst.port`."""
+
+    src: PortRef
+    dst: PortRef
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            parts = value.split("->")
+            if len(parts) != 2:
+                raise ValueError(f"'{value}' is not an edge of the form 'src.port -> dst.port'")
+            return {"src": parts[0], "dst": parts[1]}
+        return value
+
+    @model_serializer
+    def _dump(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return f"{self.src} -> {self.dst}"
+
+
+class PortCost(_Strict):
+    """Declared cost of one call of a port: `fixed_s + per_item_s * batch_items`."""
+
+    fixed_s: float = Field(0.0, ge=0)
+    per_item_s: float = Field(0.0, ge=0)
+
+
+class Resources(_Strict):
+    """What one replica needs. `device: auto` puts inference/training on GPUs when there are any."""
+
+    device: Literal["auto", "cpu", "gpu"] = "auto"
+    memory_gb: float = Field(0.0, ge=0)
+
+
+class WorkerSpec(_Strict):
+    kind: WorkerKind = "function"
+    cls: str = Field(alias="class", description="dotted path to the worker class or function")
+    replicas: int = Field(1, ge=1, le=100_000)
+    args: dict[str, Any] = Field(default_factory=dict)
+    backend: str | None = None
+    resources: Resources = Field(default_factory=Resources)
+    profile: dict[str, PortCost] = Field(default_factory=dict)
+
+    @field_validator("cls")
+    @classmethod
+    def _dotted(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_.]*[.:][A-Za-z_][A-Za-z0-9_.]*$", value):
+            raise ValueError(f"'{value}' is not a dotted path like package.module.ClassName")
+        return value
+
+    @model_validator(mode="after")
+    def _backend_only_for_training(self) -> WorkerSpec:
+        if self.backend is not None and self.kind != "training":
+            raise ValueError(f"'backend' applies to training workers only, this worker is '{self.kind}'")
+        return self
+
+
+class LoopSpec(_Strict):
+    """Edges repeated `horizon` times per iteration; they must chain into a cycle or a path."""
+
+    horizon: int = Field(1, ge=1, le=10_000_000)
+    edges: list[Edge] = Field(min_length=1)
+
+
+class SyncSpec(_Strict):
+    edge: Edge
+    every: int = Field(1, ge=1)
+
+
+class FlowSpec(_Strict):
+    loop: LoopSpec | None = None
+    then: list[Edge] = Field(default_factory=list)
+    sync: list[SyncSpec] = Field(default_factory=list)
+
+
+class PlacementSpec(_Strict):
+    mode: PlacementMode = "auto"
+    pipeline_stages: int | Literal["auto"] = 1
+
+    @field_validator("pipeline_stages")
+    @classmethod
+    def _positive(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 1024:
+            raise ValueError("pipeline_stages must be between 1 and 1024, or 'auto'")
+        return value
+
+
+class ClusterSpec(_Strict):
+    """The devices to plan for. Unset counts mean 'this machine' (or the joined Ray cluster)."""
+
+    gpus: int | None = Field(None, ge=0, le=1_000_000)
+    cpus: int | None = Field(None, ge=1, le=10_000_000)
+    nodes: int = Field(1, ge=1, le=100_000)
+    gpu_memory_gb: float = Field(80.0, gt=0)
+    cpu_memory_gb: float | None = Field(None, gt=0)
+    address: str | None = Field(None, description="Ray cluster to join, e.g. 'auto' or 'host:6379'")
+
+
+class TimeoutSpec(_Strict):
+    """Deadlines, in seconds, for every wait the runtime does."""
+
+    start_s: float = Field(180.0, gt=0, description="worker start-up (imports, model build)")
+    call_s: float = Field(600.0, gt=0, description="one coarse phase call on a worker")
+    channel_s: float = Field(120.0, gt=0, description="one receive on a worker-to-worker channel")
+
+
+class RunSpec(_Strict):
+    iterations: int = Field(10, ge=1, le=10_000_000)
+    seed: int = 0
+    output_dir: str = "runs"
+    checkpoint_every: int = Field(10, ge=0, description="0 saves only at the end")
+    resume: bool = False
+    progress: bool = True
+    trace_detail_iterations: int = Field(2, ge=0, description="iterations traced per micro task")
+    timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
+
+
+class WorkflowSpec(_Strict):
+    name: str
+    workers: dict[str, WorkerSpec] = Field(min_length=1)
+    flow: FlowSpec = Field(default_factory=FlowSpec)
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    run: RunSpec = Field(default_factory=RunSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"'{value}' must start with a letter and hold only letters, digits, '_' or '-'")
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _worker_names(cls, value: dict[str, WorkerSpec]) -> dict[str, WorkerSpec]:
+        for name in value:
+            if not _WORKER_NAME.match(name):
+                raise ValueError(f"worker name '{name}' must be an identifier: letters, digits and '_'")
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)

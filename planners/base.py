@@ -1,0 +1,186 @@
+"""The planner interface: graph + cluster + profile -> Plan. One subclass per placement mode."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from m2flow.cluster import Cluster
+from m2flow.errors import PlanError
+from m2flow.graph import MacroGraph
+from m2flow.plan import Phase, Placement, Plan
+from m2flow.planners.profile import Profile
+from m2flow.planners.simulate import Prediction, simulate
+
+_PLANNERS: dict[str, type[Planner]] = {}
+
+
+class Infeasible(Exception):
+    """This candidate cannot run on this cluster; the message says why and what would fix it."""
+
+
+def register(cls: type[Planner]) -> type[Planner]:
+    _PLANNERS[cls.mode] = cls
+    return cls
+
+
+def get_planner(mode: str) -> Planner:
+    if mode not in _PLANNERS:
+        raise PlanError(f"placement.mode: unknown mode '{mode}' (known: {', '.join(sorted(_PLANNERS))})")
+    return _PLANNERS[mode]()
+
+
+def placement_modes() -> list[str]:
+    return [m for m in _PLANNERS if m != "auto"]
+
+
+class Planner(ABC):
+    mode: ClassVar[str]
+
+    @abstractmethod
+    def plan(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> Plan:
+        """The plan this planner chooses, or raise PlanError naming what does not fit."""
+
+
+class PlacementPlanner(Planner):
+    """A planner for one placement mode: it picks placements; stages come from the simulator."""
+
+    @abstractmethod
+    def placements(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, Placement]:
+        """Where each worker runs, or raise Infeasible."""
+
+    def plan(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> Plan:
+        check_cluster(graph, cluster)
+        try:
+            placements = self.placements(graph, cluster, profile)
+            check_memory(placements, cluster, profile)
+        except Infeasible as exc:
+            raise PlanError(f"placement.mode={self.mode}: {exc}") from None
+        stages, prediction = best_stages(graph, cluster, placements, profile)
+        plan = build_plan(graph, cluster, self.mode, placements, stages, prediction)
+        plan.candidates = [candidate_row(self.mode, stages, prediction)]
+        return plan
+
+
+def device_kind(graph: MacroGraph, worker: str, cluster: Cluster) -> str:
+    spec = graph.workers[worker]
+    wanted = spec.resources.device
+    if wanted == "auto":
+        return "gpu" if cluster.count("gpu") and spec.kind in ("inference", "training") else "cpu"
+    return wanted
+
+
+def check_cluster(graph: MacroGraph, cluster: Cluster) -> None:
+    """Problems no placement can fix: a GPU worker without GPUs, more replicas than devices."""
+    for name, spec in graph.workers.items():
+        kind = device_kind(graph, name, cluster)
+        have = cluster.count(kind)
+        if have == 0:
+            raise PlanError(
+                f"workers.{name}.resources.device: '{kind}' but the cluster has no {kind} devices;"
+                f" set cluster.{kind}s or workers.{name}.resources.device"
+            )
+        if spec.replicas > have:
+            raise PlanError(
+                f"workers.{name}.replicas: {spec.replicas} replicas need {spec.replicas} {kind} devices,"
+                f" the cluster has {have}; lower workers.{name}.replicas or raise cluster.{kind}s"
+            )
+
+
+def check_memory(placements: dict[str, Placement], cluster: Cluster, profile: Profile) -> None:
+    """Every replica resident at once (no offload): a device over its memory makes the candidate infeasible."""
+    load: dict[int, list[tuple[str, float]]] = {}
+    for name, placement in placements.items():
+        for device in placement.replica_devices:
+            load.setdefault(device, []).append((name, profile.memory_gb.get(name, 0.0)))
+    for device, residents in load.items():
+        need = sum(gb for _, gb in residents)
+        capacity = cluster.devices[device].memory_gb
+        if need > capacity:
+            parts = ", ".join(f"{n} {gb:g} GB" for n, gb in residents if gb)
+            raise Infeasible(
+                f"device {cluster.devices[device].name} would hold {need:g} GB ({parts}) but has {capacity:g} GB;"
+                " spread the workers over more devices, lower their memory (fewer envs per process,"
+                " smaller model) or add devices"
+            )
+
+
+def stage_options(graph: MacroGraph, profile: Profile) -> list[int]:
+    wanted = graph.spec.placement.pipeline_stages
+    if graph.loop is None:
+        return [1]
+    items = profile.items_per_replica.get(graph.loop.entry.worker, 1)
+    if wanted == "auto":
+        return [s for s in (1, 2, 4) if s <= items]
+    if wanted > items:
+        raise PlanError(
+            f"placement.pipeline_stages: {wanted} slices, but each replica of '{graph.loop.entry.worker}'"
+            f" holds {items} env(s); use at most {items} stages or raise its args.num_envs"
+        )
+    return [wanted]
+
+
+def best_stages(graph: MacroGraph, cluster: Cluster, placements: dict[str, Placement],
+                profile: Profile) -> tuple[int, Prediction]:
+    names = [d.name for d in cluster.devices]
+    results = [(s, simulate(graph, placements, names, s, profile)) for s in stage_options(graph, profile)]
+    return min(results, key=lambda r: (r[1].iteration_s, r[0]))
+
+
+def build_plan(graph: MacroGraph, cluster: Cluster, mode: str, placements: dict[str, Placement], stages: int,
+               prediction: Prediction) -> Plan:
+    phases = [Phase("sync", [str(edge)], every) for edge, every in graph.sync]
+    if graph.loop is not None:
+        phases.append(Phase("loop", [str(p) for p in graph.loop.ports]))
+    if graph.then:
+        phases.append(Phase("then", [str(e) for e in graph.then]))
+    return Plan(
+        workflow=graph.spec.name,
+        mode=mode,
+        cluster=cluster,
+        placements=placements,
+        pipeline_stages=stages,
+        phases=phases,
+        tasks=prediction.tasks,
+        predicted=prediction.summary(),
+    )
+
+
+def candidate_row(mode: str, stages: int, prediction: Prediction) -> dict:
+    summary = prediction.summary()
+    return {
+        "mode": mode,
+        "stages": stages,
+        "iteration_s": summary["iteration_s"],
+        "env_steps_per_s": summary["env_steps_per_s"],
+        "bubble_fraction": summary["bubble_fraction"],
+        "feasible": True,
+        "reason": "",
+    }
+
+
+def spread(worker: str, replicas: int, devices: list[int], kind: str) -> Placement:
+    """Replicas round-robin over the given devices."""
+    return Placement(worker, kind, list(devices), [devices[r % len(devices)] for r in range(replicas)])
+
+
+def split_devices(workers: list[str], pool: list[int], weight: dict[str, float],
+                  replicas: dict[str, int]) -> dict[str, list[int]]:
+    """Disjoint device sets: one each, then the rest to whoever has most work per device (up to its replicas)."""
+    if len(pool) < len(workers):
+        raise Infeasible(
+            f"{len(workers)} workers ({', '.join(workers)}) need disjoint devices but only {len(pool)} exist;"
+            " use mode shared or hybrid, or add devices"
+        )
+    count = {w: 1 for w in workers}
+    for _ in range(len(pool) - len(workers)):
+        open_ = [w for w in workers if count[w] < replicas[w]]
+        if not open_:
+            break
+        busiest = max(open_, key=lambda w: weight.get(w, 0.0) / count[w])
+        count[busiest] += 1
+    out, at = {}, 0
+    for w in workers:
+        out[w] = pool[at : at + count[w]]
+        at += count[w]
+    return out

@@ -1,0 +1,26 @@
+"""Hybrid: the interaction loop's workers on disjoint devices (so their stages pipeline),
+every other worker (training) spanning all devices of its kind and swapping with them."""
+
+from __future__ import annotations
+
+from m2flow.cluster import Cluster
+from m2flow.graph import MacroGraph
+from m2flow.plan import Placement
+from m2flow.planners.base import Infeasible, PlacementPlanner, device_kind, register, spread
+from m2flow.planners.disaggregated import disjoint
+from m2flow.planners.profile import Profile
+
+
+@register
+class HybridPlanner(PlacementPlanner):
+    mode = "hybrid"
+
+    def placements(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, Placement]:
+        if graph.loop is None or len(graph.loop.workers) < 2:
+            raise Infeasible("hybrid needs an interaction loop between two workers (flow.loop)")
+        out = disjoint(graph, cluster, profile, graph.loop.workers)
+        for name, spec in graph.workers.items():
+            if name not in out:
+                kind = device_kind(graph, name, cluster)
+                out[name] = spread(name, spec.replicas, [d.index for d in cluster.of_kind(kind)], kind)
+        return out

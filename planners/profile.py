@@ -1,0 +1,46 @@
+"""Cost of each worker port: declared in the workflow, else a default by worker kind.
+
+A call of a port costs `fixed_s + per_item_s * items`; for a simulator, items are the envs stepped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from m2flow.graph import MacroGraph
+from m2flow.spec import PortCost
+
+DEFAULT_COST = {
+    "simulator": PortCost(fixed_s=5e-5, per_item_s=2e-4),
+    "inference": PortCost(fixed_s=3e-4, per_item_s=2e-5),
+    "training": PortCost(fixed_s=1e-2, per_item_s=2e-5),
+    "function": PortCost(fixed_s=1e-4, per_item_s=0.0),
+}
+
+
+@dataclass
+class Profile:
+    costs: dict[str, PortCost] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+    items_per_replica: dict[str, int] = field(default_factory=dict)
+    memory_gb: dict[str, float] = field(default_factory=dict)
+    source: dict[str, str] = field(default_factory=dict)
+
+    def call_s(self, worker: str, port: str, items: float) -> float:
+        cost = self.costs.get(f"{worker}.{port}") or DEFAULT_COST[self.kinds.get(worker, "function")]
+        return cost.fixed_s + cost.per_item_s * items
+
+    @classmethod
+    def from_graph(cls, graph: MacroGraph) -> Profile:
+        """Declared costs from `workers.<name>.profile`; simulators batch `args.num_envs` items."""
+        profile = cls()
+        for name, worker in graph.workers.items():
+            profile.kinds[name] = worker.kind
+            profile.memory_gb[name] = worker.resources.memory_gb
+            profile.items_per_replica[name] = int(worker.args.get("num_envs", 1))
+            for port in graph.ports.get(name, ()):
+                key = f"{name}.{port}"
+                declared = worker.profile.get(port)
+                profile.costs[key] = declared or DEFAULT_COST[worker.kind]
+                profile.source[key] = "declared" if declared else f"default ({worker.kind})"
+        return profile
