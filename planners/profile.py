@@ -16,31 +16,36 @@ DEFAULT_COST = {
     "training": PortCost(fixed_s=1e-2, per_item_s=2e-5),
     "function": PortCost(fixed_s=1e-4, per_item_s=0.0),
 }
+# Ports that only hand data on (a trajectory, weights): a fixed cost, whatever the worker's kind.
+HANDOFF_COST = PortCost(fixed_s=1e-3, per_item_s=0.0)
 
 
 @dataclass
 class Profile:
     costs: dict[str, PortCost] = field(default_factory=dict)
-    kinds: dict[str, str] = field(default_factory=dict)
     items_per_replica: dict[str, int] = field(default_factory=dict)
     memory_gb: dict[str, float] = field(default_factory=dict)
     source: dict[str, str] = field(default_factory=dict)
 
     def call_s(self, worker: str, port: str, items: float) -> float:
-        cost = self.costs.get(f"{worker}.{port}") or DEFAULT_COST[self.kinds.get(worker, "function")]
+        cost = self.costs.get(f"{worker}.{port}", HANDOFF_COST)
         return cost.fixed_s + cost.per_item_s * items
 
     @classmethod
     def from_graph(cls, graph: MacroGraph) -> Profile:
-        """Declared costs from `workers.<name>.profile`; simulators batch `args.num_envs` items."""
+        """Declared costs from `workers.<name>.profile`, else defaults: by worker kind for the ports that
+        compute (loop body, terminal after-loop ports), a small fixed cost for ports that hand data on."""
+        sources = {str(e.src) for e in graph.then} | {str(e.src) for e, _ in graph.sync}
+        computing_keys = {str(p) for p in graph.loop.body} if graph.loop else set()
+        computing_keys |= {str(p) for p in graph.then_order if str(p) not in sources}
         profile = cls()
         for name, worker in graph.workers.items():
-            profile.kinds[name] = worker.kind
             profile.memory_gb[name] = worker.resources.memory_gb
             profile.items_per_replica[name] = int(worker.args.get("num_envs", 1))
             for port in graph.ports.get(name, ()):
                 key = f"{name}.{port}"
                 declared = worker.profile.get(port)
-                profile.costs[key] = declared or DEFAULT_COST[worker.kind]
-                profile.source[key] = "declared" if declared else f"default ({worker.kind})"
+                default = DEFAULT_COST[worker.kind] if key in computing_keys else HANDOFF_COST
+                profile.costs[key] = declared or default
+                profile.source[key] = "declared" if declared else "default"
         return profile

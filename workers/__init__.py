@@ -1,0 +1,1 @@
+"""m2flow's worker library: simulators, inference, training, algorithms. Uses only m2flow's public API."""

@@ -38,6 +38,8 @@ def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
     cluster = connect_ray(spec.cluster)
     plan = make_plan(graph, cluster)
     run_dir = Path(spec.run.output_dir) / spec.name
+    if not spec.run.resume:
+        keep_previous(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "workflow.yaml").write_text(dump_spec(spec))
     plan.save(run_dir / "plan.json")
@@ -79,6 +81,19 @@ def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
         reporter.close()
         launch.close()
     return result
+
+
+def keep_previous(run_dir: Path) -> None:
+    """A fresh run never overwrites an earlier one: its folder is renamed aside, with a timestamp."""
+    if run_dir.exists() and any(run_dir.iterdir()):
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(run_dir.stat().st_mtime))
+        aside = run_dir.with_name(f"{run_dir.name}.{stamp}")
+        suffix = 1
+        while aside.exists():
+            aside = run_dir.with_name(f"{run_dir.name}.{stamp}-{suffix}")
+            suffix += 1
+        run_dir.rename(aside)
+        log.warning("kept the previous run of %s in %s", run_dir.name, aside)
 
 
 def compare(plan: Plan, history: list[dict]) -> str:

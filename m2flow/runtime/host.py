@@ -62,7 +62,8 @@ class WorkerHost:
 
     @staticmethod
     def _build(target: Any, args: dict, ctx: WorkerContext, stage: int, stages: int) -> Any:
-        first, count = ctx.items
+        first, last = ctx.items
+        count = last - first
         per = [count // stages + (1 if s < count % stages else 0) for s in range(stages)]
         start = first + sum(per[:stage])
         instance_ctx = ctx.with_(stage=stage, stages=stages, items=(start, start + per[stage]))

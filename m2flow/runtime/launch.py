@@ -93,6 +93,7 @@ class Launch:
             ) from None
         occupants = self.plan.occupants()
         remote_host = ray.remote(WorkerHost)
+        env = worker_env()
         dist_port: dict[str, dict] = {}
         for name, placement in self.plan.placements.items():
             spec = self.graph.workers[name]
@@ -112,6 +113,7 @@ class Launch:
                 actor = remote_host.options(
                     name=f"m2flow:{self.plan.workflow}:{name}:{r}",
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle_of[device]),
+                    runtime_env=env,
                     **resources,
                 ).remote(target, spec.args, ctx, stages, None if dist is None else {**dist, "timeout_s": timeouts.call_s})
                 group.append(Replica(name, r, device, actor))
@@ -177,6 +179,12 @@ class Launch:
         if self.pg is not None:
             ray.util.remove_placement_group(self.pg)
         self.replicas.clear()
+
+
+def worker_env() -> dict:
+    """Workers import user modules the way the driver does: from its working directory too."""
+    paths = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
 
 
 def _link(senders: dict, src: str, dst: str, graph: MacroGraph) -> None:

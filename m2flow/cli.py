@@ -1,0 +1,92 @@
+"""`m2flow run|plan|validate FILE.yaml [key=value ...]` — user errors print without a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from m2flow.config import load_spec
+from m2flow.errors import M2FlowError
+
+console = Console(stderr=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="m2flow", description="Declarative macro-to-micro RL workflows on Ray.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="plan the workflow and run it on Ray")
+    run.add_argument("file")
+    run.add_argument("overrides", nargs="*", help="key=value, e.g. run.iterations=10 placement.mode=hybrid")
+    run.add_argument("--address", help="join this Ray cluster (as cluster.address), e.g. auto or host:6379")
+    run.set_defaults(handler=_run)
+
+    plan = sub.add_parser("plan", help="show the plan and write its pictures; starts nothing")
+    plan.add_argument("file")
+    plan.add_argument("overrides", nargs="*")
+    plan.add_argument("--dry-run", action="store_true", help="accepted for clarity: plan never runs anything")
+    plan.add_argument("--out", help="folder for plan.json and pictures (default: <output_dir>/<name>/plan)")
+    plan.set_defaults(handler=_plan)
+
+    validate = sub.add_parser("validate", help="check the workflow file and print every problem")
+    validate.add_argument("file")
+    validate.add_argument("overrides", nargs="*")
+    validate.set_defaults(handler=_validate)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from m2flow.runtime.executor import execute
+
+    overrides = list(args.overrides) + ([f"cluster.address={args.address}"] if args.address else [])
+    spec = load_spec(args.file, overrides)
+    result = execute(spec, source=args.file)
+    console.print(f"[green]done[/]: {result.iterations} iterations; outputs in {result.run_dir}")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from m2flow.cluster import Cluster
+    from m2flow.graph import build_graph
+    from m2flow.planners import make_plan
+    from m2flow.viz import write_dry_run
+
+    spec = load_spec(args.file, args.overrides)
+    graph = build_graph(spec, args.file)
+    plan = make_plan(graph, Cluster.from_spec(spec.cluster))
+    out = Path(args.out) if args.out else Path(spec.run.output_dir) / spec.name / "plan"
+    written = write_dry_run(graph, plan, out, Console())
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from m2flow.graph import build_graph
+
+    spec = load_spec(args.file, args.overrides)
+    graph = build_graph(spec, args.file)
+    loop = f"loop of {len(graph.loop.ports)} ports x{graph.loop.horizon}" if graph.loop else "no loop"
+    console.print(f"[green]valid[/]: {spec.name}: {len(spec.workers)} workers, {loop}, {len(graph.then)} then-edges,"
+                  f" {len(graph.sync)} sync edges")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except M2FlowError as exc:
+        console.print(f"[bold red]error[/]: {exc}", markup=True, highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Shared fixtures: one real local Ray cluster per test session (ray.init costs seconds here)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def config_path() -> Path:
+    return ROOT / "configs" / "ppo_mujoco.yaml"

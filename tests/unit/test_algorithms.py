@@ -1,0 +1,80 @@
+"""Algorithms checked by hand on tiny cases, and the batching rules of the loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from m2flow.runtime.batching import BatchingError, concat, split
+from m2flow.sharding import owner, shard_groups, slice_sizes
+from m2flow.workers.algorithms import PPOLossConfig, ReturnScaler, compute_gae, ppo_loss
+from m2flow.workers.models.mlp import RunningNorm
+
+
+def test_gae_by_hand_with_an_episode_boundary():
+    gamma, lam = 0.9, 0.5
+    rewards = torch.tensor([[1.0], [2.0], [3.0]])
+    values = torch.tensor([[0.5], [1.0], [1.5]])
+    dones = torch.tensor([[0.0], [0.0], [1.0]])  # obs[2] starts a new episode
+    next_value, next_done = torch.tensor([2.0]), torch.tensor([0.0])
+    adv, ret = compute_gae(rewards, values, dones, next_value, next_done, gamma, lam)
+    d2 = 3.0 + gamma * 2.0 - 1.5
+    d1 = 2.0 + 0.0 - 1.0  # the step into obs[2] is terminal: no bootstrap
+    d0 = 1.0 + gamma * 1.0 - 0.5
+    a2, a1 = d2, d1
+    a0 = d0 + gamma * lam * a1
+    assert adv[:, 0].tolist() == pytest.approx([a0, a1, a2])
+    assert ret[:, 0].tolist() == pytest.approx([a0 + 0.5, a1 + 1.0, a2 + 1.5])
+
+
+def test_ppo_loss_clips_the_ratio_and_the_value():
+    cfg = PPOLossConfig(clip_coef=0.2, ent_coef=0.0, vf_coef=0.5)
+    old = torch.zeros(2)
+    new = torch.log(torch.tensor([1.5, 0.5]))  # ratios 1.5 and 0.5: both outside [0.8, 1.2]
+    adv = torch.tensor([1.0, -1.0])
+    loss, stats = ppo_loss(new, torch.zeros(2), torch.tensor([2.0, 0.0]), old, adv,
+                           returns=torch.tensor([1.0, 0.0]), values=torch.tensor([0.0, 0.0]), cfg=cfg)
+    # pg: max(-1*1.5, -1*1.2) = -1.2 ; max(1*0.5, 1*0.8) = 0.8 -> mean -0.2
+    assert float(stats["pg_loss"]) == pytest.approx(-0.2)
+    # value: unclipped (2-1)^2=1, clipped (0.2-1)^2=0.64 -> max 1 ; second 0 -> 0.5*mean = 0.25
+    assert float(stats["value_loss"]) == pytest.approx(0.25)
+    assert float(stats["pg_clipfrac"]) == 1.0
+    assert float(loss) == pytest.approx(-0.2 + 0.5 * 0.25)
+
+
+def test_running_norm_matches_numpy_statistics():
+    norm = RunningNorm(3)
+    data = torch.randn(1000, 3, dtype=torch.float64) * 4 + 2
+    norm.update(data[:400])
+    norm.update(data[400:])
+    assert norm.mean.numpy() == pytest.approx(data.mean(0).numpy(), abs=1e-3)
+    assert norm.var.numpy() == pytest.approx(data.var(0, unbiased=False).numpy(), rel=1e-3)
+
+
+def test_return_scaler_divides_by_the_discounted_return_std():
+    scaler = ReturnScaler(num_envs=2, gamma=0.0)
+    rewards = torch.tensor([[1.0, 3.0], [1.0, 3.0]])
+    scaled = scaler(rewards, torch.zeros(2, 2))
+    assert scaled.shape == rewards.shape
+    assert float(scaler.var) == pytest.approx(1.0 * (4 / (4 + 1e-4)), rel=0.01)  # returns 1,3,1,3: var 1
+
+
+def test_concat_and_split_are_inverse():
+    parts = [{"a": np.arange(3), "b": np.ones((3, 2))}, {"a": np.arange(2), "b": np.zeros((2, 2))}]
+    merged, sizes = concat(parts)
+    assert sizes == [3, 2] and merged["a"].tolist() == [0, 1, 2, 0, 1]
+    back = split(merged, sizes)
+    assert [p["a"].tolist() for p in back] == [[0, 1, 2], [0, 1]]
+
+
+def test_non_array_values_cannot_be_batched():
+    with pytest.raises(BatchingError, match="loop ports exchange numpy arrays"):
+        concat(["x", "y"])
+
+
+def test_shards_group_contiguously():
+    assert shard_groups(4, 2) == [[0, 1], [2, 3]]
+    assert shard_groups(3, 1) == [[0, 1, 2]]
+    assert [owner(s, 4, 2) for s in range(4)] == [0, 0, 1, 1]
+    assert slice_sizes(5, 2) == [3, 2]

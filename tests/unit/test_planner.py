@@ -1,0 +1,106 @@
+"""Planning on constructed cases whose answer is known by hand (no Ray, no torch)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from m2flow.cluster import Cluster
+from m2flow.config import spec_from_dict
+from m2flow.errors import PlanError
+from m2flow.graph import build_graph
+from m2flow.plan import Plan
+from m2flow.planners import make_plan
+
+
+def workflow(env_s=0.002, policy_s=0.002, cpus=2, stages=1, mode="auto", env_replicas=1, num_envs=4,
+             memory_gb=0.0, horizon=100) -> dict:
+    return {
+        "name": "toy",
+        "workers": {
+            "env": {"kind": "simulator", "class": "tests.workers_for_tests.Counter", "replicas": env_replicas,
+                    "args": {"num_envs": num_envs}, "profile": {"step": {"per_item_s": env_s / num_envs}}},
+            "policy": {"kind": "inference", "class": "tests.workers_for_tests.PlusOne",
+                       "profile": {"act": {"per_item_s": policy_s / num_envs}},
+                       "resources": {"memory_gb": memory_gb}},
+            "learner": {"kind": "training", "class": "tests.workers_for_tests.Collect",
+                        "profile": {"train": {"fixed_s": 0.05}}},
+        },
+        "flow": {"loop": {"horizon": horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]},
+                 "then": ["env.trajectory -> learner.train"]},
+        "placement": {"mode": mode, "pipeline_stages": stages},
+        "cluster": {"cpus": cpus, "gpus": 0, "cpu_memory_gb": 4},
+    }
+
+
+def plan_of(raw: dict) -> Plan:
+    spec = spec_from_dict(raw)
+    return make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
+
+
+def test_shared_on_one_device_runs_the_loop_serially():
+    plan = plan_of(workflow(cpus=1, mode="shared"))
+    # entry handoff + 100 x (2 ms env + 2 ms policy), everything on the one device
+    assert plan.predicted["phase_s"]["loop"] == pytest.approx(0.001 + 100 * 0.004, rel=1e-6)
+    assert plan.predicted["env_steps_per_iteration"] == 100 * 4
+    assert {t.device for t in plan.tasks} == {"n0/cpu0"}
+
+
+def test_hybrid_pipelines_balanced_stages_towards_max_stage():
+    plan = plan_of(workflow(cpus=2, mode="hybrid", stages=2))
+    assert plan.placements["env"].devices != plan.placements["policy"].devices
+    # two slices of 1 ms each: per step max(env, policy) = 2 ms, not the 4 ms of running both in turn
+    assert plan.predicted["phase_s"]["loop"] == pytest.approx(100 * 0.002, rel=0.05)
+
+
+def test_auto_prefers_pipelined_hybrid_when_env_and_policy_are_balanced():
+    plan = plan_of(workflow(cpus=2, stages="auto"))
+    assert plan.mode == "hybrid" and plan.pipeline_stages > 1
+    ranked = [row["iteration_s"] for row in plan.candidates if row["feasible"]]
+    assert ranked == sorted(ranked)
+    shared = next(r for r in plan.candidates if r["mode"] == "shared")
+    assert shared["iteration_s"] / plan.predicted["iteration_s"] > 1.6
+    assert "auto chose hybrid" in plan.notes[0]
+
+
+def test_auto_prefers_shared_when_one_device_only():
+    plan = plan_of(workflow(cpus=1, stages="auto"))
+    assert plan.mode == "shared"
+    reasons = " ".join(r["reason"] for r in plan.candidates if not r["feasible"])
+    assert "need disjoint devices but only 1 exist" in reasons
+
+
+def test_disaggregated_needs_a_device_per_worker():
+    with pytest.raises(PlanError, match=r"3 workers \(env, policy, learner\) need disjoint devices but only 2 exist"):
+        plan_of(workflow(cpus=2, mode="disaggregated"))
+    plan = plan_of(workflow(cpus=3, mode="disaggregated"))
+    assert len({d for p in plan.placements.values() for d in p.devices}) == 3
+    assert not plan.sharing()
+
+
+def test_more_replicas_than_devices_names_the_key():
+    with pytest.raises(PlanError, match=r"workers\.env\.replicas: 4 replicas need 4 cpu devices, the cluster has 2"):
+        plan_of(workflow(cpus=2, env_replicas=4))
+
+
+def test_memory_beyond_the_device_is_infeasible_with_a_fix():
+    with pytest.raises(PlanError) as info:
+        plan_of(workflow(cpus=1, mode="shared", memory_gb=9))
+    assert "policy 9 GB" in str(info.value) and "has 4 GB" in str(info.value)
+
+
+def test_too_many_stages_for_the_envs_names_the_key():
+    with pytest.raises(PlanError, match="placement.pipeline_stages: 8 slices"):
+        plan_of(workflow(stages=8, num_envs=4))
+
+
+def test_plan_round_trips_through_dict():
+    plan = plan_of(workflow())
+    again = Plan.from_dict(plan.to_dict())
+    assert again.to_dict() == plan.to_dict()
+
+
+def test_planning_imports_no_ray():
+    plan_of(workflow())
+    assert "ray" not in sys.modules or pytest.skip("ray was imported by another test in this process")

@@ -1,0 +1,55 @@
+"""Small real workers used by the tests (importable by Ray actors through their dotted paths)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import m2flow
+
+
+class Counter:
+    """A simulator whose state is a counter per env; step adds the action."""
+
+    def __init__(self, num_envs: int = 2):
+        ctx = m2flow.context()
+        self.ids = np.arange(*ctx.items)
+        self.state = self.ids.astype(np.float64) * 100
+        self.seen: list[np.ndarray] = []
+
+    def obs(self) -> np.ndarray:
+        return self.state.copy()
+
+    def step(self, action: np.ndarray) -> np.ndarray:
+        self.state = self.state + action
+        self.seen.append(self.state.copy())
+        return self.state.copy()
+
+    def trajectory(self) -> dict:
+        out = {"states": np.stack(self.seen, axis=1), "ids": self.ids}
+        self.seen = []
+        return out
+
+
+class PlusOne:
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return np.ones_like(obs)
+
+
+class Collect:
+    def train(self, trajectories: list[dict]) -> dict:
+        ids = np.concatenate([t["ids"] for t in trajectories])
+        states = np.concatenate([t["states"] for t in trajectories])
+        return {"envs": float(len(ids)), "final_sum": float(states[:, -1].sum()), "ordered": float(np.all(np.diff(ids) > 0))}
+
+
+class Crashing:
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        raise ValueError("policy exploded on purpose")
+
+
+class Hanging:
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        time.sleep(3600)
+        return obs

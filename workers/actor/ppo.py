@@ -1,0 +1,159 @@
+"""PPO training worker: GAE, clipped ratio, value clipping, entropy bonus, advantage normalisation,
+minibatch epochs — CleanRL's ppo_continuous_action.py update, on a data-parallel group of ranks.
+
+Every rank receives the whole batch and draws the same minibatch permutation; each rank computes the
+loss on its own slice of every minibatch (advantages normalised over the whole minibatch), so the
+gradient the backend averages equals the one-rank gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field
+
+import m2flow
+from m2flow.workers.actor.backends import get_backend
+from m2flow.workers.algorithms import PPOLossConfig, ReturnScaler, compute_gae, normalize_advantages, ppo_loss
+from m2flow.workers.models import build_policy
+from m2flow.workers.rollout.torch_policy import PolicyArgs
+
+TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done")
+
+
+class PPOConfig(PolicyArgs):
+    learning_rate: float = Field(3e-4, gt=0)
+    anneal_lr_iterations: int | None = Field(None, ge=1, description="decay the lr linearly to 0 over this many")
+    gamma: float = Field(0.99, ge=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    num_minibatches: int = Field(32, ge=1)
+    update_epochs: int = Field(10, ge=1)
+    norm_adv: bool = True
+    clip_coef: float = Field(0.2, gt=0)
+    clip_vloss: bool = True
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = Field(0.5, gt=0)
+    target_kl: float | None = None
+    normalize_reward: bool = True
+
+
+class PPO:
+    def __init__(self, **args: Any):
+        ctx = m2flow.context()
+        self.cfg = PPOConfig(**args)
+        self.loss_cfg = PPOLossConfig(self.cfg.clip_coef, self.cfg.clip_vloss, self.cfg.ent_coef, self.cfg.vf_coef,
+                                      self.cfg.norm_adv)
+        torch.manual_seed(ctx.seed)
+        self.device = torch.device(ctx.device)
+        self.backend = get_backend(ctx)
+        self.model = self.backend.wrap(build_policy(self.cfg.policy_config()).to(self.device))
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.learning_rate, eps=1e-5)
+        self.generator = torch.Generator().manual_seed(ctx.seed + 7)
+        self.scaler: ReturnScaler | None = None
+        self.version = 0
+        self.updates = 0
+
+    def weights(self) -> dict[str, Any]:
+        """The full policy state for inference workers, versioned (a collective on every rank)."""
+        return {"version": self.version, "state": self.backend.full_state_dict(self.model)}
+
+    def train(self, trajectories: list[dict[str, np.ndarray]]) -> dict[str, float]:
+        cfg = self.cfg
+        batch = _merge(trajectories)
+        t = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
+        rewards = t["reward"]
+        if cfg.normalize_reward:
+            if self.scaler is None:
+                self.scaler = ReturnScaler(rewards.shape[1], cfg.gamma)
+            rewards = self.scaler(rewards.cpu(), t["done"].cpu()).to(self.device)
+        with torch.no_grad():
+            next_value = self.model.get_value(t["next_obs"])
+        advantages, returns = compute_gae(rewards, t["value"], t["done"], next_value, t["next_done"],
+                                          cfg.gamma, cfg.gae_lambda)
+        b_obs = t["obs"].reshape(-1, t["obs"].shape[-1])
+        b_actions = t["action"].reshape(-1, t["action"].shape[-1])
+        b_logprobs, b_values = t["logprob"].reshape(-1), t["value"].reshape(-1)
+        b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
+
+        if cfg.anneal_lr_iterations:
+            frac = max(0.0, 1.0 - self.updates / cfg.anneal_lr_iterations)
+            self.optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
+        batch_size = b_obs.shape[0]
+        minibatch_size = max(1, batch_size // cfg.num_minibatches)
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(cfg.update_epochs):
+            order = torch.randperm(batch_size, generator=self.generator).to(self.device)
+            for start in range(0, batch_size - minibatch_size + 1, minibatch_size):
+                mb_inds = order[start : start + minibatch_size]
+                mb_advantages = b_advantages[mb_inds]
+                if cfg.norm_adv:
+                    mb_advantages = normalize_advantages(mb_advantages)
+                mine = torch.tensor_split(torch.arange(len(mb_inds), device=self.device), self.backend.world_size)
+                local = mine[self.backend.rank]
+                idx = mb_inds[local]
+                _, newlogprob, entropy, newvalue = self.model.get_action_and_value(b_obs[idx], b_actions[idx])
+                loss, stats = ppo_loss(newlogprob, entropy, newvalue, b_logprobs[idx], mb_advantages[local],
+                                       b_returns[idx], b_values[idx], self.loss_cfg)
+                self.optimizer.zero_grad()
+                loss.backward()
+                stats["grad_norm"] = self.backend.clip_grad_norm(self.model, cfg.max_grad_norm)
+                stats["loss"] = loss.detach()
+                self.optimizer.step()
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+                count += 1
+            if cfg.target_kl is not None and float(stats["approx_kl"]) > cfg.target_kl:
+                break
+        if cfg.normalize_obs:
+            self.model.obs_norm.update(b_obs)
+        self.version += 1
+        self.updates += 1
+        keys = sorted(sums)
+        means = self.backend.mean_across_ranks(torch.tensor([sums[k] / max(1, count) for k in keys], dtype=torch.float64))
+        metrics = {f"actor/{k}": float(v) for k, v in zip(keys, means.tolist(), strict=True)}
+        metrics.update({
+            "actor/lr": self.optimizer.param_groups[0]["lr"],
+            "rollout/returns_mean": float(returns.mean()),
+            "rollout/advantages_mean": float(advantages.mean()),
+            "rollout/rewards_mean": float(t["reward"].mean()),
+            "actor/weights_version": float(self.version),
+        })
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {
+            "model": self.backend.full_state_dict(self.model),
+            "optimizer": self.backend.optimizer_state_dict(self.model, self.optimizer),
+            "generator": self.generator.get_state(),
+            "version": self.version,
+            "updates": self.updates,
+        }
+        if self.scaler is not None:
+            state["reward_scaler"] = self.scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.backend.load_full_state_dict(self.model, state["model"])
+        self.backend.load_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.version, self.updates = int(state["version"]), int(state["updates"])
+        if "reward_scaler" in state:
+            self.scaler = ReturnScaler(state["reward_scaler"]["returns"].shape[0], self.cfg.gamma)
+            self.scaler.load_state_dict(state["reward_scaler"])
+
+
+def _merge(trajectories: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Shards side by side along the env axis (time-major arrays on axis 1, the rest on axis 0)."""
+    if len(trajectories) == 1:
+        return {k: v for k, v in trajectories[0].items() if k != "env_ids"}
+    merged = {}
+    for key in trajectories[0]:
+        if key == "env_ids":
+            continue
+        axis = 1 if key in TIME_MAJOR else 0
+        merged[key] = np.concatenate([t[key] for t in trajectories], axis=axis)
+    return merged

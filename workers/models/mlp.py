@@ -1,0 +1,112 @@
+"""The Gaussian MLP actor-critic of CleanRL's `ppo_continuous_action.py`, plus observation normalisation.
+
+The normaliser's running statistics are module buffers, so they travel with the weights from the
+training worker to the inference worker and into checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+from torch.distributions.normal import Normal
+
+
+class PolicyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    obs_dim: int = Field(ge=1)
+    act_dim: int = Field(ge=1)
+    hidden: list[int] = Field(default_factory=lambda: [64, 64])
+    normalize_obs: bool = True
+
+
+def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def mlp(sizes: list[int], out: int, out_std: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes, sizes[1:], strict=False):
+        layers += [layer_init(nn.Linear(a, b)), nn.Tanh()]
+    layers.append(layer_init(nn.Linear(sizes[-1], out), std=out_std))
+    return nn.Sequential(*layers)
+
+
+class RunningNorm(nn.Module):
+    """Running mean/variance of observations (parallel-variance update), clipped to +-clip."""
+
+    def __init__(self, dim: int, clip: float = 10.0, epsilon: float = 1e-8):
+        super().__init__()
+        self.clip, self.epsilon = clip, epsilon
+        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, x.shape[-1]).to(torch.float64)
+        batch_mean, batch_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        delta, total = batch_mean - self.mean, self.count + n
+        self.mean += delta * n / total
+        self.var.copy_((self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = (x - self.mean.to(x.dtype)) / torch.sqrt(self.var.to(x.dtype) + self.epsilon)
+        return normed.clamp(-self.clip, self.clip)
+
+
+class GaussianMLP(nn.Module):
+    def __init__(self, config: PolicyConfig):
+        super().__init__()
+        sizes = [config.obs_dim, *config.hidden]
+        self.obs_norm = RunningNorm(config.obs_dim) if config.normalize_obs else nn.Identity()
+        self.critic = mlp(sizes, 1, out_std=1.0)
+        self.actor_mean = mlp(sizes, config.act_dim, out_std=0.01)
+        self.actor_logstd = nn.Parameter(torch.zeros(1, config.act_dim))
+
+    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs, value_only=True)
+
+    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None,
+                             generator: torch.Generator | None = None):
+        """(action, log-prob, entropy, value)."""
+        return self(obs, action, generator)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None,
+                generator: torch.Generator | None = None, value_only: bool = False):
+        """Every use goes through `forward`, so FSDP2 gathers the root's parameters before it."""
+        x = self.obs_norm(obs)
+        if value_only:
+            return self._value(x)
+        mean = self.actor_mean(x)
+        std = self.actor_logstd.expand_as(mean).exp()
+        dist = Normal(mean, std)
+        if action is None:
+            action = mean + std * torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self._value(x)
+
+    def _value(self, x: torch.Tensor) -> torch.Tensor:
+        """A fresh tensor, not a view: FSDP2's backward hook must not see in-place edits of a view."""
+        return self.critic(x).squeeze(-1).clone()
+
+
+def build_policy(config: PolicyConfig) -> GaussianMLP:
+    return GaussianMLP(config)
+
+
+def env_dims(env_id: str, **env_kwargs) -> tuple[int, int]:
+    """Observation and action sizes of a gymnasium env, read from a throwaway instance."""
+    import gymnasium as gym
+
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        return int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
+    finally:
+        env.close()

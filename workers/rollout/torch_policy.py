@@ -1,0 +1,70 @@
+"""Inference worker: a torch policy that turns observations into actions, log-probs and values.
+
+Weights arrive from the training worker as `{"version": n, "state": state_dict}`; a version older
+than the one loaded, or a state whose keys or shapes do not match the model, is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+import m2flow
+from m2flow.errors import WorkerError
+from m2flow.workers.models import PolicyConfig, build_policy, env_dims
+
+
+class PolicyArgs(BaseModel):
+    """What inference and training workers need to build the same policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env_id: str
+    hidden: list[int] = Field(default_factory=lambda: [64, 64])
+    normalize_obs: bool = True
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    def policy_config(self) -> PolicyConfig:
+        obs_dim, act_dim = env_dims(self.env_id, **self.env_kwargs)
+        return PolicyConfig(obs_dim=obs_dim, act_dim=act_dim, hidden=self.hidden, normalize_obs=self.normalize_obs)
+
+
+class TorchPolicy:
+    def __init__(self, deterministic: bool = False, **policy: Any):
+        ctx = m2flow.context()
+        self.args = PolicyArgs(**policy)
+        self.deterministic = deterministic
+        torch.manual_seed(ctx.seed)
+        self.device = torch.device(ctx.device)
+        self.model = build_policy(self.args.policy_config()).to(self.device).eval()
+        self.generator = torch.Generator(device=self.device).manual_seed(ctx.seed * 1000 + ctx.replica + 1)
+        self.version = -1
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+        x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        if self.deterministic:
+            mean = self.model.actor_mean(self.model.obs_norm(x))
+            return {"action": mean.cpu().numpy()}
+        action, logprob, _, value = self.model.get_action_and_value(x, generator=self.generator)
+        return {"action": action.cpu().numpy(), "logprob": logprob.cpu().numpy(), "value": value.cpu().numpy()}
+
+    def load_weights(self, weights: dict[str, Any]) -> int:
+        """Load a versioned state dict; refuses stale versions and torn (incomplete or misshapen) states."""
+        version, state = weights.get("version"), weights.get("state")
+        if not isinstance(version, int) or not isinstance(state, dict):
+            raise WorkerError("load_weights: expected {'version': int, 'state': state_dict}")
+        if version < self.version:
+            raise WorkerError(f"load_weights: stale weights version {version}, already at {self.version}")
+        own = self.model.state_dict()
+        missing, extra = own.keys() - state.keys(), state.keys() - own.keys()
+        bad = [k for k in own.keys() & state.keys() if tuple(state[k].shape) != tuple(own[k].shape)]
+        if missing or extra or bad:
+            raise WorkerError(f"load_weights: torn weights v{version}: missing {sorted(missing)[:3]},"
+                              f" unexpected {sorted(extra)[:3]}, wrong shape {bad[:3]}")
+        self.model.load_state_dict(state)
+        self.version = version
+        return version
