@@ -22,7 +22,9 @@ class PortHandle:
 
     def __rshift__(self, other: PortHandle) -> Edge:
         if not isinstance(other, PortHandle):
-            raise SpecError([f"'{self.worker}.{self.port} >> ...': the right side must be a port, e.g. policy.port('act')"])
+            raise SpecError(
+                [f"'{self.worker}.{self.port} >> ...': the right side must be a port, e.g. policy.port('act')"]
+            )
         return Edge(src=PortRef(worker=self.worker, port=self.port), dst=PortRef(worker=other.worker, port=other.port))
 
 
@@ -35,9 +37,18 @@ class WorkerHandle:
         return PortHandle(self.name, name)
 
 
-def define_worker(name: str, cls: Any = None, *, func: Any = None, kind: str = "function", replicas: int = 1,
-                  args: dict | None = None, backend: str | None = None, resources: dict | None = None,
-                  profile: dict | None = None) -> WorkerHandle:
+def define_worker(
+    name: str,
+    cls: Any = None,
+    *,
+    func: Any = None,
+    kind: str = "function",
+    replicas: int = 1,
+    args: dict | None = None,
+    backend: str | None = None,
+    resources: dict | None = None,
+    profile: dict | None = None,
+) -> WorkerHandle:
     """Declare a worker from a class (its public methods are ports) or a function (port `call`)."""
     target = cls if cls is not None else func
     if target is None or (cls is not None and func is not None):
@@ -111,11 +122,13 @@ def chain(workers: list[str | WorkerHandle], horizon: int, name: str = "chain") 
     if len(handles) < 2:
         raise SpecError(["run(workers=[...]): a chain needs at least two workers, e.g. ['simulator', 'inference']"])
     ports = [h.port() for h in handles] + [handles[0].port()]
-    edges = [a >> b for a, b in zip(ports, ports[1:])]
+    edges = [a >> b for a, b in zip(ports, ports[1:], strict=False)]
     return Workflow(name, handles).loop(*edges, horizon=horizon)
 
 
-def as_spec(workflow: Workflow | WorkflowSpec | str | Path, overrides: list[str] | tuple[str, ...] = ()) -> WorkflowSpec:
+def as_spec(
+    workflow: Workflow | WorkflowSpec | str | Path, overrides: list[str] | tuple[str, ...] = ()
+) -> WorkflowSpec:
     if isinstance(workflow, WorkflowSpec):
         return workflow
     if isinstance(workflow, Workflow):
@@ -141,8 +154,15 @@ def plan(workflow: Workflow | WorkflowSpec | str | Path, mode: str | None = None
     return make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
 
 
-def run(workflow: Workflow | WorkflowSpec | str | Path | None = None, *, workers: list | None = None,
-        mode: str | None = None, iterations: int | None = None, horizon: int = 16, **run_settings: Any):
+def run(
+    workflow: Workflow | WorkflowSpec | str | Path | None = None,
+    *,
+    workers: list | None = None,
+    mode: str | None = None,
+    iterations: int | None = None,
+    horizon: int = 16,
+    **run_settings: Any,
+):
     """Plan and execute on Ray. `run(workers=[...])` runs the seed-style chain of function workers."""
     from m2flow.runtime.executor import execute
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from m2flow.config import load_spec
 from m2flow.errors import M2FlowError
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,14 +70,21 @@ def _validate(args: argparse.Namespace) -> int:
     spec = load_spec(args.file, args.overrides)
     graph = build_graph(spec, args.file)
     loop = f"loop of {len(graph.loop.ports)} ports x{graph.loop.horizon}" if graph.loop else "no loop"
-    console.print(f"[green]valid[/]: {spec.name}: {len(spec.workers)} workers, {loop}, {len(graph.then)} then-edges,"
-                  f" {len(graph.sync)} sync edges")
+    console.print(
+        f"[green]valid[/]: {spec.name}: {len(spec.workers)} workers, {loop}, {len(graph.then)} then-edges,"
+        f" {len(graph.sync)} sync edges"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    unknown = [x for x in extra if x.startswith("-") or "=" not in x]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.overrides = [*args.overrides, *extra]  # key=value may also follow the options
     try:
         return args.handler(args)
     except M2FlowError as exc:

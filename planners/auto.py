@@ -21,8 +21,17 @@ class AutoPlanner(Planner):
             try:
                 plans.append(get_planner(mode).plan(graph, cluster, profile))
             except PlanError as exc:
-                rejected.append({"mode": mode, "stages": None, "iteration_s": None, "env_steps_per_s": None,
-                                 "bubble_fraction": None, "feasible": False, "reason": str(exc)})
+                rejected.append(
+                    {
+                        "mode": mode,
+                        "stages": None,
+                        "iteration_s": None,
+                        "env_steps_per_s": None,
+                        "bubble_fraction": None,
+                        "feasible": False,
+                        "reason": str(exc),
+                    }
+                )
         if not plans:
             reasons = "\n".join(f"  - {r['reason']}" for r in rejected)
             raise PlanError(f"placement.mode=auto: no placement fits this cluster:\n{reasons}")
@@ -35,7 +44,9 @@ class AutoPlanner(Planner):
 
 def explain(plans: list[Plan]) -> str:
     best = plans[0]
-    line = f"auto chose {best.mode} with {best.pipeline_stages} stage(s): {best.predicted['iteration_s']:.4g} s/iteration"
+    line = (
+        f"auto chose {best.mode} with {best.pipeline_stages} stage(s): {best.predicted['iteration_s']:.4g} s/iteration"
+    )
     if len(plans) > 1:
         runner = plans[1]
         ratio = runner.predicted["iteration_s"] / best.predicted["iteration_s"]

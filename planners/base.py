@@ -120,15 +120,22 @@ def stage_options(graph: MacroGraph, profile: Profile) -> list[int]:
     return [wanted]
 
 
-def best_stages(graph: MacroGraph, cluster: Cluster, placements: dict[str, Placement],
-                profile: Profile) -> tuple[int, Prediction]:
+def best_stages(
+    graph: MacroGraph, cluster: Cluster, placements: dict[str, Placement], profile: Profile
+) -> tuple[int, Prediction]:
     names = [d.name for d in cluster.devices]
     results = [(s, simulate(graph, placements, names, s, profile)) for s in stage_options(graph, profile)]
     return min(results, key=lambda r: (r[1].iteration_s, r[0]))
 
 
-def build_plan(graph: MacroGraph, cluster: Cluster, mode: str, placements: dict[str, Placement], stages: int,
-               prediction: Prediction) -> Plan:
+def build_plan(
+    graph: MacroGraph,
+    cluster: Cluster,
+    mode: str,
+    placements: dict[str, Placement],
+    stages: int,
+    prediction: Prediction,
+) -> Plan:
     phases = [Phase("sync", [str(edge)], every) for edge, every in graph.sync]
     if graph.loop is not None:
         phases.append(Phase("loop", [str(p) for p in graph.loop.ports]))
@@ -164,8 +171,9 @@ def spread(worker: str, replicas: int, devices: list[int], kind: str) -> Placeme
     return Placement(worker, kind, list(devices), [devices[r % len(devices)] for r in range(replicas)])
 
 
-def split_devices(workers: list[str], pool: list[int], weight: dict[str, float],
-                  replicas: dict[str, int]) -> dict[str, list[int]]:
+def split_devices(
+    workers: list[str], pool: list[int], weight: dict[str, float], replicas: dict[str, int]
+) -> dict[str, list[int]]:
     """Disjoint device sets: one each, then the rest to whoever has most work per device (up to its replicas)."""
     if len(pool) < len(workers):
         raise Infeasible(

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from m2flow.graph import MacroGraph
 from m2flow.plan import Placement, Task
-from m2flow.sharding import shard_groups, slice_sizes
 from m2flow.planners.profile import Profile
+from m2flow.sharding import shard_groups, slice_sizes
 
 SIMULATED_STEPS = 16
 
@@ -50,8 +50,17 @@ class _Schedule:
         self.duration: list[float] = []
         self.device_names = device_names
 
-    def add(self, worker: str, replica: int, port: str, seconds: float, phase: str, deps: list[int],
-            step: int = -1, stage: int = 0) -> int:
+    def add(
+        self,
+        worker: str,
+        replica: int,
+        port: str,
+        seconds: float,
+        phase: str,
+        deps: list[int],
+        step: int = -1,
+        stage: int = 0,
+    ) -> int:
         device = self.device_names[worker][replica]
         task = Task(len(self.tasks), worker, replica, port, device, 0.0, 0.0, phase, step, stage, sorted(set(deps)))
         self.tasks.append(task)
@@ -86,19 +95,24 @@ class _Schedule:
         return end
 
 
-def simulate(graph: MacroGraph, placements: dict[str, Placement], device_names: list[str], stages: int,
-             profile: Profile) -> Prediction:
+def simulate(
+    graph: MacroGraph, placements: dict[str, Placement], device_names: list[str], stages: int, profile: Profile
+) -> Prediction:
     names = {w: [device_names[d] for d in p.replica_devices] for w, p in placements.items()}
     sched = _Schedule(names)
     phase_s: dict[str, float] = {}
     clock = 0.0
 
     first = len(sched.tasks)
-    for edge, every in graph.sync:
-        srcs = [sched.add(edge.src.worker, r, edge.src.port, profile.call_s(edge.src.worker, edge.src.port, 1), "sync", [])
-                for r in range(len(names[edge.src.worker]))]
+    for edge, _ in graph.sync:
+        srcs = [
+            sched.add(edge.src.worker, r, edge.src.port, profile.call_s(edge.src.worker, edge.src.port, 1), "sync", [])
+            for r in range(len(names[edge.src.worker]))
+        ]
         for r in range(len(names[edge.dst.worker])):
-            sched.add(edge.dst.worker, r, edge.dst.port, profile.call_s(edge.dst.worker, edge.dst.port, 1), "sync", srcs)
+            sched.add(
+                edge.dst.worker, r, edge.dst.port, profile.call_s(edge.dst.worker, edge.dst.port, 1), "sync", srcs
+            )
     sync_end = sched.run(clock, first)
     sync_every = min((every for _, every in graph.sync), default=1)
     phase_s["sync"] = (sync_end - clock) / sync_every
@@ -134,11 +148,11 @@ def simulate(graph: MacroGraph, placements: dict[str, Placement], device_names: 
     iteration_s = phase_s["sync"] + phase_s.get("loop", 0.0) + phase_s["then"]
 
     busy: dict[str, float] = {}
-    for task, seconds in zip(sched.tasks, sched.duration):
+    for task, seconds in zip(sched.tasks, sched.duration, strict=True):
         busy[task.device] = busy.get(task.device, 0.0) + seconds
     if graph.loop is not None and steps:
         scale = graph.loop.horizon / steps
-        for task, seconds in zip(sched.tasks, sched.duration):
+        for task, seconds in zip(sched.tasks, sched.duration, strict=True):
             if task.phase == "loop" and task.step >= 0:
                 busy[task.device] += seconds * (scale - 1)
     used = sorted(busy)
@@ -147,8 +161,9 @@ def simulate(graph: MacroGraph, placements: dict[str, Placement], device_names: 
     return Prediction(sched.tasks, iteration_s, phase_s, total_items, device_busy, bubble, steps)
 
 
-def _simulate_loop(graph: MacroGraph, names: dict[str, list[str]], stages: int, profile: Profile,
-                   sched: _Schedule) -> tuple[int, int]:
+def _simulate_loop(
+    graph: MacroGraph, names: dict[str, list[str]], stages: int, profile: Profile, sched: _Schedule
+) -> tuple[int, int]:
     """Add the loop's tasks for the first simulated steps, in each replica's program order."""
     loop = graph.loop
     entry = loop.entry.worker

@@ -41,7 +41,11 @@ class Collect:
     def train(self, trajectories: list[dict]) -> dict:
         ids = np.concatenate([t["ids"] for t in trajectories])
         states = np.concatenate([t["states"] for t in trajectories])
-        return {"envs": float(len(ids)), "final_sum": float(states[:, -1].sum()), "ordered": float(np.all(np.diff(ids) > 0))}
+        return {
+            "envs": float(len(ids)),
+            "final_sum": float(states[:, -1].sum()),
+            "ordered": float(np.all(np.diff(ids) > 0)),
+        }
 
 
 class Crashing:
@@ -53,3 +57,25 @@ class Hanging:
     def act(self, obs: np.ndarray) -> np.ndarray:
         time.sleep(3600)
         return obs
+
+
+class FixedBatch:
+    """A fixed, seeded PPO batch shaped like HalfCheetah's (17-dim obs, 6-dim actions)."""
+
+    def __init__(self, steps: int = 32, envs: int = 4, seed: int = 0):
+        self.steps, self.envs, self.seed = steps, envs, seed
+
+    def trajectory(self) -> dict:
+        rng = np.random.default_rng(self.seed)
+        t, n = self.steps, self.envs
+        f32 = np.float32
+        return {
+            "obs": rng.normal(size=(t, n, 17)).astype(f32),
+            "action": rng.normal(size=(t, n, 6)).astype(f32),
+            "logprob": rng.normal(-8, 0.5, size=(t, n)).astype(f32),
+            "value": rng.normal(size=(t, n)).astype(f32),
+            "reward": rng.normal(size=(t, n)).astype(f32),
+            "done": (rng.random((t, n)) < 0.05).astype(f32),
+            "next_obs": rng.normal(size=(n, 17)).astype(f32),
+            "next_done": np.zeros(n, f32),
+        }

@@ -109,7 +109,9 @@ class Mailbox:
         try:
             self.outbound[peer].send_bytes(data)
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
-            raise WorkerError(f"{_name(self.me)}: channel to {_name(peer)} broke ({exc}); did {_name(peer)} die?") from None
+            raise WorkerError(
+                f"{_name(self.me)}: channel to {_name(peer)} broke ({exc}); did {_name(peer)} die?"
+            ) from None
         self.sent_bytes += len(data)
         return len(data)
 
@@ -123,10 +125,14 @@ class Mailbox:
         try:
             got, payload = pickle.loads(conn.recv_bytes())
         except (EOFError, ConnectionResetError, OSError):
-            raise WorkerError(f"{_name(self.me)}: {_name(peer)} closed its channel while we waited for {waiting_for}"
-                              " (it crashed or was killed)") from None
+            raise WorkerError(
+                f"{_name(self.me)}: {_name(peer)} closed its channel while we waited for {waiting_for}"
+                " (it crashed or was killed)"
+            ) from None
         if tuple(got) != tuple(header):
-            raise RuntimeError(f"{_name(self.me)}: out-of-order message from {_name(peer)}: got {got}, expected {header}")
+            raise RuntimeError(
+                f"{_name(self.me)}: out-of-order message from {_name(peer)}: got {got}, expected {header}"
+            )
         return payload
 
     def close(self) -> None:

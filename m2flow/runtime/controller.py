@@ -88,8 +88,12 @@ class Controller:
                 self.trace.task(f"{r.worker}[{r.index}]", device, event, iteration=it)
             if not program.trace_steps and s.seconds:
                 busy = sum(s.seconds.values())
-                self.trace.task(f"{r.worker}[{r.index}]", device, ("loop (busy)", "loop", s.start, s.start + busy,
-                                                                   -1, 0, sum(s.items.values())), iteration=it)
+                self.trace.task(
+                    f"{r.worker}[{r.index}]",
+                    device,
+                    ("loop (busy)", "loop", s.start, s.start + busy, -1, 0, sum(s.items.values())),
+                    iteration=it,
+                )
             if r.worker == last.worker:
                 result.env_steps += s.items.get(last.port, 0)
         result.metrics["loop/bytes_sent"] = float(sum(s.sent_bytes for s in stats))
@@ -99,7 +103,9 @@ class Controller:
         calls = []
         for port in self.graph.then_order:
             inputs = [[ref for ref, _ in produced[str(src)]] for src in self.graph.then_inputs(port)]
-            outs, port_calls = self._call(port, it, [len(refs) for refs in inputs], [r for refs in inputs for r in refs])
+            outs, port_calls = self._call(
+                port, it, [len(refs) for refs in inputs], [r for refs in inputs for r in refs]
+            )
             produced[str(port)] = outs
             calls += port_calls
         self._record(wait_all(calls, self._deadline("the after-loop phase", it)), [c[1] for c in calls])
@@ -158,11 +164,20 @@ class Controller:
                 raise SpecError([f"workers: the checkpoint holds worker '{name}', this workflow has none"])
             training = self.graph.workers[name].kind == "training"
             if not training and len(per_replica) != len(group):
-                raise SpecError([f"workers.{name}.replicas: the checkpoint has {len(per_replica)} replicas, the"
-                                 f" workflow {len(group)}; resume with the same replica count"])
+                raise SpecError(
+                    [
+                        f"workers.{name}.replicas: the checkpoint has {len(per_replica)} replicas, the"
+                        f" workflow {len(group)}; resume with the same replica count"
+                    ]
+                )
             for r in group:
-                calls.append((r.actor.hook_each.remote("load_state_dict", per_replica[0 if training else r.index]),
-                              r, "load_state_dict()"))
+                calls.append(
+                    (
+                        r.actor.hook_each.remote("load_state_dict", per_replica[0 if training else r.index]),
+                        r,
+                        "load_state_dict()",
+                    )
+                )
         wait_all(calls, Deadline(self.timeouts.call_s, "load_state_dict() on resume"))
 
 

@@ -19,8 +19,7 @@ def init_process_group(rank: int, world_size: int, address: str, port: int, devi
 
     os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def destroy_process_group() -> None:

@@ -73,8 +73,12 @@ def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
             every = spec.run.checkpoint_every
             if (every and (it + 1) % every == 0) or it + 1 == spec.run.iterations:
                 state = controller.state_dict()
-                save_checkpoint(run_dir / "checkpoints", it, state,
-                                {"env_steps": env_steps, "workflow": spec.name, "plan": plan.to_dict()})
+                save_checkpoint(
+                    run_dir / "checkpoints",
+                    it,
+                    state,
+                    {"env_steps": env_steps, "workflow": spec.name, "plan": plan.to_dict()},
+                )
         reporter.print(compare(plan, result.history))
     finally:
         trace.write(run_dir / "trace.json")

@@ -130,14 +130,6 @@ class WorkerHost:
         for inst, value in zip(self.instances, per_instance, strict=True):
             self._invoke(inst, name, (value,), f"hook {name}")
 
-    def close(self) -> None:
-        if self.mailbox is not None:
-            self.mailbox.close()
-        if self.ctx.replicas > 1 and self.ctx.kind == "training":
-            from m2flow.runtime.distributed import destroy_process_group
-
-            destroy_process_group()
-
     def _invoke(self, instance: Any, port: str, args: tuple | list, where: str) -> Any:
         method = getattr(instance, port)
         try:

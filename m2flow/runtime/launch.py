@@ -32,8 +32,13 @@ def connect_ray(spec: ClusterSpec) -> Cluster:
             ray.init(address=spec.address, include_dashboard=False, logging_level=logging.WARNING)
         else:
             local = Cluster.from_spec(spec)
-            ray.init(num_cpus=local.count("cpu"), num_gpus=local.count("gpu"), include_dashboard=False,
-                     logging_level=logging.WARNING, log_to_driver=True)
+            ray.init(
+                num_cpus=local.count("cpu"),
+                num_gpus=local.count("gpu"),
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=True,
+            )
     if spec.address or spec.gpus is None or spec.cpus is None:
         return cluster_from_ray(spec)
     return Cluster.from_spec(spec)
@@ -51,7 +56,8 @@ def cluster_from_ray(spec: ClusterSpec) -> Cluster:
             if kind == "cpu" and spec.cpus is not None:
                 count = min(count, spec.cpus)
             cpu_mem = spec.cpu_memory_gb or node["Resources"].get("memory", 8 * 2**30) / 2**30 / max(1, count)
-            devices += [Device(len(devices), kind, node_index, memory or cpu_mem) for _ in range(count)]
+            for _ in range(count):
+                devices.append(Device(len(devices), kind, node_index, memory or cpu_mem))
     return Cluster(tuple(devices), len(nodes))
 
 
@@ -104,22 +110,36 @@ class Launch:
             group = []
             for r, device in enumerate(placement.replica_devices):
                 share = _share(occupants[device])
-                resources = {"num_gpus": share, "num_cpus": 0} if placement.device_kind == "gpu" else {"num_cpus": share}
+                resources = (
+                    {"num_gpus": share, "num_cpus": 0} if placement.device_kind == "gpu" else {"num_cpus": share}
+                )
                 ctx = WorkerContext(
-                    worker=name, kind=spec.kind, replica=r, replicas=spec.replicas, items=(r * items, (r + 1) * items),
-                    seed=self.graph.spec.run.seed, device="cuda" if placement.device_kind == "gpu" else "cpu",
-                    backend=spec.backend, output_dir=self.output_dir,
+                    worker=name,
+                    kind=spec.kind,
+                    replica=r,
+                    replicas=spec.replicas,
+                    items=(r * items, (r + 1) * items),
+                    seed=self.graph.spec.run.seed,
+                    device="cuda" if placement.device_kind == "gpu" else "cpu",
+                    backend=spec.backend,
+                    output_dir=self.output_dir,
                 )
                 actor = remote_host.options(
                     name=f"m2flow:{self.plan.workflow}:{name}:{r}",
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle_of[device]),
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        self.pg, placement_group_bundle_index=bundle_of[device]
+                    ),
                     runtime_env=env,
                     **resources,
-                ).remote(target, spec.args, ctx, stages, None if dist is None else {**dist, "timeout_s": timeouts.call_s})
+                ).remote(
+                    target, spec.args, ctx, stages, None if dist is None else {**dist, "timeout_s": timeouts.call_s}
+                )
                 group.append(Replica(name, r, device, actor))
             self.replicas[name] = group
-        wait_all([(r.actor.info.remote(), r, "start-up") for g in self.replicas.values() for r in g],
-                 Deadline(timeouts.start_s, "workers to start (import, build model, init process groups)"))
+        wait_all(
+            [(r.actor.info.remote(), r, "start-up") for g in self.replicas.values() for r in g],
+            Deadline(timeouts.start_s, "workers to start (import, build model, init process groups)"),
+        )
         self._wire_loop()
 
     def _dist(self, name: str, cache: dict) -> dict | None:
@@ -144,9 +164,13 @@ class Launch:
         authkey = secrets.token_bytes(16)
         kinds = ["unix", "tcp"] if self.plan.cluster.nodes > 1 else ["unix"]
         members = [r for w in loop.workers for r in self.replicas[w]]
-        addresses = dict(zip([(r.worker, r.index) for r in members],
-                             ray.get([r.actor.open_channels.remote(authkey, kinds) for r in members],
-                                     timeout=timeouts.start_s), strict=True))
+        addresses = dict(
+            zip(
+                [(r.worker, r.index) for r in members],
+                ray.get([r.actor.open_channels.remote(authkey, kinds) for r in members], timeout=timeouts.start_s),
+                strict=True,
+            )
+        )
         senders: dict[tuple, set] = {}
         ports = loop.ports
         for j in range(1, len(ports)):
@@ -162,8 +186,10 @@ class Launch:
         for sender, peers in senders.items():
             for peer in peers:
                 receivers.setdefault(peer, []).append(sender)
-        calls = [(r.actor.await_peers.remote(receivers.get((r.worker, r.index), []), timeouts.start_s), r, "accept channels")
-                 for r in members]
+        calls = [
+            (r.actor.await_peers.remote(receivers.get((r.worker, r.index), []), timeouts.start_s), r, "accept channels")
+            for r in members
+        ]
         wait_all(calls, Deadline(timeouts.start_s, "channels to be accepted"))
 
     def close(self) -> None:
@@ -171,11 +197,7 @@ class Launch:
 
         for group in self.replicas.values():
             for r in group:
-                try:
-                    ray.get(r.actor.close.remote(), timeout=10)
-                except Exception:  # noqa: BLE001 - best effort: the actor may already be dead
-                    pass
-                ray.kill(r.actor)
+                ray.kill(r.actor, no_restart=True)
         if self.pg is not None:
             ray.util.remove_placement_group(self.pg)
         self.replicas.clear()
@@ -207,4 +229,3 @@ def _bundle(device: Device) -> dict:
 def _share(occupants: int) -> float:
     """Fraction of one device per replica, floored to Ray's 1e-4 resource precision."""
     return max(1e-4, int(10_000 / occupants) / 10_000)
-

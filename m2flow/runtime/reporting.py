@@ -20,9 +20,15 @@ class Reporter:
         self.jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.console = Console(stderr=True)
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[sps]} steps/s"), TextColumn("return {task.fields[ret]}"),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, disable=not show_progress,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[sps]} steps/s"),
+            TextColumn("return {task.fields[ret]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=not show_progress,
         )
         self.task = self.progress.add_task("iteration", total=total, completed=start, sps="-", ret="-")
         self.progress.start()
@@ -36,8 +42,12 @@ class Reporter:
         self.jsonl.flush()
         sps = metrics.get("env/steps_per_s")
         ret = metrics.get(RETURN_KEY)
-        self.progress.update(self.task, advance=1, sps=f"{sps:,.0f}" if sps else "-",
-                             ret=f"{ret:.1f}" if ret is not None and math.isfinite(ret) else "-")
+        self.progress.update(
+            self.task,
+            advance=1,
+            sps=f"{sps:,.0f}" if sps else "-",
+            ret=f"{ret:.1f}" if ret is not None and math.isfinite(ret) else "-",
+        )
 
     def print(self, message: str) -> None:
         self.progress.console.print(message)

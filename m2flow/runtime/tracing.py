@@ -25,16 +25,25 @@ class Trace:
             self._named.add((pid, tid))
             self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": row}})
         extra = {"step": step, "stage": stage} if step >= 0 else {}
-        self.events.append({
-            "name": name, "cat": phase, "ph": "X", "pid": pid, "tid": tid,
-            "ts": start * 1e6, "dur": max(0.0, end - start) * 1e6,
-            "args": {"worker": row, "device": device, "items": items, **extra, **args},
-        })
+        self.events.append(
+            {
+                "name": name,
+                "cat": phase,
+                "ph": "X",
+                "pid": pid,
+                "tid": tid,
+                "ts": start * 1e6,
+                "dur": max(0.0, end - start) * 1e6,
+                "args": {"worker": row, "device": device, "items": items, **extra, **args},
+            }
+        )
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)
-        names = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": device}}
-                 for device, pid in self._pid.items()]
+        names = [
+            {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": device}}
+            for device, pid in self._pid.items()
+        ]
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps({"traceEvents": names + self.events, "displayTimeUnit": "ms"}))
         tmp.replace(path)

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.errors import M2FlowError, WaitTimeout, WorkerError
 
 
 @dataclass
@@ -29,8 +29,9 @@ def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]
     while pending:
         ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline.left()))
         if not ready:
-            stuck = ", ".join(f"{calls[index[r]][1].worker}[{calls[index[r]][1].index}] ({calls[index[r]][2]})"
-                              for r in pending[:6])
+            stuck = ", ".join(
+                f"{calls[index[r]][1].worker}[{calls[index[r]][1].index}] ({calls[index[r]][2]})" for r in pending[:6]
+            )
             raise WaitTimeout(
                 f"waited {deadline.seconds:g}s for {deadline.waiting_for}; still running: {stuck}."
                 f" A worker may be hung; its log is under {log_dir()}. Raise run.timeouts if it is just slow"
@@ -48,7 +49,7 @@ def get(ref: Any, replica: Any, what: str) -> Any:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
         cause = getattr(exc, "cause", None)
-        if isinstance(cause, WorkerError):
+        if isinstance(cause, M2FlowError):
             raise cause from None
         raise WorkerError(f"worker '{replica.worker}' replica {replica.index} failed during {what}:\n{exc}") from None
     except ray.exceptions.RayActorError as exc:

@@ -21,14 +21,23 @@ def draw_gantt(plan: Plan, path: str | Path, max_tasks: int = 4000) -> Path:
     row = {d: i for i, d in enumerate(devices)}
     fig, ax = plt.subplots(figsize=(12, 1.0 + 0.6 * len(devices)))
     for task in tasks:
-        ax.barh(row[task.device], task.end - task.start, left=task.start, height=0.8,
-                color=colour[task.worker], edgecolor="black", linewidth=0.2)
+        ax.barh(
+            row[task.device],
+            task.end - task.start,
+            left=task.start,
+            height=0.8,
+            color=colour[task.worker],
+            edgecolor="black",
+            linewidth=0.2,
+        )
     ax.set_yticks(range(len(devices)), devices)
     ax.invert_yaxis()
     ax.set_xlabel("seconds (predicted)")
     steps = plan.predicted.get("simulated_steps", 0)
-    ax.set_title(f"{plan.workflow}: {plan.mode}, {plan.pipeline_stages} stage(s); "
-                 f"first {steps} loop steps simulated, the rest extrapolated")
+    ax.set_title(
+        f"{plan.workflow}: {plan.mode}, {plan.pipeline_stages} stage(s); "
+        f"first {steps} loop steps simulated, the rest extrapolated"
+    )
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[w]) for w in workers]
     ax.legend(handles, workers, loc="upper right", fontsize="small")
     fig.tight_layout()

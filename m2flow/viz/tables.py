@@ -24,8 +24,9 @@ def placement_table(plan: Plan) -> Table:
 
 def timeline_table(plan: Plan) -> Table:
     predicted = plan.predicted
-    table = Table(title=f"predicted iteration: {predicted['iteration_s']:.4g} s,"
-                        f" {predicted['env_steps_per_s']:,.0f} env steps/s")
+    table = Table(
+        title=f"predicted iteration: {predicted['iteration_s']:.4g} s, {predicted['env_steps_per_s']:,.0f} env steps/s"
+    )
     table.add_column("phase")
     table.add_column("seconds", justify="right")
     for phase, seconds in predicted["phase_s"].items():
@@ -42,9 +43,14 @@ def candidates_table(plan: Plan) -> Table:
         table.add_column(column)
     for row in plan.candidates:
         if row["feasible"]:
-            table.add_row(row["mode"], str(row["stages"]), f"{row['iteration_s']:.4g}",
-                          f"{row['env_steps_per_s']:,.0f}", f"{row['bubble_fraction']:.2f}",
-                          "chosen" if (row["mode"], row["stages"]) == (plan.mode, plan.pipeline_stages) else "")
+            table.add_row(
+                row["mode"],
+                str(row["stages"]),
+                f"{row['iteration_s']:.4g}",
+                f"{row['env_steps_per_s']:,.0f}",
+                f"{row['bubble_fraction']:.2f}",
+                "chosen" if (row["mode"], row["stages"]) == (plan.mode, plan.pipeline_stages) else "",
+            )
         else:
             table.add_row(row["mode"], "-", "-", "-", "-", f"infeasible: {row['reason']}")
     return table

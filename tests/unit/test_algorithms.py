@@ -33,8 +33,16 @@ def test_ppo_loss_clips_the_ratio_and_the_value():
     old = torch.zeros(2)
     new = torch.log(torch.tensor([1.5, 0.5]))  # ratios 1.5 and 0.5: both outside [0.8, 1.2]
     adv = torch.tensor([1.0, -1.0])
-    loss, stats = ppo_loss(new, torch.zeros(2), torch.tensor([2.0, 0.0]), old, adv,
-                           returns=torch.tensor([1.0, 0.0]), values=torch.tensor([0.0, 0.0]), cfg=cfg)
+    loss, stats = ppo_loss(
+        new,
+        torch.zeros(2),
+        torch.tensor([2.0, 0.0]),
+        old,
+        adv,
+        returns=torch.tensor([1.0, 0.0]),
+        values=torch.tensor([0.0, 0.0]),
+        cfg=cfg,
+    )
     # pg: max(-1*1.5, -1*1.2) = -1.2 ; max(1*0.5, 1*0.8) = 0.8 -> mean -0.2
     assert float(stats["pg_loss"]) == pytest.approx(-0.2)
     # value: unclipped (2-1)^2=1, clipped (0.2-1)^2=0.64 -> max 1 ; second 0 -> 0.5*mean = 0.25

@@ -33,10 +33,18 @@ def test_yaml_round_trip_is_lossless(config_path):
 
 def test_python_api_builds_the_same_spec_as_yaml(config_path):
     args = {"env_id": "HalfCheetah-v5", "hidden": [64, 64]}
-    env = mf.define_worker("env", GymEnv, kind="simulator", replicas=2, args={"env_id": "HalfCheetah-v5", "num_envs": 4})
+    env = mf.define_worker(
+        "env", GymEnv, kind="simulator", replicas=2, args={"env_id": "HalfCheetah-v5", "num_envs": 4}
+    )
     rollout = mf.define_worker("rollout", TorchPolicy, kind="inference", args=args)
-    actor = mf.define_worker("actor", PPO, kind="training", backend="fsdp", replicas=1,
-                             args={**args, "num_minibatches": 32, "update_epochs": 10})
+    actor = mf.define_worker(
+        "actor",
+        PPO,
+        kind="training",
+        backend="fsdp",
+        replicas=1,
+        args={**args, "num_minibatches": 32, "update_epochs": 10},
+    )
     wf = mf.Workflow("ppo-mujoco", workers=[env, rollout, actor])
     wf.loop(env.port("obs") >> rollout.port("act"), rollout.port("act") >> env.port("step"), horizon=256)
     wf.then(env.port("trajectory") >> actor.port("train"))
@@ -44,8 +52,9 @@ def test_python_api_builds_the_same_spec_as_yaml(config_path):
     wf.placement(mode="auto", pipeline_stages=1)
     spec = wf.spec(iterations=150, seed=1, output_dir="runs", checkpoint_every=25)
     from_yaml = load_spec(config_path)
-    assert spec.model_dump(exclude={"workers": {"env": {"cls"}, "rollout": {"cls"}, "actor": {"cls"}}}) == \
-        from_yaml.model_dump(exclude={"workers": {"env": {"cls"}, "rollout": {"cls"}, "actor": {"cls"}}})
+    assert spec.model_dump(
+        exclude={"workers": {"env": {"cls"}, "rollout": {"cls"}, "actor": {"cls"}}}
+    ) == from_yaml.model_dump(exclude={"workers": {"env": {"cls"}, "rollout": {"cls"}, "actor": {"cls"}}})
     assert build_graph(spec).loop.horizon == 256
 
 
@@ -120,12 +129,15 @@ def test_backend_only_on_training_workers(config_path):
         spec_from_dict(raw)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("", "the file is empty"),
-    ("- a\n- b\n", "the top level must be a mapping"),
-    ("name: [unclosed\n", "not valid YAML at line"),
-    ("!!python/object/apply:os.system ['true']", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "the file is empty"),
+        ("- a\n- b\n", "the top level must be a mapping"),
+        ("name: [unclosed\n", "not valid YAML at line"),
+        ("!!python/object/apply:os.system ['true']", "not valid YAML"),
+    ],
+)
 def test_unreadable_files_give_clear_errors(tmp_path, text, expected):
     path = tmp_path / "wf.yaml"
     path.write_text(text)
@@ -136,5 +148,7 @@ def test_unreadable_files_give_clear_errors(tmp_path, text, expected):
 def test_loop_replicas_beyond_the_batch_source_are_refused(config_path):
     raw = _raw(config_path)
     raw["workers"]["rollout"]["replicas"] = 3
-    assert "workers.rollout.replicas: 3 replicas, but the loop's batch comes from the 2 replica(s) of 'env'" in \
-        _problems(raw)
+    assert (
+        "workers.rollout.replicas: 3 replicas, but the loop's batch comes from the 2 replica(s) of 'env'"
+        in _problems(raw)
+    )

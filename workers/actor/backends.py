@@ -26,7 +26,9 @@ def register_backend(cls: type[TrainingBackend]) -> type[TrainingBackend]:
 def get_backend(ctx: WorkerContext) -> TrainingBackend:
     name = ctx.backend or "fsdp"
     if name not in _BACKENDS:
-        raise SpecError([f"workers.{ctx.worker}.backend: unknown backend '{name}' (known: {', '.join(sorted(_BACKENDS))})"])
+        raise SpecError(
+            [f"workers.{ctx.worker}.backend: unknown backend '{name}' (known: {', '.join(sorted(_BACKENDS))})"]
+        )
     return _BACKENDS[name](ctx)
 
 

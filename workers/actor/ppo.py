@@ -44,8 +44,9 @@ class PPO:
     def __init__(self, **args: Any):
         ctx = m2flow.context()
         self.cfg = PPOConfig(**args)
-        self.loss_cfg = PPOLossConfig(self.cfg.clip_coef, self.cfg.clip_vloss, self.cfg.ent_coef, self.cfg.vf_coef,
-                                      self.cfg.norm_adv)
+        self.loss_cfg = PPOLossConfig(
+            self.cfg.clip_coef, self.cfg.clip_vloss, self.cfg.ent_coef, self.cfg.vf_coef, self.cfg.norm_adv
+        )
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.backend = get_backend(ctx)
@@ -71,8 +72,9 @@ class PPO:
             rewards = self.scaler(rewards.cpu(), t["done"].cpu()).to(self.device)
         with torch.no_grad():
             next_value = self.model.get_value(t["next_obs"])
-        advantages, returns = compute_gae(rewards, t["value"], t["done"], next_value, t["next_done"],
-                                          cfg.gamma, cfg.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards, t["value"], t["done"], next_value, t["next_done"], cfg.gamma, cfg.gae_lambda
+        )
         b_obs = t["obs"].reshape(-1, t["obs"].shape[-1])
         b_actions = t["action"].reshape(-1, t["action"].shape[-1])
         b_logprobs, b_values = t["logprob"].reshape(-1), t["value"].reshape(-1)
@@ -96,8 +98,16 @@ class PPO:
                 local = mine[self.backend.rank]
                 idx = mb_inds[local]
                 _, newlogprob, entropy, newvalue = self.model.get_action_and_value(b_obs[idx], b_actions[idx])
-                loss, stats = ppo_loss(newlogprob, entropy, newvalue, b_logprobs[idx], mb_advantages[local],
-                                       b_returns[idx], b_values[idx], self.loss_cfg)
+                loss, stats = ppo_loss(
+                    newlogprob,
+                    entropy,
+                    newvalue,
+                    b_logprobs[idx],
+                    mb_advantages[local],
+                    b_returns[idx],
+                    b_values[idx],
+                    self.loss_cfg,
+                )
                 self.optimizer.zero_grad()
                 loss.backward()
                 stats["grad_norm"] = self.backend.clip_grad_norm(self.model, cfg.max_grad_norm)
@@ -113,15 +123,19 @@ class PPO:
         self.version += 1
         self.updates += 1
         keys = sorted(sums)
-        means = self.backend.mean_across_ranks(torch.tensor([sums[k] / max(1, count) for k in keys], dtype=torch.float64))
+        means = self.backend.mean_across_ranks(
+            torch.tensor([sums[k] / max(1, count) for k in keys], dtype=torch.float64)
+        )
         metrics = {f"actor/{k}": float(v) for k, v in zip(keys, means.tolist(), strict=True)}
-        metrics.update({
-            "actor/lr": self.optimizer.param_groups[0]["lr"],
-            "rollout/returns_mean": float(returns.mean()),
-            "rollout/advantages_mean": float(advantages.mean()),
-            "rollout/rewards_mean": float(t["reward"].mean()),
-            "actor/weights_version": float(self.version),
-        })
+        metrics.update(
+            {
+                "actor/lr": self.optimizer.param_groups[0]["lr"],
+                "rollout/returns_mean": float(returns.mean()),
+                "rollout/advantages_mean": float(advantages.mean()),
+                "rollout/rewards_mean": float(t["reward"].mean()),
+                "actor/weights_version": float(self.version),
+            }
+        )
         return metrics
 
     def state_dict(self) -> dict[str, Any]:

@@ -21,9 +21,16 @@ def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
-def ppo_loss(newlogprob: torch.Tensor, entropy: torch.Tensor, newvalue: torch.Tensor, logprobs: torch.Tensor,
-             advantages: torch.Tensor, returns: torch.Tensor, values: torch.Tensor,
-             cfg: PPOLossConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def ppo_loss(
+    newlogprob: torch.Tensor,
+    entropy: torch.Tensor,
+    newvalue: torch.Tensor,
+    logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    cfg: PPOLossConfig,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one minibatch (advantages already normalised if wanted) and its statistics."""
     logratio = newlogprob - logprobs
     ratio = logratio.exp()
@@ -48,6 +55,12 @@ def ppo_loss(newlogprob: torch.Tensor, entropy: torch.Tensor, newvalue: torch.Te
 
     entropy_loss = entropy.mean()
     loss = pg_loss - cfg.ent_coef * entropy_loss + v_loss * cfg.vf_coef
-    stats = {"pg_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
-             "approx_kl": approx_kl, "pg_clipfrac": clipfrac, "value_clip_ratio": value_clip_ratio}
+    stats = {
+        "pg_loss": pg_loss.detach(),
+        "value_loss": v_loss.detach(),
+        "entropy": entropy_loss.detach(),
+        "approx_kl": approx_kl,
+        "pg_clipfrac": clipfrac,
+        "value_clip_ratio": value_clip_ratio,
+    }
     return loss, stats

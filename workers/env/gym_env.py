@@ -86,8 +86,11 @@ class GymEnv:
             return {}
         returns, lengths = zip(*self._finished, strict=True)
         self._finished = []
-        return {"env/episode_return": float(np.mean(returns)), "env/episode_len": float(np.mean(lengths)),
-                "env/episodes": float(len(returns))}
+        return {
+            "env/episode_return": float(np.mean(returns)),
+            "env/episode_len": float(np.mean(lengths)),
+            "env/episodes": float(len(returns)),
+        }
 
 
 def _empty_buffer() -> dict[str, list]:

@@ -63,8 +63,10 @@ class TorchPolicy:
         missing, extra = own.keys() - state.keys(), state.keys() - own.keys()
         bad = [k for k in own.keys() & state.keys() if tuple(state[k].shape) != tuple(own[k].shape)]
         if missing or extra or bad:
-            raise WorkerError(f"load_weights: torn weights v{version}: missing {sorted(missing)[:3]},"
-                              f" unexpected {sorted(extra)[:3]}, wrong shape {bad[:3]}")
+            raise WorkerError(
+                f"load_weights: torn weights v{version}: missing {sorted(missing)[:3]},"
+                f" unexpected {sorted(extra)[:3]}, wrong shape {bad[:3]}"
+            )
         self.model.load_state_dict(state)
         self.version = version
         return version

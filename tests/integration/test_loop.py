@@ -1,0 +1,91 @@
+"""The interaction loop on the real Ray cluster: shards, slices, channels, counts, failures."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+from m2flow.errors import WaitTimeout, WorkerError
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def counter_workflow(
+    tmp_path, policy="PlusOne", env_replicas=2, num_envs=3, horizon=5, mode="shared", stages=1, **run
+) -> mf.WorkflowSpec:
+    return spec_from_dict(
+        {
+            "name": "counter",
+            "workers": {
+                "env": {
+                    "kind": "simulator",
+                    "class": "tests.workers_for_tests.Counter",
+                    "replicas": env_replicas,
+                    "args": {"num_envs": num_envs},
+                },
+                "policy": {"kind": "inference", "class": f"tests.workers_for_tests.{policy}"},
+                "learner": {"kind": "training", "class": "tests.workers_for_tests.Collect"},
+            },
+            "flow": {
+                "loop": {"horizon": horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]},
+                "then": ["env.trajectory -> learner.train"],
+            },
+            "placement": {"mode": mode, "pipeline_stages": stages},
+            "run": {"iterations": 2, "output_dir": str(tmp_path), "progress": False, **run},
+        }
+    )
+
+
+@pytest.mark.parametrize(("mode", "stages"), [("shared", 1), ("hybrid", 3)])
+def test_every_env_steps_every_step_in_order(tmp_path, mode, stages):
+    result = mf.run(counter_workflow(tmp_path, mode=mode, stages=stages))
+    last = result.last
+    envs = 2 * 3
+    assert last["envs"] == envs and last["ordered"] == 1.0
+    # env i starts at 100*i and gains +1 per step: after 2 iterations of 5 steps, 100*i + 10
+    assert last["final_sum"] == sum(100 * i + 10 for i in range(envs))
+    assert last["env_steps"] == 2 * 5 * envs
+    assert result.plan.pipeline_stages == stages
+    assert (result.run_dir / "trace.json").exists() and (result.run_dir / "plan.json").exists()
+
+
+def test_a_crashing_port_names_worker_port_and_cause(tmp_path):
+    with pytest.raises(WorkerError) as info:
+        mf.run(counter_workflow(tmp_path, policy="Crashing"))
+    message = str(info.value)
+    assert "worker 'policy' replica 0 failed in port 'act'" in message
+    assert "policy exploded on purpose" in message
+
+
+def test_a_hung_worker_is_reported_within_the_channel_deadline(tmp_path):
+    spec = counter_workflow(
+        tmp_path, policy="Hanging", env_replicas=1, timeouts={"channel_s": 2.0, "call_s": 30.0, "start_s": 60.0}
+    )
+    began = time.monotonic()
+    with pytest.raises(WaitTimeout) as info:
+        mf.run(spec)
+    assert time.monotonic() - began < 25
+    message = str(info.value)
+    assert "no data from policy[0] for 2s" in message and "env.step input from policy.act" in message
+
+
+def test_seed_style_function_chain(tmp_path):
+    from examples.seed_chain import run_llm_inference, run_physics_sim
+
+    mf.define_worker(name="simulator", func=run_physics_sim, kind="simulator")
+    mf.define_worker(name="inference", func=run_llm_inference, kind="inference")
+    result = mf.run(
+        workers=["simulator", "inference"],
+        mode="hybrid",
+        iterations=2,
+        horizon=4,
+        output_dir=str(tmp_path),
+        progress=False,
+    )
+    assert result.iterations == 2 and result.plan.mode == "hybrid"
+    assert result.plan.placements["simulator"].devices != result.plan.placements["inference"].devices
+    trace = (result.run_dir / "trace.json").read_text()
+    assert '"worker": "simulator[0]"' in trace and '"worker": "inference[0]"' in trace
