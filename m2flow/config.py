@@ -42,9 +42,13 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...], source: str) -> dict[str, Any]:
-    """Set dotted keys as Hydra does: `run.iterations=10 workers.env.replicas=2`. Values are YAML."""
+    """Set dotted keys as Hydra does: `run.iterations=10 workers.env.replicas=2`; `~key` removes one.
+    Values are parsed as YAML."""
     problems = []
     for item in overrides:
+        if item.startswith("~"):
+            _delete(raw, item[1:].split("="), problems, item)
+            continue
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             problems.append(f"override '{item}': expected key=value, e.g. run.iterations=10")
@@ -68,6 +72,18 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...],
     if problems:
         raise SpecError(problems, source)
     return raw
+
+
+def _delete(raw: dict[str, Any], parts: list[str], problems: list[str], item: str) -> None:
+    """`~key.path` removes a key, as in Hydra."""
+    *parents, last = parts[0].split(".")
+    node = raw
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or last not in node:
+        problems.append(f"override '{item}': there is no key '{parts[0]}' to remove")
+    else:
+        del node[last]
 
 
 def spec_from_dict(raw: dict[str, Any], source: str = "<workflow>") -> WorkflowSpec:

@@ -64,6 +64,13 @@ def test_overrides_set_nested_keys_and_parse_values(config_path):
     assert spec.workers["env"].args["num_envs"] == 3
 
 
+def test_tilde_removes_a_key_and_names_a_missing_one():
+    raw = {"run": {"iterations": 3, "seed": 1}}
+    assert apply_overrides(raw, ["~run.seed"], "wf.yaml") == {"run": {"iterations": 3}}
+    with pytest.raises(SpecError, match="there is no key 'run.nope' to remove"):
+        apply_overrides(raw, ["~run.nope"], "wf.yaml")
+
+
 def test_override_without_equals_names_the_item():
     with pytest.raises(SpecError, match="override 'run.iterations': expected key=value"):
         apply_overrides({}, ["run.iterations"], "wf.yaml")
