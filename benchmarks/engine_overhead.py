@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -57,7 +56,11 @@ def through_m2flow(env_id: str, num_envs: int, horizon: int, iterations: int, ou
                     "class": "m2flow.workers.env.GymEnv",
                     "args": {"env_id": env_id, "num_envs": num_envs},
                 },
-                "policy": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": {"env_id": env_id}},
+                "policy": {
+                    "kind": "inference",
+                    "class": "m2flow.workers.rollout.TorchPolicy",
+                    "args": {"env_id": env_id},
+                },
             },
             "flow": {"loop": {"horizon": horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]}},
             "placement": {"mode": "shared"},
@@ -101,8 +104,10 @@ def main() -> None:
         hand = hand_written(env_id, envs, args.horizon, args.iterations)
         engine = through_m2flow(env_id, envs, args.horizon, args.iterations, out / "tmp")
         rows.append({"case": label, "hand_steps_per_s": hand, "m2flow_steps_per_s": engine, "ratio": engine / hand})
-        print(f"{label:34s} hand-written {hand:9.0f} steps/s   m2flow {engine:9.0f} steps/s   ratio {engine / hand:.2f}x")
-        sys.stdout.flush()
+        print(
+            f"{label:34s} hand-written {hand:9.0f} steps/s   m2flow {engine:9.0f} steps/s   ratio {engine / hand:.2f}x",
+            flush=True,
+        )
     record = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
