@@ -3,7 +3,10 @@
 The same simulator (m2flow.workers.env.GymEnv) and policy (m2flow.workers.rollout.TorchPolicy) run
 (a) in one Python loop: obs = env.obs(); repeat: obs = env.step(policy.act(obs)), and
 (b) through m2flow: one simulator worker and one inference worker (two Ray actors), the per-step
-observations and actions crossing the workers' own channel. Steps per second of both, side by side.
+observations and actions crossing the workers' own channel, both pinned to one core (`shared`, S=1:
+the same core budget as the hand-written loop), and
+(c) the same two workers on two cores with the batch cut in two pipeline slices (`hybrid`, S=2).
+Steps per second of all three, side by side.
 
     python benchmarks/engine_overhead.py [--horizon 512] [--iterations 6]
 """
@@ -46,7 +49,9 @@ def hand_written(env_id: str, num_envs: int, horizon: int, iterations: int) -> f
     return statistics.median(rates[1:])
 
 
-def through_m2flow(env_id: str, num_envs: int, horizon: int, iterations: int, out: Path) -> float:
+def through_m2flow(
+    env_id: str, num_envs: int, horizon: int, iterations: int, out: Path, mode: str = "shared", stages: int = 1
+) -> float:
     spec = spec_from_dict(
         {
             "name": "overhead",
@@ -63,7 +68,7 @@ def through_m2flow(env_id: str, num_envs: int, horizon: int, iterations: int, ou
                 },
             },
             "flow": {"loop": {"horizon": horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]}},
-            "placement": {"mode": "shared"},
+            "placement": {"mode": mode, "pipeline_stages": stages},
             "run": {
                 "iterations": iterations,
                 "output_dir": str(out),
@@ -102,12 +107,18 @@ def main() -> None:
     rows = []
     for label, env_id, envs in CASES:
         hand = hand_written(env_id, envs, args.horizon, args.iterations)
-        engine = through_m2flow(env_id, envs, args.horizon, args.iterations, out / "tmp")
-        rows.append({"case": label, "hand_steps_per_s": hand, "m2flow_steps_per_s": engine, "ratio": engine / hand})
-        print(
-            f"{label:34s} hand-written {hand:9.0f} steps/s   m2flow {engine:9.0f} steps/s   ratio {engine / hand:.2f}x",
-            flush=True,
+        shared = through_m2flow(env_id, envs, args.horizon, args.iterations, out / "tmp")
+        row = {"case": label, "hand_steps_per_s": hand, "m2flow_steps_per_s": shared, "ratio": shared / hand}
+        if envs > 1:
+            piped = through_m2flow(env_id, envs, args.horizon, args.iterations, out / "tmp", "hybrid", 2)
+            row.update(m2flow_hybrid_s2_steps_per_s=piped, hybrid_ratio=piped / hand)
+        rows.append(row)
+        hybrid = (
+            f"   m2flow hybrid S=2 {row['m2flow_hybrid_s2_steps_per_s']:7.0f} ({row['hybrid_ratio']:.2f}x)"
+            if envs > 1
+            else ""
         )
+        print(f"{label:32s} hand {hand:7.0f} steps/s   m2flow {shared:7.0f} ({shared / hand:.2f}x){hybrid}", flush=True)
     record = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
@@ -117,7 +128,10 @@ def main() -> None:
     (out / "engine_overhead.json").write_text(json.dumps(record, indent=1))
     worst = min(rows, key=lambda r: r["ratio"])
     mujoco = rows[1]
-    print(f"m2flow/hand-written: {mujoco['ratio']:.2f}x (MuJoCo), worst {worst['ratio']:.2f}x ({worst['case']})")
+    print(
+        f"m2flow/hand-written: {mujoco['ratio']:.2f}x (MuJoCo, one core), {mujoco['hybrid_ratio']:.2f}x pipelined"
+        f" on two; worst {worst['ratio']:.2f}x ({worst['case']})"
+    )
 
 
 if __name__ == "__main__":

@@ -129,6 +129,7 @@ class FlowSpec(_Strict):
 class PlacementSpec(_Strict):
     mode: PlacementMode = "auto"
     pipeline_stages: int | Literal["auto"] = 1
+    pin_cpus: bool = Field(True, description="pin CPU-placed replicas to their core, as the plan assumes")
 
     @field_validator("pipeline_stages")
     @classmethod

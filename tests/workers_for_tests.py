@@ -79,3 +79,18 @@ class FixedBatch:
             "next_obs": rng.normal(size=(n, 17)).astype(f32),
             "next_done": np.zeros(n, f32),
         }
+
+
+class SaveBatch:
+    """Writes every trajectory it receives (merged along the env axis) under the run folder."""
+
+    def __init__(self):
+        self.dir = m2flow.context().output_dir
+        self.calls = 0
+
+    def train(self, trajectories: list[dict]) -> dict:
+        merged = {k: np.concatenate([t[k] for t in trajectories], axis=1 if k in ("obs", "reward", "action") else 0)
+                  for k in ("obs", "reward", "action", "env_ids")}
+        np.savez(f"{self.dir}/batch_{self.calls}.npz", **merged)
+        self.calls += 1
+        return {"saved": float(self.calls)}

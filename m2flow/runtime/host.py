@@ -50,7 +50,11 @@ class _FunctionWorker:
 
 
 class WorkerHost:
-    def __init__(self, target: Any, args: dict, ctx: WorkerContext, instances: int, dist: dict | None):
+    def __init__(
+        self, target: Any, args: dict, ctx: WorkerContext, instances: int, dist: dict | None, core: int | None = None
+    ):
+        if core is not None:
+            os.sched_setaffinity(0, {core % (os.cpu_count() or 1)})
         self.ctx = ctx
         self.me: PeerId = (ctx.worker, ctx.replica)
         self.mailbox: Mailbox | None = None

@@ -131,9 +131,7 @@ class Launch:
                     ),
                     runtime_env=env,
                     **resources,
-                ).remote(
-                    target, spec.args, ctx, stages, None if dist is None else {**dist, "timeout_s": timeouts.call_s}
-                )
+                ).remote(target, spec.args, ctx, stages, _with_timeout(dist, timeouts.call_s), self._core(device))
                 group.append(Replica(name, r, device, actor))
             self.replicas[name] = group
         wait_all(
@@ -141,6 +139,13 @@ class Launch:
             Deadline(timeouts.start_s, "workers to start (import, build model, init process groups)"),
         )
         self._wire_loop()
+
+    def _core(self, device: int) -> int | None:
+        """The node-local core a CPU-placed replica is pinned to, so shared CPU slots really are shared."""
+        dev = self.plan.cluster.devices[device]
+        if dev.kind != "cpu" or not self.graph.spec.placement.pin_cpus:
+            return None
+        return sum(1 for d in self.plan.cluster.devices[:device] if d.kind == "cpu" and d.node == dev.node)
 
     def _dist(self, name: str, cache: dict) -> dict | None:
         """Process-group rendezvous for a multi-rank training worker (address of rank 0's node)."""
@@ -201,6 +206,10 @@ class Launch:
         if self.pg is not None:
             ray.util.remove_placement_group(self.pg)
         self.replicas.clear()
+
+
+def _with_timeout(dist: dict | None, timeout_s: float) -> dict | None:
+    return None if dist is None else {**dist, "timeout_s": timeout_s}
 
 
 def worker_env() -> dict:

@@ -2,7 +2,8 @@
 
 Ports: `obs()` the current observations, `step(policy_out)` one step of every env (records what the
 policy sent with the actions: log-probs and values), `trajectory()` the steps since the last call.
-Each env is seeded by its global index, so results do not depend on how envs are split over replicas.
+Observations go out as `{"obs": array, "env_id": global env indices}`. Each env is seeded by its global
+index, so results do not depend on how envs are split over replicas or pipeline slices.
 """
 
 from __future__ import annotations
@@ -45,13 +46,13 @@ class GymEnv:
         self._finished: list[tuple[float, int]] = []
         self.low, self.high = self.envs.single_action_space.low, self.envs.single_action_space.high
 
-    def obs(self) -> np.ndarray:
+    def obs(self) -> dict[str, np.ndarray]:
         if self._obs is None:
             self._obs, _ = self.envs.reset(seed=self.seeds)
             self._obs = self._obs.astype(np.float32)
-        return self._obs
+        return {"obs": self._obs, "env_id": self.env_ids}
 
-    def step(self, policy_out: dict[str, np.ndarray] | np.ndarray) -> np.ndarray:
+    def step(self, policy_out: dict[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
         out = policy_out if isinstance(policy_out, dict) else {"action": policy_out}
         action = np.asarray(out["action"])
         env_action = np.clip(action, self.low, self.high) if self.config.clip_actions else action
@@ -69,12 +70,12 @@ class GymEnv:
             self._episode_return[i], self._episode_len[i] = 0.0, 0
         self._obs = next_obs.astype(np.float32)
         self._done = done.astype(np.float32)
-        return self._obs
+        return self.obs()
 
     def trajectory(self) -> dict[str, np.ndarray]:
         """Everything since the last call, time-major [T, envs, ...], plus the state to bootstrap from."""
         batch = {key: np.stack(values) for key, values in self._buffer.items() if values}
-        batch["next_obs"] = self.obs().copy()
+        batch["next_obs"] = self.obs()["obs"].copy()
         batch["next_done"] = self._done.copy()
         batch["env_ids"] = self.env_ids.copy()
         self._buffer = _empty_buffer()

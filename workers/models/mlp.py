@@ -74,19 +74,13 @@ class GaussianMLP(nn.Module):
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs, value_only=True)
 
-    def get_action_and_value(
-        self, obs: torch.Tensor, action: torch.Tensor | None = None, generator: torch.Generator | None = None
-    ):
-        """(action, log-prob, entropy, value)."""
-        return self(obs, action, generator)
+    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None,
+                             noise: torch.Tensor | None = None):
+        """(action, log-prob, entropy, value); a new action is mean + std * noise (standard normal)."""
+        return self(obs, action, noise)
 
-    def forward(
-        self,
-        obs: torch.Tensor,
-        action: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        value_only: bool = False,
-    ):
+    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None, noise: torch.Tensor | None = None,
+                value_only: bool = False):
         """Every use goes through `forward`, so FSDP2 gathers the root's parameters before it."""
         x = self.obs_norm(obs)
         if value_only:
@@ -95,7 +89,7 @@ class GaussianMLP(nn.Module):
         std = self.actor_logstd.expand_as(mean).exp()
         dist = Normal(mean, std)
         if action is None:
-            action = mean + std * torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+            action = mean + std * (torch.randn_like(mean) if noise is None else noise)
         return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self._value(x)
 
     def _value(self, x: torch.Tensor) -> torch.Tensor:

@@ -39,18 +39,33 @@ class TorchPolicy:
         self.deterministic = deterministic
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
-        self.model = build_policy(self.args.policy_config()).to(self.device).eval()
-        self.generator = torch.Generator(device=self.device).manual_seed(ctx.seed * 1000 + ctx.replica + 1)
+        config = self.args.policy_config()
+        self.model = build_policy(config).to(self.device).eval()
+        self.act_dim, self.seed = config.act_dim, ctx.seed
+        self.env_rngs: dict[int, np.random.Generator] = {}
         self.version = -1
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray) -> dict[str, np.ndarray]:
+    def act(self, batch: dict[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
+        """Actions for a batch of observations. Given `env_id`s (as `GymEnv` sends them), each env's
+        exploration noise comes from its own stream, so results do not depend on how envs are batched."""
+        obs = batch["obs"] if isinstance(batch, dict) else batch
         x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
         if self.deterministic:
-            mean = self.model.actor_mean(self.model.obs_norm(x))
-            return {"action": mean.cpu().numpy()}
-        action, logprob, _, value = self.model.get_action_and_value(x, generator=self.generator)
+            return {"action": self.model.actor_mean(self.model.obs_norm(x)).cpu().numpy()}
+        env_ids = batch.get("env_id") if isinstance(batch, dict) else None
+        noise = self._noise(env_ids, len(obs)) if env_ids is not None else None
+        action, logprob, _, value = self.model.get_action_and_value(x, noise=noise)
         return {"action": action.cpu().numpy(), "logprob": logprob.cpu().numpy(), "value": value.cpu().numpy()}
+
+    def _noise(self, env_ids: np.ndarray, n: int) -> torch.Tensor:
+        draws = np.empty((n, self.act_dim), dtype=np.float32)
+        for row, env_id in enumerate(env_ids):
+            rng = self.env_rngs.get(int(env_id))
+            if rng is None:
+                rng = self.env_rngs[int(env_id)] = np.random.default_rng([self.seed, int(env_id)])
+            draws[row] = rng.standard_normal(self.act_dim, dtype=np.float32)
+        return torch.from_numpy(draws).to(self.device)
 
     def load_weights(self, weights: dict[str, Any]) -> int:
         """Load a versioned state dict; refuses stale versions and torn (incomplete or misshapen) states."""

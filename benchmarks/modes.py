@@ -1,0 +1,155 @@
+"""Placement modes side by side on one workflow whose simulator and inference costs are comparable.
+
+Synthetic spin workers (m2flow.workers.synthetic) with known costs, declared as the profile, run for
+real through the executor in `shared`, `disaggregated`, `hybrid` (S=1, 2, 4) and `auto`. For each:
+the planner's predicted iteration time, the measured one, env steps/s, the ratio to `shared`, and the
+pipeline efficiency (the bound horizon * max(stage) over the measured loop time).
+
+    python benchmarks/modes.py [--horizon 128] [--iterations 6] [--step-ms 4] [--act-ms 4] [--act-fixed-frac 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+from m2flow.errors import PlanError
+
+ENVS = 8
+
+
+def workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) -> mf.WorkflowSpec:
+    step_per_env = args.step_ms / 1e3 / ENVS
+    act_fixed = args.act_ms / 1e3 * args.act_fixed_frac
+    act_per_env = args.act_ms / 1e3 * (1 - args.act_fixed_frac) / ENVS
+    return spec_from_dict(
+        {
+            "name": f"modes-{mode}-{stages}",
+            "workers": {
+                "env": {
+                    "kind": "simulator",
+                    "class": "m2flow.workers.synthetic.SpinSimulator",
+                    "args": {"num_envs": ENVS, "per_env_s": step_per_env},
+                    "profile": {"step": {"per_item_s": step_per_env}, "obs": {"fixed_s": 1e-4}},
+                },
+                "policy": {
+                    "kind": "inference",
+                    "class": "m2flow.workers.synthetic.SpinPolicy",
+                    "args": {"fixed_s": act_fixed, "per_env_s": act_per_env},
+                    "profile": {"act": {"fixed_s": act_fixed, "per_item_s": act_per_env}},
+                },
+                "trainer": {
+                    "kind": "training",
+                    "class": "m2flow.workers.synthetic.SpinTrainer",
+                    "args": {"fixed_s": args.train_ms / 1e3},
+                    "profile": {"train": {"fixed_s": args.train_ms / 1e3}},
+                },
+            },
+            "flow": {
+                "loop": {"horizon": args.horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]},
+                "then": ["env.trajectory -> trainer.train"],
+                "sync": [{"edge": "trainer.weights -> policy.load_weights"}],
+            },
+            "placement": {"mode": mode, "pipeline_stages": stages},
+            "run": {
+                "iterations": args.iterations,
+                "output_dir": str(out),
+                "progress": False,
+                "checkpoint_every": 0,
+                "trace_detail_iterations": 1,
+            },
+        }
+    )
+
+
+def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
+    result = mf.run(spec)
+    rows = result.history[1:]
+    iteration = statistics.median(h["time/iteration_s"] for h in rows)
+    loop = statistics.median(h["time/loop_s"] for h in rows)
+    bound = args.horizon * max(args.step_ms, args.act_ms) / 1e3
+    return {
+        "mode": result.plan.mode,
+        "stages": result.plan.pipeline_stages,
+        "predicted_s": result.plan.predicted["iteration_s"],
+        "measured_s": iteration,
+        "env_steps_per_s": args.horizon * ENVS / iteration,
+        "pipeline_efficiency": bound / loop,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--horizon", type=int, default=128)
+    parser.add_argument("--iterations", type=int, default=6)
+    parser.add_argument("--step-ms", type=float, default=4.0, help="simulator step of all envs")
+    parser.add_argument("--act-ms", type=float, default=4.0, help="policy call for all envs")
+    parser.add_argument("--act-fixed-frac", type=float, default=0.1, help="share of a policy call paid per call")
+    parser.add_argument("--train-ms", type=float, default=20.0)
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+
+    import ray
+
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    out = Path(args.out)
+    rows = []
+    for mode, stages in [
+        ("shared", 1),
+        ("disaggregated", 1),
+        ("hybrid", 1),
+        ("hybrid", 2),
+        ("hybrid", 4),
+        ("auto", "auto"),
+    ]:
+        label = f"{mode} S={stages}"
+        try:
+            row = measure(workflow(args, mode, stages, out / "tmp"), args)
+        except PlanError as exc:
+            print(f"{label:18s} infeasible here: {str(exc).splitlines()[0]}", flush=True)
+            rows.append({"mode": mode, "stages": stages, "infeasible": str(exc)})
+            continue
+        row["label"] = label if mode != "auto" else f"auto -> {row['mode']} S={row['stages']}"
+        rows.append(row)
+    shared = next(r for r in rows if r.get("mode") == "shared" and "measured_s" in r)
+    print(
+        f"\n{'mode':24s} {'predicted s':>11s} {'measured s':>10s} {'error':>7s} {'steps/s':>8s} {'vs shared':>9s}"
+        f" {'pipeline eff':>12s}"
+    )
+    for row in rows:
+        if "measured_s" not in row:
+            continue
+        row["vs_shared"] = shared["measured_s"] / row["measured_s"]
+        row["error"] = row["measured_s"] / row["predicted_s"] - 1
+        print(
+            f"{row['label']:24s} {row['predicted_s']:11.3f} {row['measured_s']:10.3f} {row['error']:+7.1%}"
+            f" {row['env_steps_per_s']:8.0f} {row['vs_shared']:8.2f}x {row['pipeline_efficiency']:12.2f}"
+        )
+    measured = [r for r in rows if "measured_s" in r and not r["label"].startswith("auto")]
+    fastest = min(measured, key=lambda r: r["measured_s"])
+    auto = next(r for r in rows if r.get("label", "").startswith("auto"))
+    best_hybrid = max((r for r in measured if r["mode"] == "hybrid"), key=lambda r: r["vs_shared"])
+    record = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "args": vars(args),
+        "rows": rows,
+    }
+    (out / "modes.json").write_text(json.dumps(record, indent=1))
+    picked = "fastest" if (auto["mode"], auto["stages"]) == (fastest["mode"], fastest["stages"]) else "not fastest"
+    print(f"\nauto picked {auto['mode']} S={auto['stages']} ({picked}: fastest measured {fastest['label']})")
+    print(
+        f"hybrid/shared: {best_hybrid['vs_shared']:.2f}x ({best_hybrid['label']}, prediction error"
+        f" {best_hybrid['error']:+.1%})"
+    )
+
+
+if __name__ == "__main__":
+    main()

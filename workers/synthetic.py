@@ -1,0 +1,72 @@
+"""Synthetic workers with known costs: they spin the CPU (not sleep) for a declared time per call,
+so a benchmark can compare the planner's prediction with what really runs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+import m2flow
+
+
+def spin(seconds: float) -> None:
+    """Busy-wait: holds a core like real work does."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class SpinSimulator:
+    """A simulator whose step costs `fixed_s + per_env_s * envs`; observations are env ids."""
+
+    def __init__(self, num_envs: int = 1, fixed_s: float = 0.0, per_env_s: float = 1e-3):
+        ctx = m2flow.context()
+        self.env_ids = np.arange(*ctx.items)
+        self.fixed_s, self.per_env_s = fixed_s, per_env_s
+        self.steps = 0
+
+    def obs(self) -> dict[str, np.ndarray]:
+        return {"obs": self.env_ids.astype(np.float32)[:, None], "env_id": self.env_ids}
+
+    def step(self, actions: Any) -> dict[str, np.ndarray]:
+        spin(self.fixed_s + self.per_env_s * len(self.env_ids))
+        self.steps += len(self.env_ids)
+        return self.obs()
+
+    def trajectory(self) -> dict[str, int]:
+        steps, self.steps = self.steps, 0
+        return {"steps": steps}
+
+
+class SpinPolicy:
+    """An inference worker whose act costs `fixed_s + per_env_s * batch`."""
+
+    def __init__(self, fixed_s: float = 0.0, per_env_s: float = 1e-3):
+        self.fixed_s, self.per_env_s = fixed_s, per_env_s
+        self.version = -1
+
+    def act(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        spin(self.fixed_s + self.per_env_s * len(batch["obs"]))
+        return np.zeros((len(batch["obs"]), 1), dtype=np.float32)
+
+    def load_weights(self, weights: dict) -> None:
+        self.version = weights["version"]
+
+
+class SpinTrainer:
+    """A training worker whose update costs `fixed_s + per_step_s * env steps`."""
+
+    def __init__(self, fixed_s: float = 0.01, per_step_s: float = 0.0):
+        self.fixed_s, self.per_step_s = fixed_s, per_step_s
+        self.version = 0
+
+    def train(self, trajectories: list[dict]) -> dict[str, float]:
+        steps = sum(t["steps"] for t in trajectories)
+        spin(self.fixed_s + self.per_step_s * steps)
+        self.version += 1
+        return {"trainer/steps": float(steps)}
+
+    def weights(self) -> dict[str, int]:
+        return {"version": self.version}
