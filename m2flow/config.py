@@ -119,8 +119,8 @@ def _did_you_mean(loc: list[str]) -> str:
     if not known:
         return ""
     close = difflib.get_close_matches(loc[-1], known, n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    return f"{hint} Allowed here: {', '.join(sorted(known))}"
+    hint = f"; did you mean '{close[0]}'?" if close else ";"
+    return f"{hint} allowed here: {', '.join(sorted(known))}"
 
 
 def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:

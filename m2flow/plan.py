@@ -44,11 +44,17 @@ class Task:
 
 @dataclass
 class Phase:
-    """One step of the per-iteration program the controller runs: `sync`, `loop` or `then`."""
+    """One step of the per-iteration program the controller runs: `sync`, `loop` or `then`.
+
+    `offload` / `onload` name the workers swapped out of / into device memory just before it; a phase
+    skipped this iteration (sync every k) skips its swaps too.
+    """
 
     op: str
     edges: list[str] = field(default_factory=list)
     every: int = 1
+    offload: list[str] = field(default_factory=list)
+    onload: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -130,6 +130,9 @@ class PlacementSpec(_Strict):
     mode: PlacementMode = "auto"
     pipeline_stages: int | Literal["auto"] = 1
     pin_cpus: bool = Field(True, description="pin CPU-placed replicas to their core, as the plan assumes")
+    offload: Literal["auto", "always", "never"] = Field(
+        "auto", description="swap workers sharing a device out between their phases (auto: when memory needs it)"
+    )
 
     @field_validator("pipeline_stages")
     @classmethod

@@ -9,6 +9,7 @@ from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.plan import Phase, Placement, Plan
+from m2flow.planners.offload import OffloadInfeasible, choose_offload, phases_of, with_swaps
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import Prediction, simulate
 
@@ -53,12 +54,24 @@ class PlacementPlanner(Planner):
         check_cluster(graph, cluster)
         try:
             placements = self.placements(graph, cluster, profile)
-            check_memory(placements, cluster, profile)
-        except Infeasible as exc:
+            offloaded = choose_offload(graph, placements, cluster, profile)
+        except (Infeasible, OffloadInfeasible) as exc:
             raise PlanError(f"placement.mode={self.mode}: {exc}") from None
-        stages, prediction = best_stages(graph, cluster, placements, profile)
-        plan = build_plan(graph, cluster, self.mode, placements, stages, prediction)
+        phases = with_swaps(phases_of(graph), offloaded)
+        stages, prediction = best_stages(graph, cluster, placements, profile, phases)
+        plan = Plan(
+            workflow=graph.spec.name,
+            mode=self.mode,
+            cluster=cluster,
+            placements=placements,
+            pipeline_stages=stages,
+            phases=phases,
+            tasks=prediction.tasks,
+            predicted=prediction.summary(),
+        )
         plan.candidates = [candidate_row(self.mode, stages, prediction)]
+        if offloaded:
+            plan.notes.append(f"{self.mode}: {', '.join(sorted(offloaded))} swap out of shared devices between phases")
         return plan
 
 
@@ -87,24 +100,6 @@ def check_cluster(graph: MacroGraph, cluster: Cluster) -> None:
             )
 
 
-def check_memory(placements: dict[str, Placement], cluster: Cluster, profile: Profile) -> None:
-    """Every replica resident at once (no offload): a device over its memory makes the candidate infeasible."""
-    load: dict[int, list[tuple[str, float]]] = {}
-    for name, placement in placements.items():
-        for device in placement.replica_devices:
-            load.setdefault(device, []).append((name, profile.memory_gb.get(name, 0.0)))
-    for device, residents in load.items():
-        need = sum(gb for _, gb in residents)
-        capacity = cluster.devices[device].memory_gb
-        if need > capacity:
-            parts = ", ".join(f"{n} {gb:g} GB" for n, gb in residents if gb)
-            raise Infeasible(
-                f"device {cluster.devices[device].name} would hold {need:g} GB ({parts}) but has {capacity:g} GB;"
-                " spread the workers over more devices, lower their memory (fewer envs per process,"
-                " smaller model) or add devices"
-            )
-
-
 def stage_options(graph: MacroGraph, profile: Profile) -> list[int]:
     wanted = graph.spec.placement.pipeline_stages
     if graph.loop is None:
@@ -121,36 +116,11 @@ def stage_options(graph: MacroGraph, profile: Profile) -> list[int]:
 
 
 def best_stages(
-    graph: MacroGraph, cluster: Cluster, placements: dict[str, Placement], profile: Profile
+    graph: MacroGraph, cluster: Cluster, placements: dict[str, Placement], profile: Profile, phases: list[Phase]
 ) -> tuple[int, Prediction]:
     names = [d.name for d in cluster.devices]
-    results = [(s, simulate(graph, placements, names, s, profile)) for s in stage_options(graph, profile)]
+    results = [(s, simulate(graph, placements, names, s, profile, phases)) for s in stage_options(graph, profile)]
     return min(results, key=lambda r: (r[1].iteration_s, r[0]))
-
-
-def build_plan(
-    graph: MacroGraph,
-    cluster: Cluster,
-    mode: str,
-    placements: dict[str, Placement],
-    stages: int,
-    prediction: Prediction,
-) -> Plan:
-    phases = [Phase("sync", [str(edge)], every) for edge, every in graph.sync]
-    if graph.loop is not None:
-        phases.append(Phase("loop", [str(p) for p in graph.loop.ports]))
-    if graph.then:
-        phases.append(Phase("then", [str(e) for e in graph.then]))
-    return Plan(
-        workflow=graph.spec.name,
-        mode=mode,
-        cluster=cluster,
-        placements=placements,
-        pipeline_stages=stages,
-        phases=phases,
-        tasks=prediction.tasks,
-        predicted=prediction.summary(),
-    )
 
 
 def candidate_row(mode: str, stages: int, prediction: Prediction) -> dict:

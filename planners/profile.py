@@ -18,6 +18,7 @@ DEFAULT_COST = {
 }
 # Ports that only hand data on (a trajectory, weights): a fixed cost, whatever the worker's kind.
 HANDOFF_COST = PortCost(fixed_s=1e-3, per_item_s=0.0)
+HOST_DEVICE_GB_PER_S = 20.0  # a swap moves a worker's memory between device and pinned host memory
 
 
 @dataclass
@@ -30,6 +31,13 @@ class Profile:
     def call_s(self, worker: str, port: str, items: float) -> float:
         cost = self.costs.get(f"{worker}.{port}", HANDOFF_COST)
         return cost.fixed_s + cost.per_item_s * items
+
+    def swap_s(self, worker: str, device_kind: str) -> float:
+        """One offload or onload: declared as the worker's `onload` port cost, else memory over bandwidth."""
+        declared = self.costs.get(f"{worker}.onload")
+        if declared is not None and self.source.get(f"{worker}.onload") == "declared":
+            return declared.fixed_s
+        return self.memory_gb.get(worker, 0.0) / HOST_DEVICE_GB_PER_S if device_kind == "gpu" else 0.0
 
     @classmethod
     def from_graph(cls, graph: MacroGraph) -> Profile:

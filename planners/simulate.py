@@ -12,9 +12,10 @@ import heapq
 from dataclasses import dataclass, field
 
 from m2flow.graph import MacroGraph
-from m2flow.plan import Placement, Task
+from m2flow.plan import Phase, Placement, Task
 from m2flow.planners.profile import Profile
 from m2flow.sharding import shard_groups, slice_sizes
+from m2flow.spec import Edge
 
 SIMULATED_STEPS = 16
 
@@ -96,69 +97,121 @@ class _Schedule:
 
 
 def simulate(
-    graph: MacroGraph, placements: dict[str, Placement], device_names: list[str], stages: int, profile: Profile
+    graph: MacroGraph,
+    placements: dict[str, Placement],
+    device_names: list[str],
+    stages: int,
+    profile: Profile,
+    phases: list[Phase],
 ) -> Prediction:
-    names = {w: [device_names[d] for d in p.replica_devices] for w, p in placements.items()}
-    sched = _Schedule(names)
-    phase_s: dict[str, float] = {}
-    clock = 0.0
+    """Predict one steady-state iteration of `phases` (the plan's program) on `placements`."""
+    run = _Run(
+        graph,
+        placements,
+        {w: [device_names[d] for d in p.replica_devices] for w, p in placements.items()},
+        stages,
+        profile,
+    )
+    for phase in phases:
+        run.swaps(phase)
+        run.phase(phase)
+    return run.prediction()
 
-    first = len(sched.tasks)
-    for edge, _ in graph.sync:
-        srcs = [
-            sched.add(edge.src.worker, r, edge.src.port, profile.call_s(edge.src.worker, edge.src.port, 1), "sync", [])
-            for r in range(len(names[edge.src.worker]))
-        ]
-        for r in range(len(names[edge.dst.worker])):
-            sched.add(
-                edge.dst.worker, r, edge.dst.port, profile.call_s(edge.dst.worker, edge.dst.port, 1), "sync", srcs
-            )
-    sync_end = sched.run(clock, first)
-    sync_every = min((every for _, every in graph.sync), default=1)
-    phase_s["sync"] = (sync_end - clock) / sync_every
-    clock = sync_end
 
-    loop_items = 0
-    if graph.loop is not None:
-        first = len(sched.tasks)
-        loop_items, steps = _simulate_loop(graph, names, stages, profile, sched)
-        end_simulated = sched.run(clock, first)
-        step_ends = _step_ends(sched.tasks[first:], steps)
-        per_step = _steady_step_s(step_ends, clock)
-        horizon = graph.loop.horizon
-        loop_s = (end_simulated - clock) + per_step * (horizon - steps)
-        phase_s["loop"] = loop_s
-        clock += loop_s
-    else:
-        steps = 0
+class _Run:
+    """The state of one simulated iteration: the schedule so far, the clock, time per phase."""
 
-    first = len(sched.tasks)
-    produced: dict[str, list[int]] = {}
-    total_items = loop_items * (graph.loop.horizon if graph.loop else 1)
-    for port in graph.then_order:
-        deps = [tid for src in graph.then_inputs(port) for tid in produced.get(str(src), [])]
-        replicas = len(names[port.worker])
-        items = total_items / replicas if total_items else 1
-        produced[str(port)] = [
-            sched.add(port.worker, r, port.port, profile.call_s(port.worker, port.port, items), "then", deps)
-            for r in range(replicas)
-        ]
-    then_end = sched.run(clock, first)
-    phase_s["then"] = then_end - clock
-    iteration_s = phase_s["sync"] + phase_s.get("loop", 0.0) + phase_s["then"]
+    def __init__(
+        self,
+        graph: MacroGraph,
+        placements: dict[str, Placement],
+        names: dict[str, list[str]],
+        stages: int,
+        profile: Profile,
+    ):
+        self.graph, self.placements, self.names, self.stages, self.profile = graph, placements, names, stages, profile
+        self.sched = _Schedule(names)
+        self.clock = 0.0
+        self.phase_s: dict[str, float] = {}
+        self.loop_items, self.steps = 0, 0
 
-    busy: dict[str, float] = {}
-    for task, seconds in zip(sched.tasks, sched.duration, strict=True):
-        busy[task.device] = busy.get(task.device, 0.0) + seconds
-    if graph.loop is not None and steps:
-        scale = graph.loop.horizon / steps
+    def _advance(self, phase: str, first: int, weight: float = 1.0) -> None:
+        end = self.sched.run(self.clock, first)
+        self.phase_s[phase] = self.phase_s.get(phase, 0.0) + (end - self.clock) * weight
+        self.clock = end
+
+    def swaps(self, phase: Phase) -> None:
+        first = len(self.sched.tasks)
+        for op, workers in (("offload", phase.offload), ("onload", phase.onload)):
+            for worker in workers:
+                seconds = self.profile.swap_s(worker, self.placements[worker].device_kind)
+                for r in range(len(self.names[worker])):
+                    self.sched.add(worker, r, op, seconds, "swap", [])
+        if len(self.sched.tasks) > first:
+            self._advance("swap", first, 1.0 / phase.every)
+
+    def phase(self, phase: Phase) -> None:
+        first = len(self.sched.tasks)
+        if phase.op == "sync":
+            edge = Edge.model_validate(phase.edges[0])
+            srcs = [
+                self.sched.add(
+                    edge.src.worker,
+                    r,
+                    edge.src.port,
+                    self.profile.call_s(edge.src.worker, edge.src.port, 1),
+                    "sync",
+                    [],
+                )
+                for r in range(len(self.names[edge.src.worker]))
+            ]
+            for r in range(len(self.names[edge.dst.worker])):
+                self.sched.add(
+                    edge.dst.worker,
+                    r,
+                    edge.dst.port,
+                    self.profile.call_s(edge.dst.worker, edge.dst.port, 1),
+                    "sync",
+                    srcs,
+                )
+            self._advance("sync", first, 1.0 / phase.every)
+        elif phase.op == "loop":
+            self.loop_items, self.steps = _simulate_loop(self.graph, self.names, self.stages, self.profile, self.sched)
+            end_simulated = self.sched.run(self.clock, first)
+            per_step = _steady_step_s(_step_ends(self.sched.tasks[first:], self.steps), self.clock)
+            loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
+            self.phase_s["loop"] = loop_s
+            self.clock += loop_s
+        else:
+            produced: dict[str, list[int]] = {}
+            total_items = self.loop_items * (self.graph.loop.horizon if self.graph.loop else 1)
+            for port in self.graph.then_order:
+                deps = [tid for src in self.graph.then_inputs(port) for tid in produced.get(str(src), [])]
+                replicas = len(self.names[port.worker])
+                items = total_items / replicas if total_items else 1
+                seconds = self.profile.call_s(port.worker, port.port, items)
+                produced[str(port)] = [
+                    self.sched.add(port.worker, r, port.port, seconds, "then", deps) for r in range(replicas)
+                ]
+            self._advance("then", first)
+
+    def prediction(self) -> Prediction:
+        sched, graph, steps = self.sched, self.graph, self.steps
+        phase_s = self.phase_s
+        iteration_s = sum(phase_s.values())
+        total_items = self.loop_items * (graph.loop.horizon if graph.loop else 1)
+        busy: dict[str, float] = {}
         for task, seconds in zip(sched.tasks, sched.duration, strict=True):
-            if task.phase == "loop" and task.step >= 0:
-                busy[task.device] += seconds * (scale - 1)
-    used = sorted(busy)
-    device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
-    bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0
-    return Prediction(sched.tasks, iteration_s, phase_s, total_items, device_busy, bubble, steps)
+            busy[task.device] = busy.get(task.device, 0.0) + seconds
+        if graph.loop is not None and steps:
+            scale = graph.loop.horizon / steps
+            for task, seconds in zip(sched.tasks, sched.duration, strict=True):
+                if task.phase == "loop" and task.step >= 0:
+                    busy[task.device] += seconds * (scale - 1)
+        used = sorted(busy)
+        device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
+        bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0
+        return Prediction(sched.tasks, iteration_s, phase_s, total_items, device_busy, bubble, steps)
 
 
 def _simulate_loop(

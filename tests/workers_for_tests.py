@@ -33,8 +33,20 @@ class Counter:
 
 
 class PlusOne:
+    def __init__(self):
+        self.swaps = {"offload": 0, "onload": 0}
+
     def act(self, obs: np.ndarray) -> np.ndarray:
         return np.ones_like(obs)
+
+    def offload(self) -> None:
+        self.swaps["offload"] += 1
+
+    def onload(self) -> None:
+        self.swaps["onload"] += 1
+
+    def metrics(self) -> dict:
+        return {f"policy/{op}s": float(n) for op, n in self.swaps.items()}
 
 
 class Collect:
@@ -89,8 +101,10 @@ class SaveBatch:
         self.calls = 0
 
     def train(self, trajectories: list[dict]) -> dict:
-        merged = {k: np.concatenate([t[k] for t in trajectories], axis=1 if k in ("obs", "reward", "action") else 0)
-                  for k in ("obs", "reward", "action", "env_ids")}
+        merged = {
+            k: np.concatenate([t[k] for t in trajectories], axis=1 if k in ("obs", "reward", "action") else 0)
+            for k in ("obs", "reward", "action", "env_ids")
+        }
         np.savez(f"{self.dir}/batch_{self.calls}.npz", **merged)
         self.calls += 1
         return {"saved": float(self.calls)}

@@ -40,6 +40,9 @@ class Controller:
         result = IterationResult()
         start = time.time()
         for phase in self.plan.phases:
+            if it % phase.every:
+                continue
+            self._swap(phase, it, result)
             began = time.time()
             self._phases[phase.op](phase, it, result)
             seconds = time.time() - began
@@ -53,18 +56,27 @@ class Controller:
         return result
 
     # -- phases ----------------------------------------------------------------------------------
+    def _swap(self, phase: Phase, it: int, result: IterationResult) -> None:
+        """The context switches the plan puts before this phase: offloads first, then onloads."""
+        began = time.time()
+        for op, workers in (("offload", phase.offload), ("onload", phase.onload)):
+            calls = [(r.actor.swap.remote(op), r, f"{op}()") for w in workers for r in self.launch.replicas[w]]
+            self._record(
+                wait_all(calls, self._deadline(f"{op} of {', '.join(workers)}", it)), [c[1] for c in calls], it
+            )
+        if phase.offload or phase.onload:
+            result.metrics["time/swap_s"] = result.metrics.get("time/swap_s", 0.0) + time.time() - began
+
     def _sync(self, phase: Phase, it: int, result: IterationResult) -> None:
-        if it % phase.every:
-            return
         edge = Edge.model_validate(phase.edges[0])
         outs, calls = self._call(edge.src, it, [], [])
-        self._record(wait_all(calls, self._deadline(f"sync {edge}", it)), [c[1] for c in calls])
+        self._record(wait_all(calls, self._deadline(f"sync {edge}", it)), [c[1] for c in calls], it)
         value_ref = outs[0][0]
         calls = []
         for r in self.launch.replicas[edge.dst.worker]:
             out, event = r.actor.call_single.options(num_returns=2).remote(edge.dst.port, it, value_ref)
             calls.append((event, r, f"sync {edge}"))
-        self._record(wait_all(calls, self._deadline(f"sync {edge}", it)), [c[1] for c in calls])
+        self._record(wait_all(calls, self._deadline(f"sync {edge}", it)), [c[1] for c in calls], it)
 
     def _loop(self, phase: Phase, it: int, result: IterationResult) -> None:
         loop = self.graph.loop
@@ -108,7 +120,7 @@ class Controller:
             )
             produced[str(port)] = outs
             calls += port_calls
-        self._record(wait_all(calls, self._deadline("the after-loop phase", it)), [c[1] for c in calls])
+        self._record(wait_all(calls, self._deadline("the after-loop phase", it)), [c[1] for c in calls], it)
         terminal = {str(p) for p in self.graph.then_order} - {str(e.src) for e in self.graph.then}
         for name in sorted(terminal):
             outputs = wait_all([(ref, r, name) for ref, r in produced[name]], self._deadline(name, it))
@@ -131,9 +143,9 @@ class Controller:
             outs = outs[:1]
         return outs, calls
 
-    def _record(self, events: list[tuple], group: list[Replica]) -> None:
+    def _record(self, events: list[tuple], group: list[Replica], it: int) -> None:
         for event, r in zip(events, group, strict=True):
-            self.trace.task(f"{r.worker}[{r.index}]", self.plan.device_name(r.device), event)
+            self.trace.task(f"{r.worker}[{r.index}]", self.plan.device_name(r.device), event, iteration=it)
 
     def _deadline(self, what: str, it: int) -> Deadline:
         return Deadline(self.timeouts.call_s, f"{what} (iteration {it})")

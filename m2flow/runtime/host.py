@@ -124,6 +124,12 @@ class WorkerHost:
         outputs = [self._invoke(inst, port, (value,), f"iteration {iteration}, sync") for inst in self.instances]
         return outputs, (port, "sync", start, time.time(), -1, 0, 0)
 
+    def swap(self, op: str) -> tuple:
+        """`offload` or `onload` every instance (when the class defines it); traced either way."""
+        start = time.time()
+        self.hook(op)
+        return (op, "swap", start, time.time(), -1, 0, 0)
+
     def hook(self, name: str, *args: Any) -> list[Any] | None:
         """Call an optional hook on every instance; None where the class does not define it."""
         if not hasattr(self.instances[0], name):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
 def counter_workflow(
-    tmp_path, policy="PlusOne", env_replicas=2, num_envs=3, horizon=5, mode="shared", stages=1, **run
+    tmp_path, policy="PlusOne", env_replicas=2, num_envs=3, horizon=5, mode="shared", stages=1, offload="never", **run
 ) -> mf.WorkflowSpec:
     return spec_from_dict(
         {
@@ -33,7 +34,7 @@ def counter_workflow(
                 "loop": {"horizon": horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]},
                 "then": ["env.trajectory -> learner.train"],
             },
-            "placement": {"mode": mode, "pipeline_stages": stages},
+            "placement": {"mode": mode, "pipeline_stages": stages, "offload": offload},
             "run": {"iterations": 2, "output_dir": str(tmp_path), "progress": False, **run},
         }
     )
@@ -50,6 +51,18 @@ def test_every_env_steps_every_step_in_order(tmp_path, mode, stages):
     assert last["env_steps"] == 2 * 5 * envs
     assert result.plan.pipeline_stages == stages
     assert (result.run_dir / "trace.json").exists() and (result.run_dir / "plan.json").exists()
+
+
+def test_context_switches_run_in_the_order_the_plan_gives(tmp_path):
+    result = mf.run(counter_workflow(tmp_path, offload="always"))
+    planned = [(op, w) for phase in result.plan.phases for op in ("offload", "onload") for w in getattr(phase, op)]
+    assert planned == [("offload", "learner"), ("onload", "policy"), ("offload", "policy"), ("onload", "learner")]
+    events = json.loads((result.run_dir / "trace.json").read_text())["traceEvents"]
+    swaps = sorted((e for e in events if e.get("cat") == "swap" and e["args"]["iteration"] == 1), key=lambda e: e["ts"])
+    ran = list(dict.fromkeys((e["name"], e["args"]["worker"].split("[")[0]) for e in swaps))
+    assert ran == planned
+    assert result.last["policy/onloads"] == 2 and result.last["policy/offloads"] == 2
+    assert result.last["time/swap_s"] > 0
 
 
 def test_a_crashing_port_names_worker_port_and_cause(tmp_path):

@@ -13,19 +13,27 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 def rollout_workflow(tmp_path, name: str, stages: int, mode: str) -> mf.WorkflowSpec:
     env = {"env_id": "HalfCheetah-v5"}
-    return spec_from_dict({
-        "name": name,
-        "workers": {
-            "env": {"kind": "simulator", "class": "m2flow.workers.env.GymEnv", "replicas": 2,
-                    "args": {**env, "num_envs": 4}},
-            "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": env},
-            "sink": {"kind": "function", "class": "tests.workers_for_tests.SaveBatch"},
-        },
-        "flow": {"loop": {"horizon": 64, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
-                 "then": ["env.trajectory -> sink.train"]},
-        "placement": {"mode": mode, "pipeline_stages": stages},
-        "run": {"iterations": 2, "seed": 5, "output_dir": str(tmp_path), "progress": False, "checkpoint_every": 0},
-    })
+    return spec_from_dict(
+        {
+            "name": name,
+            "workers": {
+                "env": {
+                    "kind": "simulator",
+                    "class": "m2flow.workers.env.GymEnv",
+                    "replicas": 2,
+                    "args": {**env, "num_envs": 4},
+                },
+                "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": env},
+                "sink": {"kind": "function", "class": "tests.workers_for_tests.SaveBatch"},
+            },
+            "flow": {
+                "loop": {"horizon": 64, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
+                "then": ["env.trajectory -> sink.train"],
+            },
+            "placement": {"mode": mode, "pipeline_stages": stages},
+            "run": {"iterations": 2, "seed": 5, "output_dir": str(tmp_path), "progress": False, "checkpoint_every": 0},
+        }
+    )
 
 
 def test_two_slices_give_the_same_trajectories_env_by_env(tmp_path):

@@ -18,6 +18,7 @@ import m2flow
 from m2flow.workers.actor.backends import get_backend
 from m2flow.workers.algorithms import PPOLossConfig, ReturnScaler, compute_gae, normalize_advantages, ppo_loss
 from m2flow.workers.models import build_policy
+from m2flow.workers.models.placement import move_module, move_optimizer
 from m2flow.workers.rollout.torch_policy import PolicyArgs
 
 TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done")
@@ -137,6 +138,18 @@ class PPO:
             }
         )
         return metrics
+
+    def offload(self) -> None:
+        """Model and optimizer state to pinned host memory while others use the device (CUDA, one rank)."""
+        if self.device.type == "cuda" and self.backend.world_size == 1:
+            move_module(self.model, torch.device("cpu"))
+            move_optimizer(self.optimizer, torch.device("cpu"))
+            torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        if self.device.type == "cuda" and self.backend.world_size == 1:
+            move_module(self.model, self.device)
+            move_optimizer(self.optimizer, self.device)
 
     def state_dict(self) -> dict[str, Any]:
         state = {

@@ -74,13 +74,19 @@ class GaussianMLP(nn.Module):
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs, value_only=True)
 
-    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None,
-                             noise: torch.Tensor | None = None):
+    def get_action_and_value(
+        self, obs: torch.Tensor, action: torch.Tensor | None = None, noise: torch.Tensor | None = None
+    ):
         """(action, log-prob, entropy, value); a new action is mean + std * noise (standard normal)."""
         return self(obs, action, noise)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None, noise: torch.Tensor | None = None,
-                value_only: bool = False):
+    def forward(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor | None = None,
+        noise: torch.Tensor | None = None,
+        value_only: bool = False,
+    ):
         """Every use goes through `forward`, so FSDP2 gathers the root's parameters before it."""
         x = self.obs_norm(obs)
         if value_only:

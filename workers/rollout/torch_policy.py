@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import m2flow
 from m2flow.errors import WorkerError
 from m2flow.workers.models import PolicyConfig, build_policy, env_dims
+from m2flow.workers.models.placement import move_module
 
 
 class PolicyArgs(BaseModel):
@@ -66,6 +67,16 @@ class TorchPolicy:
                 rng = self.env_rngs[int(env_id)] = np.random.default_rng([self.seed, int(env_id)])
             draws[row] = rng.standard_normal(self.act_dim, dtype=np.float32)
         return torch.from_numpy(draws).to(self.device)
+
+    def offload(self) -> None:
+        """Free the device for a worker sharing it: the model goes to pinned host memory (CUDA only)."""
+        if self.device.type == "cuda":
+            move_module(self.model, torch.device("cpu"))
+            torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        if self.device.type == "cuda":
+            move_module(self.model, self.device)
 
     def load_weights(self, weights: dict[str, Any]) -> int:
         """Load a versioned state dict; refuses stale versions and torn (incomplete or misshapen) states."""

@@ -1,0 +1,109 @@
+"""Context switches on shared devices: which workers swap out, when, and what memory that saves.
+
+A phase (sync, loop, then) needs some workers. A worker that shares a device with others and is
+offloaded is resident only around the phases that need it: the plan attaches `offload`/`onload`
+lists to each phase, executed before it. `placement.offload`: `never`; `always` (every worker that
+shares a device swaps); `auto` (swap only if the device would not hold everyone at once).
+"""
+
+from __future__ import annotations
+
+from m2flow.cluster import Cluster
+from m2flow.graph import MacroGraph
+from m2flow.plan import Phase, Placement
+from m2flow.planners.profile import Profile
+
+
+class OffloadInfeasible(Exception):
+    pass
+
+
+def phases_of(graph: MacroGraph) -> list[Phase]:
+    phases = [Phase("sync", [str(edge)], every) for edge, every in graph.sync]
+    if graph.loop is not None:
+        phases.append(Phase("loop", [str(p) for p in graph.loop.ports]))
+    if graph.then:
+        phases.append(Phase("then", [str(e) for e in graph.then]))
+    return phases
+
+
+def active(phase: Phase) -> set[str]:
+    """Workers a phase calls (the worker names of the ports on its edges)."""
+    names = set()
+    for item in phase.edges:
+        for side in item.split("->"):
+            names.add(side.strip().split(".")[0])
+    return names
+
+
+def sharing_workers(placements: dict[str, Placement]) -> set[str]:
+    names = list(placements)
+    out = set()
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if set(placements[a].replica_devices) & set(placements[b].replica_devices):
+                out |= {a, b}
+    return out
+
+
+def with_swaps(phases: list[Phase], offloaded: set[str]) -> list[Phase]:
+    """Attach to each phase the swaps before it, for a steady-state iteration (the program repeats)."""
+    if not offloaded:
+        return phases
+    resident = set(offloaded)
+    out = []
+    for lap in range(2):  # the second lap starts from the state the first one ends in: the steady state
+        for phase in phases:
+            need = active(phase) & offloaded
+            swap_out, swap_in = sorted((resident & offloaded) - need), sorted(need - resident)
+            resident = (resident - set(swap_out)) | set(swap_in)
+            if lap == 1:
+                out.append(Phase(phase.op, phase.edges, phase.every, swap_out, swap_in))
+    return out
+
+
+def peak_memory(
+    placements: dict[str, Placement], phases: list[Phase], offloaded: set[str], profile: Profile
+) -> dict[int, tuple[float, list[str]]]:
+    """Per device, the most memory resident at once, and who holds it then."""
+    always = {n for n in placements if n not in offloaded}
+    peak: dict[int, tuple[float, list[str]]] = {}
+    for phase in phases or [Phase("idle")]:
+        resident = always | (active(phase) & offloaded)
+        load: dict[int, list[str]] = {}
+        for name in resident:
+            for device in placements[name].replica_devices:
+                load.setdefault(device, []).append(name)
+        for device, names in load.items():
+            need = sum(profile.memory_gb.get(n, 0.0) for n in names)
+            if need > peak.get(device, (-1.0, []))[0]:
+                peak[device] = (need, sorted(names))
+    return peak
+
+
+def choose_offload(graph: MacroGraph, placements: dict[str, Placement], cluster: Cluster, profile: Profile) -> set[str]:
+    policy = graph.spec.placement.offload
+    phases = phases_of(graph)
+    candidates = sharing_workers(placements)
+    options = {"never": [set()], "always": [candidates], "auto": [set(), candidates]}[policy]
+    for offloaded in options:
+        if fits(placements, phases, offloaded, cluster, profile) is None:
+            return offloaded
+    raise OffloadInfeasible(fits(placements, phases, options[-1], cluster, profile))
+
+
+def fits(
+    placements: dict[str, Placement], phases: list[Phase], offloaded: set[str], cluster: Cluster, profile: Profile
+) -> str | None:
+    """None if every device holds its peak; else what overflows, and the fixes."""
+    for device, (need, names) in peak_memory(placements, phases, offloaded, profile).items():
+        capacity = cluster.devices[device].memory_gb
+        if need > capacity:
+            parts = ", ".join(f"{n} {profile.memory_gb.get(n, 0.0):g} GB" for n in names)
+            swap = "even with offload, " if offloaded else ""
+            return (
+                f"device {cluster.devices[device].name} would hold {need:g} GB ({parts}) but has {capacity:g} GB;"
+                f" {swap}spread the workers over more devices, lower their memory (fewer envs per process,"
+                " smaller model), set placement.offload=auto, or add devices"
+            )
+    return None
