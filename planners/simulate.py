@@ -29,7 +29,7 @@ class Prediction:
     device_busy: dict[str, float]
     bubble_fraction: float
     simulated_steps: int
-    notes: list[str] = field(default_factory=list)
+    port_s: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> dict:
         return {
@@ -40,6 +40,7 @@ class Prediction:
             "device_busy": self.device_busy,
             "bubble_fraction": self.bubble_fraction,
             "simulated_steps": self.simulated_steps,
+            "port_s": self.port_s,
         }
 
 
@@ -208,10 +209,16 @@ class _Run:
             for task, seconds in zip(sched.tasks, sched.duration, strict=True):
                 if task.phase == "loop" and task.step >= 0:
                     busy[task.device] += seconds * (scale - 1)
+        port_s: dict[str, float] = {}
+        scale = graph.loop.horizon / steps if graph.loop is not None and steps else 1.0
+        for task, seconds in zip(sched.tasks, sched.duration, strict=True):
+            weight = scale if task.phase == "loop" and task.step >= 0 else 1.0
+            key = f"{task.worker}.{task.port}"
+            port_s[key] = port_s.get(key, 0.0) + seconds * weight
         used = sorted(busy)
         device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
         bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0
-        return Prediction(sched.tasks, iteration_s, phase_s, total_items, device_busy, bubble, steps)
+        return Prediction(sched.tasks, iteration_s, phase_s, total_items, device_busy, bubble, steps, port_s)
 
 
 def _simulate_loop(

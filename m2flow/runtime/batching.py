@@ -52,3 +52,12 @@ def split(value: Any, sizes: list[int]) -> list[Any]:
     if isinstance(value, np.ndarray):
         return np.split(value, np.cumsum(sizes)[:-1], axis=0)
     raise BatchingError(f"cannot split a {type(value).__name__} across shards; return numpy arrays or dicts of them")
+
+
+def payload_bytes(value: Any) -> int:
+    """Bytes of the arrays and tensors inside a (nested) dict/list value."""
+    if isinstance(value, dict):
+        return sum(payload_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(payload_bytes(v) for v in value)
+    return int(getattr(value, "nbytes", 0))

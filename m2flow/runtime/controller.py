@@ -35,6 +35,7 @@ class Controller:
         self.trace = trace
         self.timeouts = graph.spec.run.timeouts
         self._phases = {"sync": self._sync, "loop": self._loop, "then": self._then}
+        self.measured = Measured()
 
     def iteration(self, it: int) -> IterationResult:
         result = IterationResult()
@@ -47,7 +48,9 @@ class Controller:
             self._phases[phase.op](phase, it, result)
             seconds = time.time() - began
             result.metrics[f"time/{phase.op}_s"] = result.metrics.get(f"time/{phase.op}_s", 0.0) + seconds
-            self.trace.task("controller", "controller", (phase.op, "phase", began, time.time(), -1, 0, 0), iteration=it)
+            self.trace.task(
+                "controller", "controller", (phase.op, "phase", began, time.time(), -1, 0, 0, 0), iteration=it
+            )
         result.metrics.update(self._worker_metrics())
         elapsed = time.time() - start
         result.metrics["time/iteration_s"] = elapsed
@@ -71,12 +74,14 @@ class Controller:
         edge = Edge.model_validate(phase.edges[0])
         outs, calls = self._call(edge.src, it, [], [])
         self._record(wait_all(calls, self._deadline(f"sync {edge}", it)), [c[1] for c in calls], it)
-        value_ref = outs[0][0]
+        value_ref = outs[0][0]  # a Ray reference: the state goes from the training rank to each replica
         calls = []
         for r in self.launch.replicas[edge.dst.worker]:
             out, event = r.actor.call_single.options(num_returns=2).remote(edge.dst.port, it, value_ref)
             calls.append((event, r, f"sync {edge}"))
-        self._record(wait_all(calls, self._deadline(f"sync {edge}", it)), [c[1] for c in calls], it)
+        events = wait_all(calls, self._deadline(f"sync {edge}", it))
+        self._record(events, [c[1] for c in calls], it)
+        result.metrics["sync/bytes"] = float(events[0][7])
 
     def _loop(self, phase: Phase, it: int, result: IterationResult) -> None:
         loop = self.graph.loop
@@ -96,6 +101,8 @@ class Controller:
         last = loop.ports[-1]
         for r, s in zip(members, stats, strict=True):
             device = self.plan.device_name(r.device)
+            for port, seconds in s.seconds.items():
+                self.measured.add(f"{r.worker}.{port}", device, seconds)
             for event in s.events:
                 self.trace.task(f"{r.worker}[{r.index}]", device, event, iteration=it)
             if not program.trace_steps and s.seconds:
@@ -103,7 +110,7 @@ class Controller:
                 self.trace.task(
                     f"{r.worker}[{r.index}]",
                     device,
-                    ("loop (busy)", "loop", s.start, s.start + busy, -1, 0, sum(s.items.values())),
+                    ("loop (busy)", "loop", s.start, s.start + busy, -1, 0, sum(s.items.values()), s.sent_bytes),
                     iteration=it,
                 )
             if r.worker == last.worker:
@@ -145,7 +152,9 @@ class Controller:
 
     def _record(self, events: list[tuple], group: list[Replica], it: int) -> None:
         for event, r in zip(events, group, strict=True):
-            self.trace.task(f"{r.worker}[{r.index}]", self.plan.device_name(r.device), event, iteration=it)
+            device = self.plan.device_name(r.device)
+            self.trace.task(f"{r.worker}[{r.index}]", device, event, iteration=it)
+            self.measured.add(f"{r.worker}.{event[0]}", device, event[3] - event[2])
 
     def _deadline(self, what: str, it: int) -> Deadline:
         return Deadline(self.timeouts.call_s, f"{what} (iteration {it})")
@@ -191,6 +200,18 @@ class Controller:
                     )
                 )
         wait_all(calls, Deadline(self.timeouts.call_s, "load_state_dict() on resume"))
+
+
+@dataclass
+class Measured:
+    """Seconds spent per port and per device over the run, to set beside the plan's prediction."""
+
+    port_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    device_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def add(self, port: str, device: str, seconds: float) -> None:
+        self.port_s[port] += seconds
+        self.device_s[device] += seconds
 
 
 def _mean_of_dicts(items: list[Any]) -> dict[str, float]:

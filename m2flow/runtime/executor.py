@@ -17,6 +17,7 @@ from m2flow.runtime.launch import Launch, connect_ray
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.tracing import Trace
 from m2flow.spec import WorkflowSpec
+from m2flow.viz.tables import comparison_table
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,13 @@ def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
                     state,
                     {"env_steps": env_steps, "workflow": spec.name, "plan": plan.to_dict()},
                 )
-        reporter.print(compare(plan, result.history))
+        if result.history:
+            iteration_s = sum(h["time/iteration_s"] for h in result.history) / len(result.history)
+            reporter.print(
+                comparison_table(
+                    plan, controller.measured.port_s, controller.measured.device_s, len(result.history), iteration_s
+                )
+            )
     finally:
         trace.write(run_dir / "trace.json")
         reporter.close()
@@ -98,14 +105,3 @@ def keep_previous(run_dir: Path) -> None:
             suffix += 1
         run_dir.rename(aside)
         log.warning("kept the previous run of %s in %s", run_dir.name, aside)
-
-
-def compare(plan: Plan, history: list[dict]) -> str:
-    """Predicted vs measured iteration time (the first iteration warms up and is left out when possible)."""
-    measured = [h["time/iteration_s"] for h in history[1:] or history]
-    if not measured:
-        return "m2flow: no iteration ran"
-    mean = sum(measured) / len(measured)
-    predicted = plan.predicted.get("iteration_s", 0.0)
-    ratio = f" (measured/predicted {mean / predicted:.2f}x)" if predicted else ""
-    return f"m2flow: iteration time predicted {predicted:.3f} s, measured {mean:.3f} s{ratio}"

@@ -16,7 +16,7 @@ from typing import Any
 
 from m2flow.context import WorkerContext, set_context
 from m2flow.errors import WorkerError
-from m2flow.runtime.batching import leading_size
+from m2flow.runtime.batching import leading_size, payload_bytes
 from m2flow.runtime.channels import Mailbox, PeerId
 from m2flow.runtime.loop import LoopProgram, LoopStats, run_loop
 
@@ -115,20 +115,20 @@ class WorkerHost:
         start = time.time()
         outputs = [self._invoke(inst, port, args, f"iteration {iteration}") for inst in self.instances]
         items = sum(leading_size(a) for arg in args for a in arg) if args else 0
-        return outputs, (port, "call", start, time.time(), -1, 0, items)
+        return outputs, (port, "call", start, time.time(), -1, 0, items, payload_bytes(args))
 
     def call_single(self, port: str, iteration: int, produced: list[Any]) -> tuple[list[Any], tuple]:
         """Call `port` with the first output of a producer replica (a sync edge copies one state)."""
         value = produced[0]
         start = time.time()
         outputs = [self._invoke(inst, port, (value,), f"iteration {iteration}, sync") for inst in self.instances]
-        return outputs, (port, "sync", start, time.time(), -1, 0, 0)
+        return outputs, (port, "sync", start, time.time(), -1, 0, 0, payload_bytes(value))
 
     def swap(self, op: str) -> tuple:
         """`offload` or `onload` every instance (when the class defines it); traced either way."""
         start = time.time()
         self.hook(op)
-        return (op, "swap", start, time.time(), -1, 0, 0)
+        return (op, "swap", start, time.time(), -1, 0, 0, 0)
 
     def hook(self, name: str, *args: Any) -> list[Any] | None:
         """Call an optional hook on every instance; None where the class does not define it."""

@@ -39,12 +39,14 @@ class LoopStats:
     sent_bytes: int = 0
     start: float = 0.0
 
-    def add(self, port: str, start: float, end: float, items: int, step: int, stage: int, trace: bool) -> None:
+    def add(
+        self, port: str, start: float, end: float, items: int, step: int, stage: int, sent: int, trace: bool
+    ) -> None:
         self.seconds[port] = self.seconds.get(port, 0.0) + end - start
         self.calls[port] = self.calls.get(port, 0) + 1
         self.items[port] = self.items.get(port, 0) + items
         if trace:
-            self.events.append((port, "loop", start, end, step, stage, items))
+            self.events.append((port, "loop", start, end, step, stage, items, sent))
 
 
 CallPort = Callable[[str, int, Any], Any]  # (port, slice, input or None) -> output
@@ -57,17 +59,17 @@ def run_loop(prog: LoopProgram, worker: str, replica: int, call_port: CallPort, 
     mine = shard_groups(prog.shards, prog.replicas[worker])[replica]
     local: dict[tuple[int, int], tuple[Any, list[int]]] = {}
 
-    def deliver(j_next: int, s: int, t_next: int, value: Any, sizes: list[int]) -> None:
+    def deliver(j_next: int, s: int, t_next: int, value: Any, sizes: list[int]) -> int:
+        """Hand `value` to the next port's replicas; returns the bytes sent on channels."""
         w_next = prog.ports[j_next][0]
         if w_next == worker:
             local[(j_next, s)] = (value, sizes)
-            return
+            return 0
         parts = split(value, sizes) if len(mine) > 1 else [value]
         by_peer: dict[int, dict[int, Any]] = {}
         for shard, part in zip(mine, parts, strict=True):
             by_peer.setdefault(owner(shard, prog.shards, prog.replicas[w_next]), {})[shard] = part
-        for peer, payload in by_peer.items():
-            mailbox.send((w_next, peer), (t_next, j_next, s), payload)
+        return sum(mailbox.send((w_next, peer), (t_next, j_next, s), payload) for peer, payload in by_peer.items())
 
     def gather(j: int, s: int, t: int) -> tuple[Any, list[int]]:
         if (j, s) in local:
@@ -80,25 +82,26 @@ def run_loop(prog: LoopProgram, worker: str, replica: int, call_port: CallPort, 
             pieces.update(mailbox.recv((w_prev, peer), (t, j, s), prog.channel_timeout_s, what))
         return concat([pieces[b] for b in mine])
 
-    def call(j: int, s: int, value: Any, step: int) -> Any:
+    def call(j: int, s: int, value: Any, sizes: list[int], step: int, after: tuple[int, int] | None) -> None:
+        """Call port j on slice s, then deliver its output to `after` = (next port, its step), if any."""
         port = prog.ports[j][1]
         start = time.time()
         out = call_port(port, s, value)
-        stats.add(port, start, time.time(), leading_size(value) if value is not None else 0, step, s, prog.trace_steps)
-        return out
+        end = time.time()
+        sent = deliver(after[0], s, after[1], out, sizes) if after else 0
+        items = leading_size(value) if value is not None else 0
+        stats.add(port, start, end, items, step, s, sent, prog.trace_steps)
 
     if prog.ports[0][0] == worker:
         for s in range(prog.stages):
-            deliver(1, s, 0, call(0, s, None, -1), [0])
+            call(0, s, None, [0], -1, (1, 0))
     for t in range(prog.horizon):
         for j in range(1, k + 1):
             if prog.ports[j][0] != worker:
                 continue
             for s in range(prog.stages):
                 value, sizes = gather(j, s, t)
-                out = call(j, s, value, t)
-                if t == prog.horizon - 1 and j == k:
-                    continue
-                deliver(j + 1 if j < k else 1, s, t if j < k else t + 1, out, sizes)
+                last = t == prog.horizon - 1 and j == k
+                call(j, s, value, sizes, t, None if last else (j + 1 if j < k else 1, t if j < k else t + 1))
     stats.sent_bytes = mailbox.sent_bytes - sent_before
     return stats

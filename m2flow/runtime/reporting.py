@@ -49,7 +49,7 @@ class Reporter:
             ret=f"{ret:.1f}" if ret is not None and math.isfinite(ret) else "-",
         )
 
-    def print(self, message: str) -> None:
+    def print(self, message) -> None:
         self.progress.console.print(message)
 
     def close(self) -> None:

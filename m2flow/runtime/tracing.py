@@ -18,8 +18,8 @@ class Trace:
         self._pid["controller"] = 0
 
     def task(self, row: str, device: str, event: tuple, **args) -> None:
-        """`event` is (name, phase, start_s, end_s, step, stage, items) as recorded by a host."""
-        name, phase, start, end, step, stage, items = event
+        """`event` is (name, phase, start_s, end_s, step, stage, items, bytes) as recorded by a host."""
+        name, phase, start, end, step, stage, items, sent = event
         pid, tid = self._pid.get(device, 0), self._tid.setdefault(row, len(self._tid) + 1)
         if (pid, tid) not in self._named:
             self._named.add((pid, tid))
@@ -34,7 +34,7 @@ class Trace:
                 "tid": tid,
                 "ts": start * 1e6,
                 "dur": max(0.0, end - start) * 1e6,
-                "args": {"worker": row, "device": device, "items": items, **extra, **args},
+                "args": {"worker": row, "device": device, "items": items, "bytes": sent, **extra, **args},
             }
         )
 

@@ -54,3 +54,24 @@ def candidates_table(plan: Plan) -> Table:
         else:
             table.add_row(row["mode"], "-", "-", "-", "-", f"infeasible: {row['reason']}")
     return table
+
+
+def comparison_table(
+    plan: Plan, port_s: dict[str, float], device_s: dict[str, float], iterations: int, iteration_s: float
+) -> Table:
+    """Predicted vs measured seconds per iteration for every port, and busy fraction per device."""
+    predicted = plan.predicted
+    table = Table(
+        title=f"predicted vs measured, per iteration (iteration: {predicted['iteration_s']:.3g} s"
+        f" predicted, {iteration_s:.3g} s measured)"
+    )
+    for column in ("port / device", "predicted", "measured", "measured/predicted"):
+        table.add_column(column, justify="right" if column != "port / device" else "left")
+    for port in sorted(set(predicted.get("port_s", {})) | set(port_s)):
+        want, got = predicted.get("port_s", {}).get(port, 0.0), port_s.get(port, 0.0) / max(1, iterations)
+        table.add_row(port, f"{want:.3g} s", f"{got:.3g} s", f"{got / want:.2f}x" if want > 0 else "-")
+    for device in sorted(set(predicted.get("device_busy", {})) | set(device_s)):
+        want = predicted.get("device_busy", {}).get(device, 0.0)
+        got = device_s.get(device, 0.0) / max(1e-9, iterations * iteration_s)
+        table.add_row(f"busy {device}", f"{want:.0%}", f"{got:.0%}", f"{got / want:.2f}x" if want > 0 else "-")
+    return table

@@ -17,7 +17,7 @@ from pydantic import Field
 import m2flow
 from m2flow.workers.actor.backends import get_backend
 from m2flow.workers.algorithms import PPOLossConfig, ReturnScaler, compute_gae, normalize_advantages, ppo_loss
-from m2flow.workers.models import build_policy
+from m2flow.workers.models import build_policy, state_checksum
 from m2flow.workers.models.placement import move_module, move_optimizer
 from m2flow.workers.rollout.torch_policy import PolicyArgs
 
@@ -59,8 +59,9 @@ class PPO:
         self.updates = 0
 
     def weights(self) -> dict[str, Any]:
-        """The full policy state for inference workers, versioned (a collective on every rank)."""
-        return {"version": self.version, "state": self.backend.full_state_dict(self.model)}
+        """The full policy state for inference workers, versioned and checksummed (a collective on every rank)."""
+        state = self.backend.full_state_dict(self.model)
+        return {"version": self.version, "state": state, "checksum": state_checksum(state)}
 
     def train(self, trajectories: list[dict[str, np.ndarray]]) -> dict[str, float]:
         cfg = self.cfg

@@ -116,3 +116,13 @@ def env_dims(env_id: str, **env_kwargs) -> tuple[int, int]:
         return int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
     finally:
         env.close()
+
+
+def state_checksum(state: dict[str, torch.Tensor]) -> float:
+    """A position-weighted sum over every tensor: a copy cut short or reordered does not match."""
+    total = 0.0
+    for i, key in enumerate(sorted(state)):
+        flat = state[key].detach().reshape(-1).double().cpu()
+        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64)
+        total += (i + 1) * float((flat * weights).sum())
+    return total

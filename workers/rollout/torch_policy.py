@@ -6,6 +6,7 @@ than the one loaded, or a state whose keys or shapes do not match the model, is 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import m2flow
 from m2flow.errors import WorkerError
-from m2flow.workers.models import PolicyConfig, build_policy, env_dims
+from m2flow.workers.models import PolicyConfig, build_policy, env_dims, state_checksum
 from m2flow.workers.models.placement import move_module
 
 
@@ -79,7 +80,8 @@ class TorchPolicy:
             move_module(self.model, self.device)
 
     def load_weights(self, weights: dict[str, Any]) -> int:
-        """Load a versioned state dict; refuses stale versions and torn (incomplete or misshapen) states."""
+        """Load a versioned state dict; refuses stale versions and torn states (incomplete, misshapen, or
+        contents that do not match the sender's checksum)."""
         version, state = weights.get("version"), weights.get("state")
         if not isinstance(version, int) or not isinstance(state, dict):
             raise WorkerError("load_weights: expected {'version': int, 'state': state_dict}")
@@ -93,6 +95,8 @@ class TorchPolicy:
                 f"load_weights: torn weights v{version}: missing {sorted(missing)[:3]},"
                 f" unexpected {sorted(extra)[:3]}, wrong shape {bad[:3]}"
             )
+        if "checksum" in weights and not math.isclose(state_checksum(state), weights["checksum"], rel_tol=1e-9):
+            raise WorkerError(f"load_weights: torn weights v{version}: contents do not match their checksum")
         self.model.load_state_dict(state)
         self.version = version
         return version
