@@ -1,4 +1,4 @@
-"""`m2flow run|plan|validate FILE.yaml [key=value ...]` — user errors print without a traceback."""
+"""`m2flow run|plan|profile|validate FILE.yaml [key=value ...]` — user errors print without a traceback."""
 
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--out", help="folder for plan.json and pictures (default: <output_dir>/<name>/plan)")
     plan.set_defaults(handler=_plan)
 
+    profile = sub.add_parser("profile", help="measure each port of the real workers and fit a cost profile")
+    profile.add_argument("file")
+    profile.add_argument("overrides", nargs="*")
+    profile.add_argument("--from-trace", help="refit from a run's trace.json instead of measuring")
+    profile.add_argument("--out", help="where to write the profile (default: <output_dir>/profiles/<name>.json)")
+    profile.set_defaults(handler=_profile)
+
     validate = sub.add_parser("validate", help="check the workflow file and print every problem")
     validate.add_argument("file")
     validate.add_argument("overrides", nargs="*")
@@ -61,6 +68,41 @@ def _plan(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(spec.run.output_dir) / spec.name / "plan"
     written = write_dry_run(graph, plan, out, Console())
     console.print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from m2flow.graph import build_graph
+    from m2flow.planners import profile_path
+    from m2flow.planners.fit import fit_trace_file, save_profile
+
+    spec = load_spec(args.file, args.overrides)
+    build_graph(spec, args.file)
+    if args.from_trace:
+        profile = fit_trace_file(args.from_trace)
+        profile["workflow"] = spec.name
+    else:
+        from m2flow.runtime.launch import connect_ray
+        from m2flow.runtime.profiling import measure_profile
+
+        connect_ray(spec.cluster)
+        profile = measure_profile(spec)
+    path = save_profile(profile, args.out or profile_path(spec))
+    table = Table(title=f"profile of {spec.name} ({profile['source']})")
+    for column in ("port", "fixed ms", "per item ms", "calls", "batch sizes"):
+        table.add_column(column)
+    for port, fit in profile["ports"].items():
+        table.add_row(
+            port,
+            f"{fit['fixed_s'] * 1e3:.3f}",
+            f"{fit['per_item_s'] * 1e3:.4f}",
+            str(fit["calls"]),
+            ",".join(map(str, fit["batch_sizes"])),
+        )
+    Console().print(table)
+    console.print(f"wrote {path}; `m2flow plan` and `m2flow run` use it")
     return 0
 
 

@@ -6,6 +6,7 @@ Every problem found is reported at once, each naming the key in the workflow fil
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 
@@ -47,6 +48,7 @@ class MacroGraph:
     then_order: list[PortRef]
     sync: list[tuple[Edge, int]]
     ports: dict[str, set[str]] = field(default_factory=dict)
+    targets: dict[str, Any] = field(default_factory=dict)
 
     @property
     def workers(self) -> dict:
@@ -79,9 +81,11 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     """Resolve every worker, check every edge, and return the validated macro graph."""
     problems: list[str] = []
     ports: dict[str, set[str]] = {}
+    targets: dict[str, Any] = {}
     for name, worker in spec.workers.items():
         try:
-            ports[name] = ports_of(resolve(worker.cls, f"workers.{name}.class"))
+            targets[name] = resolve(worker.cls, f"workers.{name}.class")
+            ports[name] = ports_of(targets[name])
         except SpecError as exc:
             problems.extend(exc.problems)
 
@@ -121,7 +125,8 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     _check_loop_replicas(spec, loop, problems)
     if problems:
         raise SpecError(problems, source)
-    return MacroGraph(spec, graph, loop, list(flow.then), then_order, [(s.edge, s.every) for s in flow.sync], ports)
+    sync = [(s.edge, s.every) for s in flow.sync]
+    return MacroGraph(spec, graph, loop, list(flow.then), then_order, sync, ports, targets)
 
 
 def _loop_chain(edges: list[Edge], horizon: int, problems: list[str]) -> LoopChain | None:

@@ -133,6 +133,9 @@ class PlacementSpec(_Strict):
     offload: Literal["auto", "always", "never"] = Field(
         "auto", description="swap workers sharing a device out between their phases (auto: when memory needs it)"
     )
+    profile: str | None = Field(
+        None, description="measured costs (m2flow profile); default <output_dir>/profiles/<name>.json if it exists"
+    )
 
     @field_validator("pipeline_stages")
     @classmethod

@@ -1,13 +1,29 @@
 """Planning: pure computation over the macro graph, the cluster and the profile (no Ray, no torch)."""
 
+from pathlib import Path
+
+from m2flow.errors import PlanError
 from m2flow.planners import auto, disaggregated, hybrid, shared  # noqa: F401  (register the modes)
 from m2flow.planners.base import Infeasible, Planner, get_planner, placement_modes
+from m2flow.planners.fit import load_profile
 from m2flow.planners.profile import Profile
 
-__all__ = ["Infeasible", "Planner", "Profile", "get_planner", "placement_modes", "make_plan"]
+__all__ = ["Infeasible", "Planner", "Profile", "get_planner", "placement_modes", "make_plan", "profile_path"]
+
+
+def profile_path(spec) -> Path:
+    """Where `m2flow profile` writes, and `plan`/`run` look for, this workflow's measured costs."""
+    return Path(spec.placement.profile or Path(spec.run.output_dir) / "profiles" / f"{spec.name}.json")
+
+
+def load_measured(spec) -> dict | None:
+    path = profile_path(spec)
+    if spec.placement.profile and not path.exists():
+        raise PlanError(f"placement.profile: no file {path}; run `m2flow profile` first or remove the key")
+    return load_profile(path) if path.exists() else None
 
 
 def make_plan(graph, cluster, profile=None, mode: str | None = None):
     """Plan `graph` on `cluster` in `mode` (default: the workflow's placement.mode)."""
-    profile = profile or Profile.from_graph(graph)
+    profile = profile or Profile.from_graph(graph, load_measured(graph.spec))
     return get_planner(mode or graph.spec.placement.mode).plan(graph, cluster, profile)

@@ -70,6 +70,7 @@ class PlacementPlanner(Planner):
             predicted=prediction.summary(),
         )
         plan.candidates = [candidate_row(self.mode, stages, prediction)]
+        plan.predicted["cost_sources"] = dict(profile.source)
         if offloaded:
             plan.notes.append(f"{self.mode}: {', '.join(sorted(offloaded))} swap out of shared devices between phases")
         return plan

@@ -1,11 +1,15 @@
-"""Cost of each worker port: declared in the workflow, else a default by worker kind.
+"""Cost of each worker port and memory of each worker, merged from three sources.
 
 A call of a port costs `fixed_s + per_item_s * items`; for a simulator, items are the envs stepped.
+Precedence: declared in the workflow (`workers.<w>.profile`, `resources.memory_gb`) > measured
+(`m2flow profile`, a profile.json) > estimated (a worker class's `memory_estimate_gb(**args)`, e.g.
+from a meta-device model) > defaults by worker kind.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from m2flow.graph import MacroGraph
 from m2flow.spec import PortCost
@@ -33,27 +37,42 @@ class Profile:
         return cost.fixed_s + cost.per_item_s * items
 
     def swap_s(self, worker: str, device_kind: str) -> float:
-        """One offload or onload: declared as the worker's `onload` port cost, else memory over bandwidth."""
-        declared = self.costs.get(f"{worker}.onload")
-        if declared is not None and self.source.get(f"{worker}.onload") == "declared":
-            return declared.fixed_s
+        """One offload or onload: the worker's measured/declared `onload` cost, else memory over bandwidth."""
+        if self.source.get(f"{worker}.onload") in ("declared", "measured"):
+            return self.costs[f"{worker}.onload"].fixed_s
         return self.memory_gb.get(worker, 0.0) / HOST_DEVICE_GB_PER_S if device_kind == "gpu" else 0.0
 
     @classmethod
-    def from_graph(cls, graph: MacroGraph) -> Profile:
-        """Declared costs from `workers.<name>.profile`, else defaults: by worker kind for the ports that
-        compute (loop body, terminal after-loop ports), a small fixed cost for ports that hand data on."""
+    def from_graph(cls, graph: MacroGraph, measured: dict[str, Any] | None = None) -> Profile:
+        """Merge the sources; ports that compute (loop body, terminal after-loop ports) default by
+        worker kind, ports that hand data on default to a small fixed cost."""
+        measured_ports = (measured or {}).get("ports", {})
         sources = {str(e.src) for e in graph.then} | {str(e.src) for e, _ in graph.sync}
-        computing_keys = {str(p) for p in graph.loop.body} if graph.loop else set()
-        computing_keys |= {str(p) for p in graph.then_order if str(p) not in sources}
+        computing = {str(p) for p in graph.loop.body} if graph.loop else set()
+        computing |= {str(p) for p in graph.then_order if str(p) not in sources}
         profile = cls()
         for name, worker in graph.workers.items():
-            profile.memory_gb[name] = worker.resources.memory_gb
             profile.items_per_replica[name] = int(worker.args.get("num_envs", 1))
+            profile.memory_gb[name], profile.source[f"{name}.memory"] = _memory(graph, name)
             for port in graph.ports.get(name, ()):
                 key = f"{name}.{port}"
-                declared = worker.profile.get(port)
-                default = DEFAULT_COST[worker.kind] if key in computing_keys else HANDOFF_COST
-                profile.costs[key] = declared or default
-                profile.source[key] = "declared" if declared else "default"
+                if port in worker.profile:
+                    profile.costs[key], profile.source[key] = worker.profile[port], "declared"
+                elif key in measured_ports:
+                    fit = measured_ports[key]
+                    profile.costs[key] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])
+                    profile.source[key] = "measured"
+                else:
+                    profile.costs[key] = DEFAULT_COST[worker.kind] if key in computing else HANDOFF_COST
+                    profile.source[key] = "default"
         return profile
+
+
+def _memory(graph: MacroGraph, name: str) -> tuple[float, str]:
+    declared = graph.workers[name].resources.memory_gb
+    if declared > 0:
+        return declared, "declared"
+    estimate = getattr(graph.targets.get(name), "memory_estimate_gb", None)
+    if callable(estimate):
+        return float(estimate(**graph.workers[name].args)), "estimated"
+    return 0.0, "default"

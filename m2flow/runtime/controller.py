@@ -118,6 +118,8 @@ class Controller:
         result.metrics["loop/bytes_sent"] = float(sum(s.sent_bytes for s in stats))
 
     def _then(self, phase: Phase, it: int, result: IterationResult) -> None:
+        """After-loop ports in dependency order; their tasks count the iteration's env steps per replica,
+        the unit the planner's cost model uses for them."""
         produced: dict[str, list[tuple[Any, Replica]]] = {}
         calls = []
         for port in self.graph.then_order:
@@ -127,7 +129,13 @@ class Controller:
             )
             produced[str(port)] = outs
             calls += port_calls
-        self._record(wait_all(calls, self._deadline("the after-loop phase", it)), [c[1] for c in calls], it)
+        events = wait_all(calls, self._deadline("the after-loop phase", it))
+        replicas = [c[1] for c in calls]
+        steps = result.env_steps
+        events = [
+            (*e[:6], steps // len(self.launch.replicas[r.worker]), e[7]) for e, r in zip(events, replicas, strict=True)
+        ]
+        self._record(events, replicas, it)
         terminal = {str(p) for p in self.graph.then_order} - {str(e.src) for e in self.graph.then}
         for name in sorted(terminal):
             outputs = wait_all([(ref, r, name) for ref, r in produced[name]], self._deadline(name, it))

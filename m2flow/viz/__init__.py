@@ -11,7 +11,7 @@ from rich.console import Console
 from m2flow.graph import MacroGraph
 from m2flow.plan import Plan
 from m2flow.viz.gantt import draw_gantt
-from m2flow.viz.tables import candidates_table, placement_table, timeline_table
+from m2flow.viz.tables import candidates_table, placement_table, sources_line, timeline_table
 
 
 def write_dry_run(graph: MacroGraph, plan: Plan, out: str | Path, console: Console) -> list[Path]:
@@ -20,6 +20,7 @@ def write_dry_run(graph: MacroGraph, plan: Plan, out: str | Path, console: Conso
     console.print(placement_table(plan))
     console.print(timeline_table(plan))
     console.print(candidates_table(plan))
+    console.print(sources_line(plan.predicted.get("cost_sources", {})))
     for note in plan.notes:
         console.print(note)
     written = [plan.save(out / "plan.json")]

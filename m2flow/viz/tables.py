@@ -38,22 +38,38 @@ def timeline_table(plan: Plan) -> Table:
 
 
 def candidates_table(plan: Plan) -> Table:
+    """Feasible candidates ranked; the infeasible ones with the reason, in the caption."""
     table = Table(title="candidates (best first)")
-    for column in ("mode", "stages", "s/iteration", "env steps/s", "bubble", "note"):
+    for column in ("mode", "stages", "s/iteration", "env steps/s", "bubble", ""):
         table.add_column(column)
+    reasons = []
     for row in plan.candidates:
         if row["feasible"]:
+            chosen = (row["mode"], row["stages"]) == (plan.mode, plan.pipeline_stages)
             table.add_row(
                 row["mode"],
                 str(row["stages"]),
                 f"{row['iteration_s']:.4g}",
                 f"{row['env_steps_per_s']:,.0f}",
                 f"{row['bubble_fraction']:.2f}",
-                "chosen" if (row["mode"], row["stages"]) == (plan.mode, plan.pipeline_stages) else "",
+                "chosen" if chosen else "",
             )
         else:
-            table.add_row(row["mode"], "-", "-", "-", "-", f"infeasible: {row['reason']}")
+            table.add_row(row["mode"], "-", "-", "-", "-", "infeasible")
+            reasons.append(f"{row['mode']}: {row['reason'].split(': ', 1)[-1]}")
+    table.caption = "\n".join(reasons) or None
     return table
+
+
+def sources_line(sources: dict[str, str]) -> str:
+    """Where the plan's costs came from, e.g. `costs: 9 measured, 2 declared, 4 default`."""
+    counts: dict[str, int] = {}
+    for key, source in sources.items():
+        if not key.endswith(".memory"):
+            counts[source] = counts.get(source, 0) + 1
+    parts = ", ".join(f"{n} {source}" for source, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    hint = " (run `m2flow profile` to measure them)" if counts.get("default") else ""
+    return f"port costs: {parts}{hint}"
 
 
 def comparison_table(

@@ -1,0 +1,72 @@
+"""`m2flow profile`: run each port of the real workers briefly at a few batch sizes and fit its cost.
+
+Each batch size is a short run of the workflow itself (one replica per loop worker, one stage, every
+task traced); the fitted `fixed_s + per_item_s * items` per port is written as the workflow's profile,
+which `m2flow plan` and `m2flow run` then use.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import tempfile
+from collections import defaultdict
+
+from m2flow.config import spec_from_dict
+from m2flow.planners.fit import fit_points, points_from_trace
+from m2flow.runtime.executor import execute
+from m2flow.spec import WorkflowSpec
+
+PROFILE_STEPS = 64
+PROFILE_ITERATIONS = 3
+
+
+def batch_sizes(spec: WorkflowSpec) -> list[int]:
+    """Envs per simulator replica to measure at: the configured count, a half and a quarter of it."""
+    if spec.flow.loop is None:
+        return [1]
+    entry = spec.flow.loop.edges[0].src.worker
+    n = int(spec.workers[entry].args.get("num_envs", 1))
+    return sorted({max(1, n // 4), max(1, n // 2), n})
+
+
+def measure_profile(spec: WorkflowSpec) -> dict:
+    points: dict[str, list] = defaultdict(list)
+    with tempfile.TemporaryDirectory(prefix="m2flow-profile-") as out:
+        for size in batch_sizes(spec):
+            run = execute(_profiling_spec(spec, size, out))
+            trace = json.loads((run.run_dir / "trace.json").read_text())
+            for port, samples in points_from_trace(trace, skip_iterations=1).items():
+                points[port] += samples
+    profile = fit_points(points, f"measured by m2flow profile at {batch_sizes(spec)} envs per replica")
+    profile["workflow"] = spec.name
+    return profile
+
+
+def _profiling_spec(spec: WorkflowSpec, size: int, out: str) -> WorkflowSpec:
+    raw = copy.deepcopy(spec.to_dict())
+    raw["name"] = f"{spec.name}-profile-{size}"
+    loop = raw["flow"].get("loop")
+    if loop:
+        loop["horizon"] = min(loop["horizon"], PROFILE_STEPS)
+        entry = spec.flow.loop.edges[0].src.worker
+        raw["workers"][entry]["args"]["num_envs"] = size
+        for edge in spec.flow.loop.edges:
+            for side in (edge.src.worker, edge.dst.worker):
+                raw["workers"][side]["replicas"] = 1
+    raw["placement"] = {
+        **raw["placement"],
+        "mode": "shared",
+        "pipeline_stages": 1,
+        "offload": "always",
+        "profile": None,
+    }
+    raw["run"].update(
+        iterations=PROFILE_ITERATIONS,
+        trace_detail_iterations=PROFILE_ITERATIONS,
+        checkpoint_every=0,
+        output_dir=out,
+        resume=False,
+        progress=False,
+    )
+    return spec_from_dict(raw, f"{spec.name} (profiling)")

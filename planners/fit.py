@@ -1,0 +1,67 @@
+"""Fit port costs `fixed_s + per_item_s * items` to measured calls: from a run's trace or a profiling run.
+
+Pure computation over m2flow's own Chrome trace format; no Ray, no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, seconds), ...]
+
+SKIP_CATEGORIES = {"phase"}  # controller rows: not a worker's port
+
+
+def points_from_trace(trace: dict, skip_iterations: int = 1) -> Points:
+    """(items, seconds) per worker port from every traced task, leaving out the warm-up iterations."""
+    points: Points = defaultdict(list)
+    for event in trace.get("traceEvents", []):
+        args = event.get("args", {})
+        if event.get("ph") != "X" or event.get("cat") in SKIP_CATEGORIES or "worker" not in args:
+            continue
+        if args.get("iteration", skip_iterations) < skip_iterations or event["name"].endswith("(busy)"):
+            continue
+        worker = args["worker"].split("[")[0]
+        points[f"{worker}.{event['name']}"].append((float(args.get("items", 0)), event["dur"] / 1e6))
+    return dict(points)
+
+
+def fit_line(points: list[tuple[float, float]]) -> dict[str, float]:
+    """Least squares with non-negative coefficients; one batch size only -> all of it per item."""
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mean_x) ** 2 for x in xs)
+    if var == 0:
+        return {"fixed_s": 0.0, "per_item_s": mean_y / mean_x} if mean_x > 0 else {"fixed_s": mean_y, "per_item_s": 0.0}
+    slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var)
+    fixed = mean_y - slope * mean_x
+    if fixed < 0:
+        return {"fixed_s": 0.0, "per_item_s": sum(x * y for x, y in points) / sum(x * x for x in xs)}
+    return {"fixed_s": fixed, "per_item_s": slope}
+
+
+def fit_points(points: Points, source: str) -> dict:
+    ports = {}
+    for port, samples in sorted(points.items()):
+        ports[port] = {**fit_line(samples), "calls": len(samples), "batch_sizes": sorted({int(x) for x, _ in samples})}
+    return {"source": source, "ports": ports}
+
+
+def fit_trace_file(path: str | Path) -> dict:
+    return fit_points(points_from_trace(json.loads(Path(path).read_text())), f"trace {path}")
+
+
+def save_profile(profile: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(profile, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def load_profile(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())

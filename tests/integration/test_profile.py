@@ -1,0 +1,33 @@
+"""`m2flow profile` measures the real workers; the plan then predicts from what it measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from m2flow.cluster import Cluster
+from m2flow.config import load_spec
+from m2flow.graph import build_graph
+from m2flow.planners import Profile, make_plan
+from m2flow.runtime.profiling import measure_profile
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def test_profiling_recovers_the_known_costs_and_feeds_the_planner(tmp_path):
+    spec = load_spec(ROOT / "configs" / "spin_balanced.yaml", [f"run.output_dir={tmp_path}", "flow.loop.horizon=24"])
+    measured = measure_profile(spec)
+    ports = measured["ports"]
+    assert ports["env.step"]["batch_sizes"] == [2, 4, 8]
+    # spin workers: env 0.5 ms per env; policy 0.4 ms + 0.45 ms per env; trainer 20 ms (spin holds wall time,
+    # so a loaded machine can only make calls longer, never shorter)
+    assert 0.45e-3 < ports["env.step"]["per_item_s"] < 0.8e-3
+    assert 0.40e-3 < ports["policy.act"]["per_item_s"] < 0.7e-3
+    assert 0.3e-3 < ports["policy.act"]["fixed_s"] < 1.0e-3
+    assert 0.019 < ports["trainer.train"]["fixed_s"] + ports["trainer.train"]["per_item_s"] * 192 < 0.04
+
+    graph = build_graph(spec)
+    profile = Profile.from_graph(graph, measured)
+    assert profile.source["env.step"] == "measured"
+    plan = make_plan(graph, Cluster.from_spec(spec.cluster.model_copy(update={"cpus": 2, "gpus": 0})), profile)
+    assert plan.mode == "hybrid" and plan.pipeline_stages >= 2

@@ -1,0 +1,39 @@
+"""Fitting port costs from traced calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from m2flow.planners.fit import fit_line, fit_points, points_from_trace
+
+
+def test_fit_recovers_fixed_and_per_item_cost():
+    points = [(items, 0.002 + 0.0005 * items) for items in (1, 2, 4, 8, 8, 4)]
+    fit = fit_line(points)
+    assert fit["fixed_s"] == pytest.approx(0.002) and fit["per_item_s"] == pytest.approx(0.0005)
+
+
+def test_one_batch_size_puts_everything_per_item_and_no_items_is_fixed():
+    assert fit_line([(4, 0.004), (4, 0.006)]) == {"fixed_s": 0.0, "per_item_s": pytest.approx(0.00125)}
+    assert fit_line([(0, 0.01), (0, 0.03)]) == {"fixed_s": pytest.approx(0.02), "per_item_s": 0.0}
+
+
+def test_coefficients_never_go_negative():
+    fit = fit_line([(1, 0.010), (2, 0.009), (4, 0.008)])  # noisy, falling: no negative per-item cost
+    assert fit["per_item_s"] >= 0 and fit["fixed_s"] >= 0
+
+
+def test_trace_points_skip_warm_up_and_controller_rows():
+    def event(name, worker, iteration, items, dur_us, cat="loop"):
+        return {"ph": "X", "name": name, "cat": cat, "dur": dur_us,
+                "args": {"worker": worker, "iteration": iteration, "items": items}}
+
+    trace = {"traceEvents": [
+        event("step", "env[0]", 0, 4, 9000),  # warm-up: left out
+        event("step", "env[0]", 1, 4, 2000),
+        event("step", "env[1]", 1, 2, 1000),
+        event("sync", "controller", 1, 0, 5000, cat="phase"),
+    ]}
+    points = points_from_trace(trace)
+    assert points == {"env.step": [(4.0, 0.002), (2.0, 0.001)]}
+    assert fit_points(points, "test")["ports"]["env.step"]["per_item_s"] == pytest.approx(0.0005)
