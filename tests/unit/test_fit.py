@@ -25,15 +25,22 @@ def test_coefficients_never_go_negative():
 
 def test_trace_points_skip_warm_up_and_controller_rows():
     def event(name, worker, iteration, items, dur_us, cat="loop"):
-        return {"ph": "X", "name": name, "cat": cat, "dur": dur_us,
-                "args": {"worker": worker, "iteration": iteration, "items": items}}
+        return {
+            "ph": "X",
+            "name": name,
+            "cat": cat,
+            "dur": dur_us,
+            "args": {"worker": worker, "iteration": iteration, "items": items},
+        }
 
-    trace = {"traceEvents": [
-        event("step", "env[0]", 0, 4, 9000),  # warm-up: left out
-        event("step", "env[0]", 1, 4, 2000),
-        event("step", "env[1]", 1, 2, 1000),
-        event("sync", "controller", 1, 0, 5000, cat="phase"),
-    ]}
+    trace = {
+        "traceEvents": [
+            event("step", "env[0]", 0, 4, 9000),  # warm-up: left out
+            event("step", "env[0]", 1, 4, 2000),
+            event("step", "env[1]", 1, 2, 1000),
+            event("sync", "controller", 1, 0, 5000, cat="phase"),
+        ]
+    }
     points = points_from_trace(trace)
     assert points == {"env.step": [(4.0, 0.002), (2.0, 0.001)]}
     assert fit_points(points, "test")["ports"]["env.step"]["per_item_s"] == pytest.approx(0.0005)

@@ -57,3 +57,12 @@ def test_an_incomplete_update_is_refused(pair):
     del update["state"]["critic.2.bias"]
     with pytest.raises(WorkerError, match=r"torn weights v0: missing \['critic.2.bias'\]"):
         policy.load_weights(update)
+
+
+def test_memory_estimates_come_from_the_meta_device_and_scale_with_the_model():
+    small = TorchPolicy.memory_estimate_gb(**ARGS)
+    large = TorchPolicy.memory_estimate_gb(**{**ARGS, "hidden": [1024, 1024]})
+    assert 0 < small < large
+    # each MLP (actor mean, critic) has one 1024x1024 layer of float32 that dominates: ~8.4 MB in all
+    assert large * 2**30 == pytest.approx(2 * 1024 * 1024 * 4, rel=0.05)
+    assert PPO.memory_estimate_gb(**ARGS) == pytest.approx(4 * small, rel=0.01)

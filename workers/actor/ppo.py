@@ -17,7 +17,7 @@ from pydantic import Field
 import m2flow
 from m2flow.workers.actor.backends import get_backend
 from m2flow.workers.algorithms import PPOLossConfig, ReturnScaler, compute_gae, normalize_advantages, ppo_loss
-from m2flow.workers.models import build_policy, state_checksum
+from m2flow.workers.models import build_policy, state_bytes, state_checksum
 from m2flow.workers.models.placement import move_module, move_optimizer
 from m2flow.workers.rollout.torch_policy import PolicyArgs
 
@@ -57,6 +57,11 @@ class PPO:
         self.scaler: ReturnScaler | None = None
         self.version = 0
         self.updates = 0
+
+    @classmethod
+    def memory_estimate_gb(cls, **args: Any) -> float:
+        """Weights, gradients and Adam's two moments: four copies of the policy's state."""
+        return 4 * state_bytes(PPOConfig(**args).policy_config()) / 2**30
 
     def weights(self) -> dict[str, Any]:
         """The full policy state for inference workers, versioned and checksummed (a collective on every rank)."""

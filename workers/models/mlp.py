@@ -107,6 +107,13 @@ def build_policy(config: PolicyConfig) -> GaussianMLP:
     return GaussianMLP(config)
 
 
+def state_bytes(config: PolicyConfig) -> int:
+    """Bytes of the policy's parameters and buffers, sized on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = build_policy(config)
+    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+
+
 def env_dims(env_id: str, **env_kwargs) -> tuple[int, int]:
     """Observation and action sizes of a gymnasium env, read from a throwaway instance."""
     import gymnasium as gym

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import m2flow
 from m2flow.errors import WorkerError
-from m2flow.workers.models import PolicyConfig, build_policy, env_dims, state_checksum
+from m2flow.workers.models import PolicyConfig, build_policy, env_dims, state_bytes, state_checksum
 from m2flow.workers.models.placement import move_module
 
 
@@ -46,6 +46,11 @@ class TorchPolicy:
         self.act_dim, self.seed = config.act_dim, ctx.seed
         self.env_rngs: dict[int, np.random.Generator] = {}
         self.version = -1
+
+    @classmethod
+    def memory_estimate_gb(cls, deterministic: bool = False, **policy: Any) -> float:
+        """The model's weights (the planner's memory estimate; activations of a batch are negligible here)."""
+        return state_bytes(PolicyArgs(**policy).policy_config()) / 2**30
 
     @torch.no_grad()
     def act(self, batch: dict[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
