@@ -59,12 +59,15 @@ def _run(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from m2flow.cluster import Cluster
     from m2flow.graph import build_graph
-    from m2flow.planners import make_plan
+    from m2flow.planners import compare_with_auto, make_plan
     from m2flow.viz import write_dry_run
 
     spec = load_spec(args.file, args.overrides)
     graph = build_graph(spec, args.file)
-    plan = make_plan(graph, Cluster.from_spec(spec.cluster))
+    cluster = Cluster.from_spec(spec.cluster)
+    plan = make_plan(graph, cluster)
+    if spec.placement.devices:
+        plan = compare_with_auto(graph, cluster, plan)
     out = Path(args.out) if args.out else Path(spec.run.output_dir) / spec.name / "plan"
     written = write_dry_run(graph, plan, out, Console())
     console.print("wrote " + ", ".join(str(p) for p in written))

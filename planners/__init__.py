@@ -6,9 +6,19 @@ from m2flow.errors import PlanError
 from m2flow.planners import auto, disaggregated, hybrid, shared  # noqa: F401  (register the modes)
 from m2flow.planners.base import Infeasible, Planner, get_planner, placement_modes
 from m2flow.planners.fit import load_profile
+from m2flow.planners.manual import ManualPlanner
 from m2flow.planners.profile import Profile
 
-__all__ = ["Infeasible", "Planner", "Profile", "get_planner", "placement_modes", "make_plan", "profile_path"]
+__all__ = [
+    "Infeasible",
+    "Planner",
+    "Profile",
+    "get_planner",
+    "placement_modes",
+    "compare_with_auto",
+    "make_plan",
+    "profile_path",
+]
 
 
 def profile_path(spec) -> Path:
@@ -26,4 +36,20 @@ def load_measured(spec) -> dict | None:
 def make_plan(graph, cluster, profile=None, mode: str | None = None):
     """Plan `graph` on `cluster` in `mode` (default: the workflow's placement.mode)."""
     profile = profile or Profile.from_graph(graph, load_measured(graph.spec))
+    if graph.spec.placement.devices and mode is None:
+        return ManualPlanner().plan(graph, cluster, profile)
     return get_planner(mode or graph.spec.placement.mode).plan(graph, cluster, profile)
+
+
+def compare_with_auto(graph, cluster, manual):
+    """Set auto's best beside a hand layout: a note on what the hand-tuning gains or costs."""
+    best = make_plan(graph, cluster, mode="auto")
+    ratio = manual.predicted["iteration_s"] / best.predicted["iteration_s"]
+    verdict = f"{ratio:.2f}x slower than" if ratio > 1.005 else ("as fast as" if ratio >= 0.995 else "faster than")
+    manual.candidates = manual.candidates + [dict(row, mode=f"auto: {row['mode']}") for row in best.candidates]
+    manual.notes.append(
+        f"your layout ({manual.mode}, {manual.pipeline_stages} stage(s)): {manual.predicted['iteration_s']:.4g}"
+        f" s/iteration, {verdict} auto's best ({best.mode}, {best.pipeline_stages} stage(s),"
+        f" {best.predicted['iteration_s']:.4g} s)"
+    )
+    return manual

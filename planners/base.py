@@ -46,6 +46,9 @@ class Planner(ABC):
 class PlacementPlanner(Planner):
     """A planner for one placement mode: it picks placements; stages come from the simulator."""
 
+    def label(self, placements: dict[str, Placement]) -> str:
+        return self.mode
+
     @abstractmethod
     def placements(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, Placement]:
         """Where each worker runs, or raise Infeasible."""
@@ -61,7 +64,7 @@ class PlacementPlanner(Planner):
         stages, prediction = best_stages(graph, cluster, placements, profile, phases)
         plan = Plan(
             workflow=graph.spec.name,
-            mode=self.mode,
+            mode=self.label(placements),
             cluster=cluster,
             placements=placements,
             pipeline_stages=stages,
@@ -69,7 +72,7 @@ class PlacementPlanner(Planner):
             tasks=prediction.tasks,
             predicted=prediction.summary(),
         )
-        plan.candidates = [candidate_row(self.mode, stages, prediction)]
+        plan.candidates = [candidate_row(plan.mode, stages, prediction)]
         plan.predicted["cost_sources"] = dict(profile.source)
         if offloaded:
             plan.notes.append(f"{self.mode}: {', '.join(sorted(offloaded))} swap out of shared devices between phases")

@@ -111,3 +111,38 @@ def test_plan_round_trips_through_dict():
     plan = plan_of(workflow())
     again = Plan.from_dict(plan.to_dict())
     assert again.to_dict() == plan.to_dict()
+
+
+def test_device_lists_parse_as_rlinf_users_write_them():
+    from m2flow.planners.manual import parse_devices
+
+    assert parse_devices("0-3", 8, "k") == [0, 1, 2, 3]
+    assert parse_devices("0-1,4", 8, "k") == [0, 1, 4]
+    assert parse_devices("all", 3, "k") == [0, 1, 2]
+    assert parse_devices(5, 8, "k") == [5]
+    with pytest.raises(PlanError, match=r"placement.devices.env: devices \[8\] do not exist; the cluster has 8"):
+        parse_devices("4-8", 8, "placement.devices.env")
+    with pytest.raises(PlanError, match="not a device list"):
+        parse_devices("first", 8, "k")
+
+
+def test_a_manual_layout_is_checked_completed_and_compared_with_auto():
+    from m2flow.planners import compare_with_auto
+
+    raw = workflow(cpus=4, stages="auto")
+    raw["placement"]["devices"] = {"env": "0-1", "policy": "2-3"}  # the learner is left to span all
+    spec = spec_from_dict(raw)
+    graph, cluster = build_graph(spec), Cluster.from_spec(spec.cluster)
+    plan = compare_with_auto(graph, cluster, make_plan(graph, cluster))
+    assert plan.mode == "manual (hybrid)"
+    assert plan.placements["learner"].devices == [0, 1, 2, 3]
+    assert plan.placements["env"].devices == [0, 1] and plan.placements["policy"].devices == [2, 3]
+    assert plan.pipeline_stages > 1
+    assert "your layout (manual (hybrid)" in plan.notes[-1] and "auto's best" in plan.notes[-1]
+
+
+def test_a_manual_layout_naming_an_unknown_worker_is_refused():
+    raw = workflow()
+    raw["placement"]["devices"] = {"learnr": "all"}
+    with pytest.raises(PlanError, match="placement.devices.learnr: no worker named 'learnr'"):
+        plan_of(raw)
