@@ -89,7 +89,10 @@ def choose_offload(graph: MacroGraph, placements: dict[str, Placement], cluster:
     for offloaded in options:
         if fits(placements, phases, offloaded, cluster, profile) is None:
             return offloaded
-    raise OffloadInfeasible(fits(placements, phases, options[-1], cluster, profile))
+    reason = fits(placements, phases, options[-1], cluster, profile)
+    if policy == "never":
+        reason += "; or let workers swap out between phases: placement.offload=auto"
+    raise OffloadInfeasible(reason)
 
 
 def fits(
@@ -104,6 +107,6 @@ def fits(
             return (
                 f"device {cluster.devices[device].name} would hold {need:g} GB ({parts}) but has {capacity:g} GB;"
                 f" {swap}spread the workers over more devices, lower their memory (fewer envs per process,"
-                " smaller model), set placement.offload=auto, or add devices"
+                " smaller model), or add devices"
             )
     return None

@@ -1,0 +1,129 @@
+"""The planner: (a) how long planning takes as clusters and graphs grow, (b) how well it predicts.
+
+(a) plans a 3-worker (env, rollout, actor) and a 5-worker (+ reward model, + critic) workflow on
+    8 .. 1,024 GPUs (8 per node), `auto` over every mode and stage count; no Ray, no torch.
+(b) runs synthetic spin workers with known costs for real in each mode on this machine (modes.py's
+    workflow) and prints predicted vs measured iteration time and whether `auto` picked the fastest.
+
+    python benchmarks/planner.py [--skip-accuracy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from m2flow.cluster import Cluster
+from m2flow.config import spec_from_dict
+from m2flow.graph import build_graph
+from m2flow.planners import make_plan
+
+SIZES = [8, 64, 256, 1024]
+
+
+def big_workflow(gpus: int, workers: int) -> dict:
+    share = max(1, gpus // 4)
+    sim = "m2flow.workers.synthetic.SpinSimulator"
+    spec = {
+        "name": f"scale-{workers}w-{gpus}",
+        "workers": {
+            "env": {
+                "kind": "simulator",
+                "class": sim,
+                "replicas": share,
+                "args": {"num_envs": 16},
+                "resources": {"device": "gpu", "memory_gb": 10},
+                "profile": {"step": {"per_item_s": 2e-3}},
+            },
+            "rollout": {
+                "kind": "inference",
+                "class": "m2flow.workers.synthetic.SpinPolicy",
+                "replicas": share,
+                "resources": {"memory_gb": 30},
+                "profile": {"act": {"fixed_s": 5e-3, "per_item_s": 5e-4}},
+            },
+            "actor": {
+                "kind": "training",
+                "class": "m2flow.workers.synthetic.SpinTrainer",
+                "replicas": gpus,
+                "resources": {"memory_gb": 40},
+                "profile": {"train": {"per_item_s": 1e-4}},
+            },
+        },
+        "flow": {
+            "loop": {"horizon": 256, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
+            "then": ["env.trajectory -> actor.train"],
+            "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
+        },
+        "placement": {"mode": "auto", "pipeline_stages": "auto"},
+        "cluster": {"gpus": gpus, "cpus": gpus, "nodes": max(1, gpus // 8)},
+    }
+    if workers == 5:
+        spec["workers"]["reward"] = {
+            "kind": "inference",
+            "class": "m2flow.workers.synthetic.SpinTrainer",
+            "replicas": share,
+            "resources": {"memory_gb": 5},
+        }
+        spec["workers"]["critic"] = {
+            "kind": "training",
+            "class": "m2flow.workers.synthetic.SpinTrainer",
+            "replicas": gpus // 2,
+            "resources": {"memory_gb": 20},
+        }
+        spec["flow"]["then"] += ["env.trajectory -> reward.train", "reward.weights -> critic.train"]
+    return spec
+
+
+def plan_times(out: Path) -> list[dict]:
+    rows = []
+    print(f"{'workers':>7s} {'GPUs':>6s} {'nodes':>6s} {'plan s':>8s} {'chosen':>22s} {'candidates':>10s}")
+    for workers in (3, 5):
+        for gpus in SIZES:
+            spec = spec_from_dict(big_workflow(gpus, workers))
+            graph = build_graph(spec)
+            start = time.perf_counter()
+            plan = make_plan(graph, Cluster.from_spec(spec.cluster))
+            seconds = time.perf_counter() - start
+            chosen = f"{plan.mode} S={plan.pipeline_stages}"
+            rows.append(
+                {
+                    "workers": workers,
+                    "gpus": gpus,
+                    "nodes": spec.cluster.nodes,
+                    "plan_s": seconds,
+                    "chosen": chosen,
+                    "candidates": len(plan.candidates),
+                    "tasks": len(plan.tasks),
+                }
+            )
+            print(
+                f"{workers:7d} {gpus:6d} {spec.cluster.nodes:6d} {seconds:8.2f} {chosen:>22s} {len(plan.candidates):10d}",
+                flush=True,
+            )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-accuracy", action="store_true")
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = plan_times(out)
+    (out / "planner_scale.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
+    largest = max((r for r in rows if r["workers"] == 5), key=lambda r: r["gpus"])
+    print(f"plan time, 5 workers on {largest['gpus']} GPUs in {largest['nodes']} nodes: {largest['plan_s']:.2f} s")
+    if not args.skip_accuracy:
+        import subprocess
+        import sys
+
+        print("\nprediction accuracy (benchmarks/modes.py):", flush=True)
+        subprocess.run([sys.executable, str(Path(__file__).with_name("modes.py")), "--out", str(out)], check=True)
+
+
+if __name__ == "__main__":
+    main()
