@@ -100,7 +100,8 @@ def plan_times(out: Path) -> list[dict]:
                 }
             )
             print(
-                f"{workers:7d} {gpus:6d} {spec.cluster.nodes:6d} {seconds:8.2f} {chosen:>22s} {len(plan.candidates):10d}",
+                f"{workers:7d} {gpus:6d} {spec.cluster.nodes:6d} {seconds:8.2f} {chosen:>22s}"
+                f" {len(plan.candidates):10d}",
                 flush=True,
             )
     return rows
