@@ -10,7 +10,7 @@ from rich.console import Console
 
 from m2flow.graph import MacroGraph
 from m2flow.plan import Plan
-from m2flow.viz.gantt import draw_gantt
+from m2flow.viz.gantt import draw_gantt, write_gantt_html
 from m2flow.viz.tables import candidates_table, placement_table, sources_line, timeline_table
 
 
@@ -34,4 +34,5 @@ def write_dry_run(graph: MacroGraph, plan: Plan, out: str | Path, console: Conso
     else:
         console.print("graphviz 'dot' is not installed: wrote graph.dot only (apt-get install graphviz)")
     written.append(draw_gantt(plan, out / "gantt.png"))
+    written.append(write_gantt_html(plan, out / "gantt.html"))
     return written

@@ -30,6 +30,20 @@ def draw_gantt(plan: Plan, path: str | Path, max_tasks: int = 4000) -> Path:
             edgecolor="black",
             linewidth=0.2,
         )
+    loop = [t for t in tasks if t.phase == "loop"]
+    after = [t for t in tasks if t.phase in ("then", "swap") and loop and t.start >= max(x.end for x in loop)]
+    if loop and after:
+        gap_start, gap_end = max(t.end for t in loop), min(t.start for t in after)
+        if gap_end > gap_start:
+            ax.axvspan(gap_start, gap_end, color="#eeeeee", hatch="//", zorder=0)
+            ax.text(
+                (gap_start + gap_end) / 2,
+                (len(devices) - 1) / 2,
+                "remaining loop steps (extrapolated)",
+                ha="center",
+                va="center",
+                fontsize="small",
+            )
     ax.set_yticks(range(len(devices)), devices)
     ax.invert_yaxis()
     ax.set_xlabel("seconds (predicted)")
@@ -39,9 +53,47 @@ def draw_gantt(plan: Plan, path: str | Path, max_tasks: int = 4000) -> Path:
         f"first {steps} loop steps simulated, the rest extrapolated"
     )
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[w]) for w in workers]
-    ax.legend(handles, workers, loc="upper right", fontsize="small")
+    ax.legend(handles, workers, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
+
+
+def write_gantt_html(plan: Plan, path: str | Path, max_tasks: int = 6000) -> Path:
+    """The same chart as one self-contained HTML page: hover a bar for its task (SVG <title>)."""
+    from html import escape
+
+    tasks = plan.tasks[:max_tasks]
+    devices = sorted({t.device for t in tasks})
+    workers = sorted({t.worker for t in tasks})
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    colour = {w: palette[i % len(palette)] for i, w in enumerate(workers)}
+    end = max((t.end for t in tasks), default=1.0) or 1.0
+    width, row_h, left = 1100, 28, 110
+    scale = (width - left - 10) / end
+    bars = []
+    for t in tasks:
+        y = 30 + devices.index(t.device) * row_h
+        tip = (
+            f"{t.worker}[{t.replica}].{t.port} on {t.device}\n{t.phase}, step {t.step}, slice {t.stage}\n"
+            f"{t.start * 1e3:.3f} -> {t.end * 1e3:.3f} ms ({(t.end - t.start) * 1e3:.3f} ms)"
+        )
+        bars.append(
+            f'<rect x="{left + t.start * scale:.2f}" y="{y}" width="{max(0.5, (t.end - t.start) * scale):.2f}"'
+            f' height="{row_h - 6}" fill="{colour[t.worker]}"><title>{escape(tip)}</title></rect>'
+        )
+    labels = [f'<text x="4" y="{30 + i * row_h + 16}">{escape(d)}</text>' for i, d in enumerate(devices)]
+    legend = " ".join(f'<span style="color:{colour[w]}">&#9632; {escape(w)}</span>' for w in workers)
+    height = 40 + len(devices) * row_h
+    predicted = plan.predicted
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{escape(plan.workflow)} plan</title>
+<style>body{{font-family:sans-serif;margin:16px}} svg text{{font-size:12px}} rect:hover{{stroke:#000}}</style></head>
+<body><h3>{escape(plan.workflow)}: {escape(plan.mode)}, {plan.pipeline_stages} stage(s)</h3>
+<p>predicted {predicted["iteration_s"]:.4g} s per iteration, {predicted["env_steps_per_s"]:,.0f} env steps/s;
+first {predicted.get("simulated_steps", 0)} loop steps simulated, the rest extrapolated. Hover a bar.</p>
+<p>{legend}</p><svg width="{width}" height="{height}">{"".join(labels)}{"".join(bars)}</svg></body></html>"""
+    path = Path(path)
+    path.write_text(page, encoding="utf-8")
     return path

@@ -35,7 +35,7 @@ def test_validate_accepts_the_main_config(config_path):
 def test_dry_run_writes_plan_pictures_and_starts_no_ray(tmp_path, config_path):
     out = m2flow("plan", str(config_path), "--dry-run", "--out", str(tmp_path), "cluster.cpus=4", "cluster.gpus=0")
     assert out.returncode == 0, out.stderr
-    for name in ("plan.json", "graph.dot", "graph.svg", "gantt.png"):
+    for name in ("plan.json", "graph.dot", "graph.svg", "gantt.png", "gantt.html"):
         assert (tmp_path / name).stat().st_size > 0, name
     assert "placement" in out.stdout and "candidates" in out.stdout
 

@@ -146,3 +146,29 @@ def test_a_manual_layout_naming_an_unknown_worker_is_refused():
     raw["placement"]["devices"] = {"learnr": "all"}
     with pytest.raises(PlanError, match="placement.devices.learnr: no worker named 'learnr'"):
         plan_of(raw)
+
+
+def test_a_training_worker_too_large_to_share_goes_disaggregated():
+    raw = workflow(stages="auto")
+    raw["cluster"] = {"gpus": 3, "cpus": 3, "gpu_memory_gb": 80}
+    raw["workers"]["policy"]["resources"] = {"memory_gb": 30}
+    raw["workers"]["learner"]["resources"] = {"memory_gb": 70}  # with the policy: 100 GB on an 80 GB GPU
+    plan = plan_of(raw)
+    assert plan.mode == "disaggregated"
+    assert not set(plan.placements["policy"].devices) & set(plan.placements["learner"].devices)
+    shared = next(r for r in plan.candidates if r["mode"] == "shared")
+    # sharing is only possible by swapping 100 GB through host memory every iteration: far slower
+    assert shared["iteration_s"] > 2 * plan.predicted["iteration_s"]
+
+
+def test_offload_never_makes_the_oversubscribed_layout_infeasible_and_says_how_to_fix_it():
+    raw = workflow(mode="shared")
+    raw["cluster"] = {"gpus": 1, "cpus": 1, "gpu_memory_gb": 80}
+    raw["workers"]["policy"]["resources"] = {"memory_gb": 30}
+    raw["workers"]["learner"]["resources"] = {"memory_gb": 70}
+    raw["placement"]["offload"] = "never"
+    with pytest.raises(PlanError, match="would hold 100 GB .* placement.offload=auto"):
+        plan_of(raw)
+    raw["placement"]["offload"] = "auto"
+    plan = plan_of(raw)
+    assert any(p.offload or p.onload for p in plan.phases)
