@@ -28,11 +28,12 @@ class IterationResult:
 
 
 class Controller:
-    def __init__(self, graph: MacroGraph, plan: Plan, launch: Launch, trace: Trace):
+    def __init__(self, graph: MacroGraph, plan: Plan, launch: Launch, trace: Trace, trace_until: int):
         self.graph = graph
         self.plan = plan
         self.launch = launch
         self.trace = trace
+        self.trace_until = trace_until  # iterations before this one trace every micro task
         self.timeouts = graph.spec.run.timeouts
         self._phases = {"sync": self._sync, "loop": self._loop, "then": self._then}
         self.measured = Measured()
@@ -93,7 +94,7 @@ class Controller:
             replicas={w: self.graph.workers[w].replicas for w in loop.workers},
             iteration=it,
             channel_timeout_s=self.timeouts.channel_s,
-            trace_steps=it < self.graph.spec.run.trace_detail_iterations,
+            trace_steps=it < self.trace_until,
         )
         members = [r for w in loop.workers for r in self.launch.replicas[w]]
         calls = [(r.actor.run_loop.remote(program), r, f"loop of iteration {it}") for r in members]

@@ -10,16 +10,19 @@ from pathlib import Path
 from m2flow.config import dump_spec
 from m2flow.graph import build_graph
 from m2flow.plan import Plan
-from m2flow.planners import make_plan
+from m2flow.planners import load_measured, make_plan
 from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.launch import Launch, connect_ray
+from m2flow.runtime.replan import replan
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.tracing import Trace
 from m2flow.spec import WorkflowSpec
 from m2flow.viz.tables import comparison_table
 
 log = logging.getLogger(__name__)
+
+REPLAN_AFTER = 2  # iterations traced before re-planning: the first warms up, the second is measured
 
 
 @dataclass
@@ -53,17 +56,29 @@ def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
 
     result = RunResult(run_dir, plan, start)
     trace = Trace(plan)
-    launch = Launch(graph, plan, str(run_dir))
     reporter = Reporter(run_dir, spec.run.iterations, start, spec.run.progress)
     reporter.print(f"m2flow: {spec.name}: {plan.mode} placement, {plan.pipeline_stages} stage(s); outputs in {run_dir}")
     if checkpoint is not None:
         reporter.print(f"m2flow: resumed from {checkpoint} at iteration {start}")
+    replan_at = start + REPLAN_AFTER if spec.placement.replan else None
+    launch = None
     try:
-        launch.start()
-        controller = Controller(graph, plan, launch, trace)
-        if restored is not None:
-            controller.load_state_dict(restored)
+        trace_until = start + max(spec.run.trace_detail_iterations, REPLAN_AFTER if spec.placement.replan else 0)
+        launch, controller = _start(graph, plan, run_dir, trace, restored, trace_until)
+        since = start
         for it in range(start, spec.run.iterations):
+            if it == replan_at:
+                better, why = replan(graph, cluster, plan, trace.events, load_measured(spec))
+                reporter.print(why)
+                if better is not None:
+                    plan.save(run_dir / "plan.initial.json")
+                    state = controller.state_dict()
+                    launch.close()
+                    plan = result.plan = better
+                    plan.notes.append(why)
+                    plan.save(run_dir / "plan.json")
+                    launch, controller = _start(graph, plan, run_dir, trace, state, trace_until)
+                    since = it
             began = time.time()
             outcome = controller.iteration(it)
             env_steps += outcome.env_steps
@@ -73,25 +88,40 @@ def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
             result.iterations = it + 1
             every = spec.run.checkpoint_every
             if (every and (it + 1) % every == 0) or it + 1 == spec.run.iterations:
-                state = controller.state_dict()
                 save_checkpoint(
                     run_dir / "checkpoints",
                     it,
-                    state,
+                    controller.state_dict(),
                     {"env_steps": env_steps, "workflow": spec.name, "plan": plan.to_dict()},
                 )
-        if result.history:
-            iteration_s = sum(h["time/iteration_s"] for h in result.history) / len(result.history)
+        ran = [h for h in result.history if h["iteration"] >= since]
+        if ran:
+            iteration_s = sum(h["time/iteration_s"] for h in ran) / len(ran)
             reporter.print(
-                comparison_table(
-                    plan, controller.measured.port_s, controller.measured.device_s, len(result.history), iteration_s
-                )
+                comparison_table(plan, controller.measured.port_s, controller.measured.device_s, len(ran), iteration_s)
             )
     finally:
         trace.write(run_dir / "trace.json")
         reporter.close()
-        launch.close()
+        if launch is not None:
+            launch.close()
     return result
+
+
+def _start(
+    graph, plan: Plan, run_dir: Path, trace: Trace, state: dict | None, trace_until: int
+) -> tuple[Launch, Controller]:
+    """Actors and channels for `plan`, with worker state restored if given."""
+    launch = Launch(graph, plan, str(run_dir))
+    try:
+        launch.start()
+        controller = Controller(graph, plan, launch, trace, trace_until)
+        if state is not None:
+            controller.load_state_dict(state)
+    except BaseException:
+        launch.close()
+        raise
+    return launch, controller
 
 
 def keep_previous(run_dir: Path) -> None:

@@ -31,3 +31,29 @@ def test_profiling_recovers_the_known_costs_and_feeds_the_planner(tmp_path):
     assert profile.source["env.step"] == "measured"
     plan = make_plan(graph, Cluster.from_spec(spec.cluster.model_copy(update={"cpus": 2, "gpus": 0})), profile)
     assert plan.mode == "hybrid" and plan.pipeline_stages >= 2
+
+
+def test_online_replan_moves_to_the_plan_the_measured_costs_favour(tmp_path):
+    # the declared costs say the loop is free, so the first plan is the plain shared one; the real
+    # (spinning) costs are balanced, which favours pipelining env and policy on separate cores
+    spec = load_spec(
+        ROOT / "configs" / "spin_balanced.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "run.iterations=4",
+            "flow.loop.horizon=32",
+            "placement.replan=true",
+            "run.progress=false",
+            "workers.env.profile={step: {per_item_s: 1.0e-7}}",
+            "workers.policy.profile={act: {fixed_s: 1.0e-7}}",
+        ],
+    )
+    import m2flow as mf
+
+    result = mf.run(spec)
+    initial = (result.run_dir / "plan.initial.json").read_text()
+    assert '"pipeline_stages": 1' in initial
+    assert result.plan.mode == "hybrid" and result.plan.pipeline_stages >= 2
+    assert "replan: switching" in result.plan.notes[-1]
+    assert [h["iteration"] for h in result.history] == [0, 1, 2, 3]
+    assert result.last["trainer/steps"] == 32 * 8
