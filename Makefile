@@ -30,6 +30,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_overhead.py
+	$(BIN)/python benchmarks/planner.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
