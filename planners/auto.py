@@ -5,9 +5,9 @@ from __future__ import annotations
 from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.plan import Plan
 from m2flow.planners.base import Planner, check_cluster, get_planner, placement_modes, register
 from m2flow.planners.profile import Profile
+from m2flow.schedule import Plan
 
 
 @register

@@ -8,10 +8,10 @@ from typing import ClassVar
 from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.plan import Phase, Placement, Plan
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, phases_of, with_swaps
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import Prediction, simulate
+from m2flow.schedule import Phase, Placement, Plan
 
 _PLANNERS: dict[str, type[Planner]] = {}
 

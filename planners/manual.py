@@ -10,9 +10,9 @@ from __future__ import annotations
 from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.plan import Placement
 from m2flow.planners.base import PlacementPlanner, device_kind, spread
 from m2flow.planners.profile import Profile
+from m2flow.schedule import Placement
 
 
 def parse_devices(text: str | int | list[int], available: int, key: str) -> list[int]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from m2flow.cluster import Cluster
 from m2flow.graph import MacroGraph
-from m2flow.plan import Phase, Placement
 from m2flow.planners.profile import Profile
+from m2flow.schedule import Phase, Placement
 
 
 class OffloadInfeasible(Exception):

@@ -12,8 +12,8 @@ import heapq
 from dataclasses import dataclass, field
 
 from m2flow.graph import MacroGraph
-from m2flow.plan import Phase, Placement, Task
 from m2flow.planners.profile import Profile
+from m2flow.schedule import Phase, Placement, Task
 from m2flow.sharding import shard_groups, slice_sizes
 from m2flow.spec import Edge
 

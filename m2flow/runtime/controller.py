@@ -13,11 +13,11 @@ from typing import Any
 
 from m2flow.errors import SpecError
 from m2flow.graph import MacroGraph
-from m2flow.plan import Phase, Plan
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.tracing import Trace
 from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.schedule import Phase, Plan
 from m2flow.spec import Edge, PortRef
 
 

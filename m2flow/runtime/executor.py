@@ -9,7 +9,6 @@ from pathlib import Path
 
 from m2flow.config import dump_spec
 from m2flow.graph import build_graph
-from m2flow.plan import Plan
 from m2flow.planners import load_measured, make_plan
 from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from m2flow.runtime.controller import Controller
@@ -17,6 +16,7 @@ from m2flow.runtime.launch import Launch, connect_ray
 from m2flow.runtime.replan import replan
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.tracing import Trace
+from m2flow.schedule import Plan
 from m2flow.spec import WorkflowSpec
 from m2flow.viz.tables import comparison_table
 

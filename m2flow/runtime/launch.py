@@ -13,10 +13,10 @@ from m2flow.cluster import Cluster, Device
 from m2flow.context import WorkerContext
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.plan import Plan
 from m2flow.resolve import resolve
 from m2flow.runtime.host import WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.schedule import Plan
 from m2flow.spec import ClusterSpec
 
 log = logging.getLogger(__name__)

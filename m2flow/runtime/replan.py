@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from m2flow.cluster import Cluster
 from m2flow.graph import MacroGraph
-from m2flow.plan import Plan
 from m2flow.planners import Profile, make_plan
 from m2flow.planners.fit import fit_points, points_from_trace
 from m2flow.planners.simulate import simulate
+from m2flow.schedule import Plan
 from m2flow.spec import PortCost
 
 REPLAN_GAIN = 0.10

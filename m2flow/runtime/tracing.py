@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from m2flow.plan import Plan
+from m2flow.schedule import Plan
 
 
 class Trace:

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from m2flow.graph import MacroGraph
-from m2flow.plan import Plan
+from m2flow.schedule import Plan
 from m2flow.viz.gantt import draw_gantt, write_gantt_html
 from m2flow.viz.tables import candidates_table, placement_table, sources_line, timeline_table
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from m2flow.plan import Plan
+from m2flow.schedule import Plan
 
 
 def draw_gantt(plan: Plan, path: str | Path, max_tasks: int = 4000) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from m2flow.plan import Plan
+from m2flow.schedule import Plan
 
 
 def placement_table(plan: Plan) -> Table:

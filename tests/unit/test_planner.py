@@ -8,8 +8,8 @@ from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.errors import PlanError
 from m2flow.graph import build_graph
-from m2flow.plan import Plan
 from m2flow.planners import make_plan
+from m2flow.schedule import Plan
 
 
 def workflow(
