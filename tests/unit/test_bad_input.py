@@ -3,6 +3,7 @@ never a raw traceback, never a hang."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -127,10 +128,8 @@ def check_strict(raw) -> None:
 def test_any_bytes_as_a_workflow_file(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("fuzz") / "wf.yaml"
     path.write_bytes(data)
-    try:
+    with contextlib.suppress(M2FlowError):
         load_spec(path)
-    except M2FlowError:
-        pass
 
 
 def test_yaml_cannot_construct_objects(tmp_path):
