@@ -161,11 +161,15 @@ class ClusterSpec(_Strict):
 
 
 class TimeoutSpec(_Strict):
-    """Deadlines, in seconds, for every wait the runtime does."""
+    """Deadlines, in seconds, for every wait. Unset call/channel deadlines come from the plan: the
+    predicted time of what is awaited times `safety_factor`, kept between `floor_s` and `ceiling_s`."""
 
     start_s: float = Field(180.0, gt=0, description="worker start-up (imports, model build)")
-    call_s: float = Field(600.0, gt=0, description="one coarse phase call on a worker")
-    channel_s: float = Field(120.0, gt=0, description="one receive on a worker-to-worker channel")
+    call_s: float | None = Field(None, gt=0, description="one coarse phase call; unset: from the plan")
+    channel_s: float | None = Field(None, gt=0, description="one receive on a channel; unset: from the plan")
+    safety_factor: float = Field(20.0, ge=1)
+    floor_s: float = Field(60.0, gt=0)
+    ceiling_s: float = Field(3600.0, gt=0)
 
 
 class RunSpec(_Strict):
@@ -177,6 +181,10 @@ class RunSpec(_Strict):
     progress: bool = True
     trace_detail_iterations: int = Field(2, ge=0, description="iterations traced per micro task")
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
+    on_failure: Literal["stop", "restart"] = Field(
+        "stop", description="restart: recreate the workers, restore the last checkpoint, continue"
+    )
+    max_restarts: int = Field(3, ge=0, description="restarts allowed before the run stops with its failure history")
 
 
 class WorkflowSpec(_Strict):

@@ -30,6 +30,7 @@ class Prediction:
     bubble_fraction: float
     simulated_steps: int
     port_s: dict[str, float] = field(default_factory=dict)
+    loop_step_s: float = 0.0
 
     def summary(self) -> dict:
         return {
@@ -41,6 +42,7 @@ class Prediction:
             "bubble_fraction": self.bubble_fraction,
             "simulated_steps": self.simulated_steps,
             "port_s": self.port_s,
+            "loop_step_s": self.loop_step_s,
         }
 
 
@@ -134,7 +136,7 @@ class _Run:
         self.sched = _Schedule(names)
         self.clock = 0.0
         self.phase_s: dict[str, float] = {}
-        self.loop_items, self.steps = 0, 0
+        self.loop_items, self.steps, self.step_s = 0, 0, 0.0
 
     def _advance(self, phase: str, first: int, weight: float = 1.0) -> None:
         end = self.sched.run(self.clock, first)
@@ -179,7 +181,7 @@ class _Run:
         elif phase.op == "loop":
             self.loop_items, self.steps = _simulate_loop(self.graph, self.names, self.stages, self.profile, self.sched)
             end_simulated = self.sched.run(self.clock, first)
-            per_step = _steady_step_s(_step_ends(self.sched.tasks[first:], self.steps), self.clock)
+            per_step = self.step_s = _steady_step_s(_step_ends(self.sched.tasks[first:], self.steps), self.clock)
             loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
             self.phase_s["loop"] = loop_s
             self.clock += loop_s
@@ -218,7 +220,9 @@ class _Run:
         used = sorted(busy)
         device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
         bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0
-        return Prediction(sched.tasks, iteration_s, phase_s, total_items, device_busy, bubble, steps, port_s)
+        return Prediction(
+            sched.tasks, iteration_s, phase_s, total_items, device_busy, bubble, steps, port_s, self.step_s
+        )
 
 
 def _simulate_loop(

@@ -120,7 +120,8 @@ class Mailbox:
         if not conn.poll(timeout_s):
             raise WaitTimeout(
                 f"{_name(self.me)}: no data from {_name(peer)} for {timeout_s:g}s while waiting for {waiting_for}"
-                f" (step {header[0]}); is {_name(peer)} hung? raise run.timeouts.channel_s if it is just slow"
+                f" (step {header[0]}); is {_name(peer)} hung?"
+                " If it is just slow, raise run.timeouts.safety_factor or set run.timeouts.channel_s"
             )
         try:
             got, payload = pickle.loads(conn.recv_bytes())

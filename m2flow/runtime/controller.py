@@ -13,6 +13,7 @@ from typing import Any
 
 from m2flow.errors import SpecError
 from m2flow.graph import MacroGraph
+from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.tracing import Trace
@@ -34,7 +35,7 @@ class Controller:
         self.launch = launch
         self.trace = trace
         self.trace_until = trace_until  # iterations before this one trace every micro task
-        self.timeouts = graph.spec.run.timeouts
+        self.deadlines = Deadlines.from_plan(plan, graph.spec.run.timeouts)
         self._phases = {"sync": self._sync, "loop": self._loop, "then": self._then}
         self.measured = Measured()
 
@@ -66,7 +67,7 @@ class Controller:
         for op, workers in (("offload", phase.offload), ("onload", phase.onload)):
             calls = [(r.actor.swap.remote(op), r, f"{op}()") for w in workers for r in self.launch.replicas[w]]
             self._record(
-                wait_all(calls, self._deadline(f"{op} of {', '.join(workers)}", it)), [c[1] for c in calls], it
+                wait_all(calls, self._deadline(f"{op} of {', '.join(workers)}", it, "swap")), [c[1] for c in calls], it
             )
         if phase.offload or phase.onload:
             result.metrics["time/swap_s"] = result.metrics.get("time/swap_s", 0.0) + time.time() - began
@@ -74,13 +75,13 @@ class Controller:
     def _sync(self, phase: Phase, it: int, result: IterationResult) -> None:
         edge = Edge.model_validate(phase.edges[0])
         outs, calls = self._call(edge.src, it, [], [])
-        self._record(wait_all(calls, self._deadline(f"sync {edge}", it)), [c[1] for c in calls], it)
+        self._record(wait_all(calls, self._deadline(f"sync {edge}", it, "sync")), [c[1] for c in calls], it)
         value_ref = outs[0][0]  # a Ray reference: the state goes from the training rank to each replica
         calls = []
         for r in self.launch.replicas[edge.dst.worker]:
             out, event = r.actor.call_single.options(num_returns=2).remote(edge.dst.port, it, value_ref)
             calls.append((event, r, f"sync {edge}"))
-        events = wait_all(calls, self._deadline(f"sync {edge}", it))
+        events = wait_all(calls, self._deadline(f"sync {edge}", it, "sync"))
         self._record(events, [c[1] for c in calls], it)
         result.metrics["sync/bytes"] = float(events[0][7])
 
@@ -93,12 +94,12 @@ class Controller:
             shards=self.graph.workers[loop.entry.worker].replicas,
             replicas={w: self.graph.workers[w].replicas for w in loop.workers},
             iteration=it,
-            channel_timeout_s=self.timeouts.channel_s,
+            channel_timeout_s=self.deadlines.channel_s,
             trace_steps=it < self.trace_until,
         )
         members = [r for w in loop.workers for r in self.launch.replicas[w]]
         calls = [(r.actor.run_loop.remote(program), r, f"loop of iteration {it}") for r in members]
-        stats: list[LoopStats] = wait_all(calls, self._deadline("the interaction loop", it))
+        stats: list[LoopStats] = wait_all(calls, self._deadline("the interaction loop", it, "loop"))
         last = loop.ports[-1]
         for r, s in zip(members, stats, strict=True):
             device = self.plan.device_name(r.device)
@@ -130,7 +131,7 @@ class Controller:
             )
             produced[str(port)] = outs
             calls += port_calls
-        events = wait_all(calls, self._deadline("the after-loop phase", it))
+        events = wait_all(calls, self._deadline("the after-loop phase", it, "then"))
         replicas = [c[1] for c in calls]
         steps = result.env_steps
         events = [
@@ -139,7 +140,7 @@ class Controller:
         self._record(events, replicas, it)
         terminal = {str(p) for p in self.graph.then_order} - {str(e.src) for e in self.graph.then}
         for name in sorted(terminal):
-            outputs = wait_all([(ref, r, name) for ref, r in produced[name]], self._deadline(name, it))
+            outputs = wait_all([(ref, r, name) for ref, r in produced[name]], self._deadline(name, it, "then"))
             result.metrics.update(_mean_of_dicts([item for per_replica in outputs for item in per_replica]))
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -165,13 +166,13 @@ class Controller:
             self.trace.task(f"{r.worker}[{r.index}]", device, event, iteration=it)
             self.measured.add(f"{r.worker}.{event[0]}", device, event[3] - event[2])
 
-    def _deadline(self, what: str, it: int) -> Deadline:
-        return Deadline(self.timeouts.call_s, f"{what} (iteration {it})")
+    def _deadline(self, what: str, it: int, phase: str) -> Deadline:
+        return Deadline(self.deadlines.phase(phase), f"{what} (iteration {it}); {self.deadlines.explain}")
 
     def _worker_metrics(self) -> dict[str, float]:
         """Average of what each replica's optional `metrics()` hook reports."""
         calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for g in self.launch.replicas.values() for r in g]
-        per_replica = wait_all(calls, Deadline(self.timeouts.call_s, "metrics() hooks"))
+        per_replica = wait_all(calls, Deadline(self.deadlines.phase("then"), "metrics() hooks"))
         return _mean_of_dicts([m for values in per_replica if values for m in values])
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -180,7 +181,7 @@ class Controller:
         state = {}
         for name, group in self.launch.replicas.items():
             calls = [(r.actor.hook.remote("state_dict"), r, "state_dict()") for r in group]
-            values = wait_all(calls, Deadline(self.timeouts.call_s, f"{name}.state_dict()"))
+            values = wait_all(calls, Deadline(self.deadlines.start_s, f"{name}.state_dict()"))
             if values[0] is None:
                 continue
             state[name] = values[:1] if self.graph.workers[name].kind == "training" else values
@@ -208,7 +209,7 @@ class Controller:
                         "load_state_dict()",
                     )
                 )
-        wait_all(calls, Deadline(self.timeouts.call_s, "load_state_dict() on resume"))
+        wait_all(calls, Deadline(self.deadlines.start_s, "load_state_dict() on resume"))
 
 
 @dataclass

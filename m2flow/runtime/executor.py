@@ -1,4 +1,10 @@
-"""Run a workflow: plan it, start it on Ray, iterate, report, checkpoint, and trace."""
+"""Run a workflow: plan it, start it on Ray, iterate, report, checkpoint, trace — and recover.
+
+A worker that raises, dies or hangs ends the iteration with an error naming it. With
+`run.on_failure: restart` the run recreates every worker, restores the last checkpoint and goes on
+from the iteration after it, at most `run.max_restarts` times; past that it stops with the history
+of its failures.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from m2flow.config import dump_spec
-from m2flow.graph import build_graph
+from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import load_measured, make_plan
 from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from m2flow.runtime.controller import Controller
@@ -23,6 +30,7 @@ from m2flow.viz.tables import comparison_table
 log = logging.getLogger(__name__)
 
 REPLAN_AFTER = 2  # iterations traced before re-planning: the first warms up, the second is measured
+RECOVERABLE = (WorkerError, WaitTimeout)
 
 
 @dataclass
@@ -31,6 +39,7 @@ class RunResult:
     plan: Plan
     iterations: int
     history: list[dict] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
 
     @property
     def last(self) -> dict:
@@ -40,88 +49,140 @@ class RunResult:
 def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
     graph = build_graph(spec, source)
     cluster = connect_ray(spec.cluster)
-    plan = make_plan(graph, cluster)
-    run_dir = Path(spec.run.output_dir) / spec.name
-    if not spec.run.resume:
-        keep_previous(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "workflow.yaml").write_text(dump_spec(spec))
-    plan.save(run_dir / "plan.json")
-
-    start, env_steps, restored = 0, 0, None
-    checkpoint = latest_checkpoint(run_dir / "checkpoints") if spec.run.resume else None
-    if checkpoint is not None:
-        restored, meta = load_checkpoint(checkpoint)
-        start, env_steps = meta["iteration"] + 1, meta["env_steps"]
-
-    result = RunResult(run_dir, plan, start)
-    trace = Trace(plan)
-    reporter = Reporter(run_dir, spec.run.iterations, start, spec.run.progress)
-    reporter.print(f"m2flow: {spec.name}: {plan.mode} placement, {plan.pipeline_stages} stage(s); outputs in {run_dir}")
-    if checkpoint is not None:
-        reporter.print(f"m2flow: resumed from {checkpoint} at iteration {start}")
-    replan_at = start + REPLAN_AFTER if spec.placement.replan else None
-    launch = None
+    run = Run(graph, cluster, make_plan(graph, cluster))
     try:
-        trace_until = start + max(spec.run.trace_detail_iterations, REPLAN_AFTER if spec.placement.replan else 0)
-        launch, controller = _start(graph, plan, run_dir, trace, restored, trace_until)
-        since = start
-        for it in range(start, spec.run.iterations):
-            if it == replan_at:
-                better, why = replan(graph, cluster, plan, trace.events, load_measured(spec))
-                reporter.print(why)
-                if better is not None:
-                    plan.save(run_dir / "plan.initial.json")
-                    state = controller.state_dict()
-                    launch.close()
-                    plan = result.plan = better
-                    plan.notes.append(why)
-                    plan.save(run_dir / "plan.json")
-                    launch, controller = _start(graph, plan, run_dir, trace, state, trace_until)
-                    since = it
-            began = time.time()
-            outcome = controller.iteration(it)
-            env_steps += outcome.env_steps
-            metrics = {**outcome.metrics, "time/iteration_s": time.time() - began}
-            reporter.log(it, env_steps, metrics)
-            result.history.append({"iteration": it, "env_steps": env_steps, **metrics})
-            result.iterations = it + 1
-            every = spec.run.checkpoint_every
-            if (every and (it + 1) % every == 0) or it + 1 == spec.run.iterations:
-                save_checkpoint(
-                    run_dir / "checkpoints",
-                    it,
-                    controller.state_dict(),
-                    {"env_steps": env_steps, "workflow": spec.name, "plan": plan.to_dict()},
-                )
-        ran = [h for h in result.history if h["iteration"] >= since]
+        run.start()
+        while run.next_iteration < spec.run.iterations:
+            try:
+                run.iterate()
+            except RECOVERABLE as exc:
+                run.recover(exc)
+        run.finish()
+    finally:
+        run.shutdown()
+    return run.result
+
+
+class Run:
+    """One run's state: the plan, the live workers, the iteration, the outputs."""
+
+    def __init__(self, graph: MacroGraph, cluster, plan: Plan):
+        spec = graph.spec
+        self.graph, self.spec, self.cluster, self.plan = graph, spec, cluster, plan
+        self.run_dir = Path(spec.run.output_dir) / spec.name
+        if not spec.run.resume:
+            keep_previous(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "workflow.yaml").write_text(dump_spec(spec))
+        plan.save(self.run_dir / "plan.json")
+        self.next_iteration, self.env_steps, state = self._restore() if spec.run.resume else (0, 0, None)
+        self.result = RunResult(self.run_dir, plan, self.next_iteration)
+        self.trace = Trace(plan)
+        self.reporter = Reporter(self.run_dir, spec.run.iterations, self.next_iteration, spec.run.progress)
+        detail = max(spec.run.trace_detail_iterations, REPLAN_AFTER if spec.placement.replan else 0)
+        self.trace_until = self.next_iteration + detail
+        self.replan_at = self.next_iteration + REPLAN_AFTER if spec.placement.replan else None
+        self.plan_since = self.next_iteration
+        self.state = state
+        if self.next_iteration:
+            self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
+        self.launch: Launch | None = None
+        self.controller: Controller | None = None
+
+    def _restore(self) -> tuple[int, int, dict | None]:
+        checkpoint = latest_checkpoint(self.run_dir / "checkpoints")
+        if checkpoint is None:
+            return 0, 0, None
+        state, meta = load_checkpoint(checkpoint)
+        log.info("restoring %s", checkpoint)
+        return meta["iteration"] + 1, meta["env_steps"], state
+
+    def start(self) -> None:
+        self.reporter.print(
+            f"m2flow: {self.spec.name}: {self.plan.mode} placement, {self.plan.pipeline_stages}"
+            f" stage(s); outputs in {self.run_dir}"
+        )
+        self.launch = Launch(self.graph, self.plan, str(self.run_dir))
+        self.launch.start()
+        self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until)
+        if self.state is not None:
+            self.controller.load_state_dict(self.state)
+            self.state = None
+
+    def iterate(self) -> None:
+        it = self.next_iteration
+        if it == self.replan_at:
+            self._replan()
+        began = time.time()
+        outcome = self.controller.iteration(it)
+        self.env_steps += outcome.env_steps
+        metrics = {**outcome.metrics, "time/iteration_s": time.time() - began}
+        self.reporter.log(it, self.env_steps, metrics)
+        self.result.history.append({"iteration": it, "env_steps": self.env_steps, **metrics})
+        self.result.iterations = self.next_iteration = it + 1
+        every = self.spec.run.checkpoint_every
+        if (every and (it + 1) % every == 0) or it + 1 == self.spec.run.iterations:
+            save_checkpoint(
+                self.run_dir / "checkpoints",
+                it,
+                self.controller.state_dict(),
+                {"env_steps": self.env_steps, "workflow": self.spec.name, "plan": self.plan.to_dict()},
+            )
+
+    def recover(self, exc: Exception) -> None:
+        """Restart every worker from the last checkpoint, or re-raise with the failure history."""
+        failure = {"iteration": self.next_iteration, "error": str(exc).splitlines()[0], "detected_at": time.time()}
+        self.result.failures.append(failure)
+        restarts = len(self.result.failures)
+        if self.spec.run.on_failure != "restart" or restarts > self.spec.run.max_restarts:
+            if restarts > 1:
+                history = "\n".join(f"  - iteration {f['iteration']}: {f['error']}" for f in self.result.failures)
+                raise WorkerError(
+                    f"stopping after {restarts - 1} restart(s) (run.max_restarts="
+                    f"{self.spec.run.max_restarts}); failures:\n{history}\nlast: {exc}"
+                ) from None
+            raise exc
+        self.reporter.print(f"m2flow: iteration {failure['iteration']} failed: {failure['error']}")
+        self.close()
+        self.next_iteration, self.env_steps, self.state = self._restore()
+        self.result.history = [h for h in self.result.history if h["iteration"] < self.next_iteration]
+        self.reporter.print(
+            f"m2flow: restart {restarts}/{self.spec.run.max_restarts}: all workers recreated,"
+            f" continuing at iteration {self.next_iteration}"
+        )
+        self.start()
+
+    def _replan(self) -> None:
+        better, why = replan(self.graph, self.cluster, self.plan, self.trace.events, load_measured(self.spec))
+        self.reporter.print(why)
+        if better is None:
+            return
+        self.plan.save(self.run_dir / "plan.initial.json")
+        self.state = self.controller.state_dict()
+        self.close()
+        self.plan = self.result.plan = better
+        self.plan.notes.append(why)
+        self.plan.save(self.run_dir / "plan.json")
+        self.plan_since = self.next_iteration
+        self.start()
+
+    def finish(self) -> None:
+        ran = [h for h in self.result.history if h["iteration"] >= self.plan_since]
         if ran:
             iteration_s = sum(h["time/iteration_s"] for h in ran) / len(ran)
-            reporter.print(
-                comparison_table(plan, controller.measured.port_s, controller.measured.device_s, len(ran), iteration_s)
-            )
-    finally:
-        trace.write(run_dir / "trace.json")
-        reporter.close()
-        if launch is not None:
-            launch.close()
-    return result
+            measured = self.controller.measured
+            self.reporter.print(comparison_table(self.plan, measured.port_s, measured.device_s, len(ran), iteration_s))
 
+    def close(self) -> None:
+        """Stop the workers (the run's outputs stay); safe to call more than once."""
+        self.trace.write(self.run_dir / "trace.json")
+        if self.launch is not None:
+            self.launch.close()
+            self.launch = None
 
-def _start(
-    graph, plan: Plan, run_dir: Path, trace: Trace, state: dict | None, trace_until: int
-) -> tuple[Launch, Controller]:
-    """Actors and channels for `plan`, with worker state restored if given."""
-    launch = Launch(graph, plan, str(run_dir))
-    try:
-        launch.start()
-        controller = Controller(graph, plan, launch, trace, trace_until)
-        if state is not None:
-            controller.load_state_dict(state)
-    except BaseException:
-        launch.close()
-        raise
-    return launch, controller
+    def shutdown(self) -> None:
+        self.close()
+        self.reporter.close()
 
 
 def keep_previous(run_dir: Path) -> None:

@@ -131,7 +131,7 @@ class Launch:
                     ),
                     runtime_env=env,
                     **resources,
-                ).remote(target, spec.args, ctx, stages, _with_timeout(dist, timeouts.call_s), self._core(device))
+                ).remote(target, spec.args, ctx, stages, _with_timeout(dist, timeouts.ceiling_s), self._core(device))
                 group.append(Replica(name, r, device, actor))
             self.replicas[name] = group
         wait_all(

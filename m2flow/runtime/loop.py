@@ -78,7 +78,10 @@ def run_loop(prog: LoopProgram, worker: str, replica: int, call_port: CallPort, 
         w_prev = prog.ports[upstream][0]
         pieces: dict[int, Any] = {}
         for peer in sorted({owner(b, prog.shards, prog.replicas[w_prev]) for b in mine}):
-            what = f"{worker}.{prog.ports[j][1]} input from {w_prev}.{prog.ports[upstream][1]}"
+            what = (
+                f"{worker}.{prog.ports[j][1]} input from {w_prev}.{prog.ports[upstream][1]}"
+                f" (iteration {prog.iteration})"
+            )
             pieces.update(mailbox.recv((w_prev, peer), (t, j, s), prog.channel_timeout_s, what))
         return concat([pieces[b] for b in mine])
 

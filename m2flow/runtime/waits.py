@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,11 @@ def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]
     while pending:
         ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline.left()))
         if not ready:
+            # a worker that gave up waiting on a peer says exactly who and what: prefer its error
+            grace = min(5.0, 0.5 * deadline.seconds)
+            for ref in ray.wait(pending, num_returns=len(pending), timeout=grace)[0]:
+                _, replica, what = calls[index[ref]]
+                get(ref, replica, what)
             stuck = ", ".join(
                 f"{calls[index[r]][1].worker}[{calls[index[r]][1].index}] ({calls[index[r]][2]})" for r in pending[:6]
             )
@@ -53,6 +59,9 @@ def get(ref: Any, replica: Any, what: str) -> Any:
             raise cause from None
         raise WorkerError(f"worker '{replica.worker}' replica {replica.index} failed during {what}:\n{exc}") from None
     except ray.exceptions.RayActorError as exc:
+        if getattr(exc, "actor_init_failed", False):
+            detail = re.sub(r"\x1b\[[0-9;]*m", "", getattr(exc, "error_msg", "") or str(exc))
+            raise WorkerError(f"worker '{replica.worker}' replica {replica.index} failed to start:\n{detail}") from None
         raise WorkerError(
             f"worker '{replica.worker}' replica {replica.index} died during {what} (process killed, crashed or out of"
             f" memory): {str(exc).splitlines()[0]}. Its log is under {log_dir()}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -74,15 +75,25 @@ def test_a_crashing_port_names_worker_port_and_cause(tmp_path):
 
 
 def test_a_hung_worker_is_reported_within_the_channel_deadline(tmp_path):
-    spec = counter_workflow(
-        tmp_path, policy="Hanging", env_replicas=1, timeouts={"channel_s": 2.0, "call_s": 30.0, "start_s": 60.0}
-    )
+    spec = counter_workflow(tmp_path, policy="Hanging", env_replicas=1, timeouts={"floor_s": 2.0, "start_s": 60.0})
     began = time.monotonic()
     with pytest.raises(WaitTimeout) as info:
         mf.run(spec)
     assert time.monotonic() - began < 25
     message = str(info.value)
-    assert "no data from policy[0] for 2s" in message and "env.step input from policy.act" in message
+    # the deadline comes from the plan (a few ms per step, x20) and is held at the 2 s floor
+    assert "no data from policy[0] for 2s" in message and "env.step input from policy.act (iteration 0)" in message
+
+
+def test_a_worker_that_cannot_start_shows_its_own_error(tmp_path):
+    spec = counter_workflow(tmp_path)
+    raw = spec.to_dict()
+    raw["workers"]["env"]["args"]["no_such_arg"] = 1
+    with pytest.raises(WorkerError) as info:
+        mf.run(spec_from_dict(raw))
+    message = str(info.value)
+    assert re.search(r"worker 'env' replica \d failed to start", message)
+    assert "unexpected keyword argument 'no_such_arg'" in message
 
 
 def test_seed_style_function_chain(tmp_path):

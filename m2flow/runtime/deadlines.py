@@ -1,0 +1,33 @@
+"""How long each wait may last: derived from the plan's prediction unless the user fixed it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from m2flow.schedule import Plan
+from m2flow.spec import TimeoutSpec
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    phase_s: dict[str, float]
+    channel_s: float
+    start_s: float
+    explain: str
+
+    def phase(self, op: str) -> float:
+        return self.phase_s.get(op, max(self.phase_s.values(), default=self.start_s))
+
+    @classmethod
+    def from_plan(cls, plan: Plan, timeouts: TimeoutSpec) -> Deadlines:
+        def derived(predicted_s: float) -> float:
+            return min(timeouts.ceiling_s, max(timeouts.floor_s, predicted_s * timeouts.safety_factor))
+
+        predicted = plan.predicted
+        phases = {op: timeouts.call_s or derived(seconds) for op, seconds in predicted.get("phase_s", {}).items()}
+        channel = timeouts.channel_s or derived(predicted.get("loop_step_s", 0.0))
+        explain = (
+            f"deadlines: x{timeouts.safety_factor:g} the predicted time, within"
+            f" [{timeouts.floor_s:g}, {timeouts.ceiling_s:g}] s (run.timeouts)"
+        )
+        return cls(phases, channel, timeouts.start_s, explain)

@@ -1,0 +1,150 @@
+"""Fault injection: real kills of workers and of a checkpoint writer. The run finishes, loses nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+from m2flow.errors import WorkerError
+from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+FLOOR_S = 15.0
+
+
+def ppo_spec(tmp_path, name: str, actor_replicas: int = 1, iterations: int = 6, **run) -> mf.WorkflowSpec:
+    env = {"env_id": "InvertedPendulum-v5"}
+    args = {**env, "hidden": [16, 16]}
+    return spec_from_dict(
+        {
+            "name": name,
+            "workers": {
+                "env": {"kind": "simulator", "class": "m2flow.workers.env.GymEnv", "args": {**env, "num_envs": 4}},
+                "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": args},
+                "actor": {
+                    "kind": "training",
+                    "class": "m2flow.workers.actor.PPO",
+                    "replicas": actor_replicas,
+                    "args": {**args, "num_minibatches": 4, "update_epochs": 2},
+                },
+            },
+            "flow": {
+                "loop": {"horizon": 64, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
+                "then": ["env.trajectory -> actor.train"],
+                "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
+            },
+            "run": {
+                "iterations": iterations,
+                "seed": 2,
+                "output_dir": str(tmp_path),
+                "progress": False,
+                "checkpoint_every": 1,
+                "on_failure": "restart",
+                "timeouts": {"floor_s": FLOOR_S},
+                **run,
+            },
+        }
+    )
+
+
+def kill_later(actor_name: str, metrics, after_iteration: int, delay_s: float) -> dict:
+    """Kill a worker's actor (a real process kill) once `after_iteration` has been logged."""
+    import ray
+
+    record: dict = {}
+
+    def run():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            lines = metrics.read_text().splitlines() if metrics.exists() else []
+            if any(json.loads(line)["iteration"] >= after_iteration for line in lines):
+                break
+            time.sleep(0.05)
+        time.sleep(delay_s)
+        ray.kill(ray.get_actor(actor_name), no_restart=True)
+        record["killed_at"] = time.time()
+
+    threading.Thread(target=run, daemon=True).start()
+    return record
+
+
+def assert_complete(result, iterations: int) -> None:
+    assert [h["iteration"] for h in result.history] == list(range(iterations))
+    for it in range(iterations):
+        state, meta = load_checkpoint(result.run_dir / "checkpoints" / f"iter_{it:08d}")
+        assert meta["iteration"] == it and "actor" in state
+    # the training state continued from the checkpoint: one PPO update per iteration, none lost or repeated
+    assert result.last["actor/weights_version"] == iterations
+
+
+@pytest.mark.parametrize(("victim", "ranks"), [("env:0", 1), ("actor:1", 2)])
+def test_a_killed_worker_is_detected_and_the_run_recovers(tmp_path, victim, ranks):
+    name = f"kill-{victim.replace(':', '')}"
+    spec = ppo_spec(tmp_path, name, actor_replicas=ranks)
+    record = kill_later(f"m2flow:{name}:{victim}", tmp_path / name / "metrics.jsonl", after_iteration=1, delay_s=0.1)
+    result = mf.run(spec)
+    assert "killed_at" in record, "the test did not get to kill the worker"
+    assert len(result.failures) == 1
+    detection = result.failures[0]["detected_at"] - record["killed_at"]
+    assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
+    assert_complete(result, 6)
+
+
+def test_a_worker_that_keeps_failing_stops_the_run_with_its_history(tmp_path):
+    spec = spec_from_dict(
+        {
+            "name": "always-crashes",
+            "workers": {
+                "env": {"kind": "simulator", "class": "tests.workers_for_tests.Counter", "args": {"num_envs": 2}},
+                "policy": {"kind": "inference", "class": "tests.workers_for_tests.Crashing"},
+            },
+            "flow": {"loop": {"horizon": 3, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]}},
+            "run": {
+                "iterations": 3,
+                "output_dir": str(tmp_path),
+                "progress": False,
+                "on_failure": "restart",
+                "max_restarts": 2,
+            },
+        }
+    )
+    with pytest.raises(WorkerError) as info:
+        mf.run(spec)
+    message = str(info.value)
+    assert "stopping after 2 restart(s) (run.max_restarts=2)" in message
+    assert message.count("iteration 0: worker 'policy' replica 0 failed in port 'act'") == 3
+
+
+WRITER = """
+import sys, torch
+from m2flow.runtime.checkpoint import save_checkpoint
+root = sys.argv[1]
+save_checkpoint(root, 1, {"w": torch.ones(4)}, {"env_steps": 10})
+print("saved", flush=True)
+save_checkpoint(root, 2, {"w": torch.ones(150_000_000)}, {"env_steps": 20})
+"""
+
+
+def test_a_kill_while_saving_leaves_the_previous_checkpoint_loadable(tmp_path):
+    root = tmp_path / "checkpoints"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert writer.stdout.readline().strip() == "saved"
+    deadline = time.monotonic() + 60
+    while not (root / ".iter_00000002.tmp" / "state.pt").exists():
+        assert time.monotonic() < deadline and writer.poll() is None, "the writer never started the second save"
+        time.sleep(0.005)
+    writer.kill()
+    writer.wait(timeout=30)
+    assert not (root / "iter_00000002").exists()
+    latest = latest_checkpoint(root)
+    assert latest is not None and latest.name == "iter_00000001"
+    state, meta = load_checkpoint(latest)
+    assert meta["iteration"] == 1 and state["w"].sum() == 4
