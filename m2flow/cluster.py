@@ -29,6 +29,7 @@ class Device:
 class Cluster:
     devices: tuple[Device, ...]
     nodes: int
+    node_ids: tuple[str, ...] = ()  # Ray's id of each node, when planned on a live Ray cluster
 
     def of_kind(self, kind: DeviceKind) -> list[Device]:
         return [d for d in self.devices if d.kind == kind]
@@ -37,11 +38,11 @@ class Cluster:
         return sum(1 for d in self.devices if d.kind == kind)
 
     def to_dict(self) -> dict:
-        return {"nodes": self.nodes, "devices": [asdict(d) for d in self.devices]}
+        return {"nodes": self.nodes, "devices": [asdict(d) for d in self.devices], "node_ids": list(self.node_ids)}
 
     @classmethod
     def from_dict(cls, data: dict) -> Cluster:
-        return cls(tuple(Device(**d) for d in data["devices"]), data["nodes"])
+        return cls(tuple(Device(**d) for d in data["devices"]), data["nodes"], tuple(data.get("node_ids", ())))
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> Cluster:

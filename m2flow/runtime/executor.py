@@ -40,6 +40,7 @@ class RunResult:
     iterations: int
     history: list[dict] = field(default_factory=list)
     failures: list[dict] = field(default_factory=list)
+    nodes: dict[str, str] = field(default_factory=dict)  # "worker[replica]" -> Ray node it ran on
 
     @property
     def last(self) -> dict:
@@ -104,6 +105,7 @@ class Run:
         )
         self.launch = Launch(self.graph, self.plan, str(self.run_dir))
         self.launch.start()
+        self.result.nodes = {f"{w}[{i}]": node for (w, i), node in self.launch.nodes.items()}
         self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until)
         if self.state is not None:
             self.controller.load_state_dict(self.state)

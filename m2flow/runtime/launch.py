@@ -14,12 +14,15 @@ from m2flow.context import WorkerContext
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.resolve import resolve
+from m2flow.runtime.channels import channel_kind
 from m2flow.runtime.host import WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.schedule import Plan
 from m2flow.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
+
+NODE_ID_LABEL = "ray.io/node-id"  # Ray's default label on every node
 
 
 def connect_ray(spec: ClusterSpec) -> Cluster:
@@ -58,7 +61,7 @@ def cluster_from_ray(spec: ClusterSpec) -> Cluster:
             cpu_mem = spec.cpu_memory_gb or node["Resources"].get("memory", 8 * 2**30) / 2**30 / max(1, count)
             for _ in range(count):
                 devices.append(Device(len(devices), kind, node_index, memory or cpu_mem))
-    return Cluster(tuple(devices), len(nodes))
+    return Cluster(tuple(devices), len(nodes), tuple(n["NodeID"] for n in nodes))
 
 
 @dataclass
@@ -77,6 +80,7 @@ class Launch:
         self.plan = plan
         self.output_dir = output_dir
         self.replicas: dict[str, list[Replica]] = {}
+        self.nodes: dict[tuple[str, int], str] = {}
         self.pg = None
 
     def start(self) -> None:
@@ -88,7 +92,11 @@ class Launch:
         used = sorted({d for p in self.plan.placements.values() for d in p.replica_devices})
         bundle_of = {device: i for i, device in enumerate(used)}
         bundles = [_bundle(self.plan.cluster.devices[d]) for d in used]
-        self.pg = placement_group(bundles, strategy="PACK", name=f"m2flow-{self.plan.workflow}")
+        node_ids = self.plan.cluster.node_ids
+        selectors = [{NODE_ID_LABEL: node_ids[self.plan.cluster.devices[d].node]} for d in used] if node_ids else None
+        self.pg = placement_group(
+            bundles, strategy="PACK", name=f"m2flow-{self.plan.workflow}", bundle_label_selector=selectors
+        )
         try:
             ray.get(self.pg.ready(), timeout=timeouts.start_s)
         except ray.exceptions.GetTimeoutError:
@@ -134,11 +142,27 @@ class Launch:
                 ).remote(target, spec.args, ctx, stages, _with_timeout(dist, timeouts.ceiling_s), self._core(device))
                 group.append(Replica(name, r, device, actor))
             self.replicas[name] = group
-        wait_all(
-            [(r.actor.info.remote(), r, "start-up") for g in self.replicas.values() for r in g],
+        members = [r for g in self.replicas.values() for r in g]
+        infos = wait_all(
+            [(r.actor.info.remote(), r, "start-up") for r in members],
             Deadline(timeouts.start_s, "workers to start (import, build model, init process groups)"),
         )
+        self.nodes = {(r.worker, r.index): info["node"] for r, info in zip(members, infos, strict=True)}
+        self._check_nodes()
         self._wire_loop()
+
+    def _check_nodes(self) -> None:
+        """The plan's node assignment is what runs: every replica is on the node its device belongs to."""
+        node_ids = self.plan.cluster.node_ids
+        if not node_ids:
+            return
+        for (worker, index), node in self.nodes.items():
+            device = self.plan.cluster.devices[self.plan.placements[worker].replica_devices[index]]
+            if node != node_ids[device.node]:
+                raise PlanError(
+                    f"Ray started {worker}[{index}] on node {node[:8]}, the plan put it on node"
+                    f" {device.node} ({node_ids[device.node][:8]}); the cluster changed since planning?"
+                )
 
     def _core(self, device: int) -> int | None:
         """The node-local core a CPU-placed replica is pinned to, so shared CPU slots really are shared."""
@@ -181,10 +205,12 @@ class Launch:
         for j in range(1, len(ports)):
             _link(senders, ports[j - 1].worker, ports[j].worker, self.graph)
         _link(senders, ports[-1].worker, ports[1].worker, self.graph)
-        kind = kinds[-1]
         calls = []
         for r in members:
-            peers = [(peer, addresses[peer][kind]) for peer in sorted(senders.get((r.worker, r.index), ()))]
+            peers = [
+                (peer, addresses[peer][self._channel_kind(r, peer)])
+                for peer in sorted(senders.get((r.worker, r.index), ()))
+            ]
             calls.append((r.actor.connect.remote(peers, timeouts.start_s), r, "connect channels"))
         wait_all(calls, Deadline(timeouts.start_s, "channels to connect"))
         receivers: dict[tuple, list] = {}
@@ -196,6 +222,13 @@ class Launch:
             for r in members
         ]
         wait_all(calls, Deadline(timeouts.start_s, "channels to be accepted"))
+
+    def _channel_kind(self, sender: Replica, peer: tuple[str, int]) -> str:
+        """Unix sockets between replicas on one node, TCP between nodes."""
+        devices = self.plan.cluster.devices
+        ours = devices[sender.device].node
+        theirs = devices[self.plan.placements[peer[0]].replica_devices[peer[1]]].node
+        return channel_kind(str(ours), str(theirs))
 
     def close(self) -> None:
         import ray
