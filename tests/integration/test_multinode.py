@@ -10,7 +10,7 @@ import pytest
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
-from m2flow.errors import WorkerError
+from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
 from m2flow.runtime.launch import cluster_from_ray
@@ -91,7 +91,7 @@ def test_a_node_removed_mid_run_is_detected_like_a_dead_worker(tmp_path, three_n
         cluster.remove_node(victim)
 
     threading.Thread(target=remove_soon, daemon=True).start()
-    with pytest.raises(WorkerError) as info:
+    with pytest.raises((WorkerError, WaitTimeout)) as info:  # a closed channel or a silent peer: both name it
         mf.run(spec)
     detected = time.time() - removed["at"]
     assert detected < 20 + 5, f"detected {detected:.1f}s after the node went away"
