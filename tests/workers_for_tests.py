@@ -108,3 +108,9 @@ class SaveBatch:
         np.savez(f"{self.dir}/batch_{self.calls}.npz", **merged)
         self.calls += 1
         return {"saved": float(self.calls)}
+
+    def state_dict(self) -> dict:
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.calls = state["calls"]

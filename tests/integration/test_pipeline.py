@@ -46,3 +46,19 @@ def test_two_slices_give_the_same_trajectories_env_by_env(tmp_path):
         assert a["env_ids"].tolist() == b["env_ids"].tolist() == list(range(8))
         for key in ("obs", "action", "reward"):
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key}, iteration {it}")
+
+
+def test_resume_reproduces_the_next_iteration_batch(tmp_path):
+    def spec(name, iterations, resume=False):
+        raw = rollout_workflow(tmp_path, name, 1, "shared").to_dict()
+        raw["run"].update(iterations=iterations, resume=resume, checkpoint_every=1)
+        return spec_from_dict(raw)
+
+    clean = mf.run(spec("clean", 3))
+    mf.run(spec("stopped", 2))
+    resumed = mf.run(spec("stopped", 3, resume=True))
+    assert [h["iteration"] for h in resumed.history] == [2]
+    a = np.load(clean.run_dir / "batch_2.npz")
+    b = np.load(resumed.run_dir / "batch_2.npz")
+    for key in ("obs", "action", "reward"):
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 import m2flow
@@ -81,6 +82,30 @@ class GymEnv:
         self._buffer = _empty_buffer()
         return batch
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next step depends on, for exact resume: physics state, RNGs, step counters,
+        the pending observations and episode statistics. Non-MuJoCo envs restart
+        their episodes on resume instead."""
+        if self._obs is None or not all(_is_mujoco(env) for env in self.envs.envs):
+            return {}
+        return {
+            "envs": [_env_state(env) for env in self.envs.envs],
+            "obs": torch.as_tensor(self._obs),
+            "done": torch.as_tensor(self._done),
+            "episode_return": torch.as_tensor(self._episode_return),
+            "episode_len": torch.as_tensor(self._episode_len),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        self.obs()  # the first reset builds the envs' internal state, then it is overwritten
+        for env, saved in zip(self.envs.envs, state["envs"], strict=True):
+            _set_env_state(env, saved)
+        self._obs, self._done = state["obs"].numpy().copy(), state["done"].numpy().copy()
+        self._episode_return = state["episode_return"].numpy().copy()
+        self._episode_len = state["episode_len"].numpy().copy()
+
     def metrics(self) -> dict[str, float]:
         """Completed-episode statistics since the last call (absent if no episode ended)."""
         if not self._finished:
@@ -96,3 +121,38 @@ class GymEnv:
 
 def _empty_buffer() -> dict[str, list]:
     return defaultdict(list)
+
+
+def _is_mujoco(env: gym.Env) -> bool:
+    return hasattr(env.unwrapped, "model") and hasattr(env.unwrapped, "data")
+
+
+def _env_state(env: gym.Env) -> dict[str, Any]:
+    """MuJoCo's full integration state (time, qpos, qvel, activations, warm start, controls, ...)."""
+    import mujoco
+
+    inner = env.unwrapped
+    spec = mujoco.mjtState.mjSTATE_INTEGRATION
+    physics = np.empty(mujoco.mj_stateSize(inner.model, spec))
+    mujoco.mj_getState(inner.model, inner.data, physics, spec)
+    return {
+        "physics": torch.as_tensor(physics),
+        "rng": inner.np_random.bit_generator.state,
+        "elapsed": _time_limit(env)._elapsed_steps,
+    }
+
+
+def _set_env_state(env: gym.Env, saved: dict[str, Any]) -> None:
+    import mujoco
+
+    inner = env.unwrapped
+    mujoco.mj_setState(inner.model, inner.data, saved["physics"].numpy(), mujoco.mjtState.mjSTATE_INTEGRATION)
+    mujoco.mj_forward(inner.model, inner.data)
+    inner.np_random.bit_generator.state = saved["rng"]
+    _time_limit(env)._elapsed_steps = saved["elapsed"]
+
+
+def _time_limit(env: gym.Env) -> gym.wrappers.TimeLimit:
+    while not isinstance(env, gym.wrappers.TimeLimit):
+        env = env.env
+    return env

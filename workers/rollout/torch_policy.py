@@ -74,6 +74,15 @@ class TorchPolicy:
             draws[row] = rng.standard_normal(self.act_dim, dtype=np.float32)
         return torch.from_numpy(draws).to(self.device)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The per-env noise streams (weights come with each sync), so a resumed run draws the same noise."""
+        return {"env_rngs": {str(k): rng.bit_generator.state for k, rng in self.env_rngs.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, saved in state["env_rngs"].items():
+            rng = self.env_rngs[int(key)] = np.random.default_rng()
+            rng.bit_generator.state = saved
+
     def offload(self) -> None:
         """Free the device for a worker sharing it: the model goes to pinned host memory (CUDA only)."""
         if self.device.type == "cuda":
