@@ -114,3 +114,11 @@ class SaveBatch:
 
     def load_state_dict(self, state: dict) -> None:
         self.calls = state["calls"]
+
+
+class DropsOne(Collect):
+    """A consumer that loses one step per iteration and says so: the accounting check must catch it."""
+
+    def train(self, trajectories: list[dict]) -> dict:
+        steps = sum(t["states"].size for t in trajectories)
+        return {**super().train(trajectories), "learner/steps_consumed": float(steps - 1)}

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from m2flow.errors import SpecError
+from m2flow.errors import SpecError, WorkerError
 from m2flow.graph import MacroGraph
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
@@ -142,6 +142,18 @@ class Controller:
         for name in sorted(terminal):
             outputs = wait_all([(ref, r, name) for ref, r in produced[name]], self._deadline(name, it, "then"))
             result.metrics.update(_mean_of_dicts([item for per_replica in outputs for item in per_replica]))
+        self._account(result, it)
+
+    def _account(self, result: IterationResult, it: int) -> None:
+        """Steps produced by the loop = steps consumed, for every consumer that reports `.../steps_consumed`."""
+        consumed = {k: v for k, v in result.metrics.items() if k.endswith("/steps_consumed")}
+        result.metrics["accounting/steps_produced"] = float(result.env_steps)
+        for key, steps in consumed.items():
+            if int(steps) != result.env_steps:
+                raise WorkerError(
+                    f"iteration {it}: the loop produced {result.env_steps} env steps but {key} reports"
+                    f" {int(steps)}: steps were lost or counted twice between the loop and training"
+                )
 
     # -- helpers ---------------------------------------------------------------------------------
     def _call(self, port: PortRef, it: int, counts: list[int], refs: list[Any]) -> tuple[list, list]:

@@ -113,3 +113,12 @@ def test_seed_style_function_chain(tmp_path):
     assert result.plan.placements["simulator"].devices != result.plan.placements["inference"].devices
     trace = (result.run_dir / "trace.json").read_text()
     assert '"worker": "simulator[0]"' in trace and '"worker": "inference[0]"' in trace
+
+
+def test_steps_produced_equal_steps_consumed_or_the_run_says_so(tmp_path):
+    ok = mf.run(counter_workflow(tmp_path, env_replicas=2, num_envs=3, horizon=5))
+    assert ok.last["accounting/steps_produced"] == 2 * 3 * 5
+    raw = counter_workflow(tmp_path).to_dict()
+    raw["workers"]["learner"]["class"] = "tests.workers_for_tests.DropsOne"
+    with pytest.raises(WorkerError, match="the loop produced 30 env steps but learner/steps_consumed reports 29"):
+        mf.run(spec_from_dict(raw))

@@ -141,6 +141,7 @@ class PPO:
                 "rollout/advantages_mean": float(advantages.mean()),
                 "rollout/rewards_mean": float(t["reward"].mean()),
                 "actor/weights_version": float(self.version),
+                "actor/steps_consumed": float(batch_size),
             }
         )
         return metrics
