@@ -146,6 +146,8 @@ class Controller:
 
     def _account(self, result: IterationResult, it: int) -> None:
         """Steps produced by the loop = steps consumed, for every consumer that reports `.../steps_consumed`."""
+        if self.graph.loop is None:
+            return
         consumed = {k: v for k, v in result.metrics.items() if k.endswith("/steps_consumed")}
         result.metrics["accounting/steps_produced"] = float(result.env_steps)
         for key, steps in consumed.items():
