@@ -1,0 +1,47 @@
+"""Snapshot and restore a gymnasium MuJoCo env exactly: MuJoCo's integration state, the env's RNG and
+its time limit counter. Used for exact resume from checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import torch
+
+_SPEC = mujoco.mjtState.mjSTATE_INTEGRATION  # time, qpos, qvel, act, warm start, controls, applied forces
+
+
+def is_mujoco(env: gym.Env) -> bool:
+    return hasattr(env.unwrapped, "model") and hasattr(env.unwrapped, "data")
+
+
+def env_state(env: gym.Env) -> dict[str, Any]:
+    inner = env.unwrapped
+    physics = np.empty(mujoco.mj_stateSize(inner.model, _SPEC))
+    mujoco.mj_getState(inner.model, inner.data, physics, _SPEC)
+    limit = time_limit(env)
+    return {
+        "physics": torch.as_tensor(physics),
+        "rng": inner.np_random.bit_generator.state,
+        "elapsed": limit._elapsed_steps if limit is not None else 0,
+    }
+
+
+def set_env_state(env: gym.Env, saved: dict[str, Any]) -> None:
+    inner = env.unwrapped
+    mujoco.mj_setState(inner.model, inner.data, saved["physics"].numpy(), _SPEC)
+    mujoco.mj_forward(inner.model, inner.data)
+    inner.np_random.bit_generator.state = saved["rng"]
+    limit = time_limit(env)
+    if limit is not None:
+        limit._elapsed_steps = saved["elapsed"]
+
+
+def time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
+    while not isinstance(env, gym.wrappers.TimeLimit):
+        if not hasattr(env, "env"):
+            return None
+        env = env.env
+    return env
