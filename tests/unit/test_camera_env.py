@@ -1,0 +1,71 @@
+"""Camera simulators: chunks, observations only where read, only the requested modalities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from m2flow.context import WorkerContext, set_context
+from m2flow.workers.env import CameraEnv
+
+
+@pytest.fixture(autouse=True)
+def four_envs():
+    set_context(WorkerContext(items=(0, 4), seed=3))
+    yield
+    set_context(WorkerContext())
+
+
+def cheetah(**overrides) -> CameraEnv:
+    args = {"env_id": "HalfCheetah-v5", "num_envs": 4, "chunk": 4, "env_kwargs": {"max_episode_steps": 10},
+            "observation": {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [32, 32]}}
+    return CameraEnv(**{**args, **overrides})
+
+
+def run(env: CameraEnv, chunks: int = 6) -> dict:
+    rng = np.random.default_rng(0)
+    env.obs()
+    for _ in range(chunks):
+        env.step({"action": rng.uniform(-1, 1, size=(4, 4, 6)).astype(np.float32)})
+    return env.trajectory()
+
+
+def test_chunk_end_and_every_step_observations_give_identical_physics():
+    lazy, eager = cheetah(), cheetah(obs_every_step=True)
+    a, b = run(lazy), run(eager)
+    np.testing.assert_array_equal(a["reward"], b["reward"])
+    np.testing.assert_array_equal(a["done"], b["done"])
+    np.testing.assert_array_equal(a["obs"]["proprio"], b["obs"]["proprio"])
+    np.testing.assert_array_equal(a["obs"]["rgb"], b["obs"]["rgb"])
+    for x, y in zip(lazy.envs, eager.envs, strict=True):
+        np.testing.assert_array_equal(x.unwrapped.data.qpos, y.unwrapped.data.qpos)
+    # one render per env at the start and per chunk, against one per physics step
+    assert lazy.render_calls == {"rgb": 4 * (1 + 6)}
+    assert eager.render_calls == {"rgb": 4 * (1 + 6 + 6 * 4)}
+
+
+def test_an_episode_ending_inside_a_chunk_idles_and_restarts_at_the_chunk_end():
+    env = cheetah()
+    batch = run(env, chunks=4)  # 10-step episodes, 4-step chunks: chunks of 4, 4, 2 (+2 idle), then new
+    assert batch["done"][:, 0].tolist() == [0, 0, 0, 1]  # obs of chunk 3 began the second episode
+    assert env.metrics()["env/episode_len"] == 10
+
+
+def test_only_requested_modalities_are_rendered():
+    env = cheetah(observation={"cameras": ["track"], "modalities": ["depth"], "size": [16, 24]})
+    batch = run(env, chunks=2)
+    assert set(batch["obs"]) == {"depth", "env_id"}
+    assert batch["obs"]["depth"].shape == (2, 4, 1, 16, 24)
+    assert env.render_calls == {"depth": 4 * 3}
+
+
+def test_an_unknown_camera_names_the_ones_there_are():
+    with pytest.raises(ValueError, match=r"cameras \['front'\] are not in this model \(it has: track\)"):
+        cheetah(observation={"cameras": ["front"]})
+
+
+def test_group_members_start_from_the_same_state():
+    env = cheetah(group_size=2)
+    first = env.obs()["proprio"]
+    np.testing.assert_array_equal(first[0], first[1])
+    assert not np.array_equal(first[0], first[2])

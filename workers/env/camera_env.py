@@ -1,0 +1,156 @@
+"""A camera simulator worker for MuJoCo tasks (gymnasium MuJoCo, Meta-World): action chunks, and
+observations built only where the policy reads them.
+
+`step(policy_out)` runs a chunk of C actions per env: physics, reward, termination every step; an env
+whose episode ends inside the chunk idles until the chunk ends and then starts its next episode. The
+observation — only the cameras and modalities in `observation`, at its size — is rendered once, at
+the chunk's end. `obs_every_step: true` renders after every physics step instead (what a simulator
+that knows nothing of chunks does); results are identical, only slower.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+import m2flow
+from m2flow.errors import MissingDependency
+from m2flow.workers.env.mujoco_state import env_state, set_env_state
+from m2flow.workers.env.recording import Recorder
+from m2flow.workers.env.rendering import CameraRenderer
+
+Modality = Literal["rgb", "depth", "segmentation", "proprio"]
+
+# env id prefixes whose package registers them with gymnasium on import, and the extra that installs it
+ENV_PACKAGES = {"Meta-World/": ("metaworld", "metaworld==3.1.1 (installed with m2flow)")}
+
+
+class CameraObservation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cameras: list[str] = Field(min_length=1)
+    modalities: list[Modality] = Field(default_factory=lambda: ["rgb"], min_length=1)
+    size: tuple[int, int] = (84, 84)
+
+
+class CameraEnvConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    env_id: str
+    num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
+    observation: CameraObservation
+    render_profile: Literal["fast", "full"] = "fast"
+    chunk: int = Field(1, ge=1, description="actions per policy call (an action chunk)")
+    obs_every_step: bool = False
+    group_size: int = Field(1, ge=1, description="envs per group sharing initial states (GRPO)")
+    clip_actions: bool = True
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    for prefix, (package, extra) in ENV_PACKAGES.items():
+        if env_id.startswith(prefix):
+            try:
+                importlib.import_module(package)
+            except ImportError:
+                raise MissingDependency(f"env_id '{env_id}' needs the package '{package}': pip install {extra}") from None
+    return gym.make(env_id, **kwargs)
+
+
+class CameraEnv:
+    def __init__(self, **args: Any):
+        self.config = cfg = CameraEnvConfig(**args)
+        ctx = m2flow.context()
+        self.env_ids = np.arange(*ctx.items)
+        self.envs = [make_env(cfg.env_id, **cfg.env_kwargs) for _ in self.env_ids]
+        view = cfg.observation
+        self.renderers = [CameraRenderer(env.unwrapped.model, view.cameras, view.modalities, view.size,
+                                         cfg.render_profile) for env in self.envs]
+        self.seeds = [ctx.seed + int(i) // cfg.group_size for i in self.env_ids]
+        space = self.envs[0].action_space
+        self.low, self.high, self.act_dim = space.low, space.high, int(np.prod(space.shape))
+        self.proprio = np.zeros((len(self.envs), int(np.prod(self.envs[0].observation_space.shape))), np.float32)
+        self._observation: dict[str, np.ndarray] | None = None
+        self._done = np.zeros(len(self.envs), dtype=bool)
+        self.recorder = Recorder(len(self.envs))
+
+    @property
+    def render_calls(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for renderer in self.renderers:
+            for modality, n in renderer.calls.items():
+                total[modality] = total.get(modality, 0) + n
+        return total
+
+    def obs(self) -> dict[str, np.ndarray]:
+        if self._observation is None:
+            for i, env in enumerate(self.envs):
+                self.proprio[i] = env.reset(seed=self.seeds[i])[0]
+            self._observation = self._observe()
+        return self._observation
+
+    def step(self, policy_out: dict[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
+        out = policy_out if isinstance(policy_out, dict) else {"action": policy_out}
+        actions = np.asarray(out["action"]).reshape(len(self.envs), -1, self.act_dim)
+        if self.config.clip_actions:
+            actions = np.clip(actions, self.low, self.high)
+        started_from, began = self.obs(), self._done.copy()
+        reward = np.zeros(len(self.envs))
+        steps = np.zeros(len(self.envs), dtype=np.int64)
+        done = np.zeros(len(self.envs), dtype=bool)
+        success = np.full(len(self.envs), np.nan)
+        for c in range(actions.shape[1]):
+            for i, env in enumerate(self.envs):
+                if done[i]:
+                    continue
+                obs, r, terminated, truncated, info = env.step(actions[i, c])
+                self.proprio[i], reward[i], steps[i] = obs, reward[i] + r, steps[i] + 1
+                if "success" in info:
+                    success[i] = max(0.0 if np.isnan(success[i]) else success[i], float(info["success"]))
+                done[i] = terminated or truncated
+            if self.config.obs_every_step:
+                self._observe()
+        self.recorder.record(started_from, began, reward, out)
+        self.recorder.count(reward, steps)
+        self.recorder.end_episodes(done, success)
+        for i in np.flatnonzero(done):
+            self.proprio[i] = self.envs[i].reset()[0]
+        self._done = done
+        self._observation = self._observe()
+        return self._observation
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        views = [r.render(env.unwrapped.data) for r, env in zip(self.renderers, self.envs, strict=True)]
+        observation = {m: np.stack([v[m] for v in views]) for m in views[0]} if views[0] else {}
+        if "proprio" in self.config.observation.modalities:
+            observation["proprio"] = self.proprio.copy()
+        observation["env_id"] = self.env_ids
+        return observation
+
+    def trajectory(self) -> dict[str, Any]:
+        """Every chunk since the last call, time-major [T, envs, ...]; rewards are summed over the chunk."""
+        return self.recorder.trajectory(self.obs(), self._done, self.env_ids)
+
+    def metrics(self) -> dict[str, float]:
+        return self.recorder.metrics()
+
+    def state_dict(self) -> dict[str, Any]:
+        if self._observation is None:
+            return {}
+        return {"envs": [env_state(env) for env in self.envs], "proprio": torch.as_tensor(self.proprio),
+                "done": torch.as_tensor(self._done), "episodes": self.recorder.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        self.obs()
+        for env, saved in zip(self.envs, state["envs"], strict=True):
+            set_env_state(env, saved)
+        self.proprio, self._done = state["proprio"].numpy().copy(), state["done"].numpy().copy()
+        self.recorder.load_state_dict(state["episodes"])
+        self._observation = self._observe()
