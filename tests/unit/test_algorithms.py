@@ -86,3 +86,14 @@ def test_shards_group_contiguously():
     assert shard_groups(3, 1) == [[0, 1, 2]]
     assert [owner(s, 4, 2) for s in range(4)] == [0, 0, 1, 1]
     assert slice_sizes(5, 2) == [3, 2]
+
+
+def test_grpo_advantages_by_hand():
+    from m2flow.workers.algorithms import group_advantages
+
+    returns = torch.tensor([1.0, 3.0, 10.0, 10.0])  # two groups of two
+    assert group_advantages(returns, 2, normalize_std=False).tolist() == [-1.0, 1.0, 0.0, 0.0]
+    normed = group_advantages(returns, 2)  # group std 1 and 0
+    assert normed[:2].tolist() == pytest.approx([-1.0, 1.0], abs=1e-5) and normed[2:].tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="do not split into groups of 3"):
+        group_advantages(returns, 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from m2flow.context import WorkerContext, set_context
 from m2flow.workers.env import CameraEnv
@@ -17,8 +18,13 @@ def four_envs():
 
 
 def cheetah(**overrides) -> CameraEnv:
-    args = {"env_id": "HalfCheetah-v5", "num_envs": 4, "chunk": 4, "env_kwargs": {"max_episode_steps": 10},
-            "observation": {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [32, 32]}}
+    args = {
+        "env_id": "HalfCheetah-v5",
+        "num_envs": 4,
+        "chunk": 4,
+        "env_kwargs": {"max_episode_steps": 10},
+        "observation": {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [32, 32]},
+    }
     return CameraEnv(**{**args, **overrides})
 
 
@@ -69,3 +75,35 @@ def test_group_members_start_from_the_same_state():
     first = env.obs()["proprio"]
     np.testing.assert_array_equal(first[0], first[1])
     assert not np.array_equal(first[0], first[2])
+
+
+VISION = {
+    "env_id": "HalfCheetah-v5",
+    "model": "cnn",
+    "hidden": [64],
+    "chunk": 4,
+    "env_kwargs": {"max_episode_steps": 10},
+    "observation": {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [40, 40]},
+}
+
+
+@pytest.mark.parametrize("advantage", ["gae", "grpo"])
+def test_a_vision_policy_drives_chunks_and_trains_on_them(advantage):
+    from m2flow.workers.actor import PPO
+    from m2flow.workers.rollout import TorchPolicy
+
+    env = cheetah(observation=VISION["observation"], group_size=2)
+    policy = TorchPolicy(**VISION)
+    actor = PPO(**VISION, num_minibatches=2, update_epochs=2, advantage=advantage, group_size=2)
+    initial = actor.weights()["state"]
+    policy.load_weights(actor.weights())
+    obs = env.obs()
+    for _ in range(5):
+        out = policy.act(obs)
+        assert out["action"].shape == (4, 4 * 6)  # a chunk of 4 six-dim actions per env
+        obs = env.step(out)
+    metrics = actor.train([env.trajectory()])
+    assert metrics["actor/steps_consumed"] == 5 * 4
+    assert np.isfinite(metrics["actor/loss"]) and metrics["actor/weights_version"] == 1
+    after = actor.weights()["state"]
+    assert any(not torch.equal(initial[k], after[k]) for k in initial), "the update must move the weights"

@@ -8,7 +8,7 @@ gradient the backend averages equals the one-rank gradient.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -16,10 +16,16 @@ from pydantic import Field
 
 import m2flow
 from m2flow.workers.actor.backends import get_backend
-from m2flow.workers.algorithms import PPOLossConfig, ReturnScaler, compute_gae, normalize_advantages, ppo_loss
-from m2flow.workers.models import build_policy, state_bytes, state_checksum
+from m2flow.workers.algorithms import (
+    PPOLossConfig,
+    ReturnScaler,
+    compute_gae,
+    group_advantages,
+    normalize_advantages,
+    ppo_loss,
+)
+from m2flow.workers.models import PolicyArgs, state_bytes, state_checksum
 from m2flow.workers.models.placement import move_module, move_optimizer
-from m2flow.workers.rollout.torch_policy import PolicyArgs
 
 TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done")
 
@@ -39,19 +45,23 @@ class PPOConfig(PolicyArgs):
     max_grad_norm: float = Field(0.5, gt=0)
     target_kl: float | None = None
     normalize_reward: bool = True
+    advantage: Literal["gae", "grpo"] = "gae"
+    group_size: int = Field(1, ge=1, description="GRPO: envs per group (adjacent env ids)")
+    grpo_normalize_std: bool = True
 
 
 class PPO:
     def __init__(self, **args: Any):
         ctx = m2flow.context()
         self.cfg = PPOConfig(**args)
+        vf_coef = 0.0 if self.cfg.advantage == "grpo" else self.cfg.vf_coef
         self.loss_cfg = PPOLossConfig(
-            self.cfg.clip_coef, self.cfg.clip_vloss, self.cfg.ent_coef, self.cfg.vf_coef, self.cfg.norm_adv
+            self.cfg.clip_coef, self.cfg.clip_vloss, self.cfg.ent_coef, vf_coef, self.cfg.norm_adv
         )
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.backend = get_backend(ctx)
-        self.model = self.backend.wrap(build_policy(self.cfg.policy_config()).to(self.device))
+        self.model = self.backend.wrap(self.cfg.build().to(self.device))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.learning_rate, eps=1e-5)
         self.generator = torch.Generator().manual_seed(ctx.seed + 7)
         self.scaler: ReturnScaler | None = None
@@ -61,36 +71,35 @@ class PPO:
     @classmethod
     def memory_estimate_gb(cls, **args: Any) -> float:
         """Weights, gradients and Adam's two moments: four copies of the policy's state."""
-        return 4 * state_bytes(PPOConfig(**args).policy_config()) / 2**30
+        return 4 * state_bytes(PPOConfig(**args)) / 2**30
 
     def weights(self) -> dict[str, Any]:
         """The full policy state for inference workers, versioned and checksummed (a collective on every rank)."""
         state = self.backend.full_state_dict(self.model)
         return {"version": self.version, "state": state, "checksum": state_checksum(state)}
 
-    def train(self, trajectories: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    def train(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:
         cfg = self.cfg
         batch = _merge(trajectories)
-        t = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
-        rewards = t["reward"]
+        rewards = torch.as_tensor(batch["reward"], device=self.device)
+        steps, envs = rewards.shape
+        dones = torch.as_tensor(batch["done"], device=self.device)
+        values = torch.as_tensor(batch["value"], device=self.device)
         if cfg.normalize_reward:
             if self.scaler is None:
-                self.scaler = ReturnScaler(rewards.shape[1], cfg.gamma)
-            rewards = self.scaler(rewards.cpu(), t["done"].cpu()).to(self.device)
-        with torch.no_grad():
-            next_value = self.model.get_value(t["next_obs"])
-        advantages, returns = compute_gae(
-            rewards, t["value"], t["done"], next_value, t["next_done"], cfg.gamma, cfg.gae_lambda
-        )
-        b_obs = t["obs"].reshape(-1, t["obs"].shape[-1])
-        b_actions = t["action"].reshape(-1, t["action"].shape[-1])
-        b_logprobs, b_values = t["logprob"].reshape(-1), t["value"].reshape(-1)
+                self.scaler = ReturnScaler(envs, cfg.gamma)
+            rewards = self.scaler(rewards.cpu(), dones.cpu()).to(self.device)
+        advantages, returns = ADVANTAGES[cfg.advantage](self, batch, rewards, values, dones)
+        b_obs = self.model.inputs(_flatten(batch["obs"]), self.device)
+        b_actions = torch.as_tensor(batch["action"], device=self.device).reshape(steps * envs, -1)
+        b_logprobs = torch.as_tensor(batch["logprob"], device=self.device).reshape(-1)
+        b_values = values.reshape(-1)
         b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
 
         if cfg.anneal_lr_iterations:
             frac = max(0.0, 1.0 - self.updates / cfg.anneal_lr_iterations)
             self.optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
-        batch_size = b_obs.shape[0]
+        batch_size = steps * envs
         minibatch_size = max(1, batch_size // cfg.num_minibatches)
         sums: dict[str, float] = {}
         count = 0
@@ -104,7 +113,7 @@ class PPO:
                 mine = torch.tensor_split(torch.arange(len(mb_inds), device=self.device), self.backend.world_size)
                 local = mine[self.backend.rank]
                 idx = mb_inds[local]
-                _, newlogprob, entropy, newvalue = self.model.get_action_and_value(b_obs[idx], b_actions[idx])
+                _, newlogprob, entropy, newvalue = self.model.get_action_and_value(_take(b_obs, idx), b_actions[idx])
                 loss, stats = ppo_loss(
                     newlogprob,
                     entropy,
@@ -126,7 +135,7 @@ class PPO:
             if cfg.target_kl is not None and float(stats["approx_kl"]) > cfg.target_kl:
                 break
         if cfg.normalize_obs:
-            self.model.obs_norm.update(b_obs)
+            self.model.update_normalizer(b_obs)
         self.version += 1
         self.updates += 1
         keys = sorted(sums)
@@ -139,7 +148,7 @@ class PPO:
                 "actor/lr": self.optimizer.param_groups[0]["lr"],
                 "rollout/returns_mean": float(returns.mean()),
                 "rollout/advantages_mean": float(advantages.mean()),
-                "rollout/rewards_mean": float(t["reward"].mean()),
+                "rollout/rewards_mean": float(np.mean(batch["reward"])),
                 "actor/weights_version": float(self.version),
                 "actor/steps_consumed": float(batch_size),
             }
@@ -180,14 +189,43 @@ class PPO:
             self.scaler.load_state_dict(state["reward_scaler"])
 
 
-def _merge(trajectories: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def _gae(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
+    cfg = ppo.cfg
+    with torch.no_grad():
+        next_value = ppo.model.get_value(ppo.model.inputs(batch["next_obs"], ppo.device))
+    next_done = torch.as_tensor(batch["next_done"], device=ppo.device)
+    return compute_gae(rewards, values, dones, next_value, next_done, cfg.gamma, cfg.gae_lambda)
+
+
+def _grpo(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
+    """Each env's return over the iteration, relative to its group; the same advantage at every step."""
+    per_env = group_advantages(rewards.sum(dim=0), ppo.cfg.group_size, ppo.cfg.grpo_normalize_std)
+    advantages = per_env.expand_as(rewards).contiguous()
+    return advantages, advantages  # no critic: the value loss is switched off (vf_coef 0)
+
+
+ADVANTAGES = {"gae": _gae, "grpo": _grpo}
+
+
+def _merge(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     """Shards side by side along the env axis (time-major arrays on axis 1, the rest on axis 0)."""
     if len(trajectories) == 1:
-        return {k: v for k, v in trajectories[0].items() if k != "env_ids"}
-    merged = {}
-    for key in trajectories[0]:
-        if key == "env_ids":
-            continue
-        axis = 1 if key in TIME_MAJOR else 0
-        merged[key] = np.concatenate([t[key] for t in trajectories], axis=axis)
-    return merged
+        return trajectories[0]
+    return {key: _concat([t[key] for t in trajectories], axis=1 if key in TIME_MAJOR else 0) for key in trajectories[0]}
+
+
+def _concat(parts: list[Any], axis: int) -> Any:
+    if isinstance(parts[0], dict):
+        return {key: _concat([p[key] for p in parts], axis) for key in parts[0]}
+    return np.concatenate(parts, axis=axis)
+
+
+def _flatten(obs: Any) -> Any:
+    """Time-major [T, N, ...] observations (an array or a dict of them) -> [T*N, ...]."""
+    if isinstance(obs, dict):
+        return {key: _flatten(value) for key, value in obs.items()}
+    return obs.reshape(-1, *obs.shape[2:])
+
+
+def _take(obs: Any, idx: torch.Tensor) -> Any:
+    return {key: value[idx] for key, value in obs.items()} if isinstance(obs, dict) else obs[idx]

@@ -58,7 +58,9 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
             try:
                 importlib.import_module(package)
             except ImportError:
-                raise MissingDependency(f"env_id '{env_id}' needs the package '{package}': pip install {extra}") from None
+                raise MissingDependency(
+                    f"env_id '{env_id}' needs the package '{package}': pip install {extra}"
+                ) from None
     return gym.make(env_id, **kwargs)
 
 
@@ -69,8 +71,10 @@ class CameraEnv:
         self.env_ids = np.arange(*ctx.items)
         self.envs = [make_env(cfg.env_id, **cfg.env_kwargs) for _ in self.env_ids]
         view = cfg.observation
-        self.renderers = [CameraRenderer(env.unwrapped.model, view.cameras, view.modalities, view.size,
-                                         cfg.render_profile) for env in self.envs]
+        self.renderers = [
+            CameraRenderer(env.unwrapped.model, view.cameras, view.modalities, view.size, cfg.render_profile)
+            for env in self.envs
+        ]
         self.seeds = [ctx.seed + int(i) // cfg.group_size for i in self.env_ids]
         space = self.envs[0].action_space
         self.low, self.high, self.act_dim = space.low, space.high, int(np.prod(space.shape))
@@ -142,8 +146,12 @@ class CameraEnv:
     def state_dict(self) -> dict[str, Any]:
         if self._observation is None:
             return {}
-        return {"envs": [env_state(env) for env in self.envs], "proprio": torch.as_tensor(self.proprio),
-                "done": torch.as_tensor(self._done), "episodes": self.recorder.state_dict()}
+        return {
+            "envs": [env_state(env) for env in self.envs],
+            "proprio": torch.as_tensor(self.proprio),
+            "done": torch.as_tensor(self._done),
+            "episodes": self.recorder.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:

@@ -30,8 +30,9 @@ IMAGE_MODALITIES = ("rgb", "depth", "segmentation")
 class CameraRenderer:
     """Renders the named cameras of one MuJoCo model in the requested image modalities, counting renders."""
 
-    def __init__(self, model: mujoco.MjModel, cameras: list[str], modalities: list[str], size: tuple[int, int],
-                 profile: str):
+    def __init__(
+        self, model: mujoco.MjModel, cameras: list[str], modalities: list[str], size: tuple[int, int], profile: str
+    ):
         known = [model.camera(i).name for i in range(model.ncam)]
         missing = [c for c in cameras if c not in known]
         if missing:

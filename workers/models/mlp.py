@@ -24,7 +24,7 @@ class PolicyConfig(BaseModel):
     normalize_obs: bool = True
 
 
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
     nn.init.orthogonal_(layer.weight, std)
     nn.init.constant_(layer.bias, bias)
     return layer
@@ -63,13 +63,28 @@ class RunningNorm(nn.Module):
 
 
 class GaussianMLP(nn.Module):
+    """For state observations: `{"obs": [n, d]}` (as GymEnv sends) or the array itself."""
+
     def __init__(self, config: PolicyConfig):
         super().__init__()
+        self.act_dim = config.act_dim
         sizes = [config.obs_dim, *config.hidden]
         self.obs_norm = RunningNorm(config.obs_dim) if config.normalize_obs else nn.Identity()
         self.critic = mlp(sizes, 1, out_std=1.0)
         self.actor_mean = mlp(sizes, config.act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, config.act_dim))
+
+    @staticmethod
+    def inputs(batch, device: torch.device) -> torch.Tensor:
+        obs = batch["obs"] if isinstance(batch, dict) else batch
+        return torch.as_tensor(obs, dtype=torch.float32, device=device)
+
+    def update_normalizer(self, obs: torch.Tensor) -> None:
+        if isinstance(self.obs_norm, RunningNorm):
+            self.obs_norm.update(obs)
+
+    def mean_action(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor_mean(self.obs_norm(obs))
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs, value_only=True)
@@ -103,22 +118,11 @@ class GaussianMLP(nn.Module):
         return self.critic(x).squeeze(-1).clone()
 
 
-def build_policy(config: PolicyConfig) -> GaussianMLP:
-    return GaussianMLP(config)
-
-
-def state_bytes(config: PolicyConfig) -> int:
-    """Bytes of the policy's parameters and buffers, sized on the meta device (nothing allocated)."""
-    with torch.device("meta"):
-        model = build_policy(config)
-    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-
-
 def env_dims(env_id: str, **env_kwargs) -> tuple[int, int]:
     """Observation and action sizes of a gymnasium env, read from a throwaway instance."""
-    import gymnasium as gym
+    from m2flow.workers.env.camera_env import make_env
 
-    env = gym.make(env_id, **env_kwargs)
+    env = make_env(env_id, **env_kwargs)
     try:
         return int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
     finally:

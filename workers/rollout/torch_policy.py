@@ -11,27 +11,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 import m2flow
 from m2flow.errors import WorkerError
-from m2flow.workers.models import PolicyConfig, build_policy, env_dims, state_bytes, state_checksum
+from m2flow.workers.models import PolicyArgs, state_bytes, state_checksum
 from m2flow.workers.models.placement import move_module
-
-
-class PolicyArgs(BaseModel):
-    """What inference and training workers need to build the same policy."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    env_id: str
-    hidden: list[int] = Field(default_factory=lambda: [64, 64])
-    normalize_obs: bool = True
-    env_kwargs: dict[str, Any] = Field(default_factory=dict)
-
-    def policy_config(self) -> PolicyConfig:
-        obs_dim, act_dim = env_dims(self.env_id, **self.env_kwargs)
-        return PolicyConfig(obs_dim=obs_dim, act_dim=act_dim, hidden=self.hidden, normalize_obs=self.normalize_obs)
 
 
 class TorchPolicy:
@@ -41,27 +25,25 @@ class TorchPolicy:
         self.deterministic = deterministic
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
-        config = self.args.policy_config()
-        self.model = build_policy(config).to(self.device).eval()
-        self.act_dim, self.seed = config.act_dim, ctx.seed
+        self.model = self.args.build().to(self.device).eval()
+        self.act_dim, self.seed = self.model.act_dim, ctx.seed
         self.env_rngs: dict[int, np.random.Generator] = {}
         self.version = -1
 
     @classmethod
     def memory_estimate_gb(cls, deterministic: bool = False, **policy: Any) -> float:
         """The model's weights (the planner's memory estimate; activations of a batch are negligible here)."""
-        return state_bytes(PolicyArgs(**policy).policy_config()) / 2**30
+        return state_bytes(PolicyArgs(**policy)) / 2**30
 
     @torch.no_grad()
     def act(self, batch: dict[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
         """Actions for a batch of observations. Given `env_id`s (as `GymEnv` sends them), each env's
         exploration noise comes from its own stream, so results do not depend on how envs are batched."""
-        obs = batch["obs"] if isinstance(batch, dict) else batch
-        x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        x = self.model.inputs(batch, self.device)
         if self.deterministic:
-            return {"action": self.model.actor_mean(self.model.obs_norm(x)).cpu().numpy()}
+            return {"action": self.model.mean_action(x).cpu().numpy()}
         env_ids = batch.get("env_id") if isinstance(batch, dict) else None
-        noise = self._noise(env_ids, len(obs)) if env_ids is not None else None
+        noise = self._noise(env_ids, len(env_ids)) if env_ids is not None else None
         action, logprob, _, value = self.model.get_action_and_value(x, noise=noise)
         return {"action": action.cpu().numpy(), "logprob": logprob.cpu().numpy(), "value": value.cpu().numpy()}
 
