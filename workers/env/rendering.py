@@ -7,14 +7,11 @@ They must be applied before the first render: the GL context reads them when it 
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable
 
 import mujoco
 import numpy as np
-
-os.environ.setdefault("MUJOCO_GL", "egl")
 
 
 def _fast(model: mujoco.MjModel) -> None:

@@ -17,9 +17,19 @@ DEPTH_SCALE_M = 10.0
 
 
 class CNNPolicy(nn.Module):
-    def __init__(self, channels: int, size: tuple[int, int], proprio_dim: int, act_dim: int, hidden: int = 256):
+    def __init__(
+        self,
+        modalities: list[str],
+        cameras: int,
+        size: tuple[int, int],
+        proprio_dim: int,
+        act_dim: int,
+        hidden: int = 256,
+    ):
         super().__init__()
-        self.act_dim = act_dim
+        self.act_dim, self.cameras = act_dim, cameras
+        self.reads = [m for m in modalities if m in IMAGE_CHANNELS] + (["proprio"] if proprio_dim else [])
+        channels = image_channels(modalities, cameras)
         layers: list[nn.Module] = []
         h, w, c_in = *size, channels
         for kernel, stride, c_out in CONVS:
@@ -39,12 +49,15 @@ class CNNPolicy(nn.Module):
         )
         self.actor_logstd = nn.Parameter(torch.full((1, act_dim), -0.5))
 
-    @staticmethod
-    def inputs(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    def inputs(self, batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+        """What this policy reads of an observation: its modalities, of its cameras (the first ones the
+        simulator renders); anything else the simulator sent is ignored."""
+        missing = [m for m in self.reads if m not in batch]
+        if missing:
+            raise KeyError(f"the policy reads {missing} but the observation has only {sorted(batch)}")
         return {
-            k: torch.as_tensor(np.asarray(v), device=device)
-            for k, v in batch.items()
-            if k in IMAGE_CHANNELS or k == "proprio"
+            m: torch.as_tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, : self.cameras]), device=device)
+            for m in self.reads
         }
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:

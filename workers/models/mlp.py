@@ -74,8 +74,7 @@ class GaussianMLP(nn.Module):
         self.actor_mean = mlp(sizes, config.act_dim, out_std=0.01)
         self.actor_logstd = nn.Parameter(torch.zeros(1, config.act_dim))
 
-    @staticmethod
-    def inputs(batch, device: torch.device) -> torch.Tensor:
+    def inputs(self, batch, device: torch.device) -> torch.Tensor:
         obs = batch["obs"] if isinstance(batch, dict) else batch
         return torch.as_tensor(obs, dtype=torch.float32, device=device)
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from m2flow.workers.env.camera_env import CameraObservation
-from m2flow.workers.models.cnn import CNNPolicy, image_channels
+from m2flow.workers.models.cnn import CNNPolicy
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
 
 
@@ -42,7 +42,8 @@ def _cnn(args: PolicyArgs) -> nn.Module:
     proprio_dim, act_dim = env_dims(args.env_id, **args.env_kwargs)
     view = args.observation
     return CNNPolicy(
-        image_channels(view.modalities, len(view.cameras)),
+        view.modalities,
+        len(view.cameras),
         view.size,
         proprio_dim if "proprio" in view.modalities else 0,
         act_dim * args.chunk,

@@ -1,0 +1,147 @@
+"""The BEHAVIOR ablation, here: what each simulator-side optimisation buys on a camera task with a CNN
+policy in an inference worker, all rows run through m2flow side by side in one process.
+
+rows (cumulative):  baseline       full rendering, every camera and modality, observations every step
+                    slim           fast rendering, only RGB of the cameras the policy reads (+ proprio)
+                    + chunk end    observations only at the end of each C-action chunk
+                    + pipeline     S=2 slices, simulator and inference on separate cores (hybrid)
+
+    python benchmarks/simulator_ablation.py [--task metaworld|cheetah] [--envs 2] [--chunks 4] [--chunk 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+
+TASKS = {  # env id, env kwargs, every camera the model has, the cameras the policy reads
+    "metaworld": (
+        "Meta-World/MT1",
+        {"env_name": "reach-v3"},
+        ["corner", "gripperPOV", "topview"],
+        ["corner", "gripperPOV"],
+    ),
+    "cheetah": ("HalfCheetah-v5", {}, ["track"], ["track"]),
+}
+PUBLISHED = {"slim": 4.8, "+ chunk end": 3.3, "+ pipeline": 1.6}  # RLinf's BEHAVIOR study; 25x in all
+
+
+def rows(task: str) -> list[tuple[str, dict, str, int]]:
+    _, _, every_camera, reads = TASKS[task]
+    baseline = {
+        "render_profile": "full",
+        "obs_every_step": True,
+        "observation": {"cameras": every_camera, "modalities": ["rgb", "depth", "segmentation", "proprio"]},
+    }
+    slim = {
+        "render_profile": "fast",
+        "obs_every_step": True,
+        "observation": {"cameras": reads, "modalities": ["rgb", "proprio"]},
+    }
+    return [
+        ("baseline", baseline, "shared", 1),
+        ("slim", slim, "shared", 1),
+        ("+ chunk end", {**slim, "obs_every_step": False}, "shared", 1),
+        ("+ pipeline", {**slim, "obs_every_step": False}, "hybrid", 2),
+    ]
+
+
+def workflow(args: argparse.Namespace, name: str, sim: dict, mode: str, stages: int, out: Path) -> mf.WorkflowSpec:
+    env_id, env_kwargs, _, reads = TASKS[args.task]
+    size = [args.size, args.size]
+    sim = {**sim, "observation": {**sim["observation"], "size": size}}
+    policy = {
+        "env_id": env_id,
+        "env_kwargs": env_kwargs,
+        "model": "cnn",
+        "hidden": [256],
+        "chunk": args.chunk,
+        "observation": {"cameras": reads, "modalities": ["rgb", "proprio"], "size": size},
+    }
+    return spec_from_dict(
+        {
+            "name": name,
+            "workers": {
+                "env": {
+                    "kind": "simulator",
+                    "class": "m2flow.workers.env.CameraEnv",
+                    "args": {
+                        "env_id": env_id,
+                        "env_kwargs": env_kwargs,
+                        "num_envs": args.envs,
+                        "chunk": args.chunk,
+                        **sim,
+                    },
+                },
+                "policy": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": policy},
+            },
+            "flow": {"loop": {"horizon": args.chunks, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]}},
+            "placement": {"mode": mode, "pipeline_stages": stages},
+            "run": {
+                "iterations": args.iterations,
+                "output_dir": str(out),
+                "progress": False,
+                "checkpoint_every": 0,
+                "trace_detail_iterations": 0,
+            },
+        }
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=sorted(TASKS), default="metaworld")
+    parser.add_argument("--envs", type=int, default=2)
+    parser.add_argument("--chunks", type=int, default=4, help="policy calls (chunks) per iteration")
+    parser.add_argument("--chunk", type=int, default=8, help="actions per chunk")
+    parser.add_argument("--size", type=int, default=84)
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--out", default="benchmarks/results")
+    args = parser.parse_args()
+
+    import ray
+
+    ray.init(include_dashboard=False, log_to_driver=False)
+    out = Path(args.out)
+    results, previous = [], None
+    print(f"{args.task}: {args.envs} envs, {args.chunks} chunks of {args.chunk} actions per iteration", flush=True)
+    for label, sim, mode, stages in rows(args.task):
+        run = mf.run(workflow(args, f"ablation-{len(results)}", sim, mode, stages, out / "tmp"))
+        loop_s = min(h["time/loop_s"] for h in run.history[1:] or run.history)
+        ms = 1e3 * loop_s / (args.chunks * args.chunk * args.envs)
+        speedup = previous / ms if previous else 1.0
+        cumulative = results[0]["ms_per_step"] / ms if results else 1.0
+        results.append(
+            {
+                "row": label,
+                "ms_per_step": ms,
+                "speedup": speedup,
+                "cumulative": cumulative,
+                "published": PUBLISHED.get(label),
+            }
+        )
+        print(
+            f"{label:14s} {ms:9.2f} ms/env step   x{speedup:5.2f} over the previous row   (x{cumulative:.2f} in all;"
+            f" BEHAVIOR: {PUBLISHED.get(label, '-')})",
+            flush=True,
+        )
+        previous = ms
+    record = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.node()}, {platform.machine()}, {os.cpu_count()} cores",
+        "args": vars(args),
+        "rows": results,
+    }
+    (out / f"simulator_ablation_{args.task}.json").write_text(json.dumps(record, indent=1))
+    print(f"total: {results[-1]['cumulative']:.1f}x ({args.task}; BEHAVIOR published 25x)")
+
+
+if __name__ == "__main__":
+    main()
