@@ -25,48 +25,91 @@ from m2flow.errors import PlanError
 ENVS = 8
 
 
-def workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) -> mf.WorkflowSpec:
+def spin_workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) -> dict:
     step_per_env = args.step_ms / 1e3 / ENVS
     act_fixed = args.act_ms / 1e3 * args.act_fixed_frac
     act_per_env = args.act_ms / 1e3 * (1 - args.act_fixed_frac) / ENVS
-    return spec_from_dict(
-        {
-            "name": f"modes-{mode}-{stages}",
-            "workers": {
-                "env": {
-                    "kind": "simulator",
-                    "class": "m2flow.workers.synthetic.SpinSimulator",
-                    "args": {"num_envs": ENVS, "per_env_s": step_per_env},
-                    "profile": {"step": {"per_item_s": step_per_env}, "obs": {"fixed_s": 1e-4}},
-                },
-                "policy": {
-                    "kind": "inference",
-                    "class": "m2flow.workers.synthetic.SpinPolicy",
-                    "args": {"fixed_s": act_fixed, "per_env_s": act_per_env},
-                    "profile": {"act": {"fixed_s": act_fixed, "per_item_s": act_per_env}},
-                },
-                "trainer": {
-                    "kind": "training",
-                    "class": "m2flow.workers.synthetic.SpinTrainer",
-                    "args": {"fixed_s": args.train_ms / 1e3},
-                    "profile": {"train": {"fixed_s": args.train_ms / 1e3}},
-                },
+    return {
+        "name": f"modes-{mode}-{stages}",
+        "workers": {
+            "env": {
+                "kind": "simulator",
+                "class": "m2flow.workers.synthetic.SpinSimulator",
+                "args": {"num_envs": ENVS, "per_env_s": step_per_env},
+                "profile": {"step": {"per_item_s": step_per_env}, "obs": {"fixed_s": 1e-4}},
             },
-            "flow": {
-                "loop": {"horizon": args.horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]},
-                "then": ["env.trajectory -> trainer.train"],
-                "sync": [{"edge": "trainer.weights -> policy.load_weights"}],
+            "policy": {
+                "kind": "inference",
+                "class": "m2flow.workers.synthetic.SpinPolicy",
+                "args": {"fixed_s": act_fixed, "per_env_s": act_per_env},
+                "profile": {"act": {"fixed_s": act_fixed, "per_item_s": act_per_env}},
             },
-            "placement": {"mode": mode, "pipeline_stages": stages},
-            "run": {
-                "iterations": args.iterations,
-                "output_dir": str(out),
-                "progress": False,
-                "checkpoint_every": 0,
-                "trace_detail_iterations": 1,
+            "trainer": {
+                "kind": "training",
+                "class": "m2flow.workers.synthetic.SpinTrainer",
+                "args": {"fixed_s": args.train_ms / 1e3},
+                "profile": {"train": {"fixed_s": args.train_ms / 1e3}},
             },
-        }
-    )
+        },
+        "flow": {
+            "loop": {"horizon": args.horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]},
+            "then": ["env.trajectory -> trainer.train"],
+            "sync": [{"edge": "trainer.weights -> policy.load_weights"}],
+        },
+        "placement": {"mode": mode, "pipeline_stages": stages},
+        "run": run_settings(args, out),
+    }
+
+
+def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) -> dict:
+    """Simulators with a rendered camera on CPU cores; a CNN policy and PPO on the GPU when there is one."""
+    view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [84, 84]}
+    policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [256], "observation": view}
+    return {
+        "name": f"modes-camera-{mode}-{stages}",
+        "workers": {
+            "env": {
+                "kind": "simulator",
+                "class": "m2flow.workers.env.CameraEnv",
+                "replicas": args.replicas,
+                "args": {"env_id": "HalfCheetah-v5", "num_envs": ENVS, "observation": view},
+            },
+            "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": policy},
+            "actor": {
+                "kind": "training",
+                "class": "m2flow.workers.actor.PPO",
+                "args": {**policy, "num_minibatches": 4, "update_epochs": 2},
+            },
+        },
+        "flow": {
+            "loop": {"horizon": args.horizon, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
+            "then": ["env.trajectory -> actor.train"],
+            "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
+        },
+        "placement": {"mode": mode, "pipeline_stages": stages, "offload": args.offload},
+        "run": run_settings(args, out),
+    }
+
+
+WORKLOADS = {"spin": spin_workflow, "camera": camera_workflow}
+
+
+def run_settings(args: argparse.Namespace, out: Path) -> dict:
+    return {
+        "iterations": args.iterations,
+        "output_dir": str(out),
+        "progress": False,
+        "checkpoint_every": 0,
+        "trace_detail_iterations": 1,
+        "timeouts": {"floor_s": 300},
+    }
+
+
+def workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) -> mf.WorkflowSpec:
+    raw = WORKLOADS[args.workload](args, mode, stages, out)
+    if args.profile:
+        raw["placement"]["profile"] = str(args.profile)
+    return spec_from_dict(raw)
 
 
 def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
@@ -74,13 +117,13 @@ def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
     rows = result.history[1:]
     iteration = statistics.median(h["time/iteration_s"] for h in rows)
     loop = statistics.median(h["time/loop_s"] for h in rows)
-    bound = args.horizon * max(args.step_ms, args.act_ms) / 1e3
+    bound = args.horizon * max(args.step_ms, args.act_ms) / 1e3 if args.workload == "spin" else float("nan")
     return {
         "mode": result.plan.mode,
         "stages": result.plan.pipeline_stages,
         "predicted_s": result.plan.predicted["iteration_s"],
         "measured_s": iteration,
-        "env_steps_per_s": args.horizon * ENVS / iteration,
+        "env_steps_per_s": result.history[-1]["env_steps"] / len(result.history) / iteration,
         "pipeline_efficiency": bound / loop,
     }
 
@@ -93,13 +136,26 @@ def main() -> None:
     parser.add_argument("--act-ms", type=float, default=4.0, help="policy call for all envs")
     parser.add_argument("--act-fixed-frac", type=float, default=0.1, help="share of a policy call paid per call")
     parser.add_argument("--train-ms", type=float, default=20.0)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="spin")
+    parser.add_argument("--replicas", type=int, default=4, help="camera workload: simulator processes")
+    parser.add_argument("--offload", default="auto", choices=["auto", "always", "never"])
+    parser.add_argument("--measure", action="store_true", help="run `m2flow profile` first and plan with it")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
 
     import ray
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(include_dashboard=False, log_to_driver=False)
     out = Path(args.out)
+    args.profile = None
+    if args.measure:
+        from m2flow.planners.fit import save_profile
+        from m2flow.runtime.profiling import measure_profile
+
+        args.profile = save_profile(
+            measure_profile(workflow(args, "auto", "auto", out / "tmp")), out / "tmp" / f"{args.workload}-profile.json"
+        )
+        print(f"measured profile: {args.profile}", flush=True)
     rows = []
     for mode, stages in [
         ("shared", 1),
@@ -142,7 +198,8 @@ def main() -> None:
         "args": vars(args),
         "rows": rows,
     }
-    (out / "modes.json").write_text(json.dumps(record, indent=1))
+    record["args"]["profile"] = str(args.profile)
+    (out / f"modes_{args.workload}.json").write_text(json.dumps(record, indent=1))
     picked = "fastest" if (auto["mode"], auto["stages"]) == (fastest["mode"], fastest["stages"]) else "not fastest"
     print(f"\nauto picked {auto['mode']} S={auto['stages']} ({picked}: fastest measured {fastest['label']})")
     print(
