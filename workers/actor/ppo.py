@@ -80,19 +80,19 @@ class PPO:
 
     def train(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:
         cfg = self.cfg
-        batch = _merge(trajectories)
-        rewards = torch.as_tensor(batch["reward"], device=self.device)
+        batch = _merge(trajectories)  # arrays from Ray's object store are read-only: copied where torch needs it
+        rewards = torch.tensor(batch["reward"], device=self.device)
         steps, envs = rewards.shape
-        dones = torch.as_tensor(batch["done"], device=self.device)
-        values = torch.as_tensor(batch["value"], device=self.device)
+        dones = torch.tensor(batch["done"], device=self.device)
+        values = torch.tensor(batch["value"], device=self.device)
         if cfg.normalize_reward:
             if self.scaler is None:
                 self.scaler = ReturnScaler(envs, cfg.gamma)
             rewards = self.scaler(rewards.cpu(), dones.cpu()).to(self.device)
         advantages, returns = ADVANTAGES[cfg.advantage](self, batch, rewards, values, dones)
         b_obs = self.model.inputs(_flatten(batch["obs"]), self.device)
-        b_actions = torch.as_tensor(batch["action"], device=self.device).reshape(steps * envs, -1)
-        b_logprobs = torch.as_tensor(batch["logprob"], device=self.device).reshape(-1)
+        b_actions = torch.tensor(batch["action"], device=self.device).reshape(steps * envs, -1)
+        b_logprobs = torch.tensor(batch["logprob"], device=self.device).reshape(-1)
         b_values = values.reshape(-1)
         b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
 

@@ -81,6 +81,7 @@ class CameraEnv:
         self.proprio = np.zeros((len(self.envs), int(np.prod(self.envs[0].observation_space.shape))), np.float32)
         self._observation: dict[str, np.ndarray] | None = None
         self._done = np.zeros(len(self.envs), dtype=bool)
+        self._succeeded = np.full(len(self.envs), np.nan)  # any success in the episode so far (NaN: no signal)
         self.recorder = Recorder(len(self.envs))
 
     @property
@@ -107,7 +108,6 @@ class CameraEnv:
         reward = np.zeros(len(self.envs))
         steps = np.zeros(len(self.envs), dtype=np.int64)
         done = np.zeros(len(self.envs), dtype=bool)
-        success = np.full(len(self.envs), np.nan)
         for c in range(actions.shape[1]):
             for i, env in enumerate(self.envs):
                 if done[i]:
@@ -115,15 +115,16 @@ class CameraEnv:
                 obs, r, terminated, truncated, info = env.step(actions[i, c])
                 self.proprio[i], reward[i], steps[i] = obs, reward[i] + r, steps[i] + 1
                 if "success" in info:
-                    success[i] = max(0.0 if np.isnan(success[i]) else success[i], float(info["success"]))
+                    self._succeeded[i] = max(np.nan_to_num(self._succeeded[i]), float(info["success"]))
                 done[i] = terminated or truncated
             if self.config.obs_every_step:
                 self._observe()
         self.recorder.record(started_from, began, reward, out)
         self.recorder.count(reward, steps)
-        self.recorder.end_episodes(done, success)
+        self.recorder.end_episodes(done, self._succeeded)
         for i in np.flatnonzero(done):
             self.proprio[i] = self.envs[i].reset()[0]
+            self._succeeded[i] = np.nan
         self._done = done
         self._observation = self._observe()
         return self._observation

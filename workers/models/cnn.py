@@ -56,7 +56,7 @@ class CNNPolicy(nn.Module):
         if missing:
             raise KeyError(f"the policy reads {missing} but the observation has only {sorted(batch)}")
         return {
-            m: torch.as_tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, : self.cameras]), device=device)
+            m: torch.tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, : self.cameras]), device=device)
             for m in self.reads
         }
 

@@ -76,7 +76,7 @@ class GaussianMLP(nn.Module):
 
     def inputs(self, batch, device: torch.device) -> torch.Tensor:
         obs = batch["obs"] if isinstance(batch, dict) else batch
-        return torch.as_tensor(obs, dtype=torch.float32, device=device)
+        return torch.tensor(obs, dtype=torch.float32, device=device)
 
     def update_normalizer(self, obs: torch.Tensor) -> None:
         if isinstance(self.obs_norm, RunningNorm):
