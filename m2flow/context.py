@@ -18,6 +18,7 @@ class WorkerContext:
     stage: int = 0
     stages: int = 1
     items: tuple[int, int] = (0, 1)
+    replica_items: tuple[int, int] = (0, 1)
     seed: int = 0
     device: str = "cpu"
     backend: str | None = None
@@ -33,7 +34,7 @@ class WorkerContext:
 
     @property
     def num_items(self) -> int:
-        """How many items of the loop batch (envs, for a simulator) this instance owns."""
+        """How many items of the loop batch (envs, for a simulator) this instance owns (its slice)."""
         return self.items[1] - self.items[0]
 
     def with_(self, **changes) -> WorkerContext:

@@ -70,7 +70,7 @@ class WorkerHost:
         count = last - first
         per = [count // stages + (1 if s < count % stages else 0) for s in range(stages)]
         start = first + sum(per[:stage])
-        instance_ctx = ctx.with_(stage=stage, stages=stages, items=(start, start + per[stage]))
+        instance_ctx = ctx.with_(stage=stage, stages=stages, items=(start, start + per[stage]), replica_items=ctx.items)
         set_context(instance_ctx)
         try:
             if inspect.isclass(target):
