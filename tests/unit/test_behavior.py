@@ -23,12 +23,19 @@ class FakeVectorEnvironment:
         self.sim_time, self.get_obs_calls = 0.0, []
         robot = config["robots"][0]
         self.sensors = robot["include_sensor_names"]
-        self.size = (robot["sensor_config"]["VisionSensor"]["sensor_kwargs"]["image_height"],
-                     robot["sensor_config"]["VisionSensor"]["sensor_kwargs"]["image_width"])
+        self.size = (
+            robot["sensor_config"]["VisionSensor"]["sensor_kwargs"]["image_height"],
+            robot["sensor_config"]["VisionSensor"]["sensor_kwargs"]["image_width"],
+        )
 
     def _obs(self):
-        return [{**{f"{s}::rgb": np.full((*self.size, 4), i, np.uint8) for s in self.sensors},
-                 "robot_r1::proprio": np.full(5, float(i))} for i in range(self.num_envs)]
+        return [
+            {
+                **{f"{s}::rgb": np.full((*self.size, 4), i, np.uint8) for s in self.sensors},
+                "robot_r1::proprio": np.full(5, float(i)),
+            }
+            for i in range(self.num_envs)
+        ]
 
     def reset(self):
         return self._obs(), {}

@@ -107,3 +107,17 @@ def test_a_vision_policy_drives_chunks_and_trains_on_them(advantage):
     assert np.isfinite(metrics["actor/loss"]) and metrics["actor/weights_version"] == 1
     after = actor.weights()["state"]
     assert any(not torch.equal(initial[k], after[k]) for k in initial), "the update must move the weights"
+
+
+@pytest.mark.parametrize("fmt", ["mp4", "gif"])
+def test_episode_videos_are_written_with_the_full_profile(tmp_path, fmt):
+    import imageio.v2 as imageio
+
+    set_context(WorkerContext(worker="env", items=(0, 4), seed=3, output_dir=str(tmp_path)))
+    env = cheetah(video={"save": True, "every": 2, "size": [48, 64], "format": fmt})
+    assert env.video.renderer.renderer is not env.renderers[0].renderer
+    run(env, chunks=12)  # 10-step episodes in chunks of 4 end at chunks 3, 6, 9, 12: episodes 0 and 2 recorded
+    videos = sorted((tmp_path / "videos").iterdir())
+    assert [v.name for v in videos] == [f"env_episode00000.{fmt}", f"env_episode00002.{fmt}"]
+    frames = imageio.mimread(videos[0])
+    assert len(frames) == 10 and frames[0].shape[:2] == (48, 64)

@@ -23,8 +23,10 @@ import m2flow
 from m2flow.errors import MissingDependency
 from m2flow.workers.env.recording import Recorder
 
-INSTALL = ("OmniGibson is not installed: pip install 'm2flow[behavior]' on a Linux machine with an NVIDIA RTX-class"
-           " GPU and driver that Isaac Sim supports (see OmniGibson's install guide); Isaac Sim cannot run here")
+INSTALL = (
+    "OmniGibson is not installed: pip install 'm2flow[behavior]' on a Linux machine with an NVIDIA RTX-class"
+    " GPU and driver that Isaac Sim supports (see OmniGibson's install guide); Isaac Sim cannot run here"
+)
 
 R1PRO_CAMERAS = {  # camera -> OmniGibson sensor prefix on the R1 Pro
     "head": "robot_r1::robot_r1:zed_link:Camera:0",
@@ -42,7 +44,8 @@ class BehaviorConfig(BaseModel):
     robot: str = "R1Pro"
     action_dim: int = 23
     cameras: list[Literal["head", "left_wrist", "right_wrist"]] = Field(
-        default_factory=lambda: ["head", "left_wrist", "right_wrist"])
+        default_factory=lambda: ["head", "left_wrist", "right_wrist"]
+    )
     modalities: list[Literal["rgb", "depth", "segmentation", "proprio"]] = Field(default_factory=lambda: ["rgb"])
     size: tuple[int, int] = (224, 224)
     chunk: int = Field(1, ge=1)
@@ -56,8 +59,13 @@ class BehaviorConfig(BaseModel):
 def process_environment(cfg: BehaviorConfig) -> dict[str, str]:
     """Set before OmniGibson is imported: headless, bounded thread pools, a persistent numba cache."""
     threads = str(cfg.threads)
-    return {"OMNIGIBSON_HEADLESS": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-            "NUMBA_NUM_THREADS": threads, "NUMBA_CACHE_DIR": cfg.numba_cache_dir}
+    return {
+        "OMNIGIBSON_HEADLESS": "1",
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "NUMBA_NUM_THREADS": threads,
+        "NUMBA_CACHE_DIR": cfg.numba_cache_dir,
+    }
 
 
 def omnigibson_config(cfg: BehaviorConfig, num_envs: int, stages: int) -> dict[str, Any]:
@@ -65,15 +73,24 @@ def omnigibson_config(cfg: BehaviorConfig, num_envs: int, stages: int) -> dict[s
     action frequency scaled by the number of slices (each slice's call advances 1/S of a policy step)."""
     image_modalities = [OG_MODALITY[m] for m in cfg.modalities if m in OG_MODALITY]
     return {
-        "env": {"num_envs": num_envs, "action_frequency": cfg.action_frequency * stages,
-                "physics_frequency": max(cfg.physics_frequency, cfg.action_frequency * stages),
-                "rendering_frequency": cfg.action_frequency * stages, "external_sensors": None},
+        "env": {
+            "num_envs": num_envs,
+            "action_frequency": cfg.action_frequency * stages,
+            "physics_frequency": max(cfg.physics_frequency, cfg.action_frequency * stages),
+            "rendering_frequency": cfg.action_frequency * stages,
+            "external_sensors": None,
+        },
         "render": {"viewer_width": 0, "viewer_height": 0} if not cfg.viewport else {},
-        "robots": [{"type": cfg.robot, "obs_modalities": image_modalities + (["proprio"] if "proprio" in
-                                                                             cfg.modalities else []),
-                    "sensor_config": {"VisionSensor": {"sensor_kwargs": {"image_height": cfg.size[0],
-                                                                         "image_width": cfg.size[1]}}},
-                    "include_sensor_names": [R1PRO_CAMERAS[c] for c in cfg.cameras]}],
+        "robots": [
+            {
+                "type": cfg.robot,
+                "obs_modalities": image_modalities + (["proprio"] if "proprio" in cfg.modalities else []),
+                "sensor_config": {
+                    "VisionSensor": {"sensor_kwargs": {"image_height": cfg.size[0], "image_width": cfg.size[1]}}
+                },
+                "include_sensor_names": [R1PRO_CAMERAS[c] for c in cfg.cameras],
+            }
+        ],
         "task": {"type": "BehaviorTask", "activity_name": cfg.task},
     }
 
@@ -117,8 +134,9 @@ class BehaviorEnv:
 
     def step(self, policy_out: dict[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
         out = policy_out if isinstance(policy_out, dict) else {"action": policy_out}
-        chunk = np.clip(np.asarray(out["action"], np.float32).reshape(len(self.rows), -1, self.config.action_dim),
-                        -1.0, 1.0)
+        chunk = np.clip(
+            np.asarray(out["action"], np.float32).reshape(len(self.rows), -1, self.config.action_dim), -1.0, 1.0
+        )
         started_from, began = self.obs(), self._done.copy()
         reward, done = np.zeros(len(self.rows)), np.zeros(len(self.rows), dtype=bool)
         raw = None
@@ -145,10 +163,19 @@ class BehaviorEnv:
                 out["proprio"] = np.stack([np.asarray(raw[r]["robot_r1::proprio"], np.float32) for r in self.rows])
                 continue
             key = OG_MODALITY[modality]
-            out[modality] = np.stack([
-                np.stack([np.asarray(raw[r][f"{R1PRO_CAMERAS[c]}::{key}"])[..., :3] if modality == "rgb"
-                          else np.asarray(raw[r][f"{R1PRO_CAMERAS[c]}::{key}"]) for c in self.config.cameras])
-                for r in self.rows])
+            out[modality] = np.stack(
+                [
+                    np.stack(
+                        [
+                            np.asarray(raw[r][f"{R1PRO_CAMERAS[c]}::{key}"])[..., :3]
+                            if modality == "rgb"
+                            else np.asarray(raw[r][f"{R1PRO_CAMERAS[c]}::{key}"])
+                            for c in self.config.cameras
+                        ]
+                    )
+                    for r in self.rows
+                ]
+            )
         out["env_id"] = self.env_ids
         return out
 

@@ -4,13 +4,15 @@ observations built only where the policy reads them.
 `step(policy_out)` runs a chunk of C actions per env: physics, reward, termination every step; an env
 whose episode ends inside the chunk idles until the chunk ends and then starts its next episode. The
 observation — only the cameras and modalities in `observation`, at its size — is rendered once, at
-the chunk's end. `obs_every_step: true` renders after every physics step instead (what a simulator
-that knows nothing of chunks does); results are identical, only slower.
+the chunk's end. `video.save: true` also writes every k-th episode of the first env as a video
+(full rendering profile) under `<run dir>/videos/`. `obs_every_step: true` renders after every physics
+step instead (what a simulator that knows nothing of chunks does); results are identical, only slower.
 """
 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -23,6 +25,7 @@ from m2flow.errors import MissingDependency
 from m2flow.workers.env.mujoco_state import env_state, set_env_state
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.rendering import CameraRenderer
+from m2flow.workers.env.video import EpisodeVideo, VideoConfig
 
 Modality = Literal["rgb", "depth", "segmentation", "proprio"]
 
@@ -50,6 +53,7 @@ class CameraEnvConfig(BaseModel):
     group_size: int = Field(1, ge=1, description="envs per group sharing initial states (GRPO)")
     clip_actions: bool = True
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    video: VideoConfig = Field(default_factory=VideoConfig)
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
@@ -80,6 +84,15 @@ class CameraEnv:
         self.low, self.high, self.act_dim = space.low, space.high, int(np.prod(space.shape))
         self.proprio = np.zeros((len(self.envs), int(np.prod(self.envs[0].observation_space.shape))), np.float32)
         self._observation: dict[str, np.ndarray] | None = None
+        self.video = None
+        if cfg.video.save and ctx.replica == 0 and ctx.stage == 0:
+            self.video = EpisodeVideo(
+                cfg.video,
+                self.envs[0].unwrapped.model,
+                cfg.video.camera or view.cameras[0],
+                Path(ctx.output_dir) / "videos",
+                ctx.worker,
+            )
         self._done = np.zeros(len(self.envs), dtype=bool)
         self._succeeded = np.full(len(self.envs), np.nan)  # any success in the episode so far (NaN: no signal)
         self.recorder = Recorder(len(self.envs))
@@ -114,6 +127,8 @@ class CameraEnv:
                     continue
                 obs, r, terminated, truncated, info = env.step(actions[i, c])
                 self.proprio[i], reward[i], steps[i] = obs, reward[i] + r, steps[i] + 1
+                if i == 0 and self.video is not None:
+                    self.video.frame(env.unwrapped.data)
                 if "success" in info:
                     self._succeeded[i] = max(np.nan_to_num(self._succeeded[i]), float(info["success"]))
                 done[i] = terminated or truncated
@@ -121,6 +136,8 @@ class CameraEnv:
                 self._observe()
         self.recorder.record(started_from, began, reward, out)
         self.recorder.count(reward, steps)
+        if done[0] and self.video is not None:
+            self.video.end_episode(self.recorder.episode_return[0], self._succeeded[0])
         self.recorder.end_episodes(done, self._succeeded)
         for i in np.flatnonzero(done):
             self.proprio[i] = self.envs[i].reset()[0]

@@ -1,0 +1,74 @@
+"""Episode videos from a camera simulator: every k-th episode of one env, rendered with the `full`
+profile on a copy of the model (training observations keep their own profile), with the episode's return
+and success drawn on the frames when asked; MP4 (ffmpeg from imageio-ffmpeg) or GIF."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Literal
+
+import mujoco
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from m2flow.workers.env.rendering import CameraRenderer
+
+
+class VideoConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    save: bool = False
+    every: int = Field(10, ge=1, description="record every k-th episode of the replica's first env")
+    camera: str | None = Field(None, description="default: the first observed camera")
+    size: tuple[int, int] = (240, 320)
+    format: Literal["mp4", "gif"] = "mp4"
+    fps: int = Field(30, ge=1)
+    overlay: bool = True
+
+
+class EpisodeVideo:
+    def __init__(self, config: VideoConfig, model: mujoco.MjModel, camera: str, folder: str | Path, label: str):
+        self.config, self.folder, self.label = config, Path(folder), label
+        self.renderer = CameraRenderer(copy.copy(model), [camera], ["rgb"], config.size, "full")
+        self.episode, self.frames = 0, []
+        self.recording = True
+
+    def frame(self, data: mujoco.MjData) -> None:
+        if self.recording:
+            self.frames.append(self.renderer.render(data)["rgb"][0])
+
+    def end_episode(self, episode_return: float, success: float) -> Path | None:
+        """Write the recorded episode (if this one was recorded) and decide whether to record the next."""
+        path = None
+        if self.recording and self.frames:
+            frames = self.frames
+            if self.config.overlay:
+                frames = [self._overlay(f, episode_return, success) for f in frames]
+            path = self.folder / f"{self.label}_episode{self.episode:05d}.{self.config.format}"
+            self.folder.mkdir(parents=True, exist_ok=True)
+            _write(path, frames, self.config.fps)
+        self.episode += 1
+        self.frames = []
+        self.recording = self.episode % self.config.every == 0
+        return path
+
+    @staticmethod
+    def _overlay(frame: np.ndarray, episode_return: float, success: float) -> np.ndarray:
+        from PIL import Image, ImageDraw
+
+        image = Image.fromarray(frame)
+        text = f"return {episode_return:.1f}" + ("" if np.isnan(success) else f"  success {int(success)}")
+        ImageDraw.Draw(image).text((6, 6), text, fill=(255, 255, 0))
+        return np.asarray(image)
+
+
+def _write(path: Path, frames: list[np.ndarray], fps: int) -> None:
+    import imageio.v2 as imageio
+
+    tmp = path.with_name(f".{path.name}")
+    if path.suffix == ".gif":
+        imageio.mimsave(tmp, frames, format="GIF", duration=1 / fps)
+    else:
+        imageio.mimsave(tmp, frames, format="FFMPEG", fps=fps)
+    tmp.replace(path)
