@@ -69,6 +69,7 @@ class Plan:
     predicted: dict[str, Any] = field(default_factory=dict)
     candidates: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    spec_overrides: list[str] = field(default_factory=list)  # knobs the planner set, as `key=value`
 
     def device_name(self, index: int) -> str:
         return self.cluster.devices[index].name
@@ -99,6 +100,7 @@ class Plan:
             "predicted": self.predicted,
             "candidates": self.candidates,
             "notes": self.notes,
+            "spec_overrides": self.spec_overrides,
         }
 
     @classmethod
@@ -114,6 +116,7 @@ class Plan:
             predicted=data["predicted"],
             candidates=data["candidates"],
             notes=data["notes"],
+            spec_overrides=data.get("spec_overrides", []),
         )
 
     def save(self, path: str | Path) -> Path:

@@ -137,6 +137,9 @@ class PlacementSpec(_Strict):
         None, description="measured costs (m2flow profile); default <output_dir>/profiles/<name>.json if it exists"
     )
     replan: bool = Field(False, description="after the first iterations, refit costs from the trace and re-plan")
+    search_processes: bool = Field(
+        False, description="auto: also choose how many simulator processes share the loop's envs (total kept)"
+    )
     devices: dict[str, str | int | list[int]] | None = Field(
         None, description="pin workers by hand, e.g. {env: 0-3, rollout: 4-7, actor: all}; indices per device kind"
     )

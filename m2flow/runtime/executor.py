@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from m2flow.config import dump_spec
+from m2flow.config import apply_overrides, dump_spec, spec_from_dict
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import load_measured, make_plan
@@ -50,7 +50,10 @@ class RunResult:
 def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
     graph = build_graph(spec, source)
     cluster = connect_ray(spec.cluster)
-    run = Run(graph, cluster, make_plan(graph, cluster))
+    plan = make_plan(graph, cluster)
+    if plan.spec_overrides:  # knobs the planner chose (simulator processes x envs): run exactly that
+        graph = build_graph(spec_from_dict(apply_overrides(spec.to_dict(), plan.spec_overrides, "plan")), source)
+    run = Run(graph, cluster, plan)
     try:
         run.start()
         while run.next_iteration < spec.run.iterations:

@@ -39,25 +39,38 @@ def timeline_table(plan: Plan) -> Table:
 
 def candidates_table(plan: Plan) -> Table:
     """Feasible candidates ranked; the infeasible ones with the reason, in the caption."""
+    layouts = any(row.get("layout") not in (None, "-") for row in plan.candidates) and any(
+        row.get("layout") != plan.candidates[0].get("layout") for row in plan.candidates
+    )
     table = Table(title="candidates (best first)")
-    for column in ("mode", "stages", "s/iteration", "env steps/s", "bubble", ""):
+    for column in (
+        "mode",
+        "stages",
+        *(["sim procs x envs"] if layouts else []),
+        "s/iteration",
+        "env steps/s",
+        "bubble",
+        "",
+    ):
         table.add_column(column)
     reasons = []
     for row in plan.candidates:
+        layout = [row.get("layout", "-")] if layouts else []
         if row["feasible"]:
-            chosen = (row["mode"], row["stages"]) == (plan.mode, plan.pipeline_stages)
+            chosen = row is plan.candidates[0]
             table.add_row(
                 row["mode"],
                 str(row["stages"]),
+                *layout,
                 f"{row['iteration_s']:.4g}",
                 f"{row['env_steps_per_s']:,.0f}",
                 f"{row['bubble_fraction']:.2f}",
                 "chosen" if chosen else "",
             )
         else:
-            table.add_row(row["mode"], "-", "-", "-", "-", "infeasible")
+            table.add_row(row["mode"], "-", *layout, "-", "-", "-", "infeasible")
             reasons.append(f"{row['mode']}: {row['reason'].split(': ', 1)[-1]}")
-    table.caption = "\n".join(reasons) or None
+    table.caption = "\n".join(dict.fromkeys(reasons)) or None
     return table
 
 

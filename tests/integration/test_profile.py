@@ -57,3 +57,17 @@ def test_online_replan_moves_to_the_plan_the_measured_costs_favour(tmp_path):
     assert "replan: switching" in result.plan.notes[-1]
     assert [h["iteration"] for h in result.history] == [0, 1, 2, 3]
     assert result.last["trainer/steps"] == 32 * 8
+
+
+def test_the_simulator_layout_auto_chooses_is_the_one_that_runs(tmp_path):
+    import m2flow as mf
+
+    spec = load_spec(ROOT / "configs" / "spin_balanced.yaml", [
+        f"run.output_dir={tmp_path}", "run.iterations=2", "flow.loop.horizon=8", "run.progress=false",
+        "placement.search_processes=true", "placement.pipeline_stages=1",
+        "workers.policy.profile={act: {fixed_s: 1.0e-5}}", "workers.env.profile={step: {per_item_s: 5.0e-4}}",
+    ])
+    result = mf.run(spec)
+    assert result.plan.spec_overrides == ["workers.env.replicas=2", "workers.env.args.num_envs=4"]
+    assert {"env[0]", "env[1]"} <= set(result.nodes)
+    assert result.last["env_steps"] == 2 * 8 * 8  # the same 8 envs, in two processes of 4

@@ -172,3 +172,18 @@ def test_offload_never_makes_the_oversubscribed_layout_infeasible_and_says_how_t
     raw["placement"]["offload"] = "auto"
     plan = plan_of(raw)
     assert any(p.offload or p.onload for p in plan.phases)
+
+
+def test_auto_can_choose_how_many_simulator_processes_share_the_envs():
+    raw = workflow(cpus=4, stages=1, num_envs=8)  # one process of 8 envs declared
+    raw["workers"]["policy"]["profile"] = {"act": {"fixed_s": 1e-4}}  # a cheap policy: the simulator dominates
+    raw["placement"]["search_processes"] = True
+    plan = plan_of(raw)
+    procs = int(plan.spec_overrides[0].split("=")[1])
+    assert plan.spec_overrides == [f"workers.env.replicas={procs}", f"workers.env.args.num_envs={8 // procs}"]
+    assert procs == 4  # 4 processes on 4 cores step their 2 envs each in parallel
+    assert len(plan.placements["env"].replica_devices) == 4
+    assert plan.predicted["env_steps_per_iteration"] == 100 * 8  # the same envs, split differently
+    assert "simulator 4 x 2 (processes x envs)" in plan.notes[0]
+    layouts = {row["layout"] for row in plan.candidates}
+    assert {"1 x 8", "2 x 4", "4 x 2"} <= layouts
