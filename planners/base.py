@@ -53,15 +53,30 @@ class PlacementPlanner(Planner):
     def placements(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, Placement]:
         """Where each worker runs, or raise Infeasible."""
 
+    def candidates(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, dict[str, Placement]]:
+        """Named alternative placements within this mode (e.g. device splits); the simulator picks one."""
+        return {"": self.placements(graph, cluster, profile)}
+
     def plan(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> Plan:
         check_cluster(graph, cluster)
         try:
-            placements = self.placements(graph, cluster, profile)
-            offloaded = choose_offload(graph, placements, cluster, profile)
-        except (Infeasible, OffloadInfeasible) as exc:
+            options = self.candidates(graph, cluster, profile)
+        except Infeasible as exc:
             raise PlanError(f"placement.mode={self.mode}: {exc}") from None
-        phases = with_swaps(phases_of(graph), offloaded)
-        stages, prediction = best_stages(graph, cluster, placements, profile, phases)
+        best, reasons = None, []
+        for name, placements in options.items():
+            try:
+                offloaded = choose_offload(graph, placements, cluster, profile)
+            except OffloadInfeasible as exc:
+                reasons.append(str(exc))
+                continue
+            phases = with_swaps(phases_of(graph), offloaded)
+            stages, prediction = best_stages(graph, cluster, placements, profile, phases)
+            if best is None or prediction.iteration_s < best[3].iteration_s:
+                best = (name, placements, offloaded, prediction, stages, phases)
+        if best is None:
+            raise PlanError(f"placement.mode={self.mode}: {reasons[0]}")
+        name, placements, offloaded, prediction, stages, phases = best
         plan = Plan(
             workflow=graph.spec.name,
             mode=self.label(placements),
@@ -74,6 +89,8 @@ class PlacementPlanner(Planner):
         )
         plan.candidates = [candidate_row(plan.mode, stages, prediction)]
         plan.predicted["cost_sources"] = dict(profile.source)
+        if len(options) > 1:
+            plan.notes.append(f"{self.mode}: devices split {name} (best of {len(options)} splits)")
         if offloaded:
             plan.notes.append(f"{self.mode}: {', '.join(sorted(offloaded))} swap out of shared devices between phases")
         return plan

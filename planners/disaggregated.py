@@ -25,9 +25,17 @@ def work_weights(graph: MacroGraph, profile: Profile) -> dict[str, float]:
     return weight
 
 
-def disjoint(graph: MacroGraph, cluster: Cluster, profile: Profile, workers: list[str]) -> dict[str, Placement]:
-    """Disjoint device sets for `workers`, per device kind."""
-    weight = work_weights(graph, profile)
+def split_weights(graph: MacroGraph, profile: Profile) -> dict[str, dict[str, float]]:
+    """Ways to size disjoint device sets: by predicted work, by replica count, evenly."""
+    return {
+        "by work": work_weights(graph, profile),
+        "by replicas": {name: float(w.replicas) for name, w in graph.workers.items()},
+        "evenly": dict.fromkeys(graph.workers, 1.0),
+    }
+
+
+def disjoint(graph: MacroGraph, cluster: Cluster, workers: list[str], weight: dict[str, float]) -> dict[str, Placement]:
+    """Disjoint device sets for `workers`, per device kind, sized by `weight`."""
     out = {}
     by_kind: dict[str, list[str]] = {}
     for name in workers:
@@ -40,9 +48,28 @@ def disjoint(graph: MacroGraph, cluster: Cluster, profile: Profile, workers: lis
     return out
 
 
+def distinct(options: dict[str, dict[str, Placement]]) -> dict[str, dict[str, Placement]]:
+    """Drop splits that came out the same."""
+    seen, out = set(), {}
+    for name, placements in options.items():
+        key = tuple((w, tuple(p.replica_devices)) for w, p in sorted(placements.items()))
+        if key not in seen:
+            seen.add(key)
+            out[name] = placements
+    return out
+
+
 @register
 class DisaggregatedPlanner(PlacementPlanner):
     mode = "disaggregated"
 
     def placements(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, Placement]:
-        return disjoint(graph, cluster, profile, list(graph.workers))
+        return disjoint(graph, cluster, list(graph.workers), work_weights(graph, profile))
+
+    def candidates(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, dict[str, Placement]]:
+        return distinct(
+            {
+                name: disjoint(graph, cluster, list(graph.workers), weight)
+                for name, weight in split_weights(graph, profile).items()
+            }
+        )

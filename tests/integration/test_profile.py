@@ -62,11 +62,19 @@ def test_online_replan_moves_to_the_plan_the_measured_costs_favour(tmp_path):
 def test_the_simulator_layout_auto_chooses_is_the_one_that_runs(tmp_path):
     import m2flow as mf
 
-    spec = load_spec(ROOT / "configs" / "spin_balanced.yaml", [
-        f"run.output_dir={tmp_path}", "run.iterations=2", "flow.loop.horizon=8", "run.progress=false",
-        "placement.search_processes=true", "placement.pipeline_stages=1",
-        "workers.policy.profile={act: {fixed_s: 1.0e-5}}", "workers.env.profile={step: {per_item_s: 5.0e-4}}",
-    ])
+    spec = load_spec(
+        ROOT / "configs" / "spin_balanced.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "run.iterations=2",
+            "flow.loop.horizon=8",
+            "run.progress=false",
+            "placement.search_processes=true",
+            "placement.pipeline_stages=1",
+            "workers.policy.profile={act: {fixed_s: 1.0e-5}}",
+            "workers.env.profile={step: {per_item_s: 5.0e-4}}",
+        ],
+    )
     result = mf.run(spec)
     assert result.plan.spec_overrides == ["workers.env.replicas=2", "workers.env.args.num_envs=4"]
     assert {"env[0]", "env[1]"} <= set(result.nodes)

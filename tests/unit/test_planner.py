@@ -187,3 +187,25 @@ def test_auto_can_choose_how_many_simulator_processes_share_the_envs():
     assert "simulator 4 x 2 (processes x envs)" in plan.notes[0]
     layouts = {row["layout"] for row in plan.candidates}
     assert {"1 x 8", "2 x 4", "4 x 2"} <= layouts
+
+
+def test_disjoint_modes_try_several_device_splits_and_keep_the_fastest():
+    from m2flow.planners.disaggregated import DisaggregatedPlanner, disjoint, distinct, split_weights
+    from m2flow.planners.offload import phases_of
+    from m2flow.planners.profile import Profile
+    from m2flow.planners.simulate import simulate
+
+    raw = workflow(cpus=6, mode="disaggregated", env_replicas=4)
+    raw["workers"]["policy"]["replicas"] = 2
+    spec = spec_from_dict(raw)
+    graph, cluster = build_graph(spec), Cluster.from_spec(spec.cluster)
+    profile = Profile.from_graph(graph)
+    options = distinct(
+        {n: disjoint(graph, cluster, list(graph.workers), w) for n, w in split_weights(graph, profile).items()}
+    )
+    assert len(options) >= 2
+    names = [d.name for d in cluster.devices]
+    times = {n: simulate(graph, p, names, 1, profile, phases_of(graph)).iteration_s for n, p in options.items()}
+    plan = DisaggregatedPlanner().plan(graph, cluster, profile)
+    assert plan.predicted["iteration_s"] == pytest.approx(min(times.values()))
+    assert f"best of {len(options)} splits" in plan.notes[0]
