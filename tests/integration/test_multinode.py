@@ -81,8 +81,11 @@ def test_a_node_removed_mid_run_is_detected_like_a_dead_worker(tmp_path, three_n
     spec = workflow(tmp_path, "losing-a-node", iterations=200, horizon=50)
     plan = make_plan(build_graph(spec), cluster_from_ray(spec.cluster))  # the plan the run will make
     head = nodes[0].node_id  # removing the head would take Ray itself down: remove a node a loop worker is on
-    hosting = {plan.cluster.node_ids[plan.cluster.devices[d].node] for w in ("env", "policy")
-               for d in plan.placements[w].replica_devices}
+    hosting = {
+        plan.cluster.node_ids[plan.cluster.devices[d].node]
+        for w in ("env", "policy")
+        for d in plan.placements[w].replica_devices
+    }
     victim = next(n for n in nodes if n.node_id in hosting - {head})
     removed = {}
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 PPO_ARGS = {"env_id": "HalfCheetah-v5", "hidden": [32, 32], "num_minibatches": 4, "update_epochs": 2}
 
 
-def fixed_batch_workflow(tmp_path, ranks: int, name: str) -> mf.WorkflowSpec:
+def fixed_batch_workflow(tmp_path, ranks: int, name: str, backend: str = "fsdp") -> mf.WorkflowSpec:
     return spec_from_dict(
         {
             "name": name,
@@ -53,6 +53,17 @@ def test_two_fsdp_ranks_train_like_one(tmp_path):
         torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=1e-5, msg=key)
         moved |= bool(a["model"][key].abs().sum() > 0)
     assert moved
+    for key in ("actor/loss", "actor/approx_kl", "actor/grad_norm"):
+        assert one.last[key] == pytest.approx(two.last[key], rel=1e-4, abs=1e-6), key
+
+
+def test_megatron_tensor_parallel_trains_like_one_rank(tmp_path):
+    one = mf.run(fixed_batch_workflow(tmp_path, 1, "tp1", backend="fsdp"))
+    two = mf.run(fixed_batch_workflow(tmp_path, 2, "tp2", backend="megatron"))
+    a, b = final_state(one), final_state(two)
+    assert a["model"].keys() == b["model"].keys()  # the shards were gathered back into the plain layout
+    for key in a["model"]:
+        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=1e-5, msg=key)
     for key in ("actor/loss", "actor/approx_kl", "actor/grad_norm"):
         assert one.last[key] == pytest.approx(two.last[key], rel=1e-4, abs=1e-6), key
 

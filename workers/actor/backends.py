@@ -38,6 +38,7 @@ class TrainingBackend(ABC):
     def __init__(self, ctx: WorkerContext):
         self.ctx = ctx
         self.rank, self.world_size = ctx.rank, ctx.world_size
+        self.data_rank, self.data_world = ctx.rank, ctx.world_size  # how minibatches are split over ranks
 
     @abstractmethod
     def wrap(self, model: nn.Module) -> nn.Module:

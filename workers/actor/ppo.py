@@ -110,8 +110,8 @@ class PPO:
                 mb_advantages = b_advantages[mb_inds]
                 if cfg.norm_adv:
                     mb_advantages = normalize_advantages(mb_advantages)
-                mine = torch.tensor_split(torch.arange(len(mb_inds), device=self.device), self.backend.world_size)
-                local = mine[self.backend.rank]
+                mine = torch.tensor_split(torch.arange(len(mb_inds), device=self.device), self.backend.data_world)
+                local = mine[self.backend.data_rank]
                 idx = mb_inds[local]
                 _, newlogprob, entropy, newvalue = self.model.get_action_and_value(_take(b_obs, idx), b_actions[idx])
                 loss, stats = ppo_loss(
