@@ -1,8 +1,9 @@
 """`m2flow profile`: run each port of the real workers briefly at a few batch sizes and fit its cost.
 
-Each batch size is a short run of the workflow itself (one replica per loop worker, one stage, every
-task traced); the fitted `fixed_s + per_item_s * items` per port is written as the workflow's profile,
-which `m2flow plan` and `m2flow run` then use.
+Each batch size is a short run of the workflow itself (its declared processes, one stage, every task
+traced), so the costs include what processes sharing a machine or a GPU do to each other; the fitted
+`fixed_s + per_item_s * items` per port is written as the workflow's profile, which `m2flow plan` and
+`m2flow run` then use.
 """
 
 from __future__ import annotations
@@ -49,11 +50,7 @@ def _profiling_spec(spec: WorkflowSpec, size: int, out: str) -> WorkflowSpec:
     loop = raw["flow"].get("loop")
     if loop:
         loop["horizon"] = min(loop["horizon"], PROFILE_STEPS)
-        entry = spec.flow.loop.edges[0].src.worker
-        raw["workers"][entry]["args"]["num_envs"] = size
-        for edge in spec.flow.loop.edges:
-            for side in (edge.src.worker, edge.dst.worker):
-                raw["workers"][side]["replicas"] = 1
+        raw["workers"][spec.flow.loop.edges[0].src.worker]["args"]["num_envs"] = size
     raw["placement"] = {
         **raw["placement"],
         "mode": "shared",
