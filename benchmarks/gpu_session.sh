@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine (see ../shared/device/README.md): carry [".whl", ".gl"].
 # Runs the camera benchmarks with inference and training on the GPU; results land in $OUT.
+# `bash benchmarks/gpu_session.sh modes` runs only the placement-modes benchmark.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json MUJOCO_GL=egl
@@ -9,10 +10,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, ray, mujoco; print(torch.__version__, torch.cuda.is_available(), ray.__version__, mujoco.__version__)" | tee -a "$OUT/gpu.txt"
 cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmarks" benchmarks
+if [ "${1:-all}" = all ]; then
 timeout 150 python3 benchmarks/simulator_ablation.py --task cheetah --envs 8 --chunks 8 --chunk 8 --out "$OUT" 2>&1 \
   | grep -v "WARN\|INFO" | tail -12 | tee "$OUT/ablation.txt"
+fi
 timeout 240 python3 benchmarks/modes.py --workload camera --measure --replicas 8 --horizon 64 --iterations 4 \
   --out "$OUT" 2>&1 | grep -v "WARN\|INFO" | tail -16 | tee "$OUT/modes.txt"
-timeout 150 python3 -m m2flow.cli run configs/ppo_camera.yaml run.iterations=30 placement.offload=always \
+[ "${1:-all}" = all ] && timeout 150 python3 -m m2flow.cli run configs/ppo_camera.yaml run.iterations=30 placement.offload=always \
   run.progress=false run.output_dir="$OUT/runs" 2>&1 | grep -v "WARN\|INFO" | tail -25 | tee "$OUT/ppo_camera.txt"
 cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/ppo_camera_metrics.jsonl" 2>/dev/null; rm -rf "$OUT/runs" "$OUT/tmp"
