@@ -28,6 +28,35 @@ def points_from_trace(trace: dict, skip_iterations: int = 1) -> Points:
     return dict(points)
 
 
+def hop_from_trace(trace: dict, chain: list[str], skip_iterations: int = 1) -> float | None:
+    """Seconds from a loop port's output to the next port's start on another worker, when that worker was
+    waiting for it: the low quartile of those gaps (busy consumers only add queueing, not transfer)."""
+    ends: dict[tuple, float] = {}
+    starts: list[tuple[tuple, float, str]] = []
+    for event in trace.get("traceEvents", []):
+        args = event.get("args", {})
+        if event.get("ph") != "X" or event.get("cat") != "loop" or "step" not in args:
+            continue
+        if args.get("iteration", 0) < skip_iterations:
+            continue
+        worker = args["worker"].split("[")[0]
+        key = (f"{worker}.{event['name']}", args["iteration"], args["step"], args["stage"])
+        ends[key] = max(ends.get(key, 0.0), (event["ts"] + event["dur"]) / 1e6)
+        starts.append((key, event["ts"] / 1e6, worker))
+    gaps = []
+    for (port, it, step, stage), start, worker in starts:
+        j = chain.index(port) if port in chain else -1
+        if j < 1:
+            continue
+        previous = chain[j - 1] if j > 1 else chain[-1]
+        producer = (previous, it, step if j > 1 else step - 1, stage)
+        if producer in ends and previous.split(".")[0] != worker and start > ends[producer]:
+            gaps.append(start - ends[producer])
+    if not gaps:
+        return None
+    return sorted(gaps)[len(gaps) // 4]
+
+
 def fit_line(points: list[tuple[float, float]]) -> dict[str, float]:
     """Least squares with non-negative coefficients; one batch size only -> all of it per item."""
     xs = [x for x, _ in points]

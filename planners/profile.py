@@ -23,6 +23,7 @@ DEFAULT_COST = {
 # Ports that only hand data on (a trajectory, weights): a fixed cost, whatever the worker's kind.
 HANDOFF_COST = PortCost(fixed_s=1e-3, per_item_s=0.0)
 HOST_DEVICE_GB_PER_S = 20.0  # a swap moves a worker's memory between device and pinned host memory
+CHANNEL_HOP_S = 1e-4  # receiving one loop message from another process on the node (measured: m2flow profile)
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Profile:
     items_per_replica: dict[str, int] = field(default_factory=dict)
     memory_gb: dict[str, float] = field(default_factory=dict)
     source: dict[str, str] = field(default_factory=dict)
+    hop_s: float = CHANNEL_HOP_S
 
     def call_s(self, worker: str, port: str, items: float) -> float:
         cost = self.costs.get(f"{worker}.{port}", HANDOFF_COST)
@@ -50,7 +52,7 @@ class Profile:
         sources = {str(e.src) for e in graph.then} | {str(e.src) for e, _ in graph.sync}
         computing = {str(p) for p in graph.loop.body} if graph.loop else set()
         computing |= {str(p) for p in graph.then_order if str(p) not in sources}
-        profile = cls()
+        profile = cls(hop_s=(measured or {}).get("hop_s", CHANNEL_HOP_S))
         for name, worker in graph.workers.items():
             profile.items_per_replica[name] = int(worker.args.get("num_envs", 1))
             profile.memory_gb[name], profile.source[f"{name}.memory"] = _memory(graph, name)

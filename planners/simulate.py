@@ -243,9 +243,11 @@ def _simulate_loop(
         for r, group in enumerate(shard_groups(n_shards, replicas)):
             for s in range(stages):
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]
+                # a message from each upstream replica of another worker: a channel hop to receive
+                hops = len({sched.tasks[d].replica for d in deps if sched.tasks[d].worker != port.worker})
                 if (port.worker, r) in last_of:
                     deps.append(last_of[(port.worker, r)])
-                seconds = profile.call_s(port.worker, port.port, slice_items[s] * len(group))
+                seconds = profile.call_s(port.worker, port.port, slice_items[s] * len(group)) + hops * profile.hop_s
                 tid = sched.add(port.worker, r, port.port, seconds, phase, deps, step, s)
                 last_of[(port.worker, r)] = tid
                 for b in group:

@@ -14,7 +14,8 @@ import tempfile
 from collections import defaultdict
 
 from m2flow.config import spec_from_dict
-from m2flow.planners.fit import fit_points, points_from_trace
+from m2flow.graph import build_graph
+from m2flow.planners.fit import fit_points, hop_from_trace, points_from_trace
 from m2flow.runtime.executor import execute
 from m2flow.spec import WorkflowSpec
 
@@ -33,14 +34,21 @@ def batch_sizes(spec: WorkflowSpec) -> list[int]:
 
 def measure_profile(spec: WorkflowSpec) -> dict:
     points: dict[str, list] = defaultdict(list)
+    hops = []
+    chain = [str(p) for p in build_graph(spec).loop.ports] if spec.flow.loop else []
     with tempfile.TemporaryDirectory(prefix="m2flow-profile-") as out:
         for size in batch_sizes(spec):
             run = execute(_profiling_spec(spec, size, out))
             trace = json.loads((run.run_dir / "trace.json").read_text())
             for port, samples in points_from_trace(trace, skip_iterations=1).items():
                 points[port] += samples
+            hop = hop_from_trace(trace, chain) if chain else None
+            if hop is not None:
+                hops.append(hop)
     profile = fit_points(points, f"measured by m2flow profile at {batch_sizes(spec)} envs per replica")
     profile["workflow"] = spec.name
+    if hops:
+        profile["hop_s"] = sorted(hops)[len(hops) // 2]
     return profile
 
 

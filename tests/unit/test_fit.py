@@ -44,3 +44,28 @@ def test_trace_points_skip_warm_up_and_controller_rows():
     points = points_from_trace(trace)
     assert points == {"env.step": [(4.0, 0.002), (2.0, 0.001)]}
     assert fit_points(points, "test")["ports"]["env.step"]["per_item_s"] == pytest.approx(0.0005)
+
+
+def test_the_channel_hop_is_the_wait_of_an_idle_consumer():
+    from m2flow.planners.fit import hop_from_trace
+
+    def event(worker, port, step, ts_us, dur_us):
+        return {
+            "ph": "X",
+            "cat": "loop",
+            "name": port,
+            "ts": ts_us,
+            "dur": dur_us,
+            "args": {"worker": worker, "iteration": 1, "step": step, "stage": 0, "items": 4},
+        }
+
+    chain = ["env.obs", "policy.act", "env.step"]
+    trace = {
+        "traceEvents": [
+            event("env[0]", "step", 0, 0, 1000),  # ends at 1000 us
+            event("policy[0]", "act", 1, 1100, 500),  # 100 us after: a hop
+            event("env[0]", "step", 1, 1700, 1000),  # 100 us after the policy: a hop
+            event("policy[0]", "act", 2, 2800, 500),
+        ]
+    }
+    assert hop_from_trace(trace, chain) == pytest.approx(1e-4)

@@ -9,6 +9,7 @@ from m2flow.config import spec_from_dict
 from m2flow.errors import PlanError
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
+from m2flow.planners.profile import CHANNEL_HOP_S
 from m2flow.schedule import Plan
 
 
@@ -53,8 +54,8 @@ def plan_of(raw: dict) -> Plan:
 
 def test_shared_on_one_device_runs_the_loop_serially():
     plan = plan_of(workflow(cpus=1, mode="shared"))
-    # entry handoff + 100 x (2 ms env + 2 ms policy), everything on the one device
-    assert plan.predicted["phase_s"]["loop"] == pytest.approx(0.001 + 100 * 0.004, rel=1e-6)
+    # entry handoff + 100 x (2 ms env + 2 ms policy + a channel hop into each), all on the one device
+    assert plan.predicted["phase_s"]["loop"] == pytest.approx(0.001 + 100 * (0.004 + 2 * CHANNEL_HOP_S), rel=1e-6)
     assert plan.predicted["env_steps_per_iteration"] == 100 * 4
     assert {t.device for t in plan.tasks} == {"n0/cpu0"}
 
@@ -62,8 +63,8 @@ def test_shared_on_one_device_runs_the_loop_serially():
 def test_hybrid_pipelines_balanced_stages_towards_max_stage():
     plan = plan_of(workflow(cpus=2, mode="hybrid", stages=2))
     assert plan.placements["env"].devices != plan.placements["policy"].devices
-    # two slices of 1 ms each: per step max(env, policy) = 2 ms, not the 4 ms of running both in turn
-    assert plan.predicted["phase_s"]["loop"] == pytest.approx(100 * 0.002, rel=0.05)
+    # two slices of 1 ms (+ a hop) each: per step max(env, policy), not the 4 ms of running both in turn
+    assert plan.predicted["phase_s"]["loop"] == pytest.approx(100 * 2 * (0.001 + CHANNEL_HOP_S), rel=0.05)
 
 
 def test_auto_prefers_pipelined_hybrid_when_env_and_policy_are_balanced():
