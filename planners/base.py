@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from typing import ClassVar
 
 from m2flow.cluster import Cluster
@@ -157,9 +158,18 @@ def candidate_row(mode: str, stages: int, prediction: Prediction) -> dict:
     }
 
 
-def spread(worker: str, replicas: int, devices: list[int], kind: str) -> Placement:
-    """Replicas round-robin over the given devices."""
-    return Placement(worker, kind, list(devices), [devices[r % len(devices)] for r in range(replicas)])
+def spread(
+    worker: str, replicas: int, devices: list[int], kind: str, placed: dict[str, Placement] | None = None
+) -> Placement:
+    """Replicas over the given devices: round-robin from the first (co-located with whoever else starts
+    there, as `shared` means), or, given the workers `placed` so far, each on the least-loaded device."""
+    load = Counter(d for p in (placed or {}).values() for d in p.replica_devices)
+    chosen = []
+    for r in range(replicas):
+        device = min(devices, key=lambda d: (load[d], d)) if placed is not None else devices[r % len(devices)]
+        chosen.append(device)
+        load[device] += 1
+    return Placement(worker, kind, list(devices), chosen)
 
 
 def split_devices(

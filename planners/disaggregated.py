@@ -44,7 +44,7 @@ def disjoint(graph: MacroGraph, cluster: Cluster, workers: list[str], weight: di
         pool = [d.index for d in cluster.of_kind(kind)]
         sets = split_devices(names, pool, weight, {n: graph.workers[n].replicas for n in names})
         for name in names:
-            out[name] = spread(name, graph.workers[name].replicas, sets[name], kind)
+            out[name] = spread(name, graph.workers[name].replicas, sets[name], kind, out)
     return out
 
 
