@@ -32,11 +32,6 @@ class WorkerContext:
     def world_size(self) -> int:
         return self.replicas
 
-    @property
-    def num_items(self) -> int:
-        """How many items of the loop batch (envs, for a simulator) this instance owns (its slice)."""
-        return self.items[1] - self.items[0]
-
     def with_(self, **changes) -> WorkerContext:
         return replace(self, **changes)
 

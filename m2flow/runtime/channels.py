@@ -51,10 +51,6 @@ def node_ip() -> str:
     return socket.gethostbyname(socket.gethostname())
 
 
-def channel_kind(my_node: str, peer_node: str) -> str:
-    return "unix" if my_node == peer_node else "tcp"
-
-
 class Mailbox:
     """One replica's channel endpoints: listeners accepting peers, inbound and outbound connections."""
 
@@ -135,14 +131,6 @@ class Mailbox:
                 f"{_name(self.me)}: out-of-order message from {_name(peer)}: got {got}, expected {header}"
             )
         return payload
-
-    def close(self) -> None:
-        for conn in [*self.inbound.values(), *self.outbound.values()]:
-            conn.close()
-        for listener in self._listeners.values():
-            listener.close()
-        self.inbound.clear()
-        self.outbound.clear()
 
 
 def _name(peer: PeerId) -> str:

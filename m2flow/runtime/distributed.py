@@ -20,10 +20,3 @@ def init_process_group(rank: int, world_size: int, address: str, port: int, devi
     os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     backend = "nccl" if device.startswith("cuda") else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
-
-
-def destroy_process_group() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()

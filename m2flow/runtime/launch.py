@@ -14,7 +14,6 @@ from m2flow.context import WorkerContext
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.resolve import resolve
-from m2flow.runtime.channels import channel_kind
 from m2flow.runtime.host import WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.schedule import Plan
@@ -108,12 +107,11 @@ class Launch:
         occupants = self.plan.occupants()
         remote_host = ray.remote(WorkerHost)
         env = worker_env()
-        dist_port: dict[str, dict] = {}
         for name, placement in self.plan.placements.items():
             spec = self.graph.workers[name]
             target = resolve(spec.cls, f"workers.{name}.class")
             stages = self.plan.pipeline_stages if spec.kind == "simulator" else 1
-            dist = self._dist(name, dist_port)
+            dist = self._dist(name)
             items = int(spec.args.get("num_envs", 1))
             group = []
             for r, device in enumerate(placement.replica_devices):
@@ -171,16 +169,15 @@ class Launch:
             return None
         return sum(1 for d in self.plan.cluster.devices[:device] if d.kind == "cpu" and d.node == dev.node)
 
-    def _dist(self, name: str, cache: dict) -> dict | None:
-        """Process-group rendezvous for a multi-rank training worker (address of rank 0's node)."""
+    def _dist(self, name: str) -> dict | None:
+        """Process-group rendezvous for a multi-rank training worker: a free port on the driver's node."""
         spec = self.graph.workers[name]
         if spec.kind != "training" or spec.replicas < 2:
             return None
         from m2flow.runtime.channels import node_ip
         from m2flow.runtime.distributed import free_port
 
-        cache[name] = {"address": node_ip(), "port": free_port()}
-        return cache[name]
+        return {"address": node_ip(), "port": free_port()}
 
     def _wire_loop(self) -> None:
         """Open a mailbox on every loop replica and connect each to the peers it sends to."""
@@ -226,9 +223,8 @@ class Launch:
     def _channel_kind(self, sender: Replica, peer: tuple[str, int]) -> str:
         """Unix sockets between replicas on one node, TCP between nodes."""
         devices = self.plan.cluster.devices
-        ours = devices[sender.device].node
-        theirs = devices[self.plan.placements[peer[0]].replica_devices[peer[1]]].node
-        return channel_kind(str(ours), str(theirs))
+        theirs = devices[self.plan.placements[peer[0]].replica_devices[peer[1]]]
+        return "unix" if devices[sender.device].node == theirs.node else "tcp"
 
     def close(self) -> None:
         import ray
