@@ -74,8 +74,9 @@ def one_run(out: Path, index: int, rng: random.Random) -> dict:
         while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
             time.sleep(0.02)
         time.sleep(delay)
-        ray.kill(ray.get_actor(f"m2flow:{name}:{victim}"), no_restart=True)
-        record["killed_at"] = time.time()
+        actor = ray.get_actor(f"m2flow:{name}:{victim}")
+        record["killed_at"] = time.time()  # before the kill: the run may notice it before ray.kill returns
+        ray.kill(actor, no_restart=True)
 
     threading.Thread(target=kill, daemon=True).start()
     try:

@@ -69,8 +69,9 @@ def kill_later(actor_name: str, metrics, after_iteration: int, delay_s: float) -
                 break
             time.sleep(0.05)
         time.sleep(delay_s)
-        ray.kill(ray.get_actor(actor_name), no_restart=True)
-        record["killed_at"] = time.time()
+        actor = ray.get_actor(actor_name)
+        record["killed_at"] = time.time()  # before the kill: the run may notice it before ray.kill returns
+        ray.kill(actor, no_restart=True)
 
     threading.Thread(target=run, daemon=True).start()
     return record
