@@ -1,17 +1,28 @@
-"""Checkpoints written atomically: a temporary directory renamed into place, loaded weights-only."""
+"""Checkpoints written atomically: a temporary directory renamed into place, loaded weights-only.
+
+Workers may add their own files to the directory before it is renamed (`write_files`), e.g. a training
+group's sharded `torch.distributed.checkpoint`; those files must be durable when `write_files` returns.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 _PREFIX = "iter_"
 
 
-def save_checkpoint(root: str | Path, iteration: int, state: dict[str, Any], meta: dict[str, Any]) -> Path:
+def save_checkpoint(
+    root: str | Path,
+    iteration: int,
+    state: dict[str, Any],
+    meta: dict[str, Any],
+    write_files: Callable[[Path], None] | None = None,
+) -> Path:
     import torch
 
     root = Path(root)
@@ -20,6 +31,8 @@ def save_checkpoint(root: str | Path, iteration: int, state: dict[str, Any], met
     tmp = root / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    if write_files is not None:
+        write_files(tmp)
     with open(tmp / "state.pt", "wb") as fh:
         torch.save(state, fh)
         fh.flush()
@@ -45,7 +58,11 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
     path = Path(path)
     state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
-    return state, json.loads((path / "meta.json").read_text())
+    return state, read_meta(path)
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    return json.loads((Path(path) / "meta.json").read_text())
 
 
 def _fsync_dir(path: Path) -> None:

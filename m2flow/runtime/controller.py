@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from m2flow.errors import SpecError, WorkerError
 from m2flow.graph import MacroGraph
+from m2flow.runtime.checkpoint import load_checkpoint, save_checkpoint
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
@@ -190,7 +192,46 @@ class Controller:
         return _mean_of_dicts([m for values in per_replica if values for m in values])
 
     # -- checkpoints -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, list]:
+    def save_checkpoint(self, root: Path, iteration: int, meta: dict) -> Path:
+        """One atomic checkpoint directory: `state.pt` with what workers return from `state_dict()`, and
+        `<worker>/` for workers that write their own files (`save_checkpoint(path)`: a training group
+        writes its shards there together, every rank at once)."""
+        return save_checkpoint(root, iteration, self._states(), meta, write_files=self._write_files)
+
+    def restore(self, checkpoint: Path) -> None:
+        state, _ = load_checkpoint(checkpoint)
+        self._load_states(state)
+        self._read_files(checkpoint)
+
+    def _files(self, directory: Path, name: str, replica: int) -> Path:
+        """Where a worker's own files go: one folder for a training group, one per replica otherwise."""
+        return directory / name if self.graph.workers[name].kind == "training" else directory / name / str(replica)
+
+    def _write_files(self, directory: Path) -> None:
+        calls = [
+            (r.actor.hook.remote("save_checkpoint", str(self._files(directory, name, r.index))), r, "save_checkpoint()")
+            for name, group in self.launch.replicas.items()
+            for r in group
+        ]
+        wait_all(calls, Deadline(self.deadlines.start_s, "save_checkpoint() hooks"))
+
+    def _read_files(self, checkpoint: Path) -> None:
+        saved = {p.name for p in checkpoint.iterdir() if p.is_dir()}
+        unknown = saved - set(self.launch.replicas)
+        if unknown:
+            raise SpecError([f"workers: the checkpoint holds worker '{sorted(unknown)[0]}', this workflow has none"])
+        calls = [
+            (
+                r.actor.hook.remote("load_checkpoint", str(self._files(checkpoint, name, r.index))),
+                r,
+                "load_checkpoint()",
+            )
+            for name in sorted(saved)
+            for r in self.launch.replicas[name]
+        ]
+        wait_all(calls, Deadline(self.deadlines.start_s, "load_checkpoint() hooks on resume"))
+
+    def _states(self) -> dict[str, list]:
         """Per worker, per replica, per instance state (a training group keeps rank 0's)."""
         state = {}
         for name, group in self.launch.replicas.items():
@@ -201,7 +242,7 @@ class Controller:
             state[name] = values[:1] if self.graph.workers[name].kind == "training" else values
         return state
 
-    def load_state_dict(self, state: dict[str, list]) -> None:
+    def _load_states(self, state: dict[str, list]) -> None:
         calls = []
         for name, per_replica in state.items():
             group = self.launch.replicas.get(name)

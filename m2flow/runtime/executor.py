@@ -17,7 +17,7 @@ from m2flow.config import apply_overrides, dump_spec, spec_from_dict
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import load_measured, make_plan
-from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.launch import Launch, connect_ray
 from m2flow.runtime.replan import replan
@@ -79,7 +79,7 @@ class Run:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "workflow.yaml").write_text(dump_spec(spec))
         plan.save(self.run_dir / "plan.json")
-        self.next_iteration, self.env_steps, state = self._restore() if spec.run.resume else (0, 0, None)
+        self.next_iteration, self.env_steps, self.restore_from = self._latest() if spec.run.resume else (0, 0, None)
         self.result = RunResult(self.run_dir, plan, self.next_iteration)
         self.trace = Trace(plan)
         self.reporter = Reporter(self.run_dir, spec.run.iterations, self.next_iteration, spec.run.progress)
@@ -87,19 +87,18 @@ class Run:
         self.trace_until = self.next_iteration + detail
         self.replan_at = self.next_iteration + REPLAN_AFTER if spec.placement.replan else None
         self.plan_since = self.next_iteration
-        self.state = state
         if self.next_iteration:
             self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
         self.launch: Launch | None = None
         self.controller: Controller | None = None
 
-    def _restore(self) -> tuple[int, int, dict | None]:
+    def _latest(self) -> tuple[int, int, Path | None]:
+        """Where to go on from: the iteration after the last checkpoint, its env steps, the checkpoint."""
         checkpoint = latest_checkpoint(self.run_dir / "checkpoints")
         if checkpoint is None:
             return 0, 0, None
-        state, meta = load_checkpoint(checkpoint)
-        log.info("restoring %s", checkpoint)
-        return meta["iteration"] + 1, meta["env_steps"], state
+        meta = read_meta(checkpoint)
+        return meta["iteration"] + 1, meta["env_steps"], checkpoint
 
     def start(self) -> None:
         self.reporter.print(
@@ -110,9 +109,10 @@ class Run:
         self.launch.start()
         self.result.nodes = {f"{w}[{i}]": node for (w, i), node in self.launch.nodes.items()}
         self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until)
-        if self.state is not None:
-            self.controller.load_state_dict(self.state)
-            self.state = None
+        if self.restore_from is not None:
+            log.info("restoring %s", self.restore_from)
+            self.controller.restore(self.restore_from)
+            self.restore_from = None
 
     def iterate(self) -> None:
         it = self.next_iteration
@@ -127,12 +127,12 @@ class Run:
         self.result.iterations = self.next_iteration = it + 1
         every = self.spec.run.checkpoint_every
         if (every and (it + 1) % every == 0) or it + 1 == self.spec.run.iterations:
-            save_checkpoint(
-                self.run_dir / "checkpoints",
-                it,
-                self.controller.state_dict(),
-                {"env_steps": self.env_steps, "workflow": self.spec.name, "plan": self.plan.to_dict()},
-            )
+            self._checkpoint()
+
+    def _checkpoint(self) -> Path:
+        """A checkpoint of the last finished iteration."""
+        meta = {"env_steps": self.env_steps, "workflow": self.spec.name, "plan": self.plan.to_dict()}
+        return self.controller.save_checkpoint(self.run_dir / "checkpoints", self.next_iteration - 1, meta)
 
     def recover(self, exc: Exception) -> None:
         """Restart every worker from the last checkpoint, or re-raise with the failure history."""
@@ -149,7 +149,7 @@ class Run:
             raise exc
         self.reporter.print(f"m2flow: iteration {failure['iteration']} failed: {failure['error']}")
         self.close()
-        self.next_iteration, self.env_steps, self.state = self._restore()
+        self.next_iteration, self.env_steps, self.restore_from = self._latest()
         self.result.history = [h for h in self.result.history if h["iteration"] < self.next_iteration]
         self.reporter.print(
             f"m2flow: restart {restarts}/{self.spec.run.max_restarts}: all workers recreated,"
@@ -163,7 +163,7 @@ class Run:
         if better is None:
             return
         self.plan.save(self.run_dir / "plan.initial.json")
-        self.state = self.controller.state_dict()
+        self.restore_from = self._checkpoint()  # the workers restart under the new plan from here
         self.close()
         self.plan = self.result.plan = better
         self.plan.notes.append(why)

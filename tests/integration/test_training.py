@@ -9,7 +9,8 @@ import torch
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
-from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
+from m2flow.workers.actor import read_checkpoint
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -25,7 +26,7 @@ def fixed_batch_workflow(tmp_path, ranks: int, name: str, backend: str = "fsdp")
                 "actor": {
                     "kind": "training",
                     "class": "m2flow.workers.actor.PPO",
-                    "backend": "fsdp",
+                    "backend": backend,
                     "replicas": ranks,
                     "args": PPO_ARGS,
                 },
@@ -37,10 +38,10 @@ def fixed_batch_workflow(tmp_path, ranks: int, name: str, backend: str = "fsdp")
     )
 
 
-def final_state(result) -> dict:
-    state, meta = load_checkpoint(latest_checkpoint(result.run_dir / "checkpoints"))
-    assert meta["iteration"] == 1
-    return state["actor"][0][0]
+def final_state(result, iteration: int = 1) -> dict:
+    checkpoint = latest_checkpoint(result.run_dir / "checkpoints")
+    assert read_meta(checkpoint)["iteration"] == iteration
+    return read_checkpoint(checkpoint / "actor")
 
 
 def test_two_fsdp_ranks_train_like_one(tmp_path):
@@ -66,6 +67,36 @@ def test_megatron_tensor_parallel_trains_like_one_rank(tmp_path):
         torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=1e-5, msg=key)
     for key in ("actor/loss", "actor/approx_kl", "actor/grad_norm"):
         assert one.last[key] == pytest.approx(two.last[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "megatron"])
+def test_a_checkpoint_of_two_ranks_resumes_on_one_and_trains_on_alike(tmp_path, backend):
+    """Sharded checkpoints (torch.distributed.checkpoint) reload at another world size, and a Megatron
+    TP=2 checkpoint under FSDP: 2 iterations on two ranks + 2 resumed on one = 4 on one."""
+
+    def workflow(name: str, ranks: int, backend: str, iterations: int, resume: bool = False) -> mf.WorkflowSpec:
+        raw = fixed_batch_workflow(tmp_path, ranks, name, backend=backend).to_dict()
+        raw["run"].update(iterations=iterations, checkpoint_every=1, resume=resume)
+        return spec_from_dict(raw)
+
+    mf.run(workflow(f"reshard-{backend}", 2, backend, iterations=2))
+    resumed = mf.run(workflow(f"reshard-{backend}", 1, "fsdp", iterations=4, resume=True))
+    assert [h["iteration"] for h in resumed.history] == [2, 3]
+    reference = mf.run(workflow("four", 1, "fsdp", iterations=4))
+    a, b = final_state(reference, 3), final_state(resumed, 3)
+    for part in ("model", "optimizer"):
+        theirs = _tensors(b[part])
+        for key, value in _tensors(a[part]).items():
+            torch.testing.assert_close(theirs[key], value, rtol=1e-4, atol=1e-5, msg=key)
+    assert a["progress"]["version"] == b["progress"]["version"] == 4
+
+
+def _tensors(tree, prefix: str = "") -> dict[str, torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        return {prefix: tree}
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _tensors(sub, f"{prefix}.{key}").items()}
+    return {}
 
 
 def test_resume_continues_from_the_last_checkpoint(tmp_path):

@@ -1,15 +1,23 @@
-"""Training backends: how a policy is sharded, how its full state is gathered and loaded.
+"""Training backends: how a policy is sharded, how its state is gathered, saved and reloaded.
 
 A backend is picked by name (`workers.<name>.backend`) from a registry; the PPO logic calls only
 this interface, so adding a backend never touches the algorithm.
+
+Two views of the state exist:
+- the *full* state dict (plain layout, whole tensors on CPU) for weight sync to inference workers;
+- the *sharded* state (plain layout's names, each rank holding its shards as DTensors) for
+  `torch.distributed.checkpoint`: every rank writes its own shards, and a checkpoint reloads at any
+  world size and under either backend, because both describe their state in the same names.
 """
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from m2flow.context import WorkerContext
@@ -18,44 +26,72 @@ from m2flow.errors import SpecError
 _BACKENDS: dict[str, type[TrainingBackend]] = {}
 
 
+class BackendOptions(BaseModel):
+    """How a training backend runs the policy (workers.<name>.args of a training worker)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    precision: Literal["fp32", "bf16"] = "fp32"
+    activation_checkpointing: bool = False
+    cpu_offload: bool = False
+
+
 def register_backend(cls: type[TrainingBackend]) -> type[TrainingBackend]:
     _BACKENDS[cls.name] = cls
     return cls
 
 
-def get_backend(ctx: WorkerContext) -> TrainingBackend:
+def get_backend(ctx: WorkerContext, options: BackendOptions | None = None) -> TrainingBackend:
     name = ctx.backend or "fsdp"
     if name not in _BACKENDS:
         raise SpecError(
             [f"workers.{ctx.worker}.backend: unknown backend '{name}' (known: {', '.join(sorted(_BACKENDS))})"]
         )
-    return _BACKENDS[name](ctx)
+    return _BACKENDS[name](ctx, options or BackendOptions())
 
 
 class TrainingBackend(ABC):
     name: ClassVar[str]
 
-    def __init__(self, ctx: WorkerContext):
-        self.ctx = ctx
+    def __init__(self, ctx: WorkerContext, options: BackendOptions):
+        self.ctx, self.options = ctx, options
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.data_rank, self.data_world = ctx.rank, ctx.world_size  # how minibatches are split over ranks
+        self.device = torch.device(ctx.device)
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """Shard or replicate `model` over the worker's ranks, with the options applied."""
+        if self.options.activation_checkpointing:
+            if not hasattr(model, "activation_checkpointing"):
+                raise SpecError(
+                    [
+                        f"workers.{self.ctx.worker}.args.activation_checkpointing: the model"
+                        f" {type(model).__name__} has no transformer blocks to checkpoint (use model: vit)"
+                    ]
+                )
+            model.activation_checkpointing = True
+        return self._wrap(model)
 
     @abstractmethod
-    def wrap(self, model: nn.Module) -> nn.Module:
-        """Shard or replicate `model` over the worker's ranks."""
+    def _wrap(self, model: nn.Module) -> nn.Module: ...
+
+    def compute(self) -> contextlib.AbstractContextManager:
+        """The forward/backward context: bf16 autocast when asked (master weights stay fp32)."""
+        if self.options.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     @abstractmethod
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The whole model on CPU, on every rank (a collective)."""
 
     @abstractmethod
-    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None: ...
+    def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """{"model": ..., "optimizer": ...} in the plain layout's names; shards as DTensors."""
 
     @abstractmethod
-    def optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict: ...
-
-    @abstractmethod
-    def load_optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None: ...
+    def load_sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Apply a state that `torch.distributed.checkpoint.load` filled in (same structure as `sharded_state`)."""
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
@@ -73,42 +109,49 @@ class TrainingBackend(ABC):
 
 @register_backend
 class FSDPBackend(TrainingBackend):
-    """FSDP2 (`fully_shard`): each child module, then the root, sharded over one mesh dimension."""
+    """FSDP2 (`fully_shard`): each transformer block (if any), then the root, sharded over one mesh
+    dimension; bf16 parameters in compute with fp32 gradient reduction; parameters and optimizer
+    state on the host between uses with `cpu_offload` (CUDA)."""
 
     name = "fsdp"
 
-    def wrap(self, model: nn.Module) -> nn.Module:
-        if self.world_size == 1:
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        offload = self.options.cpu_offload and self.device.type == "cuda"
+        if self.world_size == 1 and not offload:
             return model
+        import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-        mesh = init_device_mesh(self.ctx.device.split(":")[0], (self.world_size,))
-        fully_shard(model, mesh=mesh)
+        if not dist.is_initialized():  # one rank, sharded only to offload: a process group of one
+            dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        kwargs = {
+            "mesh": mesh,
+            "offload_policy": CPUOffloadPolicy() if offload else OffloadPolicy(),
+            "mp_policy": MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16 if self.options.precision == "bf16" else None,
+                reduce_dtype=torch.float32,
+            ),
+        }
+        for block in getattr(model, "blocks", []):
+            fully_shard(block, **kwargs)
+        fully_shard(model, **kwargs)
         return model
 
-    def _options(self):
-        from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-        return StateDictOptions(full_state_dict=True)
-
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        state = get_model_state_dict(model, options=self._options())
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
         return {k: v.detach().cpu().clone() for k, v in state.items()}
 
-    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+    def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        set_model_state_dict(model, state, options=self._options())
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        return {"model": model_state, "optimizer": optimizer_state}
 
-    def optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    def load_sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        return get_optimizer_state_dict(model, optimizer, options=self._options())
-
-    def load_optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
-
-        set_optimizer_state_dict(model, optimizer, state, options=self._options())
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])

@@ -8,6 +8,8 @@ gradient the backend averages equals the one-rank gradient.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -15,7 +17,7 @@ import torch
 from pydantic import Field
 
 import m2flow
-from m2flow.workers.actor.backends import get_backend
+from m2flow.workers.actor.backends import BackendOptions, get_backend
 from m2flow.workers.algorithms import (
     PPOLossConfig,
     ReturnScaler,
@@ -30,7 +32,7 @@ from m2flow.workers.models.placement import move_module, move_optimizer
 TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done")
 
 
-class PPOConfig(PolicyArgs):
+class PPOConfig(PolicyArgs, BackendOptions):
     learning_rate: float = Field(3e-4, gt=0)
     anneal_lr_iterations: int | None = Field(None, ge=1, description="decay the lr linearly to 0 over this many")
     gamma: float = Field(0.99, ge=0, le=1)
@@ -60,7 +62,7 @@ class PPO:
         )
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
-        self.backend = get_backend(ctx)
+        self.backend = get_backend(ctx, BackendOptions(**self.cfg.model_dump(include=set(BackendOptions.model_fields))))
         self.model = self.backend.wrap(self.cfg.build().to(self.device))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.learning_rate, eps=1e-5)
         self.generator = torch.Generator().manual_seed(ctx.seed + 7)
@@ -70,8 +72,12 @@ class PPO:
 
     @classmethod
     def memory_estimate_gb(cls, **args: Any) -> float:
-        """Weights, gradients and Adam's two moments: four copies of the policy's state."""
-        return 4 * state_bytes(PPOConfig(**args)) / 2**30
+        """Weights, gradients and Adam's two moments: four copies of the policy's state on the device;
+        with `cpu_offload` they live on the host and the device holds about one block at a time."""
+        cfg = PPOConfig(**args)
+        if cfg.cpu_offload:
+            return state_bytes(cfg) / cfg.blocks() / 2**30
+        return 4 * state_bytes(cfg) / 2**30
 
     def weights(self) -> dict[str, Any]:
         """The full policy state for inference workers, versioned and checksummed (a collective on every rank)."""
@@ -113,7 +119,10 @@ class PPO:
                 mine = torch.tensor_split(torch.arange(len(mb_inds), device=self.device), self.backend.data_world)
                 local = mine[self.backend.data_rank]
                 idx = mb_inds[local]
-                _, newlogprob, entropy, newvalue = self.model.get_action_and_value(_take(b_obs, idx), b_actions[idx])
+                with self.backend.compute():
+                    _, newlogprob, entropy, newvalue = self.model.get_action_and_value(
+                        _take(b_obs, idx), b_actions[idx]
+                    )
                 loss, stats = ppo_loss(
                     newlogprob,
                     entropy,
@@ -167,26 +176,51 @@ class PPO:
             move_module(self.model, self.device)
             move_optimizer(self.optimizer, self.device)
 
-    def state_dict(self) -> dict[str, Any]:
-        state = {
-            "model": self.backend.full_state_dict(self.model),
-            "optimizer": self.backend.optimizer_state_dict(self.model, self.optimizer),
-            "generator": self.generator.get_state(),
-            "version": self.version,
-            "updates": self.updates,
-        }
-        if self.scaler is not None:
-            state["reward_scaler"] = self.scaler.state_dict()
-        return state
+    def save_checkpoint(self, path: str) -> None:
+        """Every rank writes its own shards (torch.distributed.checkpoint); rank 0 adds the run's progress.
+        The shards carry the plain layout's names, so they reload at another world size or backend."""
+        import torch.distributed.checkpoint as dcp
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.backend.load_full_state_dict(self.model, state["model"])
-        self.backend.load_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
-        self.generator.set_state(state["generator"])
-        self.version, self.updates = int(state["version"]), int(state["updates"])
-        if "reward_scaler" in state:
-            self.scaler = ReturnScaler(state["reward_scaler"]["returns"].shape[0], self.cfg.gamma)
-            self.scaler.load_state_dict(state["reward_scaler"])
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        dcp.save(self.backend.sharded_state(self.model, self.optimizer), checkpoint_id=root / "shards")
+        if self.backend.rank == 0:
+            progress = {"generator": self.generator.get_state(), "version": self.version, "updates": self.updates}
+            if self.scaler is not None:
+                progress["reward_scaler"] = self.scaler.state_dict()
+            with open(root / "progress.pt", "wb") as fh:
+                torch.save(progress, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    def load_checkpoint(self, path: str) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        root = Path(path)
+        state = self.backend.sharded_state(self.model, self.optimizer)  # the layout to fill in, for this run
+        dcp.load(state, checkpoint_id=root / "shards")
+        self.backend.load_sharded_state(self.model, self.optimizer, state)
+        progress = torch.load(root / "progress.pt", map_location="cpu", weights_only=True)
+        self.generator.set_state(progress["generator"])
+        self.version, self.updates = int(progress["version"]), int(progress["updates"])
+        if "reward_scaler" in progress:
+            self.scaler = ReturnScaler(progress["reward_scaler"]["returns"].shape[0], self.cfg.gamma)
+            self.scaler.load_state_dict(progress["reward_scaler"])
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A training worker's checkpoint folder as whole tensors in one process (no process group):
+    {"model": ..., "optimizer": ..., "progress": ...} — to evaluate or inspect a policy offline."""
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    root = Path(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        dcp_to_torch_save(root / "shards", Path(tmp) / "state.pt")
+        state = torch.load(Path(tmp) / "state.pt", map_location="cpu", weights_only=False)
+    state["progress"] = torch.load(root / "progress.pt", map_location="cpu", weights_only=True)
+    return state
 
 
 def _gae(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):

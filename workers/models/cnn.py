@@ -50,26 +50,10 @@ class CNNPolicy(nn.Module):
         self.actor_logstd = nn.Parameter(torch.full((1, act_dim), -0.5))
 
     def inputs(self, batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-        """What this policy reads of an observation: its modalities, of its cameras (the first ones the
-        simulator renders); anything else the simulator sent is ignored."""
-        missing = [m for m in self.reads if m not in batch]
-        if missing:
-            raise KeyError(f"the policy reads {missing} but the observation has only {sorted(batch)}")
-        return {
-            m: torch.tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, : self.cameras]), device=device)
-            for m in self.reads
-        }
+        return observation_inputs(self.reads, self.cameras, batch, device)
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        planes = []
-        if "rgb" in obs:  # [n, cams, h, w, 3] uint8 -> [n, cams*3, h, w]
-            rgb = obs["rgb"].permute(0, 1, 4, 2, 3)
-            planes.append(rgb.reshape(rgb.shape[0], -1, *rgb.shape[3:]).float() / 255.0)
-        if "depth" in obs:
-            planes.append(obs["depth"].float().clamp(0, DEPTH_SCALE_M) / DEPTH_SCALE_M)
-        if "segmentation" in obs:
-            planes.append(obs["segmentation"].float() / 100.0)
-        x = self.project(self.encoder(torch.cat(planes, dim=1)))
+        x = self.project(self.encoder(image_planes(obs)))
         return torch.cat([x, obs["proprio"].float()], dim=-1) if "proprio" in obs else x
 
     def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
@@ -100,6 +84,32 @@ class CNNPolicy(nn.Module):
         if action is None:
             action = mean + std * (torch.randn_like(mean) if noise is None else noise)
         return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self.critic(x).squeeze(-1).clone()
+
+
+def observation_inputs(
+    reads: list[str], cameras: int, batch: dict[str, np.ndarray], device: torch.device
+) -> dict[str, torch.Tensor]:
+    """What a vision policy reads of an observation: its modalities, of its cameras (the first ones the
+    simulator renders); anything else the simulator sent is ignored."""
+    missing = [m for m in reads if m not in batch]
+    if missing:
+        raise KeyError(f"the policy reads {missing} but the observation has only {sorted(batch)}")
+    return {
+        m: torch.tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, :cameras]), device=device) for m in reads
+    }
+
+
+def image_planes(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Every camera's image modalities stacked as channels, scaled to about [0, 1]: [n, channels, h, w]."""
+    planes = []
+    if "rgb" in obs:  # [n, cams, h, w, 3] uint8 -> [n, cams*3, h, w]
+        rgb = obs["rgb"].permute(0, 1, 4, 2, 3)
+        planes.append(rgb.reshape(rgb.shape[0], -1, *rgb.shape[3:]).float() / 255.0)
+    if "depth" in obs:
+        planes.append(obs["depth"].float().clamp(0, DEPTH_SCALE_M) / DEPTH_SCALE_M)
+    if "segmentation" in obs:
+        planes.append(obs["segmentation"].float() / 100.0)
+    return torch.cat(planes, dim=1)
 
 
 def image_channels(modalities: list[str], cameras: int) -> int:

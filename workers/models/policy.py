@@ -10,14 +10,21 @@ from torch import nn
 from m2flow.workers.env.camera_env import CameraObservation
 from m2flow.workers.models.cnn import CNNPolicy
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
+from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape
 
 
 class PolicyArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     env_id: str
-    model: Literal["mlp", "cnn"] = "mlp"
+    model: Literal["mlp", "cnn", "vit"] = "mlp"
     hidden: list[int] = Field(default_factory=lambda: [64, 64])
+    size: Literal[tuple(VIT_SIZES)] = Field("1m", description="vit: preset by parameter count")
+    width: int | None = Field(None, ge=8, description="vit: overrides the preset's width")
+    depth: int | None = Field(None, ge=1, description="vit: overrides the preset's number of blocks")
+    heads: int | None = Field(None, ge=1, description="vit: overrides the preset's attention heads")
+    patch: int = Field(8, ge=1, description="vit: patch side in pixels")
+    causal: bool = Field(False, description="vit: causal attention (as a GPT trunk runs it)")
     normalize_obs: bool = True
     chunk: int = Field(1, ge=1, description="actions per call: the policy emits chunk x action size")
     observation: CameraObservation | None = Field(None, description="the camera observation (cnn model)")
@@ -25,6 +32,10 @@ class PolicyArgs(BaseModel):
 
     def build(self) -> nn.Module:
         return MODELS[self.model](self)
+
+    def blocks(self) -> int:
+        """Transformer blocks of the model (1 for models without)."""
+        return vit_shape(self.size, self.width, self.depth, self.heads)[1] if self.model == "vit" else 1
 
 
 def _mlp(args: PolicyArgs) -> nn.Module:
@@ -36,22 +47,44 @@ def _mlp(args: PolicyArgs) -> nn.Module:
     )
 
 
-def _cnn(args: PolicyArgs) -> nn.Module:
+def _camera_dims(args: PolicyArgs) -> tuple[CameraObservation, int, int]:
     if args.observation is None:
-        raise ValueError("model: cnn needs an `observation` (cameras, modalities, size) like the simulator's")
+        raise ValueError(f"model: {args.model} needs an `observation` (cameras, modalities, size) like the simulator's")
     proprio_dim, act_dim = env_dims(args.env_id, **args.env_kwargs)
     view = args.observation
+    return view, proprio_dim if "proprio" in view.modalities else 0, act_dim * args.chunk
+
+
+def _cnn(args: PolicyArgs) -> nn.Module:
+    view, proprio_dim, act_dim = _camera_dims(args)
     return CNNPolicy(
         view.modalities,
         len(view.cameras),
         view.size,
-        proprio_dim if "proprio" in view.modalities else 0,
-        act_dim * args.chunk,
+        proprio_dim,
+        act_dim,
         hidden=args.hidden[0],
     )
 
 
-MODELS = {"mlp": _mlp, "cnn": _cnn}
+def _vit(args: PolicyArgs) -> nn.Module:
+    view, proprio_dim, act_dim = _camera_dims(args)
+    width, depth, heads = vit_shape(args.size, args.width, args.depth, args.heads)
+    return ViTPolicy(
+        view.modalities,
+        len(view.cameras),
+        view.size,
+        proprio_dim,
+        act_dim,
+        width,
+        depth,
+        heads,
+        args.patch,
+        args.causal,
+    )
+
+
+MODELS = {"mlp": _mlp, "cnn": _cnn, "vit": _vit}
 
 
 def state_bytes(args: PolicyArgs) -> int:

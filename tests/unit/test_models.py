@@ -1,0 +1,115 @@
+"""The vision-transformer policy family: sizes from ~1M to ~300M parameters (sized on the meta device),
+activation checkpointing and bf16 compute change nothing but cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from m2flow.context import WorkerContext
+from m2flow.workers.actor import PPO, BackendOptions, get_backend
+from m2flow.workers.models import PolicyArgs, state_bytes
+
+VIEW = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": (32, 32)}
+
+
+def vit_args(**changes) -> PolicyArgs:
+    return PolicyArgs(env_id="HalfCheetah-v5", model="vit", observation=VIEW, **changes)
+
+
+@pytest.mark.parametrize(("size", "low", "high"), [("1m", 0.7e6, 1.5e6), ("10m", 9e6, 12e6), ("300m", 280e6, 330e6)])
+def test_presets_are_named_by_their_parameter_count(size, low, high):
+    params = state_bytes(vit_args(size=size)) / 4  # fp32
+    assert low < params < high
+
+
+def test_width_depth_heads_override_the_preset():
+    small, deeper = vit_args(size="1m"), vit_args(size="1m", depth=8)
+    assert state_bytes(deeper) > 1.8 * state_bytes(small)
+    assert deeper.blocks() == 8
+    with pytest.raises(ValueError, match="multiple of heads"):
+        vit_args(width=100, heads=3).build()
+
+
+def test_memory_estimate_shrinks_with_cpu_offload():
+    args = {"env_id": "HalfCheetah-v5", "model": "vit", "observation": VIEW, "size": "10m"}
+    on_device, offloaded = PPO.memory_estimate_gb(**args), PPO.memory_estimate_gb(**args, cpu_offload=True)
+    assert offloaded < on_device / 20
+
+
+def observation(n: int = 6) -> dict[str, torch.Tensor]:
+    rng = np.random.default_rng(0)
+    return {
+        "rgb": torch.tensor(rng.integers(0, 255, (n, 1, 32, 32, 3), dtype=np.uint8)),
+        "proprio": torch.tensor(rng.normal(size=(n, 17)), dtype=torch.float32),
+    }
+
+
+def loss_and_grads(model, obs, options: BackendOptions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    backend = get_backend(WorkerContext(worker="actor", kind="training"), options)
+    model = backend.wrap(model)
+    model.zero_grad()
+    with backend.compute():
+        _, logprob, entropy, value = model.get_action_and_value(obs, torch.zeros(len(obs["proprio"]), 6))
+        loss = -(logprob.mean() + 0.01 * entropy.mean()) + value.square().mean()
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_activation_checkpointing_recomputes_the_same_gradients():
+    obs = observation()
+    torch.manual_seed(0)
+    plain = vit_args().build()
+    torch.manual_seed(0)
+    checkpointed = vit_args().build()
+    loss_a, grads_a = loss_and_grads(plain, obs, BackendOptions())
+    loss_b, grads_b = loss_and_grads(checkpointed, obs, BackendOptions(activation_checkpointing=True))
+    assert checkpointed.activation_checkpointing and not plain.activation_checkpointing
+    torch.testing.assert_close(loss_a, loss_b)
+    for name, grad in grads_a.items():
+        torch.testing.assert_close(grads_b[name], grad, msg=name)
+
+
+def test_bf16_compute_keeps_fp32_weights_and_a_close_loss():
+    obs = observation()
+    torch.manual_seed(0)
+    model = vit_args().build()
+    loss_fp32, _ = loss_and_grads(model, obs, BackendOptions())
+    loss_bf16, grads = loss_and_grads(model, obs, BackendOptions(precision="bf16"))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(g.dtype == torch.float32 for g in grads.values())
+    assert loss_bf16 == pytest.approx(float(loss_fp32), rel=0.05, abs=0.05)
+
+
+def test_a_model_without_blocks_cannot_checkpoint_activations():
+    from m2flow.errors import SpecError
+
+    model = PolicyArgs(env_id="HalfCheetah-v5").build()
+    backend = get_backend(WorkerContext(worker="actor", kind="training"), BackendOptions(activation_checkpointing=True))
+    with pytest.raises(SpecError, match="workers.actor.args.activation_checkpointing"):
+        backend.wrap(model)
+
+
+def test_qkv_rows_reorder_to_megatrons_per_head_interleave_and_back():
+    from m2flow.workers.actor.megatron_gpt import qkv_from_megatron, qkv_to_megatron
+
+    heads, head_dim, width = 2, 3, 4
+    weight = torch.arange(3 * heads * head_dim * width, dtype=torch.float32).reshape(3 * heads * head_dim, width)
+    megatron = qkv_to_megatron(weight, heads)
+    q, k, v = weight.chunk(3)
+    first_head = torch.cat([q[:head_dim], k[:head_dim], v[:head_dim]])  # Megatron: head 0's q, k, v, then head 1's
+    torch.testing.assert_close(megatron[: 3 * head_dim], first_head)
+    torch.testing.assert_close(qkv_from_megatron(megatron, heads), weight)
+    bias = torch.arange(3 * heads * head_dim, dtype=torch.float32)
+    torch.testing.assert_close(qkv_from_megatron(qkv_to_megatron(bias, heads), heads), bias)
+
+
+def test_megatron_vit_policies_need_cuda_and_say_so():
+    from m2flow.errors import SpecError
+
+    backend = get_backend(WorkerContext(worker="actor", kind="training", backend="megatron"))
+    with pytest.raises(
+        SpecError, match="workers.actor.backend: megatron runs a vit policy on megatron-core's GPTModel"
+    ):
+        backend.wrap(vit_args(causal=True).build())

@@ -1,0 +1,128 @@
+"""A vision-transformer policy: camera images cut into patches, a proprioception token and a readout
+token, a stack of pre-LayerNorm transformer blocks, then Gaussian action-chunk and value heads on the
+readout token (the last one, so a causal trunk, as Megatron's GPTModel runs it, also sees everything).
+
+Sizes are named by their parameter count (`VIT_SIZES`, ~1M to ~300M); `width`/`depth`/`heads` override
+a preset. Each block can recompute its activations in backward (`activation_checkpointing`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributions.normal import Normal
+from torch.utils.checkpoint import checkpoint
+
+from m2flow.workers.models.cnn import image_channels, image_planes, observation_inputs
+from m2flow.workers.models.mlp import layer_init
+
+# preset -> (width, depth, heads); a block holds ~12 x width^2 parameters
+VIT_SIZES = {"1m": (128, 4, 4), "10m": (384, 6, 6), "30m": (512, 10, 8), "100m": (768, 14, 12), "300m": (1024, 24, 16)}
+
+
+class Block(nn.Module):
+    """x + attention(LN(x)), then x + MLP(LN(x)); the attention's q, k, v come from one fused linear."""
+
+    def __init__(self, width: int, heads: int, causal: bool):
+        super().__init__()
+        self.heads, self.causal = heads, causal
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.fc1, self.fc2 = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, tokens, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(n, tokens, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        x = x + self.proj(attended.transpose(1, 2).reshape(n, tokens, width))
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+class ViTPolicy(nn.Module):
+    def __init__(
+        self,
+        modalities: list[str],
+        cameras: int,
+        size: tuple[int, int],
+        proprio_dim: int,
+        act_dim: int,
+        width: int,
+        depth: int,
+        heads: int,
+        patch: int = 8,
+        causal: bool = False,
+    ):
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"width {width} must be a multiple of heads {heads}")
+        if size[0] % patch or size[1] % patch:
+            raise ValueError(f"image size {size} must be a multiple of the patch size {patch}")
+        self.act_dim, self.cameras, self.proprio_dim = act_dim, cameras, proprio_dim
+        self.reads = [m for m in modalities if m in ("rgb", "depth", "segmentation")] + (
+            ["proprio"] if proprio_dim else []
+        )
+        self.activation_checkpointing = False
+        self.patchify = nn.Conv2d(image_channels(modalities, cameras), width, patch, stride=patch)
+        tokens = (size[0] // patch) * (size[1] // patch) + (1 if proprio_dim else 0) + 1
+        self.proprio = nn.Linear(proprio_dim, width) if proprio_dim else None
+        self.readout = nn.Parameter(torch.zeros(1, 1, width))
+        self.position = nn.Parameter(torch.randn(1, tokens, width) * 0.02)
+        self.blocks = nn.ModuleList(Block(width, heads, causal) for _ in range(depth))
+        self.norm = nn.LayerNorm(width)
+        self.actor_mean = layer_init(nn.Linear(width, act_dim), std=0.01)
+        self.critic = layer_init(nn.Linear(width, 1), std=1.0)
+        self.actor_logstd = nn.Parameter(torch.full((1, act_dim), -0.5))
+
+    def inputs(self, batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+        return observation_inputs(self.reads, self.cameras, batch, device)
+
+    def tokens(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[n, tokens, width]: image patches, then proprioception, then the readout token."""
+        patches = self.patchify(image_planes(obs)).flatten(2).transpose(1, 2)
+        parts = [patches]
+        if self.proprio is not None:
+            parts.append(self.proprio(obs["proprio"].float()).unsqueeze(1))
+        parts.append(self.readout.expand(patches.shape[0], -1, -1))
+        return torch.cat(parts, dim=1) + self.position
+
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return x
+
+    def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.norm(self.trunk(self.tokens(obs))[:, -1]).float()
+
+    def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
+        """Images are scaled by construction; nothing runs here."""
+
+    def mean_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.actor_mean(self._features(obs))
+
+    def get_value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self(obs, value_only=True)
+
+    def get_action_and_value(self, obs, action=None, noise=None):
+        return self(obs, action, noise)
+
+    def forward(self, obs, action=None, noise=None, value_only: bool = False):
+        x = self._features(obs)
+        value = self.critic(x).squeeze(-1).float().clone()
+        if value_only:
+            return value
+        mean = self.actor_mean(x).float()
+        std = self.actor_logstd.expand_as(mean).exp()
+        dist = Normal(mean, std)
+        if action is None:
+            action = mean + std * (torch.randn_like(mean) if noise is None else noise)
+        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), value
+
+
+def vit_shape(size: str, width: int | None, depth: int | None, heads: int | None) -> tuple[int, int, int]:
+    preset = VIT_SIZES[size]
+    return width or preset[0], depth or preset[1], heads or preset[2]
