@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine (see ../shared/device/README.md): carry [".whl", ".gl"].
 # Runs the camera benchmarks with inference and training on the GPU; results land in $OUT.
-# `bash benchmarks/gpu_session.sh modes` runs only the placement-modes benchmark.
+# `bash benchmarks/gpu_session.sh modes` runs only the placement-modes benchmark; `backends` the training
+# backends benchmark; `vit` a ViT PPO run on the Megatron GPT trunk, resumed under FSDP from its checkpoint.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json MUJOCO_GL=egl
@@ -10,6 +11,20 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, ray, mujoco; print(torch.__version__, torch.cuda.is_available(), ray.__version__, mujoco.__version__)" | tee -a "$OUT/gpu.txt"
 cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmarks" benchmarks
+if [ "${1:-all}" = backends ]; then
+  timeout 500 python3 benchmarks/backends.py --out "$OUT/backends.json" 2>&1 | grep -v "WARN\|INFO\|warn" | tee "$OUT/backends.txt"
+  exit 0
+fi
+if [ "${1:-all}" = vit ]; then
+  vit=(model=vit size=10m patch=12 causal=true)
+  args=(configs/ppo_camera.yaml placement.mode=shared run.progress=false run.output_dir="$OUT/runs" run.checkpoint_every=1
+        workers.actor.args.update_epochs=2 workers.actor.args.precision=bf16 "${vit[@]/#/workers.rollout.args.}" "${vit[@]/#/workers.actor.args.}")
+  timeout 200 python3 -m m2flow.cli run "${args[@]}" run.iterations=3 workers.actor.backend=megatron 2>&1 \
+    | grep -v "WARN\|INFO\|warn" | tail -20 | tee "$OUT/vit_megatron.txt"
+  timeout 200 python3 -m m2flow.cli run "${args[@]}" run.iterations=5 run.resume=true workers.actor.backend=fsdp 2>&1 \
+    | grep -v "WARN\|INFO\|warn" | tail -20 | tee "$OUT/vit_resumed_fsdp.txt"
+  cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/vit_metrics.jsonl"; rm -rf "$OUT/runs"; exit 0
+fi
 if [ "${1:-all}" = all ]; then
 timeout 150 python3 benchmarks/simulator_ablation.py --task cheetah --envs 8 --chunks 8 --chunk 8 --out "$OUT" 2>&1 \
   | grep -v "WARN\|INFO" | tail -12 | tee "$OUT/ablation.txt"
