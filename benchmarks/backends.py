@@ -16,6 +16,7 @@ import gc
 import json
 import platform
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -144,15 +145,24 @@ def main() -> None:
     print(f"backends: one PPO update ({args.steps} steps x {args.envs} envs, 4 minibatches) on {machine}")
     result: dict = {"machine": machine, "date": time.strftime("%Y-%m-%d"), "rows": []}
     if cuda:
-        result["parity"] = parity(device)
-        print("parity, Megatron GPT trunk vs plain ViT (max |diff|):", json.dumps(result["parity"]))
+        try:
+            result["parity"] = parity(device)
+            print("parity, Megatron GPT trunk vs plain ViT (max |diff|):", json.dumps(result["parity"]))
+        except Exception:  # report and go on: the timing rows are still worth having
+            result["parity"] = traceback.format_exc()
+            print("parity check FAILED:\n" + result["parity"])
     data = batch(args.steps, args.envs)
     header = (
         f"{'backend':9} {'size':5} {'params':>8} {'prec':5} {'options':26} {'update':>9} {'samples/s':>10} {'peak':>9}"
     )
     print(header)
     for backend, size, options in configurations(cuda, args.sizes):
-        row = measure(device, backend, size, data, args.repeats, **options)
+        try:
+            row = measure(device, backend, size, data, args.repeats, **options)
+        except Exception as exc:
+            print(f"{backend:9} {size:5} {options} FAILED: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            gc.collect()
+            continue
         result["rows"].append(row)
         print(
             f"{row['backend']:9} {row['size']:5} {row['params_m']:7.1f}M {row['precision']:5} {row['options']:26}"
