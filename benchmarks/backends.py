@@ -137,6 +137,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--envs", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", help="run only the rows with this option (e.g. cpu_offload)")
     parser.add_argument("--out", default="benchmarks/results/backends.json")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
@@ -144,7 +145,7 @@ def main() -> None:
     machine = torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine()
     print(f"backends: one PPO update ({args.steps} steps x {args.envs} envs, 4 minibatches) on {machine}")
     result: dict = {"machine": machine, "date": time.strftime("%Y-%m-%d"), "rows": []}
-    if cuda:
+    if cuda and args.only is None:
         try:
             result["parity"] = parity(device)
             print("parity, Megatron GPT trunk vs plain ViT (max |diff|):", json.dumps(result["parity"]))
@@ -156,7 +157,8 @@ def main() -> None:
         f"{'backend':9} {'size':5} {'params':>8} {'prec':5} {'options':26} {'update':>9} {'samples/s':>10} {'peak':>9}"
     )
     print(header)
-    for backend, size, options in configurations(cuda, args.sizes):
+    rows = configurations(cuda, args.sizes)
+    for backend, size, options in [r for r in rows if args.only is None or args.only in r[2]]:
         try:
             row = measure(device, backend, size, data, args.repeats, **options)
         except Exception as exc:

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine (see ../shared/device/README.md): carry [".whl", ".gl"].
 # Runs the camera benchmarks with inference and training on the GPU; results land in $OUT.
-# `bash benchmarks/gpu_session.sh modes` runs only the placement-modes benchmark; `backends` the training
-# backends benchmark; `vit` a ViT PPO run on the Megatron GPT trunk, resumed under FSDP from its checkpoint.
+# `bash benchmarks/gpu_session.sh modes` runs only the placement-modes benchmark; `backends [option]` the training
+# backends benchmark (only the rows with that option); `vit` a ViT PPO run on the Megatron GPT trunk, resumed under FSDP from its checkpoint.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json MUJOCO_GL=egl
 export PYOPENGL_PLATFORM=egl PYTHONUNBUFFERED=1 RAY_DEDUP_LOGS=0
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, ray, mujoco; print(torch.__version__, torch.cuda.is_available(), ray.__version__, mujoco.__version__)" | tee -a "$OUT/gpu.txt"
 cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmarks" benchmarks
 if [ "${1:-all}" = backends ]; then
-  timeout 500 python3 benchmarks/backends.py --out "$OUT/backends.json" 2>&1 | grep -v "WARN\|INFO\|warn" | tee "$OUT/backends.txt"
+  timeout 500 python3 benchmarks/backends.py ${2:+--only $2} --out "$OUT/backends.json" 2>&1 | grep -v "WARN\|INFO\|warn" | tee "$OUT/backends.txt"
   exit 0
 fi
 if [ "${1:-all}" = vit ]; then

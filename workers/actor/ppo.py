@@ -225,8 +225,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def _gae(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
     cfg = ppo.cfg
-    with torch.no_grad():
-        next_value = ppo.model.get_value(ppo.model.inputs(batch["next_obs"], ppo.device))
+    with torch.no_grad(), ppo.backend.compute():
+        next_value = ppo.model.get_value(ppo.model.inputs(batch["next_obs"], ppo.device)).float()
     next_done = torch.as_tensor(batch["next_done"], device=ppo.device)
     return compute_gae(rewards, values, dones, next_value, next_done, cfg.gamma, cfg.gae_lambda)
 
