@@ -42,8 +42,8 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...], source: str) -> dict[str, Any]:
-    """Set dotted keys as Hydra does: `run.iterations=10 workers.env.replicas=2`; `~key` removes one.
-    Values are parsed as YAML."""
+    """Set dotted keys as Hydra does: `run.iterations=10 workers.env.replicas=2`, list items by index
+    (`flow.sync.1.every=5`); `~key` removes one. Values are parsed as YAML."""
     problems = []
     for item in overrides:
         if item.startswith("~"):
@@ -58,20 +58,32 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...],
         except yaml.YAMLError:
             value = text
         path = key.strip().split(".")
-        node = raw
+        node: Any = raw
         for depth, part in enumerate(path[:-1]):
-            child = node.get(part)
-            if child is None:
+            child = _child(node, part)
+            if child is None and isinstance(node, dict):
                 child = node[part] = {}
-            if not isinstance(child, dict):
-                problems.append(f"override '{item}': '{'.'.join(path[: depth + 1])}' is not a mapping")
+            if not isinstance(child, (dict, list)):
+                problems.append(
+                    f"override '{item}': '{'.'.join(path[: depth + 1])}' is not a mapping or a list index in range"
+                )
                 break
             node = child
         else:
-            node[path[-1]] = value
+            if isinstance(node, list) and not (path[-1].isdigit() and int(path[-1]) < len(node)):
+                problems.append(f"override '{item}': '{path[-1]}' is not an index of the list ({len(node)} items)")
+            else:
+                node[int(path[-1]) if isinstance(node, list) else path[-1]] = value
     if problems:
         raise SpecError(problems, source)
     return raw
+
+
+def _child(node: Any, part: str) -> Any:
+    """`part` of a mapping, or item `part` of a list (`flow.sync.1.every=5`, as in Hydra)."""
+    if isinstance(node, list):
+        return node[int(part)] if part.isdigit() and int(part) < len(node) else None
+    return node.get(part)
 
 
 def _delete(raw: dict[str, Any], parts: list[str], problems: list[str], item: str) -> None:

@@ -109,15 +109,51 @@ def test_a_vision_policy_drives_chunks_and_trains_on_them(advantage):
     assert any(not torch.equal(initial[k], after[k]) for k in initial), "the update must move the weights"
 
 
+def evaluation_weights(policy: dict, version: int = 1) -> dict:
+    from m2flow.workers.models import PolicyArgs, state_checksum
+
+    torch.manual_seed(0)
+    state = PolicyArgs(**policy).build().state_dict()
+    return {"version": version, "state": state, "checksum": state_checksum(state)}
+
+
 @pytest.mark.parametrize("fmt", ["mp4", "gif"])
-def test_episode_videos_are_written_with_the_full_profile(tmp_path, fmt):
+def test_evaluation_episodes_are_filmed_and_leave_training_untouched(tmp_path, fmt):
     import imageio.v2 as imageio
 
     set_context(WorkerContext(worker="env", items=(0, 4), seed=3, output_dir=str(tmp_path)))
-    env = cheetah(video={"save": True, "every": 2, "size": [48, 64], "format": fmt})
-    assert env.video.renderer.renderer is not env.renderers[0].renderer
-    run(env, chunks=12)  # 10-step episodes in chunks of 4 end at chunks 3, 6, 9, 12: episodes 0 and 2 recorded
-    videos = sorted((tmp_path / "videos").iterdir())
-    assert [v.name for v in videos] == [f"env_episode00000.{fmt}", f"env_episode00002.{fmt}"]
+    view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [36, 36]}
+    policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [32], "chunk": 4, "observation": view}
+    evaluation = {"policy": policy, "episodes": 2, "max_steps": 10}
+    env = cheetah(observation=view, evaluation=evaluation, video={"save": True, "size": [48, 64], "format": fmt})
+    plain = cheetah(observation=view)
+    assert env.evaluator.video.renderer.renderer is not env.renderers[0].renderer
+    first = run(env, chunks=3)
+    env.evaluate(evaluation_weights(policy, version=7))
+    second = run(env, chunks=3)
+    metrics = env.metrics()
+    assert metrics["eval/length"] == 10 and np.isfinite(metrics["eval/return"])
+    assert "eval/return" not in env.metrics(), "an evaluation is reported once"
+    videos = sorted((tmp_path / "videos" / "env").iterdir())
+    assert [v.name for v in videos] == [f"eval_v00007_episode{e}.{fmt}" for e in (0, 1)]
     frames = imageio.mimread(videos[0])
     assert len(frames) == 10 and frames[0].shape[:2] == (48, 64)
+    reference = [run(plain, chunks=3), run(plain, chunks=3)]
+    for got, want in zip([first, second], reference, strict=True):
+        for key in ("reward", "done", "action"):
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+        for modality in ("rgb", "proprio"):  # the training observations are rendered as if nothing happened
+            np.testing.assert_array_equal(got["obs"][modality], want["obs"][modality], err_msg=modality)
+
+
+def test_evaluation_refuses_torn_weights_and_video_needs_an_evaluation():
+    view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [36, 36]}
+    policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [32], "chunk": 4, "observation": view}
+    env = cheetah(observation=view, evaluation={"policy": policy, "max_steps": 4})
+    weights = evaluation_weights(policy)
+    key = next(iter(weights["state"]))
+    weights["state"][key] = weights["state"][key] + 1
+    with pytest.raises(ValueError, match="torn"):
+        env.evaluate(weights)
+    with pytest.raises(ValueError, match="video.save films evaluation episodes"):
+        cheetah(video={"save": True})

@@ -64,6 +64,15 @@ def test_overrides_set_nested_keys_and_parse_values(config_path):
     assert spec.workers["env"].args["num_envs"] == 3
 
 
+def test_overrides_reach_list_items_by_index_and_name_a_bad_index():
+    raw = {"flow": {"sync": [{"edge": "a.w -> b.l"}, {"edge": "a.w -> c.e", "every": 25}]}}
+    assert apply_overrides(raw, ["flow.sync.1.every=1"], "wf.yaml")["flow"]["sync"][1]["every"] == 1
+    with pytest.raises(SpecError, match="'flow.sync.5' is not a mapping or a list index in range"):
+        apply_overrides(raw, ["flow.sync.5.every=1"], "wf.yaml")
+    with pytest.raises(SpecError, match="'x' is not an index of the list"):
+        apply_overrides(raw, ["flow.sync.x=1"], "wf.yaml")
+
+
 def test_tilde_removes_a_key_and_names_a_missing_one():
     raw = {"run": {"iterations": 3, "seed": 1}}
     assert apply_overrides(raw, ["~run.seed"], "wf.yaml") == {"run": {"iterations": 3}}

@@ -183,7 +183,9 @@ class PPO:
 
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
-        dcp.save(self.backend.sharded_state(self.model, self.optimizer), checkpoint_id=root / "shards")
+        dcp.save(
+            self.backend.sharded_state(self.model, self.optimizer), checkpoint_id=root / "shards", no_dist=_alone()
+        )
         if self.backend.rank == 0:
             progress = {"generator": self.generator.get_state(), "version": self.version, "updates": self.updates}
             if self.scaler is not None:
@@ -198,7 +200,7 @@ class PPO:
 
         root = Path(path)
         state = self.backend.sharded_state(self.model, self.optimizer)  # the layout to fill in, for this run
-        dcp.load(state, checkpoint_id=root / "shards")
+        dcp.load(state, checkpoint_id=root / "shards", no_dist=_alone())
         self.backend.load_sharded_state(self.model, self.optimizer, state)
         progress = torch.load(root / "progress.pt", map_location="cpu", weights_only=True)
         self.generator.set_state(progress["generator"])
@@ -206,6 +208,13 @@ class PPO:
         if "reward_scaler" in progress:
             self.scaler = ReturnScaler(progress["reward_scaler"]["returns"].shape[0], self.cfg.gamma)
             self.scaler.load_state_dict(progress["reward_scaler"])
+
+
+def _alone() -> bool:
+    """A single rank without a process group: checkpoints are written and read without collectives."""
+    import torch.distributed as dist
+
+    return not dist.is_initialized()
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -4,9 +4,10 @@ observations built only where the policy reads them.
 `step(policy_out)` runs a chunk of C actions per env: physics, reward, termination every step; an env
 whose episode ends inside the chunk idles until the chunk ends and then starts its next episode. The
 observation — only the cameras and modalities in `observation`, at its size — is rendered once, at
-the chunk's end. `video.save: true` also writes every k-th episode of the first env as a video
-(full rendering profile) under `<run dir>/videos/`. `obs_every_step: true` renders after every physics
-step instead (what a simulator that knows nothing of chunks does); results are identical, only slower.
+the chunk's end. `obs_every_step: true` renders after every physics step instead (what a simulator that
+knows nothing of chunks does); results are identical, only slower. `evaluate(weights)` (a sync edge)
+plays deterministic evaluation episodes on an env of its own, filmed when `video.save` is on
+(`evaluation.py`).
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import m2flow
 from m2flow.errors import MissingDependency
+from m2flow.workers.env.evaluation import EvaluationConfig, Evaluator
 from m2flow.workers.env.mujoco_state import env_state, set_env_state
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.rendering import CameraRenderer
-from m2flow.workers.env.video import EpisodeVideo, VideoConfig
+from m2flow.workers.env.video import VideoConfig
 
 Modality = Literal["rgb", "depth", "segmentation", "proprio"]
 
@@ -53,7 +55,17 @@ class CameraEnvConfig(BaseModel):
     group_size: int = Field(1, ge=1, description="envs per group sharing initial states (GRPO)")
     clip_actions: bool = True
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
-    video: VideoConfig = Field(default_factory=VideoConfig)
+    evaluation: EvaluationConfig | None = Field(None, description="deterministic episodes for `evaluate`")
+    video: VideoConfig = Field(default_factory=VideoConfig, description="film the evaluation episodes")
+
+    @model_validator(mode="after")
+    def _video_films_evaluations(self) -> CameraEnvConfig:
+        if self.video.save and self.evaluation is None:
+            raise ValueError(
+                "video.save films evaluation episodes: add `evaluation: {policy: <the policy's args>}` and a"
+                " sync edge `actor.weights -> env.evaluate` (with `every: k`)"
+            )
+        return self
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
@@ -84,15 +96,17 @@ class CameraEnv:
         self.low, self.high, self.act_dim = space.low, space.high, int(np.prod(space.shape))
         self.proprio = np.zeros((len(self.envs), int(np.prod(self.envs[0].observation_space.shape))), np.float32)
         self._observation: dict[str, np.ndarray] | None = None
-        self.video = None
-        if cfg.video.save and ctx.replica == 0 and ctx.stage == 0:
-            self.video = EpisodeVideo(
+        self.evaluator = None  # one per worker: on the first replica's first slice
+        if cfg.evaluation is not None and ctx.replica == 0 and ctx.stage == 0:
+            self.evaluator = Evaluator(
+                cfg.evaluation,
+                make_env(cfg.env_id, **cfg.env_kwargs),
+                cfg,
                 cfg.video,
-                self.envs[0].unwrapped.model,
-                cfg.video.camera or view.cameras[0],
-                Path(ctx.output_dir) / "videos",
-                ctx.worker,
+                Path(ctx.output_dir) / "videos" / ctx.worker,
+                ctx.seed,
             )
+        self._evaluated: dict[str, float] = {}
         self._done = np.zeros(len(self.envs), dtype=bool)
         self._succeeded = np.full(len(self.envs), np.nan)  # any success in the episode so far (NaN: no signal)
         self.recorder = Recorder(len(self.envs))
@@ -127,8 +141,6 @@ class CameraEnv:
                     continue
                 obs, r, terminated, truncated, info = env.step(actions[i, c])
                 self.proprio[i], reward[i], steps[i] = obs, reward[i] + r, steps[i] + 1
-                if i == 0 and self.video is not None:
-                    self.video.frame(env.unwrapped.data)
                 if "success" in info:
                     self._succeeded[i] = max(np.nan_to_num(self._succeeded[i]), float(info["success"]))
                 done[i] = terminated or truncated
@@ -136,8 +148,6 @@ class CameraEnv:
                 self._observe()
         self.recorder.record(started_from, began, reward, out)
         self.recorder.count(reward, steps)
-        if done[0] and self.video is not None:
-            self.video.end_episode(self.recorder.episode_return[0], self._succeeded[0])
         self.recorder.end_episodes(done, self._succeeded)
         for i in np.flatnonzero(done):
             self.proprio[i] = self.envs[i].reset()[0]
@@ -158,8 +168,14 @@ class CameraEnv:
         """Every chunk since the last call, time-major [T, envs, ...]; rewards are summed over the chunk."""
         return self.recorder.trajectory(self.obs(), self._done, self.env_ids)
 
+    def evaluate(self, weights: dict[str, Any]) -> None:
+        """Evaluation episodes with these weights (`evaluation` in the args); results in the next metrics."""
+        if self.evaluator is not None:
+            self._evaluated = self.evaluator.run(weights)
+
     def metrics(self) -> dict[str, float]:
-        return self.recorder.metrics()
+        evaluated, self._evaluated = self._evaluated, {}
+        return {**self.recorder.metrics(), **evaluated}
 
     def state_dict(self) -> dict[str, Any]:
         if self._observation is None:

@@ -1,6 +1,6 @@
-"""Episode videos from a camera simulator: every k-th episode of one env, rendered with the `full`
-profile on a copy of the model (training observations keep their own profile), with the episode's return
-and success drawn on the frames when asked; MP4 (ffmpeg from imageio-ffmpeg) or GIF."""
+"""Episode videos of evaluation episodes, rendered with the `full` profile on a copy of the model (the
+policy's observations keep their own profile), with the episode's return and success drawn on the frames
+when asked; MP4 (ffmpeg from imageio-ffmpeg) or GIF, written to a temporary name and renamed into place."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ class VideoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     save: bool = False
-    every: int = Field(10, ge=1, description="record every k-th episode of the replica's first env")
     camera: str | None = Field(None, description="default: the first observed camera")
     size: tuple[int, int] = (240, 320)
     format: Literal["mp4", "gif"] = "mp4"
@@ -28,29 +27,22 @@ class VideoConfig(BaseModel):
 
 
 class EpisodeVideo:
-    def __init__(self, config: VideoConfig, model: mujoco.MjModel, camera: str, folder: str | Path, label: str):
-        self.config, self.folder, self.label = config, Path(folder), label
+    def __init__(self, config: VideoConfig, model: mujoco.MjModel, camera: str, folder: str | Path):
+        self.config, self.folder = config, Path(folder)
         self.renderer = CameraRenderer(copy.copy(model), [camera], ["rgb"], config.size, "full")
-        self.episode, self.frames = 0, []
-        self.recording = True
+        self.frames: list[np.ndarray] = []
 
     def frame(self, data: mujoco.MjData) -> None:
-        if self.recording:
-            self.frames.append(self.renderer.render(data)["rgb"][0])
+        self.frames.append(self.renderer.render(data)["rgb"][0])
 
-    def end_episode(self, episode_return: float, success: float) -> Path | None:
-        """Write the recorded episode (if this one was recorded) and decide whether to record the next."""
-        path = None
-        if self.recording and self.frames:
-            frames = self.frames
-            if self.config.overlay:
-                frames = [self._overlay(f, episode_return, success) for f in frames]
-            path = self.folder / f"{self.label}_episode{self.episode:05d}.{self.config.format}"
-            self.folder.mkdir(parents=True, exist_ok=True)
-            _write(path, frames, self.config.fps)
-        self.episode += 1
-        self.frames = []
-        self.recording = self.episode % self.config.every == 0
+    def save(self, name: str, episode_return: float, success: float) -> Path:
+        """Write the frames since the last save as `<folder>/<name>.<format>`."""
+        frames, self.frames = self.frames, []
+        if self.config.overlay:
+            frames = [self._overlay(f, episode_return, success) for f in frames]
+        path = self.folder / f"{name}.{self.config.format}"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _write(path, frames, self.config.fps)
         return path
 
     @staticmethod
