@@ -8,7 +8,10 @@ gradient the backend averages equals the one-rank gradient.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -183,9 +186,8 @@ class PPO:
 
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
-        dcp.save(
-            self.backend.sharded_state(self.model, self.optimizer), checkpoint_id=root / "shards", no_dist=_alone()
-        )
+        with _single_process_is_fine():
+            dcp.save(self.backend.sharded_state(self.model, self.optimizer), checkpoint_id=root / "shards")
         if self.backend.rank == 0:
             progress = {"generator": self.generator.get_state(), "version": self.version, "updates": self.updates}
             if self.scaler is not None:
@@ -200,7 +202,8 @@ class PPO:
 
         root = Path(path)
         state = self.backend.sharded_state(self.model, self.optimizer)  # the layout to fill in, for this run
-        dcp.load(state, checkpoint_id=root / "shards", no_dist=_alone())
+        with _single_process_is_fine():
+            dcp.load(state, checkpoint_id=root / "shards")
         self.backend.load_sharded_state(self.model, self.optimizer, state)
         progress = torch.load(root / "progress.pt", map_location="cpu", weights_only=True)
         self.generator.set_state(progress["generator"])
@@ -210,11 +213,12 @@ class PPO:
             self.scaler.load_state_dict(progress["reward_scaler"])
 
 
-def _alone() -> bool:
-    """A single rank without a process group: checkpoints are written and read without collectives."""
-    import torch.distributed as dist
-
-    return not dist.is_initialized()
+@contextlib.contextmanager
+def _single_process_is_fine() -> Iterator[None]:
+    """A rank without a process group writes and reads its checkpoint alone, as intended: no warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

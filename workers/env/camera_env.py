@@ -32,7 +32,8 @@ from m2flow.workers.env.video import VideoConfig
 Modality = Literal["rgb", "depth", "segmentation", "proprio"]
 
 # env id prefixes whose package registers them with gymnasium on import, and the extra that installs it
-ENV_PACKAGES = {"Meta-World/": ("metaworld", "metaworld==3.1.1 (installed with m2flow)")}
+ENV_PACKAGES = {"Meta-World/": ("metaworld", "metaworld==3.1.1 (installed with m2flow)")}  # register gym ids
+ENV_FACTORIES = {"Robosuite/": "m2flow.workers.env.robosuite_env"}  # modules with make(env_id, **kwargs)
 
 
 class CameraObservation(BaseModel):
@@ -69,6 +70,9 @@ class CameraEnvConfig(BaseModel):
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    for prefix, module in ENV_FACTORIES.items():
+        if env_id.startswith(prefix):
+            return importlib.import_module(module).make(env_id, **kwargs)
     for prefix, (package, extra) in ENV_PACKAGES.items():
         if env_id.startswith(prefix):
             try:
