@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 import m2flow
+from m2flow.workers.rollout import TorchPolicy
 
 
 class Counter:
@@ -122,3 +123,22 @@ class DropsOne(Collect):
     def train(self, trajectories: list[dict]) -> dict:
         steps = sum(t["states"].size for t in trajectories)
         return {**super().train(trajectories), "learner/steps_consumed": float(steps - 1)}
+
+
+class SavingPolicy(TorchPolicy):
+    """An inference worker that also writes the batches sent to its `train` (a two-worker workflow:
+    env + this, so even `disaggregated` fits on two devices)."""
+
+    def __init__(self, **policy):
+        super().__init__(**policy)
+        self.saver = SaveBatch()
+
+    def train(self, trajectories: list[dict]) -> dict:
+        return self.saver.train(trajectories)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), **self.saver.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.saver.calls = state["calls"]

@@ -1,4 +1,5 @@
-"""Pipeline slices change the schedule, never the results: S=2 equals S=1 env by env."""
+"""Placement and pipeline slices change the schedule, never the results: every mode and S equal shared S=1,
+env by env."""
 
 from __future__ import annotations
 
@@ -23,12 +24,11 @@ def rollout_workflow(tmp_path, name: str, stages: int, mode: str) -> mf.Workflow
                     "replicas": 2,
                     "args": {**env, "num_envs": 4},
                 },
-                "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": env},
-                "sink": {"kind": "function", "class": "tests.workers_for_tests.SaveBatch"},
+                "rollout": {"kind": "inference", "class": "tests.workers_for_tests.SavingPolicy", "args": env},
             },
             "flow": {
                 "loop": {"horizon": 64, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
-                "then": ["env.trajectory -> sink.train"],
+                "then": ["env.trajectory -> rollout.train"],
             },
             "placement": {"mode": mode, "pipeline_stages": stages},
             "run": {"iterations": 2, "seed": 5, "output_dir": str(tmp_path), "progress": False, "checkpoint_every": 0},
@@ -36,13 +36,20 @@ def rollout_workflow(tmp_path, name: str, stages: int, mode: str) -> mf.Workflow
     )
 
 
-def test_two_slices_give_the_same_trajectories_env_by_env(tmp_path):
-    one = mf.run(rollout_workflow(tmp_path, "s1", 1, "shared"))
-    two = mf.run(rollout_workflow(tmp_path, "s2", 2, "hybrid"))
-    assert two.plan.pipeline_stages == 2
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One slice, everything shared: the batches every other schedule must reproduce."""
+    return mf.run(rollout_workflow(tmp_path_factory.mktemp("reference"), "s1", 1, "shared"))
+
+
+@pytest.mark.parametrize(("mode", "stages"), [("hybrid", 2), ("hybrid", 4), ("disaggregated", 1), ("auto", "auto")])
+def test_every_mode_and_slicing_gives_the_same_trajectories_env_by_env(tmp_path, reference, mode, stages):
+    other = mf.run(rollout_workflow(tmp_path, f"{mode}-{stages}", stages, mode))
+    if stages != "auto":
+        assert (other.plan.mode, other.plan.pipeline_stages) == (mode, stages)
     for it in range(2):
-        a = np.load(one.run_dir / f"batch_{it}.npz")
-        b = np.load(two.run_dir / f"batch_{it}.npz")
+        a = np.load(reference.run_dir / f"batch_{it}.npz")
+        b = np.load(other.run_dir / f"batch_{it}.npz")
         assert a["env_ids"].tolist() == b["env_ids"].tolist() == list(range(8))
         for key in ("obs", "action", "reward"):
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key}, iteration {it}")

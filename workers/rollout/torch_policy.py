@@ -2,6 +2,12 @@
 
 Weights arrive from the training worker as `{"version": n, "state": state_dict}`; a version older
 than the one loaded, or a state whose keys or shapes do not match the model, is refused.
+
+An env's action must not depend on how envs are batched (pipeline slices cut the batch): each env draws
+its noise from its own stream, and every call is padded to a multiple of `ROW_MULTIPLE` rows, because
+BLAS picks its matmul kernel by row count and MKL's kernel for fewer than 4 rows rounds differently —
+a 1-ulp difference that chaotic physics grows into different trajectories. (Seen with MKL on CPU; other
+BLAS libraries and GPUs may need another multiple.)
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import m2flow
 from m2flow.errors import WorkerError
 from m2flow.workers.models import PolicyArgs, state_bytes, state_checksum
 from m2flow.workers.models.placement import move_module
+
+ROW_MULTIPLE = 4
 
 
 class TorchPolicy:
@@ -40,12 +48,19 @@ class TorchPolicy:
         """Actions for a batch of observations. Given `env_id`s (as `GymEnv` sends them), each env's
         exploration noise comes from its own stream, so results do not depend on how envs are batched."""
         x = self.model.inputs(batch, self.device)
+        rows = len(next(iter(x.values())) if isinstance(x, dict) else x)
+        pad = -rows % ROW_MULTIPLE
+        x = _pad(x, pad)
         if self.deterministic:
-            return {"action": self.model.mean_action(x).cpu().numpy()}
+            return {"action": self.model.mean_action(x)[:rows].cpu().numpy()}
         env_ids = batch.get("env_id") if isinstance(batch, dict) else None
-        noise = self._noise(env_ids, len(env_ids)) if env_ids is not None else None
+        noise = _pad(self._noise(env_ids, rows), pad) if env_ids is not None else None
         action, logprob, _, value = self.model.get_action_and_value(x, noise=noise)
-        return {"action": action.cpu().numpy(), "logprob": logprob.cpu().numpy(), "value": value.cpu().numpy()}
+        return {
+            "action": action[:rows].cpu().numpy(),
+            "logprob": logprob[:rows].cpu().numpy(),
+            "value": value[:rows].cpu().numpy(),
+        }
 
     def _noise(self, env_ids: np.ndarray, n: int) -> torch.Tensor:
         draws = np.empty((n, self.act_dim), dtype=np.float32)
@@ -96,3 +111,12 @@ class TorchPolicy:
         self.model.load_state_dict(state)
         self.version = version
         return version
+
+
+def _pad(x: torch.Tensor | dict[str, torch.Tensor], rows: int) -> torch.Tensor | dict[str, torch.Tensor]:
+    """`rows` more rows, copies of the first (their outputs are dropped)."""
+    if not rows:
+        return x
+    if isinstance(x, dict):
+        return {key: _pad(value, rows) for key, value in x.items()}
+    return torch.cat([x, x[:1].expand(rows, *x.shape[1:])])
