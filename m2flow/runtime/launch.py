@@ -111,7 +111,7 @@ class Launch:
             spec = self.graph.workers[name]
             target = resolve(spec.cls, f"workers.{name}.class")
             stages = self.plan.pipeline_stages if spec.kind == "simulator" else 1
-            dist = self._dist(name)
+            dist = self._dist(name, bundle_of[placement.replica_devices[0]], timeouts.start_s)
             items = int(spec.args.get("num_envs", 1))
             group = []
             for r, device in enumerate(placement.replica_devices):
@@ -169,15 +169,26 @@ class Launch:
             return None
         return sum(1 for d in self.plan.cluster.devices[:device] if d.kind == "cpu" and d.node == dev.node)
 
-    def _dist(self, name: str) -> dict | None:
-        """Process-group rendezvous for a multi-rank training worker: a free port on the driver's node."""
+    def _dist(self, name: str, rank0_bundle: int, timeout_s: float) -> dict | None:
+        """Process-group rendezvous for a multi-rank training worker: rank 0's node address and a port
+        free there, found by a task placed in rank 0's bundle (so it holds on any node of the cluster)."""
         spec = self.graph.workers[name]
         if spec.kind != "training" or spec.replicas < 2:
             return None
-        from m2flow.runtime.channels import node_ip
-        from m2flow.runtime.distributed import free_port
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        return {"address": node_ip(), "port": free_port()}
+        task = ray.remote(_rendezvous_point).options(
+            num_cpus=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank0_bundle),
+        )
+        try:
+            return ray.get(task.remote(), timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise PlanError(
+                f"workers.{name}: no rendezvous point on rank 0's node within {timeout_s:g}s"
+                " (run.timeouts.start_s); is that node still in the cluster?"
+            ) from None
 
     def _wire_loop(self) -> None:
         """Open a mailbox on every loop replica and connect each to the peers it sends to."""
@@ -235,6 +246,13 @@ class Launch:
         if self.pg is not None:
             ray.util.remove_placement_group(self.pg)
         self.replicas.clear()
+
+
+def _rendezvous_point() -> dict:
+    from m2flow.runtime.channels import node_ip
+    from m2flow.runtime.distributed import free_port
+
+    return {"address": node_ip(), "port": free_port()}
 
 
 def _with_timeout(dist: dict | None, timeout_s: float) -> dict | None:
