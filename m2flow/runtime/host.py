@@ -18,7 +18,7 @@ from m2flow.context import WorkerContext, set_context
 from m2flow.errors import WorkerError
 from m2flow.runtime.batching import leading_size, payload_bytes
 from m2flow.runtime.channels import Mailbox, PeerId
-from m2flow.runtime.loop import LoopProgram, LoopStats, run_loop
+from m2flow.runtime.loop import LoopProgram, LoopStats, Member, run_loop
 
 
 class PortFailed(WorkerError):
@@ -98,12 +98,17 @@ class WorkerHost:
 
     # -- phases --------------------------------------------------------------------------------
     def run_loop(self, program: LoopProgram) -> LoopStats:
+        return run_loop(program, [self.member(program)])[0]
+
+    def member(self, program: LoopProgram) -> Member:
+        """This replica as a member of a loop program (its ports, its channels)."""
+
         def call_port(port: str, stage: int, value: Any) -> Any:
             instance = self.instances[stage % len(self.instances)]
             args = () if value is None else (value,)
             return self._invoke(instance, port, args, f"iteration {program.iteration}, loop slice {stage}")
 
-        return run_loop(program, self.ctx.worker, self.ctx.replica, call_port, self.mailbox)
+        return Member(self.ctx.worker, self.ctx.replica, call_port, self.mailbox)
 
     def call(self, port: str, iteration: int, counts: list[int], *outputs: list[Any]) -> tuple[list[Any], tuple]:
         """Call `port` on every instance. `outputs` are the producer replicas' output lists, `counts[i]`

@@ -52,59 +52,94 @@ class LoopStats:
 CallPort = Callable[[str, int, Any], Any]  # (port, slice, input or None) -> output
 
 
-def run_loop(prog: LoopProgram, worker: str, replica: int, call_port: CallPort, mailbox: Mailbox) -> LoopStats:
-    stats = LoopStats(start=time.time())
-    sent_before = mailbox.sent_bytes
-    k = len(prog.ports) - 1
-    mine = shard_groups(prog.shards, prog.replicas[worker])[replica]
-    local: dict[tuple[int, int], tuple[Any, list[int]]] = {}
+@dataclass(frozen=True)
+class Member:
+    """One worker replica this process runs the loop for."""
 
-    def deliver(j_next: int, s: int, t_next: int, value: Any, sizes: list[int]) -> int:
+    worker: str
+    replica: int
+    call_port: CallPort
+    mailbox: Mailbox
+
+
+def run_loop(prog: LoopProgram, members: list[Member]) -> list[LoopStats]:
+    """Run the loop for every member hosted in this process, in the global (step, port, slice) order.
+
+    Messages between members of this process are handed over in memory (a direct call: no pickling,
+    no channel, no wake-up); the rest go over the members' channels. Each member's own order is the
+    global order restricted to it, as in a process of its own, so peers elsewhere see no difference.
+    """
+    here = {(m.worker, m.replica) for m in members}
+    stats = {(m.worker, m.replica): LoopStats(start=time.time()) for m in members}
+    sent_before = {(m.worker, m.replica): m.mailbox.sent_bytes for m in members}
+    k = len(prog.ports) - 1
+    local: dict[tuple, tuple[Any, list[int]]] = {}  # (worker, replica, port, slice) -> a member's own output
+    inbox: dict[tuple, dict[int, Any]] = {}  # (to, from, step, port, slice) -> shards from a member here
+
+    def shards(m: Member) -> list[int]:
+        return shard_groups(prog.shards, prog.replicas[m.worker])[m.replica]
+
+    def deliver(m: Member, j_next: int, s: int, t_next: int, value: Any, sizes: list[int]) -> int:
         """Hand `value` to the next port's replicas; returns the bytes sent on channels."""
         w_next = prog.ports[j_next][0]
-        if w_next == worker:
-            local[(j_next, s)] = (value, sizes)
+        if w_next == m.worker:
+            local[(m.worker, m.replica, j_next, s)] = (value, sizes)
             return 0
+        mine = shards(m)
         parts = split(value, sizes) if len(mine) > 1 else [value]
         by_peer: dict[int, dict[int, Any]] = {}
         for shard, part in zip(mine, parts, strict=True):
             by_peer.setdefault(owner(shard, prog.shards, prog.replicas[w_next]), {})[shard] = part
-        return sum(mailbox.send((w_next, peer), (t_next, j_next, s), payload) for peer, payload in by_peer.items())
+        sent = 0
+        for peer, payload in by_peer.items():
+            if (w_next, peer) in here:
+                inbox.setdefault(((w_next, peer), (m.worker, m.replica), t_next, j_next, s), {}).update(payload)
+            else:
+                sent += m.mailbox.send((w_next, peer), (t_next, j_next, s), payload)
+        return sent
 
-    def gather(j: int, s: int, t: int) -> tuple[Any, list[int]]:
-        if (j, s) in local:
-            return local.pop((j, s))
+    def gather(m: Member, j: int, s: int, t: int) -> tuple[Any, list[int]]:
+        if (m.worker, m.replica, j, s) in local:
+            return local.pop((m.worker, m.replica, j, s))
         upstream = 0 if (j == 1 and t == 0) else (k if j == 1 else j - 1)
         w_prev = prog.ports[upstream][0]
+        mine = shards(m)
         pieces: dict[int, Any] = {}
         for peer in sorted({owner(b, prog.shards, prog.replicas[w_prev]) for b in mine}):
+            if (w_prev, peer) in here:  # produced earlier in this very program
+                pieces.update(inbox.pop(((m.worker, m.replica), (w_prev, peer), t, j, s)))
+                continue
             what = (
-                f"{worker}.{prog.ports[j][1]} input from {w_prev}.{prog.ports[upstream][1]}"
+                f"{m.worker}.{prog.ports[j][1]} input from {w_prev}.{prog.ports[upstream][1]}"
                 f" (iteration {prog.iteration})"
             )
-            pieces.update(mailbox.recv((w_prev, peer), (t, j, s), prog.channel_timeout_s, what))
+            pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), prog.channel_timeout_s, what))
         return concat([pieces[b] for b in mine])
 
-    def call(j: int, s: int, value: Any, sizes: list[int], step: int, after: tuple[int, int] | None) -> None:
+    def call(m: Member, j: int, s: int, value: Any, sizes: list[int], step: int, after: tuple[int, int] | None):
         """Call port j on slice s, then deliver its output to `after` = (next port, its step), if any."""
         port = prog.ports[j][1]
         start = time.time()
-        out = call_port(port, s, value)
+        out = m.call_port(port, s, value)
         end = time.time()
-        sent = deliver(after[0], s, after[1], out, sizes) if after else 0
+        sent = deliver(m, after[0], s, after[1], out, sizes) if after else 0
         items = leading_size(value) if value is not None else 0
-        stats.add(port, start, end, items, step, s, sent, prog.trace_steps)
+        stats[(m.worker, m.replica)].add(port, start, end, items, step, s, sent, prog.trace_steps)
 
-    if prog.ports[0][0] == worker:
-        for s in range(prog.stages):
-            call(0, s, None, [0], -1, (1, 0))
+    for m in members:
+        if prog.ports[0][0] == m.worker:
+            for s in range(prog.stages):
+                call(m, 0, s, None, [0], -1, (1, 0))
     for t in range(prog.horizon):
         for j in range(1, k + 1):
-            if prog.ports[j][0] != worker:
-                continue
-            for s in range(prog.stages):
-                value, sizes = gather(j, s, t)
-                last = t == prog.horizon - 1 and j == k
-                call(j, s, value, sizes, t, None if last else (j + 1 if j < k else 1, t if j < k else t + 1))
-    stats.sent_bytes = mailbox.sent_bytes - sent_before
-    return stats
+            for m in members:
+                if prog.ports[j][0] != m.worker:
+                    continue
+                for s in range(prog.stages):
+                    value, sizes = gather(m, j, s, t)
+                    last = t == prog.horizon - 1 and j == k
+                    call(m, j, s, value, sizes, t, None if last else (j + 1 if j < k else 1, t if j < k else t + 1))
+    for m in members:
+        key = (m.worker, m.replica)
+        stats[key].sent_bytes = m.mailbox.sent_bytes - sent_before[key]
+    return [stats[(m.worker, m.replica)] for m in members]
