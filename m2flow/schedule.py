@@ -70,6 +70,7 @@ class Plan:
     candidates: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     spec_overrides: list[str] = field(default_factory=list)  # knobs the planner set, as `key=value`
+    processes: list[list[tuple[str, int]]] = field(default_factory=list)  # replicas sharing a process
 
     def device_name(self, index: int) -> str:
         return self.cluster.devices[index].name
@@ -101,6 +102,7 @@ class Plan:
             "candidates": self.candidates,
             "notes": self.notes,
             "spec_overrides": self.spec_overrides,
+            "processes": [[list(m) for m in group] for group in self.processes],
         }
 
     @classmethod
@@ -117,6 +119,7 @@ class Plan:
             candidates=data["candidates"],
             notes=data["notes"],
             spec_overrides=data.get("spec_overrides", []),
+            processes=[[(w, int(r)) for w, r in group] for group in data.get("processes", [])],
         )
 
     def save(self, path: str | Path) -> Path:

@@ -10,6 +10,7 @@ from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, phases_of, with_swaps
+from m2flow.planners.processes import process_groups
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import Prediction, simulate
 from m2flow.schedule import Phase, Placement, Plan
@@ -88,12 +89,15 @@ class PlacementPlanner(Planner):
             tasks=prediction.tasks,
             predicted=prediction.summary(),
         )
+        plan.processes = process_groups(graph, placements)
         plan.candidates = [candidate_row(plan.mode, stages, prediction)]
         plan.predicted["cost_sources"] = dict(profile.source)
         if len(options) > 1:
             plan.notes.append(f"{self.mode}: devices split {name} (best of {len(options)} splits)")
         if offloaded:
             plan.notes.append(f"{self.mode}: {', '.join(sorted(offloaded))} swap out of shared devices between phases")
+        for group in plan.processes:
+            plan.notes.append(f"one process: {' + '.join(f'{w}[{r}]' for w, r in group)} (placement.colocate)")
         return plan
 
 

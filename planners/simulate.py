@@ -12,6 +12,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from m2flow.graph import MacroGraph
+from m2flow.planners.processes import process_groups, same_process
 from m2flow.planners.profile import Profile
 from m2flow.schedule import Phase, Placement, Task
 from m2flow.sharding import shard_groups, slice_sizes
@@ -179,7 +180,10 @@ class _Run:
                 )
             self._advance("sync", first, 1.0 / phase.every)
         elif phase.op == "loop":
-            self.loop_items, self.steps = _simulate_loop(self.graph, self.names, self.stages, self.profile, self.sched)
+            together = same_process(process_groups(self.graph, self.placements))
+            self.loop_items, self.steps = _simulate_loop(
+                self.graph, self.names, self.stages, self.profile, self.sched, together
+            )
             end_simulated = self.sched.run(self.clock, first)
             per_step = self.step_s = _steady_step_s(_step_ends(self.sched.tasks[first:], self.steps), self.clock)
             loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
@@ -226,9 +230,15 @@ class _Run:
 
 
 def _simulate_loop(
-    graph: MacroGraph, names: dict[str, list[str]], stages: int, profile: Profile, sched: _Schedule
+    graph: MacroGraph,
+    names: dict[str, list[str]],
+    stages: int,
+    profile: Profile,
+    sched: _Schedule,
+    together: dict[tuple[str, int], int],
 ) -> tuple[int, int]:
-    """Add the loop's tasks for the first simulated steps, in each replica's program order."""
+    """Add the loop's tasks for the first simulated steps, in each replica's program order; a message
+    costs a channel hop unless sender and receiver share a process (`together`)."""
     loop = graph.loop
     entry = loop.entry.worker
     n_shards = len(names[entry])
@@ -243,8 +253,16 @@ def _simulate_loop(
         for r, group in enumerate(shard_groups(n_shards, replicas)):
             for s in range(stages):
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]
-                # a message from each upstream replica of another worker: a channel hop to receive
-                hops = len({sched.tasks[d].replica for d in deps if sched.tasks[d].worker != port.worker})
+                # a message from each upstream replica of another worker in another process: a channel hop
+                me = together.get((port.worker, r), -1)
+                hops = len(
+                    {
+                        sched.tasks[d].replica
+                        for d in deps
+                        if sched.tasks[d].worker != port.worker
+                        and together.get((sched.tasks[d].worker, sched.tasks[d].replica), -2) != me
+                    }
+                )
                 if (port.worker, r) in last_of:
                     deps.append(last_of[(port.worker, r)])
                 seconds = profile.call_s(port.worker, port.port, slice_items[s] * len(group)) + hops * profile.hop_s

@@ -99,9 +99,18 @@ class Controller:
             channel_timeout_s=self.deadlines.channel_s,
             trace_steps=it < self.trace_until,
         )
-        members = [r for w in loop.workers for r in self.launch.replicas[w]]
-        calls = [(r.actor.run_loop.remote(program), r, f"loop of iteration {it}") for r in members]
-        stats: list[LoopStats] = wait_all(calls, self._deadline("the interaction loop", it, "loop"))
+        processes: dict[int, list[Replica]] = {}  # one loop program per process, for every replica it hosts
+        for r in (r for w in loop.workers for r in self.launch.replicas[w]):
+            processes.setdefault(id(r.process), []).append(r)
+        calls = [
+            (group[0].process.run_loop.remote(program), group[0], f"loop of iteration {it}")
+            for group in processes.values()
+        ]
+        per_process: list[dict[str, LoopStats]] = wait_all(calls, self._deadline("the interaction loop", it, "loop"))
+        members = [r for group in processes.values() for r in group]
+        stats = [
+            by_worker[r.worker] for group, by_worker in zip(processes.values(), per_process, strict=True) for r in group
+        ]
         last = loop.ports[-1]
         for r, s in zip(members, stats, strict=True):
             device = self.plan.device_name(r.device)

@@ -41,6 +41,7 @@ class RunResult:
     history: list[dict] = field(default_factory=list)
     failures: list[dict] = field(default_factory=list)
     nodes: dict[str, str] = field(default_factory=dict)  # "worker[replica]" -> Ray node it ran on
+    pids: dict[str, int] = field(default_factory=dict)  # "worker[replica]" -> its process
 
     @property
     def last(self) -> dict:
@@ -108,6 +109,7 @@ class Run:
         self.launch = Launch(self.graph, self.plan, str(self.run_dir))
         self.launch.start()
         self.result.nodes = {f"{w}[{i}]": node for (w, i), node in self.launch.nodes.items()}
+        self.result.pids = {f"{w}[{i}]": pid for (w, i), pid in self.launch.pids.items()}
         self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until)
         if self.restore_from is not None:
             log.info("restoring %s", self.restore_from)

@@ -4,6 +4,7 @@ The user's class stays plain: the host builds it under a `WorkerContext`, calls 
 controller or the loop program says so, calls the optional hooks it defines (`state_dict`,
 `load_state_dict`, `metrics`, `offload`, `onload`), and reports every task for the trace.
 A simulator replica hosts one instance per pipeline slice; other workers one instance.
+`ProcessHost` hosts several replicas in one process (`placement.colocate`).
 """
 
 from __future__ import annotations
@@ -97,8 +98,9 @@ class WorkerHost:
         self.mailbox.wait_inbound([tuple(p) for p in peers], timeout_s)
 
     # -- phases --------------------------------------------------------------------------------
-    def run_loop(self, program: LoopProgram) -> LoopStats:
-        return run_loop(program, [self.member(program)])[0]
+    def run_loop(self, program: LoopProgram) -> dict[str, LoopStats]:
+        """Stats by worker name (one here; several in a `ProcessHost`)."""
+        return {self.ctx.worker: run_loop(program, [self.member(program)])[0]}
 
     def member(self, program: LoopProgram) -> Member:
         """This replica as a member of a loop program (its ports, its channels)."""
@@ -151,3 +153,43 @@ class WorkerHost:
             return method(*args)
         except Exception:
             raise PortFailed(self.ctx.worker, self.ctx.replica, port, where, traceback.format_exc()) from None
+
+
+class ProcessHost:
+    """Several worker replicas in one process: each a `WorkerHost` of its own, driven by one loop program
+    (their per-step messages are direct calls); every other call is routed to the member it names."""
+
+    def __init__(self, members: list[tuple]):
+        self.hosts = {args[2].worker: WorkerHost(*args) for args in members}  # (target, args, ctx, ...) each
+
+    def member(self, worker: str, method: str, *args: Any) -> Any:
+        return getattr(self.hosts[worker], method)(*args)
+
+    def info(self) -> dict:
+        return next(iter(self.hosts.values())).info()
+
+    def run_loop(self, program: LoopProgram) -> dict[str, LoopStats]:
+        stats = run_loop(program, [host.member(program) for host in self.hosts.values()])
+        return dict(zip(self.hosts, stats, strict=True))
+
+
+class MemberHandle:
+    """The controller's handle on one member of a `ProcessHost`: `handle.call.options(...).remote(...)`
+    reaches that member's `WorkerHost.call`, as an actor handle would reach a host of its own."""
+
+    def __init__(self, process: Any, worker: str):
+        self.process, self.worker = process, worker
+
+    def __getattr__(self, method: str) -> _MemberMethod:
+        return _MemberMethod(self.process, self.worker, method, {})
+
+
+class _MemberMethod:
+    def __init__(self, process: Any, worker: str, method: str, options: dict):
+        self.process, self.worker, self.method, self._options = process, worker, method, options
+
+    def options(self, **options: Any) -> _MemberMethod:
+        return _MemberMethod(self.process, self.worker, self.method, {**self._options, **options})
+
+    def remote(self, *args: Any) -> Any:
+        return self.process.member.options(**self._options).remote(self.worker, self.method, *args)

@@ -13,8 +13,9 @@ from m2flow.cluster import Cluster, Device
 from m2flow.context import WorkerContext
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
+from m2flow.planners.processes import same_process
 from m2flow.resolve import resolve
-from m2flow.runtime.host import WorkerHost
+from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.schedule import Plan
 from m2flow.spec import ClusterSpec
@@ -68,7 +69,8 @@ class Replica:
     worker: str
     index: int
     device: int
-    actor: Any
+    actor: Any  # the handle the controller calls: the host's actor, or a member's handle on a shared process
+    process: Any = None  # the actor of the process it runs in (shared by co-hosted replicas)
 
 
 class Launch:
@@ -80,12 +82,12 @@ class Launch:
         self.output_dir = output_dir
         self.replicas: dict[str, list[Replica]] = {}
         self.nodes: dict[tuple[str, int], str] = {}
+        self.pids: dict[tuple[str, int], int] = {}
         self.pg = None
 
     def start(self) -> None:
         import ray
         from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         timeouts = self.graph.spec.run.timeouts
         used = sorted({d for p in self.plan.placements.values() for d in p.replica_devices})
@@ -105,8 +107,9 @@ class Launch:
                 " Ray has"
             ) from None
         occupants = self.plan.occupants()
-        remote_host = ray.remote(WorkerHost)
         env = worker_env()
+        together = same_process(self.plan.processes)
+        grouped: dict[int, list[tuple[Replica, tuple, dict]]] = {}
         for name, placement in self.plan.placements.items():
             spec = self.graph.workers[name]
             target = resolve(spec.cls, f"workers.{name}.class")
@@ -130,24 +133,50 @@ class Launch:
                     backend=spec.backend,
                     output_dir=self.output_dir,
                 )
-                actor = remote_host.options(
-                    name=f"m2flow:{self.plan.workflow}:{name}:{r}",
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        self.pg, placement_group_bundle_index=bundle_of[device]
-                    ),
-                    runtime_env=env,
-                    **resources,
-                ).remote(target, spec.args, ctx, stages, _with_timeout(dist, timeouts.ceiling_s), self._core(device))
-                group.append(Replica(name, r, device, actor))
+                args = (target, spec.args, ctx, stages, _with_timeout(dist, timeouts.ceiling_s), self._core(device))
+                replica = Replica(name, r, device, None)
+                if (name, r) in together:
+                    grouped.setdefault(together[(name, r)], []).append((replica, args, resources))
+                else:
+                    replica.actor = replica.process = self._actor(
+                        WorkerHost, f"{name}:{r}", bundle_of[device], env, resources, *args
+                    )
+                group.append(replica)
             self.replicas[name] = group
+        for members in grouped.values():
+            first = members[0][0]
+            label = "+".join(f"{r.worker}:{r.index}" for r, _, _ in members)
+            resources = {key: sum(res[key] for _, _, res in members) for key in members[0][2]}
+            process = self._actor(
+                ProcessHost, label, bundle_of[first.device], env, resources, [args for _, args, _ in members]
+            )
+            for replica, _, _ in members:
+                replica.process, replica.actor = process, MemberHandle(process, replica.worker)
         members = [r for g in self.replicas.values() for r in g]
         infos = wait_all(
             [(r.actor.info.remote(), r, "start-up") for r in members],
             Deadline(timeouts.start_s, "workers to start (import, build model, init process groups)"),
         )
         self.nodes = {(r.worker, r.index): info["node"] for r, info in zip(members, infos, strict=True)}
+        self.pids = {(r.worker, r.index): info["pid"] for r, info in zip(members, infos, strict=True)}
         self._check_nodes()
         self._wire_loop()
+
+    def _actor(self, host: type, label: str, bundle: int, env: dict, resources: dict, *args: Any) -> Any:
+        """A host actor named `m2flow:<workflow>:<label>`, in the plan's bundle for its device."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return (
+            ray.remote(host)
+            .options(
+                name=f"m2flow:{self.plan.workflow}:{label}",
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle),
+                runtime_env=env,
+                **resources,
+            )
+            .remote(*args)
+        )
 
     def _check_nodes(self) -> None:
         """The plan's node assignment is what runs: every replica is on the node its device belongs to."""
@@ -240,9 +269,8 @@ class Launch:
     def close(self) -> None:
         import ray
 
-        for group in self.replicas.values():
-            for r in group:
-                ray.kill(r.actor, no_restart=True)
+        for process in {id(r.process): r.process for g in self.replicas.values() for r in g}.values():
+            ray.kill(process, no_restart=True)
         if self.pg is not None:
             ray.util.remove_placement_group(self.pg)
         self.replicas.clear()

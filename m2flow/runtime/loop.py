@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from m2flow.runtime.batching import concat, leading_size, split
+from m2flow.runtime.batching import concat, split
 from m2flow.runtime.channels import Mailbox
 from m2flow.sharding import owner, shard_groups
 
@@ -76,8 +76,25 @@ def run_loop(prog: LoopProgram, members: list[Member]) -> list[LoopStats]:
     local: dict[tuple, tuple[Any, list[int]]] = {}  # (worker, replica, port, slice) -> a member's own output
     inbox: dict[tuple, dict[int, Any]] = {}  # (to, from, step, port, slice) -> shards from a member here
 
+    mine_of = {(m.worker, m.replica): shard_groups(prog.shards, prog.replicas[m.worker])[m.replica] for m in members}
+    peers_of: dict[tuple, list[int]] = {}  # (worker, replica, upstream worker) -> upstream replicas it reads
+
     def shards(m: Member) -> list[int]:
-        return shard_groups(prog.shards, prog.replicas[m.worker])[m.replica]
+        return mine_of[(m.worker, m.replica)]
+
+    routes_of: dict[tuple, list[tuple[int, int]]] = {}  # (worker, replica, next worker) -> (shard, its replica)
+
+    def routes(m: Member, w_next: str) -> list[tuple[int, int]]:
+        key = (m.worker, m.replica, w_next)
+        if key not in routes_of:
+            routes_of[key] = [(b, owner(b, prog.shards, prog.replicas[w_next])) for b in shards(m)]
+        return routes_of[key]
+
+    def upstream_peers(m: Member, w_prev: str) -> list[int]:
+        key = (m.worker, m.replica, w_prev)
+        if key not in peers_of:
+            peers_of[key] = sorted({owner(b, prog.shards, prog.replicas[w_prev]) for b in shards(m)})
+        return peers_of[key]
 
     def deliver(m: Member, j_next: int, s: int, t_next: int, value: Any, sizes: list[int]) -> int:
         """Hand `value` to the next port's replicas; returns the bytes sent on channels."""
@@ -85,11 +102,11 @@ def run_loop(prog: LoopProgram, members: list[Member]) -> list[LoopStats]:
         if w_next == m.worker:
             local[(m.worker, m.replica, j_next, s)] = (value, sizes)
             return 0
-        mine = shards(m)
-        parts = split(value, sizes) if len(mine) > 1 else [value]
+        route = routes(m, w_next)
+        parts = split(value, sizes) if len(route) > 1 else [value]
         by_peer: dict[int, dict[int, Any]] = {}
-        for shard, part in zip(mine, parts, strict=True):
-            by_peer.setdefault(owner(shard, prog.shards, prog.replicas[w_next]), {})[shard] = part
+        for (shard, peer), part in zip(route, parts, strict=True):
+            by_peer.setdefault(peer, {})[shard] = part
         sent = 0
         for peer, payload in by_peer.items():
             if (w_next, peer) in here:
@@ -105,7 +122,7 @@ def run_loop(prog: LoopProgram, members: list[Member]) -> list[LoopStats]:
         w_prev = prog.ports[upstream][0]
         mine = shards(m)
         pieces: dict[int, Any] = {}
-        for peer in sorted({owner(b, prog.shards, prog.replicas[w_prev]) for b in mine}):
+        for peer in upstream_peers(m, w_prev):
             if (w_prev, peer) in here:  # produced earlier in this very program
                 pieces.update(inbox.pop(((m.worker, m.replica), (w_prev, peer), t, j, s)))
                 continue
@@ -123,7 +140,7 @@ def run_loop(prog: LoopProgram, members: list[Member]) -> list[LoopStats]:
         out = m.call_port(port, s, value)
         end = time.time()
         sent = deliver(m, after[0], s, after[1], out, sizes) if after else 0
-        items = leading_size(value) if value is not None else 0
+        items = sum(sizes) if value is not None else 0
         stats[(m.worker, m.replica)].add(port, start, end, items, step, s, sent, prog.trace_steps)
 
     for m in members:

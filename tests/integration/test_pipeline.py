@@ -12,7 +12,7 @@ from m2flow.config import spec_from_dict
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
-def rollout_workflow(tmp_path, name: str, stages: int, mode: str) -> mf.WorkflowSpec:
+def rollout_workflow(tmp_path, name: str, stages: int, mode: str, colocate: bool = False) -> mf.WorkflowSpec:
     env = {"env_id": "HalfCheetah-v5"}
     return spec_from_dict(
         {
@@ -30,7 +30,7 @@ def rollout_workflow(tmp_path, name: str, stages: int, mode: str) -> mf.Workflow
                 "loop": {"horizon": 64, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
                 "then": ["env.trajectory -> rollout.train"],
             },
-            "placement": {"mode": mode, "pipeline_stages": stages},
+            "placement": {"mode": mode, "pipeline_stages": stages, "colocate": colocate},
             "run": {"iterations": 2, "seed": 5, "output_dir": str(tmp_path), "progress": False, "checkpoint_every": 0},
         }
     )
@@ -42,11 +42,24 @@ def reference(tmp_path_factory):
     return mf.run(rollout_workflow(tmp_path_factory.mktemp("reference"), "s1", 1, "shared"))
 
 
-@pytest.mark.parametrize(("mode", "stages"), [("hybrid", 2), ("hybrid", 4), ("disaggregated", 1), ("auto", "auto")])
-def test_every_mode_and_slicing_gives_the_same_trajectories_env_by_env(tmp_path, reference, mode, stages):
-    other = mf.run(rollout_workflow(tmp_path, f"{mode}-{stages}", stages, mode))
+@pytest.mark.parametrize(
+    ("mode", "stages", "colocate"),
+    [
+        ("hybrid", 2, False),
+        ("hybrid", 4, False),  # 2 envs per policy call
+        ("disaggregated", 1, False),
+        ("auto", "auto", False),
+        ("shared", 1, True),  # env[0] and rollout[0] in one process, env[1] on a channel
+        ("shared", 2, True),
+    ],
+)
+def test_every_mode_and_slicing_gives_the_same_trajectories_env_by_env(tmp_path, reference, mode, stages, colocate):
+    other = mf.run(rollout_workflow(tmp_path, f"{mode}-{stages}-{colocate}", stages, mode, colocate))
     if stages != "auto":
         assert (other.plan.mode, other.plan.pipeline_stages) == (mode, stages)
+    if colocate:
+        assert other.plan.processes == [[("env", 0), ("rollout", 0)]]
+        assert other.pids["env[0]"] == other.pids["rollout[0]"] != other.pids["env[1]"]
     for it in range(2):
         a = np.load(reference.run_dir / f"batch_{it}.npz")
         b = np.load(other.run_dir / f"batch_{it}.npz")

@@ -52,6 +52,20 @@ def plan_of(raw: dict) -> Plan:
     return make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
 
 
+def test_colocated_replicas_share_a_process_and_pay_no_channel_hop():
+    raw = workflow(cpus=1, mode="shared")
+    raw["placement"]["colocate"] = True
+    plan = plan_of(raw)
+    assert plan.processes == [[("env", 0), ("policy", 0)]]  # the learner is not in the loop: a process of its own
+    assert plan.predicted["phase_s"]["loop"] == pytest.approx(0.001 + 100 * 0.004, rel=1e-6)
+    assert Plan.from_dict(plan.to_dict()).processes == plan.processes
+    disjoint = workflow(cpus=2, mode="disaggregated")
+    disjoint["workers"].pop("learner")
+    disjoint["flow"].pop("then")
+    disjoint["placement"]["colocate"] = True
+    assert plan_of(disjoint).processes == []  # nothing shares a device: nothing to put together
+
+
 def test_shared_on_one_device_runs_the_loop_serially():
     plan = plan_of(workflow(cpus=1, mode="shared"))
     # entry handoff + 100 x (2 ms env + 2 ms policy + a channel hop into each), all on the one device
