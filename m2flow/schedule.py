@@ -47,7 +47,8 @@ class Phase:
     """One step of the per-iteration program the controller runs: `sync`, `loop` or `then`.
 
     `offload` / `onload` name the workers swapped out of / into device memory just before it; a phase
-    skipped this iteration (sync every k) skips its swaps too.
+    skipped this iteration (sync every k) skips its swaps too. `streamed`: the then-edges whose parts go
+    to their destination as each loop replica finishes, before the loop phase ends.
     """
 
     op: str
@@ -55,6 +56,7 @@ class Phase:
     every: int = 1
     offload: list[str] = field(default_factory=list)
     onload: list[str] = field(default_factory=list)
+    streamed: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -50,7 +50,7 @@ class AutoPlanner(Planner):
         plans.sort(key=lambda p: p.predicted["iteration_s"])
         best = plans[0]
         best.candidates = [row for p in plans for row in p.candidates] + rejected
-        best.notes.append(explain(plans))
+        best.notes.insert(0, explain(plans))  # the decision first
         return best
 
 

@@ -96,9 +96,31 @@ class PlacementPlanner(Planner):
             plan.notes.append(f"{self.mode}: devices split {name} (best of {len(options)} splits)")
         if offloaded:
             plan.notes.append(f"{self.mode}: {', '.join(sorted(offloaded))} swap out of shared devices between phases")
+        plan.notes += streaming_notes(graph, phases)
         for group in plan.processes:
             plan.notes.append(f"one process: {' + '.join(f'{w}[{r}]' for w, r in group)} (placement.colocate)")
         return plan
+
+
+def streaming_notes(graph: MacroGraph, phases: list[Phase]) -> list[str]:
+    """Why each then-edge streams or waits for the whole loop."""
+    notes = []
+    for phase in (p for p in phases if p.op == "then"):
+        for edge in graph.then:
+            if str(edge) in phase.streamed:
+                notes.append(
+                    f"then: {edge} streams: each loop replica's part goes to {edge.dst.worker}.{edge.dst.port}_part"
+                    f" as that replica finishes; {edge.dst.worker}.{edge.dst.port} then gets the whole list"
+                )
+            elif phase.offload or phase.onload:
+                notes.append(f"then: {edge} waits for the whole loop: a context switch comes first")
+            else:
+                notes.append(
+                    f"then: {edge} waits for the whole loop: {edge.dst.worker} takes no parts (no {edge.dst.port}_part)"
+                    if edge.src.worker in (graph.loop.workers if graph.loop else [])
+                    else f"then: {edge} runs after {edge.src} (not a loop output)"
+                )
+    return notes
 
 
 def device_kind(graph: MacroGraph, worker: str, cluster: Cluster) -> str:

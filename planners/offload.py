@@ -23,8 +23,19 @@ def phases_of(graph: MacroGraph) -> list[Phase]:
     if graph.loop is not None:
         phases.append(Phase("loop", [str(p) for p in graph.loop.ports]))
     if graph.then:
-        phases.append(Phase("then", [str(e) for e in graph.then]))
+        phases.append(Phase("then", [str(e) for e in graph.then], streamed=[str(e) for e in streamable(graph)]))
     return phases
+
+
+def streamable(graph: MacroGraph) -> list:
+    """Then-edges from a loop worker into a port whose class also takes parts (`<port>_part(part)`)."""
+    loop_workers = set(graph.loop.workers) if graph.loop is not None else set()
+    return [
+        e
+        for e in graph.then
+        if e.src.worker in loop_workers
+        and callable(getattr(graph.targets.get(e.dst.worker), f"{e.dst.port}_part", None))
+    ]
 
 
 def active(phase: Phase) -> set[str]:
@@ -57,8 +68,9 @@ def with_swaps(phases: list[Phase], offloaded: set[str]) -> list[Phase]:
             need = active(phase) & offloaded
             swap_out, swap_in = sorted((resident & offloaded) - need), sorted(need - resident)
             resident = (resident - set(swap_out)) | set(swap_in)
-            if lap == 1:
-                out.append(Phase(phase.op, phase.edges, phase.every, swap_out, swap_in))
+            if lap == 1:  # a context switch between the loop and the then-phase: nothing streams past it
+                streamed = [] if swap_out or swap_in else phase.streamed
+                out.append(Phase(phase.op, phase.edges, phase.every, swap_out, swap_in, streamed))
     return out
 
 

@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 import m2flow
+from m2flow.workers.actor import PPO
 from m2flow.workers.rollout import TorchPolicy
 
 
@@ -59,6 +60,13 @@ class Collect:
             "final_sum": float(states[:, -1].sum()),
             "ordered": float(np.all(np.diff(ids) > 0)),
         }
+
+
+class CollectParts(Collect):
+    """Takes parts early: its then-edge from the loop streams."""
+
+    def train_part(self, trajectories: list[dict]) -> None:
+        pass
 
 
 class Crashing:
@@ -142,3 +150,9 @@ class SavingPolicy(TorchPolicy):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.saver.calls = state["calls"]
+
+
+class WholeBatchPPO(PPO):
+    """PPO that takes no parts: its then-edge waits for the whole loop (the reference for streaming)."""
+
+    train_part = None

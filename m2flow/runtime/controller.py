@@ -39,6 +39,7 @@ class Controller:
         self.trace_until = trace_until  # iterations before this one trace every micro task
         self.deadlines = Deadlines.from_plan(plan, graph.spec.run.timeouts)
         self._phases = {"sync": self._sync, "loop": self._loop, "then": self._then}
+        self._streamed: tuple[dict, list] = ({}, [])  # then-phase work submitted with the loop
         self.measured = Measured()
 
     def iteration(self, it: int) -> IterationResult:
@@ -106,6 +107,7 @@ class Controller:
             (group[0].process.run_loop.remote(program), group[0], f"loop of iteration {it}")
             for group in processes.values()
         ]
+        self._streamed = self._stream(it)
         per_process: list[dict[str, LoopStats]] = wait_all(calls, self._deadline("the interaction loop", it, "loop"))
         members = [r for group in processes.values() for r in group]
         stats = [
@@ -130,12 +132,31 @@ class Controller:
                 result.env_steps += s.items.get(last.port, 0)
         result.metrics["loop/bytes_sent"] = float(sum(s.sent_bytes for s in stats))
 
+    def _stream(self, it: int) -> tuple[dict, list]:
+        """Streamed then-edges, submitted with the loop: each loop replica's output port is queued behind
+        its own loop, and its part goes to the destination's `<port>_part` as soon as it exists, while
+        other replicas still step. Returns what was produced and the calls to wait on in the then-phase."""
+        then = next((p for p in self.plan.phases if p.op == "then"), None)
+        produced: dict[str, list[tuple[Any, Replica]]] = {}
+        calls: list = []
+        for edge in (Edge.model_validate(e) for e in (then.streamed if then is not None else [])):
+            if str(edge.src) not in produced:
+                produced[str(edge.src)], source_calls = self._call(edge.src, it, [], [])
+                calls += source_calls
+            part_port = PortRef(worker=edge.dst.worker, port=f"{edge.dst.port}_part")
+            for ref, _ in produced[str(edge.src)]:
+                calls += self._call(part_port, it, [1], [ref])[1]
+        return produced, calls
+
     def _then(self, phase: Phase, it: int, result: IterationResult) -> None:
         """After-loop ports in dependency order; their tasks count the iteration's env steps per replica,
-        the unit the planner's cost model uses for them."""
-        produced: dict[str, list[tuple[Any, Replica]]] = {}
-        calls = []
+        the unit the planner's cost model uses for them. Streamed sources were submitted with the loop."""
+        produced, calls = self._streamed
+        self._streamed = ({}, [])
+        produced = dict(produced)
         for port in self.graph.then_order:
+            if str(port) in produced:
+                continue
             inputs = [[ref for ref, _ in produced[str(src)]] for src in self.graph.then_inputs(port)]
             outs, port_calls = self._call(
                 port, it, [len(refs) for refs in inputs], [r for refs in inputs for r in refs]

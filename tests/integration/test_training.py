@@ -113,6 +113,48 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert [line["iteration"] for line in lines] == [0, 1, 2, 3]
 
 
+def test_a_streamed_batch_trains_exactly_like_a_whole_one(tmp_path):
+    """Each simulator replica's trajectory goes to PPO.train_part as its loop ends; the update equals
+    the one of a PPO that waits for the whole batch."""
+
+    def spec(name: str, actor_class: str) -> mf.WorkflowSpec:
+        env = {"env_id": "InvertedPendulum-v5"}
+        args = {**env, "hidden": [16, 16]}
+        return spec_from_dict(
+            {
+                "name": name,
+                "workers": {
+                    "env": {
+                        "kind": "simulator",
+                        "class": "m2flow.workers.env.GymEnv",
+                        "replicas": 2,
+                        "args": {**env, "num_envs": 4},
+                    },
+                    "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": args},
+                    "actor": {"kind": "training", "class": actor_class, "args": {**args, "num_minibatches": 4}},
+                },
+                "flow": {
+                    "loop": {"horizon": 32, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
+                    "then": ["env.trajectory -> actor.train"],
+                    "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
+                },
+                "placement": {"mode": "hybrid", "pipeline_stages": 2},
+                "run": {"iterations": 2, "seed": 4, "output_dir": str(tmp_path), "progress": False},
+            }
+        )
+
+    streamed = mf.run(spec("streamed", "m2flow.workers.actor.PPO"))
+    whole = mf.run(spec("whole", "tests.workers_for_tests.WholeBatchPPO"))
+    assert next(p for p in streamed.plan.phases if p.op == "then").streamed == ["env.trajectory -> actor.train"]
+    assert [h["actor/parts_streamed"] for h in streamed.history] == [4.0, 4.0]  # 2 replicas x 2 slices
+    assert [h["actor/parts_streamed"] for h in whole.history] == [0.0, 0.0]
+    a, b = final_state(streamed), final_state(whole)
+    for key, value in a["model"].items():
+        torch.testing.assert_close(b["model"][key], value, rtol=0, atol=0, msg=key)
+    for key in ("actor/loss", "actor/approx_kl"):
+        assert streamed.last[key] == whole.last[key], key
+
+
 def test_ppo_learns_inverted_pendulum(tmp_path):
     args = {"env_id": "InvertedPendulum-v5"}
     spec = spec_from_dict(

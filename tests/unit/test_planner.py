@@ -66,6 +66,22 @@ def test_colocated_replicas_share_a_process_and_pay_no_channel_hop():
     assert plan_of(disjoint).processes == []  # nothing shares a device: nothing to put together
 
 
+def test_then_edges_stream_into_ports_that_take_parts_unless_a_swap_comes_first():
+    plain = plan_of(workflow(mode="shared"))
+    assert next(p for p in plain.phases if p.op == "then").streamed == []
+    assert any("waits for the whole loop: learner takes no parts (no train_part)" in n for n in plain.notes)
+    raw = workflow(mode="shared")
+    raw["workers"]["learner"]["class"] = "tests.workers_for_tests.CollectParts"
+    streaming = plan_of(raw)
+    assert next(p for p in streaming.phases if p.op == "then").streamed == ["env.trajectory -> learner.train"]
+    assert any("env.trajectory -> learner.train streams" in n for n in streaming.notes)
+    raw["placement"]["offload"] = "always"  # learner and the loop workers swap on their shared device
+    swapping = plan_of(raw)
+    then = next(p for p in swapping.phases if p.op == "then")
+    assert then.onload and then.streamed == []
+    assert any("waits for the whole loop: a context switch comes first" in n for n in swapping.notes)
+
+
 def test_shared_on_one_device_runs_the_loop_serially():
     plan = plan_of(workflow(cpus=1, mode="shared"))
     # entry handoff + 100 x (2 ms env + 2 ms policy + a channel hop into each), all on the one device

@@ -72,6 +72,7 @@ class PPO:
         self.scaler: ReturnScaler | None = None
         self.version = 0
         self.updates = 0
+        self._parts: list[dict[str, Any]] = []  # parts of this iteration's batch that arrived early
 
     @classmethod
     def memory_estimate_gb(cls, **args: Any) -> float:
@@ -87,21 +88,42 @@ class PPO:
         state = self.backend.full_state_dict(self.model)
         return {"version": self.version, "state": state, "checksum": state_checksum(state)}
 
+    def train_part(self, trajectories: list[dict[str, Any]]) -> None:
+        """Parts of the batch that are ready (one loop replica's slices), sent while other replicas still
+        step: moved to the device with their bootstrap values now. The update itself waits for `train`:
+        its minibatches are shuffled over the whole batch."""
+        self._parts += [self._prepare(t) for t in trajectories]
+
+    def _prepare(self, trajectory: dict[str, Any]) -> dict[str, Any]:
+        """One part as tensors on the device, time-major [T, envs, ...] (arrays from Ray's object store are
+        read-only: copied where torch needs it), with the value of its last observation for GAE."""
+        steps, envs = np.shape(trajectory["reward"])
+        obs = _time_major(self.model.inputs(_flatten(trajectory["obs"]), self.device), steps, envs)
+        part = {"obs": obs, "next_done": torch.as_tensor(trajectory["next_done"], device=self.device)}
+        part.update({key: torch.tensor(trajectory[key], device=self.device) for key in TIME_MAJOR if key != "obs"})
+        if self.cfg.advantage == "gae":
+            with torch.no_grad(), self.backend.compute():
+                next_obs = self.model.inputs(trajectory["next_obs"], self.device)
+                part["next_value"] = self.model.get_value(next_obs).float()
+        return part
+
     def train(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:
         cfg = self.cfg
-        batch = _merge(trajectories)  # arrays from Ray's object store are read-only: copied where torch needs it
-        rewards = torch.tensor(batch["reward"], device=self.device)
+        streamed = len(self._parts) == len(trajectories)  # every part arrived early (a streamed then-edge)
+        parts = self._parts if streamed else [self._prepare(t) for t in trajectories]
+        self._parts = []
+        batch = {key: _cat([part[key] for part in parts], dim=1 if key in TIME_MAJOR else 0) for key in parts[0]}
+        rewards, dones, values = batch["reward"], batch["done"], batch["value"]
         steps, envs = rewards.shape
-        dones = torch.tensor(batch["done"], device=self.device)
-        values = torch.tensor(batch["value"], device=self.device)
+        rewards_mean = float(rewards.mean())
         if cfg.normalize_reward:
             if self.scaler is None:
                 self.scaler = ReturnScaler(envs, cfg.gamma)
             rewards = self.scaler(rewards.cpu(), dones.cpu()).to(self.device)
         advantages, returns = ADVANTAGES[cfg.advantage](self, batch, rewards, values, dones)
-        b_obs = self.model.inputs(_flatten(batch["obs"]), self.device)
-        b_actions = torch.tensor(batch["action"], device=self.device).reshape(steps * envs, -1)
-        b_logprobs = torch.tensor(batch["logprob"], device=self.device).reshape(-1)
+        b_obs = _flatten(batch["obs"])
+        b_actions = batch["action"].reshape(steps * envs, -1)
+        b_logprobs = batch["logprob"].reshape(-1)
         b_values = values.reshape(-1)
         b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
 
@@ -160,7 +182,8 @@ class PPO:
                 "actor/lr": self.optimizer.param_groups[0]["lr"],
                 "rollout/returns_mean": float(returns.mean()),
                 "rollout/advantages_mean": float(advantages.mean()),
-                "rollout/rewards_mean": float(np.mean(batch["reward"])),
+                "rollout/rewards_mean": rewards_mean,
+                "actor/parts_streamed": float(len(parts) if streamed else 0),
                 "actor/weights_version": float(self.version),
                 "actor/steps_consumed": float(batch_size),
             }
@@ -238,10 +261,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def _gae(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
     cfg = ppo.cfg
-    with torch.no_grad(), ppo.backend.compute():
-        next_value = ppo.model.get_value(ppo.model.inputs(batch["next_obs"], ppo.device)).float()
-    next_done = torch.as_tensor(batch["next_done"], device=ppo.device)
-    return compute_gae(rewards, values, dones, next_value, next_done, cfg.gamma, cfg.gae_lambda)
+    return compute_gae(rewards, values, dones, batch["next_value"], batch["next_done"], cfg.gamma, cfg.gae_lambda)
 
 
 def _grpo(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
@@ -254,17 +274,18 @@ def _grpo(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, do
 ADVANTAGES = {"gae": _gae, "grpo": _grpo}
 
 
-def _merge(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
-    """Shards side by side along the env axis (time-major arrays on axis 1, the rest on axis 0)."""
-    if len(trajectories) == 1:
-        return trajectories[0]
-    return {key: _concat([t[key] for t in trajectories], axis=1 if key in TIME_MAJOR else 0) for key in trajectories[0]}
-
-
-def _concat(parts: list[Any], axis: int) -> Any:
+def _cat(parts: list[Any], dim: int) -> Any:
+    """Parts side by side along the env axis (a tensor or a dict of them)."""
     if isinstance(parts[0], dict):
-        return {key: _concat([p[key] for p in parts], axis) for key in parts[0]}
-    return np.concatenate(parts, axis=axis)
+        return {key: _cat([p[key] for p in parts], dim) for key in parts[0]}
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=dim)
+
+
+def _time_major(obs: Any, steps: int, envs: int) -> Any:
+    """[T*N, ...] -> [T, N, ...] (a tensor or a dict of them)."""
+    if isinstance(obs, dict):
+        return {key: _time_major(value, steps, envs) for key, value in obs.items()}
+    return obs.reshape(steps, envs, *obs.shape[1:])
 
 
 def _flatten(obs: Any) -> Any:
