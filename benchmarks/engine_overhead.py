@@ -10,7 +10,7 @@ call, and
 (d) the two workers on two cores with the batch cut in two pipeline slices (`hybrid`, S=2).
 Steps per second of all four, side by side.
 
-    python benchmarks/engine_overhead.py [--horizon 512] [--iterations 6]
+    python benchmarks/engine_overhead.py [--iterations 6]
 """
 
 from __future__ import annotations
@@ -26,20 +26,32 @@ from pathlib import Path
 import m2flow as mf
 from m2flow.config import spec_from_dict
 
-CASES = [  # (label, env id, envs per step): cheap physics to heavier physics
-    ("cheap (InvertedPendulum, 1 env)", "InvertedPendulum-v5", 1),
-    ("MuJoCo (HalfCheetah, 8 envs)", "HalfCheetah-v5", 8),
-    ("heavy (Humanoid, 8 envs)", "Humanoid-v5", 8),
+GYM = "m2flow.workers.env.GymEnv"
+CAMERA = "m2flow.workers.env.CameraEnv"
+VIEW = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [64, 64]}
+CASES = [  # (label, simulator class, env args, policy args, envs, horizon): cheap physics to camera steps
+    ("cheap (InvertedPendulum, 1 env)", GYM, {"env_id": "InvertedPendulum-v5"}, {}, 1, 512),
+    ("MuJoCo (HalfCheetah, 8 envs)", GYM, {"env_id": "HalfCheetah-v5"}, {}, 8, 512),
+    ("heavy (Humanoid, 8 envs)", GYM, {"env_id": "Humanoid-v5"}, {}, 8, 512),
+    (
+        "camera (HalfCheetah 64x64 RGB, CNN, 8 envs)",
+        CAMERA,
+        {"env_id": "HalfCheetah-v5", "observation": VIEW},
+        {"model": "cnn", "hidden": [64], "observation": VIEW},
+        8,
+        128,
+    ),
 ]
 
 
-def hand_written(env_id: str, num_envs: int, horizon: int, iterations: int) -> float:
+def hand_written(sim: str, env_args: dict, policy_args: dict, num_envs: int, horizon: int, iterations: int) -> float:
     from m2flow.context import WorkerContext, set_context
-    from m2flow.workers.env import GymEnv
+    from m2flow.resolve import resolve
     from m2flow.workers.rollout import TorchPolicy
 
     set_context(WorkerContext(items=(0, num_envs)))
-    env, policy = GymEnv(env_id=env_id, num_envs=num_envs), TorchPolicy(env_id=env_id)
+    env = resolve(sim, "simulator")(**env_args, num_envs=num_envs)
+    policy = TorchPolicy(env_id=env_args["env_id"], **policy_args)
     rates = []
     for _ in range(iterations):
         start = time.perf_counter()
@@ -52,7 +64,9 @@ def hand_written(env_id: str, num_envs: int, horizon: int, iterations: int) -> f
 
 
 def through_m2flow(
-    env_id: str,
+    sim: str,
+    env_args: dict,
+    policy_args: dict,
     num_envs: int,
     horizon: int,
     iterations: int,
@@ -65,15 +79,11 @@ def through_m2flow(
         {
             "name": "overhead",
             "workers": {
-                "env": {
-                    "kind": "simulator",
-                    "class": "m2flow.workers.env.GymEnv",
-                    "args": {"env_id": env_id, "num_envs": num_envs},
-                },
+                "env": {"kind": "simulator", "class": sim, "args": {**env_args, "num_envs": num_envs}},
                 "policy": {
                     "kind": "inference",
                     "class": "m2flow.workers.rollout.TorchPolicy",
-                    "args": {"env_id": env_id},
+                    "args": {"env_id": env_args["env_id"], **policy_args},
                 },
             },
             "flow": {"loop": {"horizon": horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]}},
@@ -103,7 +113,6 @@ def _per_iteration(history: list[dict]) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--horizon", type=int, default=512)
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
@@ -114,10 +123,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for label, env_id, envs in CASES:
-        hand = hand_written(env_id, envs, args.horizon, args.iterations)
-        shared = through_m2flow(env_id, envs, args.horizon, args.iterations, out / "tmp")
-        together = through_m2flow(env_id, envs, args.horizon, args.iterations, out / "tmp", colocate=True)
+    for label, sim, env_args, policy_args, envs, horizon in CASES:
+        case = (sim, env_args, policy_args, envs, horizon, args.iterations)
+        hand = hand_written(*case)
+        shared = through_m2flow(*case, out / "tmp")
+        together = through_m2flow(*case, out / "tmp", colocate=True)
         row = {
             "case": label,
             "hand_steps_per_s": hand,
@@ -126,10 +136,10 @@ def main() -> None:
             "m2flow_colocated_steps_per_s": together,
             "colocated_ratio": together / hand,
         }
-        line = f"{label:32s} hand {hand:7.0f} steps/s   m2flow {shared:7.0f} ({shared / hand:.2f}x)"
+        line = f"{label:44s} hand {hand:7.0f} steps/s   m2flow {shared:7.0f} ({shared / hand:.2f}x)"
         line += f"   colocated {together:7.0f} ({together / hand:.2f}x)"
         if envs > 1:
-            piped = through_m2flow(env_id, envs, args.horizon, args.iterations, out / "tmp", "hybrid", 2)
+            piped = through_m2flow(*case, out / "tmp", "hybrid", 2)
             row.update(m2flow_hybrid_s2_steps_per_s=piped, hybrid_ratio=piped / hand)
             line += f"   hybrid S=2 {piped:7.0f} ({piped / hand:.2f}x)"
         rows.append(row)
@@ -137,7 +147,6 @@ def main() -> None:
     record = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "horizon": args.horizon,
         "rows": rows,
     }
     (out / "engine_overhead.json").write_text(json.dumps(record, indent=1))

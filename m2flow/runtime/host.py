@@ -105,10 +105,15 @@ class WorkerHost:
     def member(self, program: LoopProgram) -> Member:
         """This replica as a member of a loop program (its ports, its channels)."""
 
-        def call_port(port: str, stage: int, value: Any) -> Any:
-            instance = self.instances[stage % len(self.instances)]
-            args = () if value is None else (value,)
-            return self._invoke(instance, port, args, f"iteration {program.iteration}, loop slice {stage}")
+        instances, ctx = self.instances, self.ctx
+
+        def call_port(port: str, stage: int, value: Any) -> Any:  # the hot path: no work unless it fails
+            method = getattr(instances[stage % len(instances)], port)
+            try:
+                return method() if value is None else method(value)
+            except Exception:
+                where = f"iteration {program.iteration}, loop slice {stage}"
+                raise PortFailed(ctx.worker, ctx.replica, port, where, traceback.format_exc()) from None
 
         return Member(self.ctx.worker, self.ctx.replica, call_port, self.mailbox)
 
