@@ -2,7 +2,8 @@
 # One call on the lent GPU machine (see ../shared/device/README.md): carry [".whl", ".gl"].
 # Runs the camera benchmarks with inference and training on the GPU; results land in $OUT.
 # `bash benchmarks/gpu_session.sh modes` runs only the placement-modes benchmark; `backends [option]` the training
-# backends benchmark (only the rows with that option); `vit` a ViT PPO run on the Megatron GPT trunk, resumed under FSDP from its checkpoint.
+# backends benchmark (only the rows with that option); `vit` a ViT PPO run on the Megatron GPT trunk, resumed under FSDP from its checkpoint; `check` the camera
+# PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json MUJOCO_GL=egl
@@ -14,6 +15,14 @@ cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmark
 if [ "${1:-all}" = backends ]; then
   timeout 500 python3 benchmarks/backends.py ${2:+--only $2} --out "$OUT/backends.json" 2>&1 | grep -v "WARN\|INFO\|warn" | tee "$OUT/backends.txt"
   exit 0
+fi
+if [ "${1:-all}" = check ]; then
+  timeout 200 python3 -m m2flow.cli run configs/ppo_camera.yaml run.iterations=6 flow.sync.1.every=3 run.progress=false \
+    run.output_dir="$OUT/runs" 2>&1 | grep -v "WARN\|INFO\|warn" | tail -22 | tee "$OUT/ppo_camera_check.txt"
+  cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/ppo_camera_check_metrics.jsonl"; ls -la "$OUT"/runs/ppo-camera/videos/env/ | tee -a "$OUT/ppo_camera_check.txt"
+  cp "$OUT"/runs/ppo-camera/videos/env/eval_v00003_episode0.mp4 "$OUT/" 2>/dev/null; rm -rf "$OUT/runs"
+  timeout 330 python3 benchmarks/engine_overhead.py --out "$OUT" 2>&1 | grep -E "steps/s|m2flow/hand" | tee "$OUT/engine_overhead.txt"
+  rm -rf "$OUT/tmp"; exit 0
 fi
 if [ "${1:-all}" = vit ]; then
   vit=(model=vit size=10m patch=12 causal=true)
