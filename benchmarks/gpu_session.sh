@@ -17,10 +17,10 @@ if [ "${1:-all}" = backends ]; then
   exit 0
 fi
 if [ "${1:-all}" = check ]; then
-  timeout 200 python3 -m m2flow.cli run configs/ppo_camera.yaml run.iterations=6 flow.sync.1.every=3 run.progress=false \
+  timeout 200 python3 -m m2flow.cli run configs/ppo_camera.yaml run.iterations=6 flow.sync.1.every=3 workers.env.args.video.format=gif run.progress=false \
     run.output_dir="$OUT/runs" 2>&1 | grep -v "WARN\|INFO\|warn" | tail -22 | tee "$OUT/ppo_camera_check.txt"
   cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/ppo_camera_check_metrics.jsonl"; ls -la "$OUT"/runs/ppo-camera/videos/env/ | tee -a "$OUT/ppo_camera_check.txt"
-  cp "$OUT"/runs/ppo-camera/videos/env/eval_v00003_episode0.mp4 "$OUT/" 2>/dev/null; rm -rf "$OUT/runs"
+  cp "$OUT"/runs/ppo-camera/videos/env/eval_v00003_episode0.gif "$OUT/" 2>/dev/null; rm -rf "$OUT/runs"
   timeout 330 python3 benchmarks/engine_overhead.py --out "$OUT" 2>&1 | grep -E "steps/s|m2flow/hand" | tee "$OUT/engine_overhead.txt"
   rm -rf "$OUT/tmp"; exit 0
 fi
