@@ -19,37 +19,19 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from m2flow.context import WorkerContext, set_context
 from m2flow.workers.actor import PPO
 from m2flow.workers.models import PolicyArgs
+from m2flow.workers.synthetic import SyntheticBatch
 
 VIEW = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": (64, 64)}
 ENV = "HalfCheetah-v5"  # 17-dim proprioception, 6-dim actions
 
 
 def batch(steps: int, envs: int, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    f32 = np.float32
-
-    def obs(*lead):
-        return {
-            "rgb": rng.integers(0, 255, (*lead, 1, 64, 64, 3), dtype=np.uint8),
-            "proprio": rng.normal(size=(*lead, 17)).astype(f32),
-        }
-
-    return {
-        "obs": obs(steps, envs),
-        "action": rng.normal(size=(steps, envs, 6)).astype(f32),
-        "logprob": rng.normal(-8, 0.5, size=(steps, envs)).astype(f32),
-        "value": rng.normal(size=(steps, envs)).astype(f32),
-        "reward": rng.normal(size=(steps, envs)).astype(f32),
-        "done": (rng.random((steps, envs)) < 0.05).astype(f32),
-        "next_obs": obs(envs),
-        "next_done": np.zeros(envs, f32),
-    }
+    return SyntheticBatch(steps, envs, seed=seed).trajectory()
 
 
 def ppo(device: str, backend: str, size: str, **options) -> PPO:

@@ -3,7 +3,8 @@
 # Runs the camera benchmarks with inference and training on the GPU; results land in $OUT.
 # `bash benchmarks/gpu_session.sh modes` runs only the placement-modes benchmark; `backends [option]` the training
 # backends benchmark (only the rows with that option); `vit` a ViT PPO run on the Megatron GPT trunk, resumed under FSDP from its checkpoint; `check` the camera
-# PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores.
+# PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores;
+# `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json MUJOCO_GL=egl
@@ -15,6 +16,14 @@ cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmark
 if [ "${1:-all}" = backends ]; then
   timeout 500 python3 benchmarks/backends.py ${2:+--only $2} --out "$OUT/backends.json" 2>&1 | grep -v "WARN\|INFO\|warn" | tee "$OUT/backends.txt"
   exit 0
+fi
+if [ "${1:-all}" = multigpu ]; then  # on nvidia-h200-x2 (or x4)
+  nvidia-smi --query-gpu=index,name --format=csv | tee -a "$OUT/gpu.txt"
+  timeout 240 python3 benchmarks/multigpu.py --out "$OUT" 2>&1 | grep -E "^multigpu|^fsdp|^megatron|summary|FAILED|Error|error" \
+    | tee "$OUT/multigpu.txt"
+  timeout 300 python3 benchmarks/modes.py --workload camera --measure --replicas 8 --horizon 64 --iterations 4 \
+    --out "$OUT" 2>&1 | grep -v "WARN\|INFO" | tail -16 | tee "$OUT/modes.txt"
+  rm -rf "$OUT/tmp"; exit 0
 fi
 if [ "${1:-all}" = check ]; then
   timeout 200 python3 -m m2flow.cli run configs/ppo_camera.yaml run.iterations=6 flow.sync.1.every=3 workers.env.args.video.format=gif run.progress=false \

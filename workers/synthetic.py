@@ -70,3 +70,40 @@ class SpinTrainer:
 
     def weights(self) -> dict[str, int]:
         return {"version": self.version}
+
+
+class SyntheticBatch:
+    """A fixed, seeded PPO batch of camera observations (RGB + proprioception), the same every call:
+    for timing and comparing training backends without a simulator. Shapes as `CameraEnv` sends them."""
+
+    def __init__(
+        self,
+        steps: int = 16,
+        envs: int = 32,
+        size: tuple[int, int] = (64, 64),
+        proprio_dim: int = 17,
+        act_dim: int = 6,
+        seed: int = 0,
+    ):
+        rng = np.random.default_rng(seed)
+        f32 = np.float32
+
+        def obs(*lead: int) -> dict[str, np.ndarray]:
+            return {
+                "rgb": rng.integers(0, 255, (*lead, 1, *size, 3), dtype=np.uint8),
+                "proprio": rng.normal(size=(*lead, proprio_dim)).astype(f32),
+            }
+
+        self.batch = {
+            "obs": obs(steps, envs),
+            "action": rng.normal(size=(steps, envs, act_dim)).astype(f32),
+            "logprob": rng.normal(-8, 0.5, size=(steps, envs)).astype(f32),
+            "value": rng.normal(size=(steps, envs)).astype(f32),
+            "reward": rng.normal(size=(steps, envs)).astype(f32),
+            "done": (rng.random((steps, envs)) < 0.05).astype(f32),
+            "next_obs": obs(envs),
+            "next_done": np.zeros(envs, f32),
+        }
+
+    def trajectory(self) -> dict[str, Any]:
+        return self.batch
