@@ -21,7 +21,7 @@ if [ "${1:-all}" = multigpu ]; then  # on nvidia-h200-x2 (or x4)
   nvidia-smi --query-gpu=index,name --format=csv | tee -a "$OUT/gpu.txt"
   timeout 220 python3 benchmarks/multigpu.py --out "$OUT" 2>&1 | grep -E "^multigpu|^fsdp|^megatron|summary|FAILED|Error|error" \
     | tee "$OUT/multigpu.txt"
-  timeout 270 python3 benchmarks/modes.py --workload camera --measure --replicas 8 --horizon 64 --iterations 4 \
+  [ -z "${2:-}" ] && timeout 270 python3 benchmarks/modes.py --workload camera --measure --replicas 8 --horizon 64 --iterations 4 \
     --out "$OUT" 2>&1 | grep -v "WARN\|INFO" | tail -16 | tee "$OUT/modes.txt"
   rm -rf "$OUT/tmp"; exit 0
 fi

@@ -124,7 +124,7 @@ class FSDPBackend(TrainingBackend):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
         if not dist.is_initialized():  # one rank, sharded only to offload: a process group of one
-            dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+            dist.init_process_group("cpu:gloo,cuda:nccl", store=dist.HashStore(), rank=0, world_size=1)
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         kwargs = {
             "mesh": mesh,

@@ -98,9 +98,8 @@ class MegatronBackend(TrainingBackend):
         import torch.distributed as dist
 
         if not dist.is_initialized():
-            dist.init_process_group(
-                "nccl" if self.device.type == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1
-            )
+            backend = "cpu:gloo,cuda:nccl" if self.device.type == "cuda" else "gloo"
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         if not parallel_state.model_parallel_is_initialized():
             parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.world_size)
 
