@@ -80,10 +80,11 @@ def through_m2flow(
             "name": "overhead",
             "workers": {
                 "env": {"kind": "simulator", "class": sim, "args": {**env_args, "num_envs": num_envs}},
-                "policy": {
+                "policy": {  # on a CPU core like the hand-written loop's policy, also where there are GPUs
                     "kind": "inference",
                     "class": "m2flow.workers.rollout.TorchPolicy",
                     "args": {"env_id": env_args["env_id"], **policy_args},
+                    "resources": {"device": "cpu"},
                 },
             },
             "flow": {"loop": {"horizon": horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]}},

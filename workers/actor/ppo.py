@@ -99,7 +99,7 @@ class PPO:
         read-only: copied where torch needs it), with the value of its last observation for GAE."""
         steps, envs = np.shape(trajectory["reward"])
         obs = _time_major(self.model.inputs(_flatten(trajectory["obs"]), self.device), steps, envs)
-        part = {"obs": obs, "next_done": torch.as_tensor(trajectory["next_done"], device=self.device)}
+        part = {"obs": obs, "next_done": torch.tensor(trajectory["next_done"], device=self.device)}
         part.update({key: torch.tensor(trajectory[key], device=self.device) for key in TIME_MAJOR if key != "obs"})
         if self.cfg.advantage == "gae":
             with torch.no_grad(), self.backend.compute():
