@@ -89,8 +89,11 @@ def test_a_node_removed_mid_run_is_detected_like_a_dead_worker(tmp_path, three_n
     victim = next(n for n in nodes if n.node_id in hosting - {head})
     removed = {}
 
-    def remove_soon():
-        time.sleep(8)
+    def remove_soon():  # once the run iterates: a removal during start-up is another failure (tested elsewhere)
+        metrics = tmp_path / "losing-a-node" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and metrics.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         removed["at"] = time.time()
         cluster.remove_node(victim)
 
