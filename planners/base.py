@@ -108,9 +108,12 @@ def streaming_notes(graph: MacroGraph, phases: list[Phase]) -> list[str]:
     for phase in (p for p in phases if p.op == "then"):
         for edge in graph.then:
             if str(edge) in phase.streamed:
+                part = getattr(graph.targets[edge.dst.worker], f"{edge.dst.port}_part")
+                what = " ".join((part.__doc__ or "").split()) or "no docstring"
                 notes.append(
                     f"then: {edge} streams: each loop replica's part goes to {edge.dst.worker}.{edge.dst.port}_part"
                     f" as that replica finishes; {edge.dst.worker}.{edge.dst.port} then gets the whole list"
+                    f" ({edge.dst.port}_part: {what})"
                 )
             elif phase.offload or phase.onload:
                 notes.append(f"then: {edge} waits for the whole loop: a context switch comes first")
