@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from m2flow.workers.models.vision import VisionActorCritic
 from m2flow.workers.models.vit import ViTPolicy
 
 # plain block name -> (GPTModel layer name, TP split dim of the weight or None, bias split too)
@@ -39,7 +40,7 @@ def qkv_from_megatron(tensor: torch.Tensor, heads: int) -> torch.Tensor:
     return tensor.reshape(heads, 3, -1, *rest).transpose(0, 1).reshape(tensor.shape)
 
 
-class GPTTrunkPolicy(nn.Module):
+class GPTTrunkPolicy(VisionActorCritic):
     def __init__(self, plain: ViTPolicy, rank: int, tp: int, recompute: bool = False):
         super().__init__()
         from megatron.core.models.gpt import GPTModel
@@ -121,14 +122,7 @@ class GPTTrunkPolicy(nn.Module):
     def trunk_layout(self) -> list[tuple[str, nn.Parameter, int | None, bool]]:
         return [(f"blocks.{key}", param, dim, qkv) for key, param, dim, qkv in self._layers()]
 
-    # -- the ViT policy's interface --------------------------------------------------------------
-    inputs = ViTPolicy.inputs
-    tokens = ViTPolicy.tokens
-    update_normalizer = ViTPolicy.update_normalizer
-    mean_action = ViTPolicy.mean_action
-    get_value = ViTPolicy.get_value
-    get_action_and_value = ViTPolicy.get_action_and_value
-    forward = ViTPolicy.forward
+    tokens = ViTPolicy.tokens  # the ViT's own embedding of the observation, with its own modules
 
     def trunk(self, x: torch.Tensor) -> torch.Tensor:
         """GPTModel's decoder runs sequence-first: [n, tokens, width] -> [tokens, n, width] and back."""

@@ -8,15 +8,13 @@ a preset. Each block can recompute its activations in backward (`activation_chec
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributions.normal import Normal
 from torch.utils.checkpoint import checkpoint
 
-from m2flow.workers.models.cnn import image_channels, image_planes, observation_inputs
 from m2flow.workers.models.mlp import layer_init
+from m2flow.workers.models.vision import VisionActorCritic, image_channels, image_planes, reads_of
 
 # preset -> (width, depth, heads); a block holds ~12 x width^2 parameters
 VIT_SIZES = {"1m": (128, 4, 4), "10m": (384, 6, 6), "30m": (512, 10, 8), "100m": (768, 14, 12), "300m": (1024, 24, 16)}
@@ -40,7 +38,7 @@ class Block(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
 
-class ViTPolicy(nn.Module):
+class ViTPolicy(VisionActorCritic):
     def __init__(
         self,
         modalities: list[str],
@@ -60,9 +58,7 @@ class ViTPolicy(nn.Module):
         if size[0] % patch or size[1] % patch:
             raise ValueError(f"image size {size} must be a multiple of the patch size {patch}")
         self.act_dim, self.cameras, self.proprio_dim = act_dim, cameras, proprio_dim
-        self.reads = [m for m in modalities if m in ("rgb", "depth", "segmentation")] + (
-            ["proprio"] if proprio_dim else []
-        )
+        self.reads = reads_of(modalities, proprio_dim)
         self.activation_checkpointing = False
         self.patchify = nn.Conv2d(image_channels(modalities, cameras), width, patch, stride=patch)
         tokens = (size[0] // patch) * (size[1] // patch) + (1 if proprio_dim else 0) + 1
@@ -74,9 +70,6 @@ class ViTPolicy(nn.Module):
         self.actor_mean = layer_init(nn.Linear(width, act_dim), std=0.01)
         self.critic = layer_init(nn.Linear(width, 1), std=1.0)
         self.actor_logstd = nn.Parameter(torch.full((1, act_dim), -0.5))
-
-    def inputs(self, batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-        return observation_inputs(self.reads, self.cameras, batch, device)
 
     def tokens(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """[n, tokens, width]: image patches, then proprioception, then the readout token."""
@@ -97,30 +90,6 @@ class ViTPolicy(nn.Module):
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.norm(self.trunk(self.tokens(obs))[:, -1]).float()
-
-    def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
-        """Images are scaled by construction; nothing runs here."""
-
-    def mean_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.actor_mean(self._features(obs))
-
-    def get_value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self(obs, value_only=True)
-
-    def get_action_and_value(self, obs, action=None, noise=None):
-        return self(obs, action, noise)
-
-    def forward(self, obs, action=None, noise=None, value_only: bool = False):
-        x = self._features(obs)
-        value = self.critic(x).squeeze(-1).float().clone()
-        if value_only:
-            return value
-        mean = self.actor_mean(x).float()
-        std = self.actor_logstd.expand_as(mean).exp()
-        dist = Normal(mean, std)
-        if action is None:
-            action = mean + std * (torch.randn_like(mean) if noise is None else noise)
-        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), value
 
 
 def vit_shape(size: str, width: int | None, depth: int | None, heads: int | None) -> tuple[int, int, int]:

@@ -1,0 +1,89 @@
+"""What every camera policy shares: reading the observation (its modalities, of its cameras), turning
+images into scaled float planes on the device, and the Gaussian action-chunk and value heads on top of
+the features a subclass computes (`_features`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions.normal import Normal
+
+IMAGE_CHANNELS = {"rgb": 3, "depth": 1, "segmentation": 1}
+DEPTH_SCALE_M = 10.0
+
+
+class VisionActorCritic(nn.Module):
+    """Subclasses set `reads`, `cameras`, `act_dim` and the `actor_mean`, `critic`, `actor_logstd` heads,
+    and compute `_features(obs) -> [n, features]`. Every use goes through `forward`, so FSDP2 gathers the
+    root's parameters before it."""
+
+    reads: list[str]
+    cameras: int
+
+    def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def inputs(self, batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+        """What the policy reads of an observation: its modalities, of its cameras (the first ones the
+        simulator renders); anything else the simulator sent is ignored."""
+        missing = [m for m in self.reads if m not in batch]
+        if missing:
+            raise KeyError(f"the policy reads {missing} but the observation has only {sorted(batch)}")
+        return {
+            m: torch.tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, : self.cameras]), device=device)
+            for m in self.reads
+        }
+
+    def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
+        """Images are scaled by construction; nothing runs here."""
+
+    def mean_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.actor_mean(self._features(obs))
+
+    def get_value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self(obs, value_only=True)
+
+    def get_action_and_value(self, obs, action=None, noise=None):
+        """(action, log-prob, entropy, value); a new action is mean + std * noise (standard normal)."""
+        return self(obs, action, noise)
+
+    def forward(
+        self,
+        obs: dict[str, torch.Tensor],
+        action: torch.Tensor | None = None,
+        noise: torch.Tensor | None = None,
+        value_only: bool = False,
+    ):
+        x = self._features(obs)
+        value = self.critic(x).squeeze(-1).float().clone()  # a fresh fp32 tensor, also under autocast
+        if value_only:
+            return value
+        mean = self.actor_mean(x).float()
+        std = self.actor_logstd.expand_as(mean).exp()
+        dist = Normal(mean, std)
+        if action is None:
+            action = mean + std * (torch.randn_like(mean) if noise is None else noise)
+        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), value
+
+
+def image_planes(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Every camera's image modalities stacked as channels, scaled to about [0, 1]: [n, channels, h, w]."""
+    planes = []
+    if "rgb" in obs:  # [n, cams, h, w, 3] uint8 -> [n, cams*3, h, w]
+        rgb = obs["rgb"].permute(0, 1, 4, 2, 3)
+        planes.append(rgb.reshape(rgb.shape[0], -1, *rgb.shape[3:]).float() / 255.0)
+    if "depth" in obs:
+        planes.append(obs["depth"].float().clamp(0, DEPTH_SCALE_M) / DEPTH_SCALE_M)
+    if "segmentation" in obs:
+        planes.append(obs["segmentation"].float() / 100.0)
+    return torch.cat(planes, dim=1)
+
+
+def image_channels(modalities: list[str], cameras: int) -> int:
+    return cameras * sum(IMAGE_CHANNELS.get(m, 0) for m in modalities)
+
+
+def reads_of(modalities: list[str], proprio_dim: int) -> list[str]:
+    """The observation keys a policy reads: its image modalities, and proprioception if it has any."""
+    return [m for m in modalities if m in IMAGE_CHANNELS] + (["proprio"] if proprio_dim else [])
