@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, ray, mujoco; print(torch.__version__, torch.cuda.is_available(), ray.__version__, mujoco.__version__)" | tee -a "$OUT/gpu.txt"
 cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmarks" benchmarks
 if [ "${1:-all}" = backends ]; then
-  timeout 500 python3 benchmarks/backends.py ${2:+--only $2} --out "$OUT/backends.json" 2>&1 | grep -v "WARN\|INFO\|warn" | tee "$OUT/backends.txt"
+  timeout 500 python3 benchmarks/backends.py ${2:+--only $2} ${SIZES:+--sizes $SIZES} --out "$OUT/backends.json" 2>&1 | grep -v "WARN\|INFO\|warn" | tee "$OUT/backends.txt"
   exit 0
 fi
 if [ "${1:-all}" = multigpu ]; then  # on nvidia-h200-x2 (or x4)
