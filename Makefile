@@ -28,9 +28,14 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-bench: $(STAMP)
+bench: $(STAMP)  # the CPU benchmarks; GPU ones: benchmarks/gpu_session.sh on a GPU machine
 	$(BIN)/python benchmarks/engine_overhead.py
+	$(BIN)/python benchmarks/channels.py
+	$(BIN)/python benchmarks/modes.py
 	$(BIN)/python benchmarks/planner.py
+	$(BIN)/python benchmarks/simulator_ablation.py
+	$(BIN)/python benchmarks/faults.py
+	$(BIN)/python benchmarks/backends.py --sizes 1m 10m
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
