@@ -71,7 +71,7 @@ class MegatronBackend(TrainingBackend):
         for name, child in model.named_children():
             if isinstance(child, nn.Sequential) and any(isinstance(m, nn.Linear) for m in child):
                 setattr(model, name, self._parallel(child, config))
-        return model
+        return model.to(self.device)  # the parallel layers are built on the host (use_cpu_initialization)
 
     def _gpt(self, model: ViTPolicy) -> nn.Module:
         if self.device.type != "cuda":
