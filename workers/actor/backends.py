@@ -93,6 +93,15 @@ class TrainingBackend(ABC):
     def load_sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """Apply a state that `torch.distributed.checkpoint.load` filled in (same structure as `sharded_state`)."""
 
+    def ensure_process_group(self) -> None:
+        """Multi-rank workers get their group from the runtime; a single rank that needs one (sharding,
+        Megatron's parallel state) gets a group of one: NCCL for CUDA tensors plus gloo for CPU ones."""
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            backend = "cpu:gloo,cuda:nccl" if self.device.type == "cuda" else "gloo"
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
@@ -119,12 +128,10 @@ class FSDPBackend(TrainingBackend):
         offload = self.options.cpu_offload and self.device.type == "cuda"
         if self.world_size == 1 and not offload:
             return model
-        import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-        if not dist.is_initialized():  # one rank, sharded only to offload: a process group of one
-            dist.init_process_group("cpu:gloo,cuda:nccl", store=dist.HashStore(), rank=0, world_size=1)
+        self.ensure_process_group()  # one rank, sharded only to offload: a process group of one
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         kwargs = {
             "mesh": mesh,

@@ -95,11 +95,7 @@ class MegatronBackend(TrainingBackend):
             raise MissingDependency(
                 "backend: megatron needs megatron-core: pip install megatron-core==0.16.1"
             ) from None
-        import torch.distributed as dist
-
-        if not dist.is_initialized():
-            backend = "cpu:gloo,cuda:nccl" if self.device.type == "cuda" else "gloo"
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        self.ensure_process_group()
         if not parallel_state.model_parallel_is_initialized():
             parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.world_size)
 

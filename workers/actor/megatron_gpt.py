@@ -84,43 +84,27 @@ class GPTTrunkPolicy(VisionActorCritic):
             pre_process=False,
             post_process=False,
         ).cuda()
-        self.load_blocks(
-            {k.removeprefix("blocks."): v for k, v in plain.state_dict().items() if k.startswith("blocks.")}
-        )
+        self.load_blocks(plain.state_dict())
 
     # -- the plain layout <-> this rank's GPT layers -------------------------------------------------
-    def _layers(self):
-        """(plain key relative to `blocks.`, GPT parameter, split dim, is qkv) for every trunk tensor."""
+    def trunk_layout(self) -> list[tuple[str, nn.Parameter, int | None, bool]]:
+        """(the plain ViT's key, this rank's GPT parameter, TP split dim, is q/k/v) for every trunk tensor."""
         params = dict(self.gpt.decoder.named_parameters())
+        layout = []
         for i in range(len(self.gpt.decoder.layers)):
             for plain, (megatron, dim, bias_split) in BLOCK_LAYOUT.items():
                 for leaf in ("weight", "bias"):
-                    split = dim if leaf == "weight" else (dim if bias_split else None)
-                    yield f"{i}.{plain}.{leaf}", params[f"layers.{i}.{megatron}.{leaf}"], split, plain == "qkv"
+                    split = dim if leaf == "weight" or bias_split else None
+                    param = params[f"layers.{i}.{megatron}.{leaf}"]
+                    layout.append((f"blocks.{i}.{plain}.{leaf}", param, split, plain == "qkv"))
+        return layout
 
     @torch.no_grad()
     def load_blocks(self, plain: dict[str, torch.Tensor]) -> None:
-        for key, param, dim, qkv in self._layers():
-            param.copy_(self.shard(plain[key], dim, qkv))
-
-    def shard(self, full: torch.Tensor, dim: int | None, qkv: bool) -> torch.Tensor:
-        """This rank's part of a plain-layout tensor, in Megatron's layout."""
-        full = qkv_to_megatron(full, self.heads) if qkv else full
-        return full if dim is None else full.chunk(self.tp, dim=dim)[self.rank]
-
-    def unshard(self, local: torch.Tensor, dim: int | None, qkv: bool) -> torch.Tensor:
-        """The plain-layout tensor from every rank's part (a collective when TP > 1)."""
-        full = local.detach()
-        if dim is not None and self.tp > 1:
-            import torch.distributed as dist
-
-            parts = [torch.empty_like(full) for _ in range(self.tp)]
-            dist.all_gather(parts, full.contiguous())
-            full = torch.cat(parts, dim=dim)
-        return qkv_from_megatron(full, self.heads) if qkv else full
-
-    def trunk_layout(self) -> list[tuple[str, nn.Parameter, int | None, bool]]:
-        return [(f"blocks.{key}", param, dim, qkv) for key, param, dim, qkv in self._layers()]
+        """This rank's part of each plain-layout trunk tensor, in Megatron's layout."""
+        for key, param, dim, qkv in self.trunk_layout():
+            full = qkv_to_megatron(plain[key], self.heads) if qkv else plain[key]
+            param.copy_(full if dim is None else full.chunk(self.tp, dim=dim)[self.rank])
 
     tokens = ViTPolicy.tokens  # the ViT's own embedding of the observation, with its own modules
 
@@ -129,5 +113,4 @@ class GPTTrunkPolicy(VisionActorCritic):
         self.gpt.set_input_tensor(x.transpose(0, 1).contiguous())
         return self.gpt(None, None, None).transpose(0, 1)
 
-    def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.norm(self.trunk(self.tokens(obs))[:, -1]).float()
+    _features = ViTPolicy._features  # the readout token after the trunk above

@@ -102,14 +102,8 @@ class CameraEnv:
         self._observation: dict[str, np.ndarray] | None = None
         self.evaluator = None  # one per worker: on the first replica's first slice
         if cfg.evaluation is not None and ctx.replica == 0 and ctx.stage == 0:
-            self.evaluator = Evaluator(
-                cfg.evaluation,
-                make_env(cfg.env_id, **cfg.env_kwargs),
-                cfg,
-                cfg.video,
-                Path(ctx.output_dir) / "videos" / ctx.worker,
-                ctx.seed,
-            )
+            folder = Path(ctx.output_dir) / "videos" / ctx.worker
+            self.evaluator = Evaluator(cfg, make_env(cfg.env_id, **cfg.env_kwargs), folder, ctx.seed)
         self._evaluated: dict[str, float] = {}
         self._done = np.zeros(len(self.envs), dtype=bool)
         self._succeeded = np.full(len(self.envs), np.nan)  # any success in the episode so far (NaN: no signal)

@@ -10,14 +10,19 @@ Driven by a sync edge, so it runs every k iterations with the weights of that mo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from m2flow.workers.env.rendering import CameraRenderer
-from m2flow.workers.env.video import EpisodeVideo, VideoConfig
+from m2flow.workers.env.video import EpisodeVideo
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from m2flow.workers.env.camera_env import CameraEnvConfig
 
 
 class EvaluationConfig(BaseModel):
@@ -30,13 +35,15 @@ class EvaluationConfig(BaseModel):
 
 
 class Evaluator:
-    def __init__(self, config: EvaluationConfig, env, env_config, video: VideoConfig, folder: Path, seed: int):
+    def __init__(self, env_config: CameraEnvConfig, env: gym.Env, folder: Path, seed: int):
+        """`env_config`: the simulator's config (its `evaluation`, `video`, observation); `env`: an env of
+        the evaluation's own."""
         from m2flow.workers.models import PolicyArgs  # models import the env package: import here, not at the top
 
-        self.config, self.env, self.chunk_env = config, env, env_config
-        self.seed = seed + config.seed
-        self.model = PolicyArgs(**config.policy).build().eval()
-        view = env_config.observation
+        self.config, self.env, self.env_config = env_config.evaluation, env, env_config
+        self.seed = seed + self.config.seed
+        self.model = PolicyArgs(**self.config.policy).build().eval()
+        view, video = env_config.observation, env_config.video
         self.renderer = CameraRenderer(
             env.unwrapped.model, view.cameras, view.modalities, view.size, env_config.render_profile
         )
@@ -82,8 +89,8 @@ class Evaluator:
     def _act(self, proprio: np.ndarray) -> np.ndarray:
         """The chunk of mean actions for the current observation (rendered as the policy sees it in training)."""
         observation = {m: v[None] for m, v in self.renderer.render(self.env.unwrapped.data).items()}
-        if "proprio" in self.chunk_env.observation.modalities:
+        if "proprio" in self.env_config.observation.modalities:
             observation["proprio"] = np.asarray(proprio, np.float32)[None]
         mean = self.model.mean_action(self.model.inputs(observation, torch.device("cpu")))
         actions = mean.reshape(-1, self.act_dim).numpy()
-        return np.clip(actions, self.low, self.high) if self.chunk_env.clip_actions else actions
+        return np.clip(actions, self.low, self.high) if self.env_config.clip_actions else actions
