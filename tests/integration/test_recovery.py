@@ -15,44 +15,29 @@ from m2flow.config import spec_from_dict
 from m2flow.errors import WorkerError
 from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from tests.conftest import ROOT
+from tests.workflows import pendulum_ppo
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 FLOOR_S = 15.0
 
 
 def ppo_spec(tmp_path, name: str, actor_replicas: int = 1, iterations: int = 6, **run) -> mf.WorkflowSpec:
-    env = {"env_id": "InvertedPendulum-v5"}
-    args = {**env, "hidden": [16, 16]}
-    return spec_from_dict(
-        {
-            "name": name,
-            "workers": {
-                "env": {"kind": "simulator", "class": "m2flow.workers.env.GymEnv", "args": {**env, "num_envs": 4}},
-                "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": args},
-                "actor": {
-                    "kind": "training",
-                    "class": "m2flow.workers.actor.PPO",
-                    "replicas": actor_replicas,
-                    "args": {**args, "num_minibatches": 4, "update_epochs": 2},
-                },
-            },
-            "flow": {
-                "loop": {"horizon": 64, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
-                "then": ["env.trajectory -> actor.train"],
-                "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
-            },
-            "run": {
-                "iterations": iterations,
-                "seed": 2,
-                "output_dir": str(tmp_path),
-                "progress": False,
-                "checkpoint_every": 1,
-                "on_failure": "restart",
-                "timeouts": {"floor_s": FLOOR_S},
-                **run,
-            },
-        }
+    raw = pendulum_ppo(
+        tmp_path,
+        name,
+        hidden=[16, 16],
+        actor={"num_minibatches": 4, "update_epochs": 2},
+        run={
+            "iterations": iterations,
+            "seed": 2,
+            "checkpoint_every": 1,
+            "on_failure": "restart",
+            "timeouts": {"floor_s": FLOOR_S},
+            **run,
+        },
     )
+    raw["workers"]["actor"]["replicas"] = actor_replicas
+    return spec_from_dict(raw)
 
 
 def kill_later(actor_name: str, metrics, after_iteration: int, delay_s: float) -> dict:

@@ -11,6 +11,7 @@ import m2flow as mf
 from m2flow.config import spec_from_dict
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.workers.actor import read_checkpoint
+from tests.workflows import pendulum_ppo
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -118,30 +119,13 @@ def test_a_streamed_batch_trains_exactly_like_a_whole_one(tmp_path):
     the one of a PPO that waits for the whole batch."""
 
     def spec(name: str, actor_class: str) -> mf.WorkflowSpec:
-        env = {"env_id": "InvertedPendulum-v5"}
-        args = {**env, "hidden": [16, 16]}
-        return spec_from_dict(
-            {
-                "name": name,
-                "workers": {
-                    "env": {
-                        "kind": "simulator",
-                        "class": "m2flow.workers.env.GymEnv",
-                        "replicas": 2,
-                        "args": {**env, "num_envs": 4},
-                    },
-                    "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": args},
-                    "actor": {"kind": "training", "class": actor_class, "args": {**args, "num_minibatches": 4}},
-                },
-                "flow": {
-                    "loop": {"horizon": 32, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
-                    "then": ["env.trajectory -> actor.train"],
-                    "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
-                },
-                "placement": {"mode": "hybrid", "pipeline_stages": 2},
-                "run": {"iterations": 2, "seed": 4, "output_dir": str(tmp_path), "progress": False},
-            }
+        raw = pendulum_ppo(
+            tmp_path, name, hidden=[16, 16], horizon=32, actor={"num_minibatches": 4}, run={"iterations": 2, "seed": 4}
         )
+        raw["workers"]["env"]["replicas"] = 2
+        raw["workers"]["actor"]["class"] = actor_class
+        raw["placement"] = {"mode": "hybrid", "pipeline_stages": 2}
+        return spec_from_dict(raw)
 
     streamed = mf.run(spec("streamed", "m2flow.workers.actor.PPO"))
     whole = mf.run(spec("whole", "tests.workers_for_tests.WholeBatchPPO"))
@@ -156,27 +140,15 @@ def test_a_streamed_batch_trains_exactly_like_a_whole_one(tmp_path):
 
 
 def test_ppo_learns_inverted_pendulum(tmp_path):
-    args = {"env_id": "InvertedPendulum-v5"}
-    spec = spec_from_dict(
-        {
-            "name": "ppo-pendulum",
-            "workers": {
-                "env": {"kind": "simulator", "class": "m2flow.workers.env.GymEnv", "args": {**args, "num_envs": 8}},
-                "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": args},
-                "actor": {
-                    "kind": "training",
-                    "class": "m2flow.workers.actor.PPO",
-                    "args": {**args, "num_minibatches": 8, "update_epochs": 10},
-                },
-            },
-            "flow": {
-                "loop": {"horizon": 128, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
-                "then": ["env.trajectory -> actor.train"],
-                "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
-            },
-            "run": {"iterations": 30, "seed": 1, "output_dir": str(tmp_path), "progress": False, "checkpoint_every": 0},
-        }
+    raw = pendulum_ppo(
+        tmp_path,
+        "ppo-pendulum",
+        num_envs=8,
+        horizon=128,
+        actor={"num_minibatches": 8, "update_epochs": 10},
+        run={"iterations": 30, "seed": 1, "checkpoint_every": 0},
     )
+    spec = spec_from_dict(raw)
     result = mf.run(spec)
     returns = [h["env/episode_return"] for h in result.history if "env/episode_return" in h]
     assert returns[0] < 30, "an untrained policy balances only briefly"
