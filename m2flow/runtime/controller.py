@@ -153,7 +153,6 @@ class Controller:
         the unit the planner's cost model uses for them. Streamed sources were submitted with the loop."""
         produced, calls = self._streamed
         self._streamed = ({}, [])
-        produced = dict(produced)
         for port in self.graph.then_order:
             if str(port) in produced:
                 continue
