@@ -121,7 +121,7 @@ def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
     return {
         "mode": result.plan.mode,
         "stages": result.plan.pipeline_stages,
-        "predicted_s": result.plan.predicted["iteration_s"],
+        "predicted_s": result.plan.predicted.iteration_s,
         "measured_s": iteration,
         "env_steps_per_s": result.history[-1]["env_steps"] / len(result.history) / iteration,
         "pipeline_efficiency": bound / loop,

@@ -35,6 +35,7 @@ def workflow(backend: str, ranks: int, args: argparse.Namespace, out: Path) -> m
                 "data": {
                     "kind": "function",
                     "class": "m2flow.workers.synthetic.SyntheticBatch",
+                    "replicas": ranks if backend == "fsdp" else 1,  # one shard per data-parallel rank
                     "args": {"steps": args.steps, "envs": args.envs},
                 },
                 "actor": {
@@ -56,7 +57,7 @@ def run(backend: str, ranks: int, args: argparse.Namespace, out: Path) -> dict:
     result = mf.run(workflow(backend, ranks, args, out))
     seconds = statistics.median(h["time/then_s"] for h in result.history[1:])
     state = read_checkpoint(latest_checkpoint(result.run_dir / "checkpoints") / "actor")["model"]
-    devices = sorted({result.plan.device_name(d) for d in result.plan.placements["actor"].replica_devices})
+    devices = sorted({d.name for d in result.plan.placements["actor"].replica_devices})
     return {
         "backend": backend,
         "ranks": ranks,

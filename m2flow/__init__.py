@@ -3,6 +3,7 @@
 from m2flow.api import Workflow, define_worker, plan, run
 from m2flow.config import dump_spec, load_spec
 from m2flow.context import WorkerContext, context
+from m2flow.contract import WorkerConfig
 from m2flow.errors import M2FlowError, MissingDependency, PlanError, SpecError, WaitTimeout, WorkerError
 from m2flow.spec import WorkflowSpec
 
@@ -14,6 +15,7 @@ __all__ = [
     "PlanError",
     "SpecError",
     "WaitTimeout",
+    "WorkerConfig",
     "WorkerContext",
     "WorkerError",
     "Workflow",

@@ -1,28 +1,62 @@
-"""The devices a plan places workers on: GPUs, and CPU slots (one per core) for CPU work."""
+"""The devices a plan places workers on: GPUs, and CPU slots (one per core) for CPU work.
+
+A device is named by a typed reference, `DeviceId(node, kind, index)`: `index` counts devices of its
+kind across the cluster, so `n1/gpu9` is the tenth GPU, on node 1. Plans, the simulator, the executor
+and the trace all use these references; nothing indexes devices by a bare integer.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 from m2flow.spec import ClusterSpec
 
 DeviceKind = Literal["gpu", "cpu"]
+_NAME = re.compile(r"^n(\d+)/(gpu|cpu)(\d+)$")
 
 
-@dataclass(frozen=True)
-class Device:
-    index: int
-    kind: DeviceKind
+@dataclass(frozen=True, order=True)
+class DeviceId:
     node: int
-    memory_gb: float
+    kind: DeviceKind
+    index: int
 
     @property
     def name(self) -> str:
         return f"n{self.node}/{self.kind}{self.index}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def parse(cls, name: str) -> DeviceId:
+        match = _NAME.match(name)
+        if not match:
+            raise ValueError(f"'{name}' is not a device name like n0/gpu3")
+        return cls(int(match.group(1)), match.group(2), int(match.group(3)))
+
+
+@dataclass(frozen=True)
+class Device:
+    id: DeviceId
+    memory_gb: float
+
+    @property
+    def kind(self) -> DeviceKind:
+        return self.id.kind
+
+    @property
+    def node(self) -> int:
+        return self.id.node
+
+    @property
+    def name(self) -> str:
+        return self.id.name
 
 
 @dataclass(frozen=True)
@@ -31,18 +65,33 @@ class Cluster:
     nodes: int
     node_ids: tuple[str, ...] = ()  # Ray's id of each node, when planned on a live Ray cluster
 
-    def of_kind(self, kind: DeviceKind) -> list[Device]:
-        return [d for d in self.devices if d.kind == kind]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {d.id: d for d in self.devices})
+
+    def device(self, ref: DeviceId) -> Device:
+        return self._by_id[ref]
+
+    def of_kind(self, kind: DeviceKind) -> list[DeviceId]:
+        return [d.id for d in self.devices if d.kind == kind]
 
     def count(self, kind: DeviceKind) -> int:
         return sum(1 for d in self.devices if d.kind == kind)
 
+    def core_on_node(self, ref: DeviceId) -> int:
+        """The node-local position of a CPU slot: the core a replica placed there is pinned to."""
+        return sum(1 for d in self.devices if d.kind == "cpu" and d.node == ref.node and d.id.index < ref.index)
+
     def to_dict(self) -> dict:
-        return {"nodes": self.nodes, "devices": [asdict(d) for d in self.devices], "node_ids": list(self.node_ids)}
+        return {
+            "nodes": self.nodes,
+            "devices": [{"name": d.name, "memory_gb": d.memory_gb} for d in self.devices],
+            "node_ids": list(self.node_ids),
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> Cluster:
-        return cls(tuple(Device(**d) for d in data["devices"]), data["nodes"], tuple(data.get("node_ids", ())))
+        devices = tuple(Device(DeviceId.parse(d["name"]), d["memory_gb"]) for d in data["devices"])
+        return cls(devices, data["nodes"], tuple(data.get("node_ids", ())))
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> Cluster:
@@ -53,7 +102,7 @@ class Cluster:
         devices = []
         for kind, total, memory in (("gpu", gpus, spec.gpu_memory_gb), ("cpu", cpus, cpu_memory)):
             per_node = -(-total // spec.nodes) if total else 0
-            devices += [Device(i, kind, i // per_node, memory) for i in range(total)]
+            devices += [Device(DeviceId(i // per_node, kind, i), memory) for i in range(total)]
         return cls(tuple(devices), spec.nodes)
 
 

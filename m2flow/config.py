@@ -109,15 +109,18 @@ def dump_spec(spec: WorkflowSpec) -> str:
     return yaml.safe_dump(spec.to_dict(), sort_keys=False, allow_unicode=True)
 
 
-def format_validation_error(exc: ValidationError) -> list[str]:
-    """One line per problem: the dotted key, what is wrong, and the fix where we can name it."""
+def format_validation_error(
+    exc: ValidationError, model: type[BaseModel] = WorkflowSpec, prefix: tuple[str, ...] = ()
+) -> list[str]:
+    """One line per problem: the dotted key, what is wrong, and the fix where we can name it. `model` is
+    what was validated, `prefix` where it sits in the workflow (e.g. a worker's args)."""
     lines = []
     for err in exc.errors():
         loc = [str(part) for part in err["loc"] if not str(part).startswith("function-")]
-        key = ".".join(loc) or "<top level>"
+        key = ".".join([*prefix, *loc]) or "<top level>"
         kind = err["type"]
         if kind == "extra_forbidden":
-            lines.append(f"{key}: unknown key{_did_you_mean(loc)}")
+            lines.append(f"{key}: unknown key{_did_you_mean(model, loc)}")
         elif kind == "missing":
             lines.append(f"{key}: required key is missing")
         else:
@@ -126,8 +129,8 @@ def format_validation_error(exc: ValidationError) -> list[str]:
     return lines
 
 
-def _did_you_mean(loc: list[str]) -> str:
-    known = _fields_at(WorkflowSpec, loc[:-1])
+def _did_you_mean(model: type[BaseModel], loc: list[str]) -> str:
+    known = _fields_at(model, loc[:-1])
     if not known:
         return ""
     close = difflib.get_close_matches(loc[-1], known, n=1)

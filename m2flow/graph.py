@@ -6,12 +6,13 @@ Every problem found is reported at once, each naming the key in the workflow fil
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import networkx as nx
 
+from m2flow.contract import WorkerInfo, describe_worker
+from m2flow.dispatch import gather, shards_needed
 from m2flow.errors import SpecError
-from m2flow.resolve import ports_of, resolve
+from m2flow.resolve import resolve
 from m2flow.spec import Edge, PortRef, WorkflowSpec
 
 
@@ -47,12 +48,24 @@ class MacroGraph:
     then: list[Edge]
     then_order: list[PortRef]
     sync: list[tuple[Edge, int]]
-    ports: dict[str, set[str]] = field(default_factory=dict)
-    targets: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, WorkerInfo] = field(default_factory=dict)
 
     @property
     def workers(self) -> dict:
         return self.spec.workers
+
+    @property
+    def loop_steps(self) -> int:
+        """Env steps one iteration's loop produces: horizon x the entry worker's replicas x its items."""
+        if self.loop is None:
+            return 0
+        entry = self.info[self.loop.entry.worker]
+        return self.loop.horizon * entry.replicas * entry.items_per_replica
+
+    def outputs(self, port: PortRef) -> int:
+        """How many outputs a call of `port` hands downstream (one per replica, or the group's one)."""
+        info = self.info[port.worker]
+        return len(gather(info.dispatch(port.port), list(range(info.replicas))))
 
     def then_inputs(self, port: PortRef) -> list[PortRef]:
         return [e.src for e in self.then if e.dst == port]
@@ -80,14 +93,18 @@ class MacroGraph:
 def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     """Resolve every worker, check every edge, and return the validated macro graph."""
     problems: list[str] = []
-    ports: dict[str, set[str]] = {}
-    targets: dict[str, Any] = {}
+    info: dict[str, WorkerInfo] = {}
     for name, worker in spec.workers.items():
         try:
-            targets[name] = resolve(worker.cls, f"workers.{name}.class")
-            ports[name] = ports_of(targets[name])
+            target = resolve(worker.cls, f"workers.{name}.class")
         except SpecError as exc:
             problems.extend(exc.problems)
+            continue
+        described, found = describe_worker(name, worker, target)
+        problems.extend(found)
+        if described is not None:
+            info[name] = described
+    ports = {name: described.ports for name, described in info.items()}
 
     def check(ref: PortRef, key: str) -> None:
         if ref.worker not in spec.workers:
@@ -126,7 +143,27 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     if problems:
         raise SpecError(problems, source)
     sync = [(s.edge, s.every) for s in flow.sync]
-    return MacroGraph(spec, graph, loop, list(flow.then), then_order, sync, ports, targets)
+    macro = MacroGraph(spec, graph, loop, list(flow.then), then_order, sync, info)
+    problems += _check_shard_splits(macro)
+    if problems:
+        raise SpecError(problems, source)
+    return macro
+
+
+def _check_shard_splits(graph: MacroGraph) -> list[str]:
+    """A port that shards its input over data-parallel ranks needs at least one input shard per rank."""
+    problems = []
+    for i, edge in enumerate(graph.then):
+        dst = graph.info[edge.dst.worker]
+        needed = shards_needed(dst.dispatch(edge.dst.port), dst.data_parallel)
+        given = graph.outputs(edge.src)
+        if given < needed:
+            problems.append(
+                f"flow.then[{i}] '{edge}': {edge.dst.worker} splits its input over {needed} data-parallel ranks but"
+                f" {edge.src} gives {given} shard(s) (one per replica of {edge.src.worker}); raise"
+                f" workers.{edge.src.worker}.replicas to {needed} or lower workers.{edge.dst.worker}.replicas"
+            )
+    return problems
 
 
 def _loop_chain(edges: list[Edge], horizon: int, problems: list[str]) -> LoopChain | None:

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from m2flow.cluster import Cluster
+from m2flow.cluster import Cluster, DeviceId
+from m2flow.spec import Edge
+
+
+class ReplicaId(NamedTuple):
+    worker: str
+    replica: int
+
+    def __str__(self) -> str:
+        return f"{self.worker}[{self.replica}]"
 
 
 @dataclass
@@ -20,9 +29,27 @@ class Placement:
     """Where one worker runs: the devices it may use, and the device of each replica."""
 
     worker: str
-    device_kind: str
-    devices: list[int]
-    replica_devices: list[int]
+    devices: list[DeviceId]
+    replica_devices: list[DeviceId]
+
+    @property
+    def device_kind(self) -> str:
+        return self.devices[0].kind
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "devices": [d.name for d in self.devices],
+            "replica_devices": [d.name for d in self.replica_devices],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Placement:
+        return cls(
+            data["worker"],
+            [DeviceId.parse(d) for d in data["devices"]],
+            [DeviceId.parse(d) for d in data["replica_devices"]],
+        )
 
 
 @dataclass
@@ -33,7 +60,7 @@ class Task:
     worker: str
     replica: int
     port: str
-    device: str
+    device: DeviceId
     start: float
     end: float
     phase: str
@@ -41,10 +68,18 @@ class Task:
     stage: int = 0
     deps: list[int] = field(default_factory=list)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "device": self.device.name}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Task:
+        return cls(**{**data, "device": DeviceId.parse(data["device"])})
+
 
 @dataclass
 class Phase:
-    """One step of the per-iteration program the controller runs: `sync`, `loop` or `then`.
+    """One step of the per-iteration program the controller runs: its `op` (`sync`, `loop`, `then`) and
+    the edges it moves data over.
 
     `offload` / `onload` name the workers swapped out of / into device memory just before it; a phase
     skipped this iteration (sync every k) skips its swaps too. `streamed`: the then-edges whose parts go
@@ -52,11 +87,87 @@ class Phase:
     """
 
     op: str
-    edges: list[str] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
     every: int = 1
     offload: list[str] = field(default_factory=list)
     onload: list[str] = field(default_factory=list)
-    streamed: list[str] = field(default_factory=list)
+    streamed: list[Edge] = field(default_factory=list)
+
+    @property
+    def workers(self) -> set[str]:
+        """The workers this phase calls."""
+        return {ref.worker for edge in self.edges for ref in (edge.src, edge.dst)}
+
+    def runs_at(self, iteration: int) -> bool:
+        return iteration % self.every == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "edges": [str(e) for e in self.edges],
+            "every": self.every,
+            "offload": self.offload,
+            "onload": self.onload,
+            "streamed": [str(e) for e in self.streamed],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Phase:
+        edges = {key: [Edge.model_validate(e) for e in data.get(key, [])] for key in ("edges", "streamed")}
+        return cls(data["op"], edges["edges"], data["every"], data["offload"], data["onload"], edges["streamed"])
+
+
+@dataclass
+class Prediction:
+    """What the event simulator predicts for one steady-state iteration of a plan."""
+
+    iteration_s: float
+    phase_s: dict[str, float]
+    env_steps_per_iteration: int
+    device_busy: dict[DeviceId, float]
+    bubble_fraction: float
+    simulated_steps: int
+    port_s: dict[str, float] = field(default_factory=dict)
+    loop_step_s: float = 0.0
+    cost_sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def env_steps_per_s(self) -> float:
+        return self.env_steps_per_iteration / self.iteration_s if self.iteration_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["device_busy"] = {d.name: busy for d, busy in self.device_busy.items()}
+        return {**out, "env_steps_per_s": self.env_steps_per_s}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Prediction:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["device_busy"] = {DeviceId.parse(d): busy for d, busy in data["device_busy"].items()}
+        return cls(**values)
+
+
+@dataclass
+class Candidate:
+    """One row of the planner's ranking: a mode, its stage count, and what it is predicted to give."""
+
+    mode: str
+    stages: int | None
+    iteration_s: float | None
+    env_steps_per_s: float | None
+    bubble_fraction: float | None
+    feasible: bool = True
+    reason: str = ""
+    layout: str = "-"
+
+    @classmethod
+    def of(cls, mode: str, stages: int, prediction: Prediction) -> Candidate:
+        return cls(mode, stages, prediction.iteration_s, prediction.env_steps_per_s, prediction.bubble_fraction, True)
+
+    @classmethod
+    def infeasible(cls, mode: str, reason: str, layout: str = "-") -> Candidate:
+        return cls(mode, None, None, None, None, False, reason, layout)
 
 
 @dataclass
@@ -67,19 +178,19 @@ class Plan:
     placements: dict[str, Placement]
     pipeline_stages: int
     phases: list[Phase]
+    predicted: Prediction
     tasks: list[Task] = field(default_factory=list)
-    predicted: dict[str, Any] = field(default_factory=dict)
-    candidates: list[dict[str, Any]] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     spec_overrides: list[str] = field(default_factory=list)  # knobs the planner set, as `key=value`
-    processes: list[list[tuple[str, int]]] = field(default_factory=list)  # replicas sharing a process
+    processes: list[list[ReplicaId]] = field(default_factory=list)  # replicas sharing a process
 
-    def device_name(self, index: int) -> str:
-        return self.cluster.devices[index].name
-
-    def occupants(self) -> Counter:
+    def occupants(self) -> Counter[DeviceId]:
         """How many replicas (of any worker) each device hosts."""
         return Counter(d for p in self.placements.values() for d in p.replica_devices)
+
+    def device_of(self, replica: ReplicaId) -> DeviceId:
+        return self.placements[replica.worker].replica_devices[replica.replica]
 
     def sharing(self) -> list[tuple[str, str]]:
         """Pairs of workers whose device sets overlap (time-multiplexed on the same devices)."""
@@ -96,12 +207,12 @@ class Plan:
             "workflow": self.workflow,
             "mode": self.mode,
             "cluster": self.cluster.to_dict(),
-            "placements": {k: asdict(v) for k, v in self.placements.items()},
+            "placements": {k: v.to_dict() for k, v in self.placements.items()},
             "pipeline_stages": self.pipeline_stages,
-            "phases": [asdict(p) for p in self.phases],
-            "tasks": [asdict(t) for t in self.tasks],
-            "predicted": self.predicted,
-            "candidates": self.candidates,
+            "phases": [p.to_dict() for p in self.phases],
+            "predicted": self.predicted.to_dict(),
+            "tasks": [t.to_dict() for t in self.tasks],
+            "candidates": [asdict(c) for c in self.candidates],
             "notes": self.notes,
             "spec_overrides": self.spec_overrides,
             "processes": [[list(m) for m in group] for group in self.processes],
@@ -113,15 +224,15 @@ class Plan:
             workflow=data["workflow"],
             mode=data["mode"],
             cluster=Cluster.from_dict(data["cluster"]),
-            placements={k: Placement(**v) for k, v in data["placements"].items()},
+            placements={k: Placement.from_dict(v) for k, v in data["placements"].items()},
             pipeline_stages=data["pipeline_stages"],
-            phases=[Phase(**p) for p in data["phases"]],
-            tasks=[Task(**t) for t in data["tasks"]],
-            predicted=data["predicted"],
-            candidates=data["candidates"],
+            phases=[Phase.from_dict(p) for p in data["phases"]],
+            predicted=Prediction.from_dict(data["predicted"]),
+            tasks=[Task.from_dict(t) for t in data["tasks"]],
+            candidates=[Candidate(**c) for c in data["candidates"]],
             notes=data["notes"],
             spec_overrides=data.get("spec_overrides", []),
-            processes=[[(w, int(r)) for w, r in group] for group in data.get("processes", [])],
+            processes=[[ReplicaId(w, int(r)) for w, r in group] for group in data.get("processes", [])],
         )
 
     def save(self, path: str | Path) -> Path:

@@ -26,6 +26,8 @@ class _Strict(BaseModel):
 class PortRef(_Strict):
     """`worker.port`: a method of a worker (a function worker has the single port `call`)."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     worker: str
     port: str
 
@@ -49,6 +51,8 @@ class PortRef(_Strict):
 
 class Edge(_Strict):
     """`src.port -> dst.port`: the output of `src.port` is the input of `dst.port`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     src: PortRef
     dst: PortRef
@@ -78,6 +82,21 @@ class PortCost(_Strict):
     per_item_s: float = Field(0.0, ge=0)
 
 
+class Dispatch(_Strict):
+    """How a call of a port is split over the worker's replicas and whose outputs stand for the group.
+
+    `split`: `broadcast` (every replica receives every input shard) or `shard` (each data-parallel rank
+    receives its contiguous block of the input shards; ranks of one model-parallel group receive the same).
+    `gather`: `all` (every replica's output, in replica order) or `rank_zero` (the group's output is rank
+    0's; the other ranks took part in its collectives).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    split: Literal["broadcast", "shard"] = "broadcast"
+    gather: Literal["all", "rank_zero"] = "all"
+
+
 class Resources(_Strict):
     """What one replica needs. `device: auto` puts inference/training on GPUs when there are any."""
 
@@ -93,6 +112,9 @@ class WorkerSpec(_Strict):
     backend: str | None = None
     resources: Resources = Field(default_factory=Resources)
     profile: dict[str, PortCost] = Field(default_factory=dict)
+    dispatch: dict[str, Dispatch] = Field(
+        default_factory=dict, description="per port: how calls are split and gathered (default: by kind)"
+    )
 
     @field_validator("cls")
     @classmethod

@@ -1,5 +1,6 @@
 """Planning: pure computation over the macro graph, the cluster and the profile (no Ray, no torch)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 from m2flow.errors import PlanError
@@ -44,12 +45,12 @@ def make_plan(graph, cluster, profile=None, mode: str | None = None):
 def compare_with_auto(graph, cluster, manual):
     """Set auto's best beside a hand layout: a note on what the hand-tuning gains or costs."""
     best = make_plan(graph, cluster, mode="auto")
-    ratio = manual.predicted["iteration_s"] / best.predicted["iteration_s"]
+    ratio = manual.predicted.iteration_s / best.predicted.iteration_s
     verdict = f"{ratio:.2f}x slower than" if ratio > 1.005 else ("as fast as" if ratio >= 0.995 else "faster than")
-    manual.candidates = manual.candidates + [dict(row, mode=f"auto: {row['mode']}") for row in best.candidates]
+    manual.candidates = manual.candidates + [replace(row, mode=f"auto: {row.mode}") for row in best.candidates]
     manual.notes.append(
-        f"your layout ({manual.mode}, {manual.pipeline_stages} stage(s)): {manual.predicted['iteration_s']:.4g}"
+        f"your layout ({manual.mode}, {manual.pipeline_stages} stage(s)): {manual.predicted.iteration_s:.4g}"
         f" s/iteration, {verdict} auto's best ({best.mode}, {best.pipeline_stages} stage(s),"
-        f" {best.predicted['iteration_s']:.4g} s)"
+        f" {best.predicted.iteration_s:.4g} s)"
     )
     return manual

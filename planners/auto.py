@@ -12,7 +12,7 @@ from m2flow.errors import PlanError, SpecError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners.base import Planner, check_cluster, device_kind, get_planner, placement_modes, register
 from m2flow.planners.profile import Profile
-from m2flow.schedule import Plan
+from m2flow.schedule import Candidate, Plan
 
 
 @register
@@ -27,27 +27,16 @@ class AutoPlanner(Planner):
                 try:
                     plan = get_planner(mode).plan(layout_graph, cluster, layout_profile)
                 except PlanError as exc:
-                    rejected.append(
-                        {
-                            "mode": mode,
-                            "stages": None,
-                            "iteration_s": None,
-                            "env_steps_per_s": None,
-                            "bubble_fraction": None,
-                            "feasible": False,
-                            "reason": str(exc),
-                            "layout": layout_label(layout_graph),
-                        }
-                    )
+                    rejected.append(Candidate.infeasible(mode, str(exc), layout_label(layout_graph)))
                     continue
                 plan.spec_overrides = overrides
                 for row in plan.candidates:
-                    row["layout"] = layout_label(layout_graph)
+                    row.layout = layout_label(layout_graph)
                 plans.append(plan)
         if not plans:
-            reasons = "\n".join(f"  - {r['reason']}" for r in rejected)
+            reasons = "\n".join(f"  - {r.reason}" for r in rejected)
             raise PlanError(f"placement.mode=auto: no placement fits this cluster:\n{reasons}")
-        plans.sort(key=lambda p: p.predicted["iteration_s"])
+        plans.sort(key=lambda p: p.predicted.iteration_s)
         best = plans[0]
         best.candidates = [row for p in plans for row in p.candidates] + rejected
         best.notes.insert(0, explain(plans))  # the decision first
@@ -58,8 +47,8 @@ def layout_label(graph: MacroGraph) -> str:
     """`processes x envs` of the loop's simulator, e.g. `4 x 2`."""
     if graph.loop is None:
         return "-"
-    entry = graph.workers[graph.loop.entry.worker]
-    return f"{entry.replicas} x {entry.args.get('num_envs', 1)}"
+    entry = graph.info[graph.loop.entry.worker]
+    return f"{entry.replicas} x {entry.items_per_replica}"
 
 
 def process_layouts(graph: MacroGraph, cluster: Cluster, profile: Profile):
@@ -70,11 +59,16 @@ def process_layouts(graph: MacroGraph, cluster: Cluster, profile: Profile):
     if not graph.spec.placement.search_processes or loop is None:
         return
     name = loop.entry.worker
-    entry = graph.workers[name]
-    total = entry.replicas * int(entry.args.get("num_envs", 1))
+    entry = graph.info[name]
+    if entry.items_field is None:
+        return  # the worker declares no field for its items: its split cannot change
+    total = entry.replicas * entry.items_per_replica
     devices = cluster.count(device_kind(graph, name, cluster))
     for processes in [d for d in range(1, min(total, devices) + 1) if total % d == 0 and d != entry.replicas]:
-        overrides = [f"workers.{name}.replicas={processes}", f"workers.{name}.args.num_envs={total // processes}"]
+        overrides = [
+            f"workers.{name}.replicas={processes}",
+            f"workers.{name}.args.{entry.items_field}={total // processes}",
+        ]
         try:
             spec = spec_from_dict(apply_overrides(copy.deepcopy(graph.spec.to_dict()), overrides, "search"))
             layout = build_graph(spec)
@@ -89,13 +83,13 @@ def process_layouts(graph: MacroGraph, cluster: Cluster, profile: Profile):
 
 def explain(plans: list[Plan]) -> str:
     best = plans[0]
-    layout = f", simulator {best.candidates[0]['layout']} (processes x envs)" if best.spec_overrides else ""
+    layout = f", simulator {best.candidates[0].layout} (processes x envs)" if best.spec_overrides else ""
     line = (
         f"auto chose {best.mode} with {best.pipeline_stages} stage(s){layout}:"
-        f" {best.predicted['iteration_s']:.4g} s/iteration"
+        f" {best.predicted.iteration_s:.4g} s/iteration"
     )
     if len(plans) > 1:
         runner = plans[1]
-        ratio = runner.predicted["iteration_s"] / best.predicted["iteration_s"]
+        ratio = runner.predicted.iteration_s / best.predicted.iteration_s
         line += f"; next best {runner.mode} ({runner.pipeline_stages} stage(s)) is {ratio:.2f}x slower"
     return line

@@ -6,14 +6,16 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from typing import ClassVar
 
-from m2flow.cluster import Cluster
+from m2flow.cluster import Cluster, DeviceId
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.planners.offload import OffloadInfeasible, choose_offload, phases_of, with_swaps
+from m2flow.kinds import KINDS
+from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swaps
 from m2flow.planners.processes import process_groups
 from m2flow.planners.profile import Profile
-from m2flow.planners.simulate import Prediction, simulate
-from m2flow.schedule import Phase, Placement, Plan
+from m2flow.planners.simulate import simulate
+from m2flow.program import build_phases, part_port
+from m2flow.schedule import Candidate, Phase, Placement, Plan, Prediction, Task
 
 _PLANNERS: dict[str, type[Planner]] = {}
 
@@ -72,13 +74,14 @@ class PlacementPlanner(Planner):
             except OffloadInfeasible as exc:
                 reasons.append(str(exc))
                 continue
-            phases = with_swaps(phases_of(graph), offloaded)
-            stages, prediction = best_stages(graph, cluster, placements, profile, phases)
+            phases = with_swaps(build_phases(graph), offloaded)
+            stages, prediction, tasks = best_stages(graph, placements, profile, phases)
             if best is None or prediction.iteration_s < best[3].iteration_s:
-                best = (name, placements, offloaded, prediction, stages, phases)
+                best = (name, placements, offloaded, prediction, stages, phases, tasks)
         if best is None:
             raise PlanError(f"placement.mode={self.mode}: {reasons[0]}")
-        name, placements, offloaded, prediction, stages, phases = best
+        name, placements, offloaded, prediction, stages, phases, tasks = best
+        prediction.cost_sources = dict(profile.source)
         plan = Plan(
             workflow=graph.spec.name,
             mode=self.label(placements),
@@ -86,19 +89,18 @@ class PlacementPlanner(Planner):
             placements=placements,
             pipeline_stages=stages,
             phases=phases,
-            tasks=prediction.tasks,
-            predicted=prediction.summary(),
+            predicted=prediction,
+            tasks=tasks,
         )
         plan.processes = process_groups(graph, placements)
-        plan.candidates = [candidate_row(plan.mode, stages, prediction)]
-        plan.predicted["cost_sources"] = dict(profile.source)
+        plan.candidates = [Candidate.of(plan.mode, stages, prediction)]
         if len(options) > 1:
             plan.notes.append(f"{self.mode}: devices split {name} (best of {len(options)} splits)")
         if offloaded:
             plan.notes.append(f"{self.mode}: {', '.join(sorted(offloaded))} swap out of shared devices between phases")
         plan.notes += streaming_notes(graph, phases)
         for group in plan.processes:
-            plan.notes.append(f"one process: {' + '.join(f'{w}[{r}]' for w, r in group)} (placement.colocate)")
+            plan.notes.append(f"one process: {' + '.join(map(str, group))} (placement.colocate)")
         return plan
 
 
@@ -107,8 +109,8 @@ def streaming_notes(graph: MacroGraph, phases: list[Phase]) -> list[str]:
     notes = []
     for phase in (p for p in phases if p.op == "then"):
         for edge in graph.then:
-            if str(edge) in phase.streamed:
-                part = getattr(graph.targets[edge.dst.worker], f"{edge.dst.port}_part")
+            if edge in phase.streamed:
+                part = getattr(graph.info[edge.dst.worker].target, part_port(edge).port)
                 what = " ".join((part.__doc__ or "").split()) or "no docstring"
                 notes.append(
                     f"then: {edge} streams: each loop replica's part goes to {edge.dst.worker}.{edge.dst.port}_part"
@@ -130,7 +132,7 @@ def device_kind(graph: MacroGraph, worker: str, cluster: Cluster) -> str:
     spec = graph.workers[worker]
     wanted = spec.resources.device
     if wanted == "auto":
-        return "gpu" if cluster.count("gpu") and spec.kind in ("inference", "training") else "cpu"
+        return "gpu" if cluster.count("gpu") and KINDS[spec.kind].accelerator else "cpu"
     return wanted
 
 
@@ -155,40 +157,29 @@ def stage_options(graph: MacroGraph, profile: Profile) -> list[int]:
     wanted = graph.spec.placement.pipeline_stages
     if graph.loop is None:
         return [1]
-    items = profile.items_per_replica.get(graph.loop.entry.worker, 1)
+    entry = graph.info[graph.loop.entry.worker]
+    items = profile.items_per_replica.get(entry.name, 1)
     if wanted == "auto":
         return [s for s in (1, 2, 4) if s <= items]
     if wanted > items:
+        where = f"args.{entry.items_field}" if entry.items_field else "items per replica"
         raise PlanError(
-            f"placement.pipeline_stages: {wanted} slices, but each replica of '{graph.loop.entry.worker}'"
-            f" holds {items} env(s); use at most {items} stages or raise its args.num_envs"
+            f"placement.pipeline_stages: {wanted} slices, but each replica of '{entry.name}'"
+            f" holds {items} item(s); use at most {items} stages or raise workers.{entry.name}.{where}"
         )
     return [wanted]
 
 
 def best_stages(
-    graph: MacroGraph, cluster: Cluster, placements: dict[str, Placement], profile: Profile, phases: list[Phase]
-) -> tuple[int, Prediction]:
-    names = [d.name for d in cluster.devices]
-    results = [(s, simulate(graph, placements, names, s, profile, phases)) for s in stage_options(graph, profile)]
+    graph: MacroGraph, placements: dict[str, Placement], profile: Profile, phases: list[Phase]
+) -> tuple[int, Prediction, list[Task]]:
+    """The stage count predicted fastest (the fewest on a tie), its prediction and micro schedule."""
+    results = [(s, *simulate(graph, placements, s, profile, phases)) for s in stage_options(graph, profile)]
     return min(results, key=lambda r: (r[1].iteration_s, r[0]))
 
 
-def candidate_row(mode: str, stages: int, prediction: Prediction) -> dict:
-    summary = prediction.summary()
-    return {
-        "mode": mode,
-        "stages": stages,
-        "iteration_s": summary["iteration_s"],
-        "env_steps_per_s": summary["env_steps_per_s"],
-        "bubble_fraction": summary["bubble_fraction"],
-        "feasible": True,
-        "reason": "",
-    }
-
-
 def spread(
-    worker: str, replicas: int, devices: list[int], kind: str, placed: dict[str, Placement] | None = None
+    worker: str, replicas: int, devices: list[DeviceId], placed: dict[str, Placement] | None = None
 ) -> Placement:
     """Replicas over the given devices: round-robin from the first (co-located with whoever else starts
     there, as `shared` means), or, given the workers `placed` so far, each on the least-loaded device."""
@@ -198,12 +189,12 @@ def spread(
         device = min(devices, key=lambda d: (load[d], d)) if placed is not None else devices[r % len(devices)]
         chosen.append(device)
         load[device] += 1
-    return Placement(worker, kind, list(devices), chosen)
+    return Placement(worker, list(devices), chosen)
 
 
 def split_devices(
-    workers: list[str], pool: list[int], weight: dict[str, float], replicas: dict[str, int]
-) -> dict[str, list[int]]:
+    workers: list[str], pool: list[DeviceId], weight: dict[str, float], replicas: dict[str, int]
+) -> dict[str, list[DeviceId]]:
     """Disjoint device sets: one each, then the rest to whoever has most work per device (up to its replicas)."""
     if len(pool) < len(workers):
         raise Infeasible(

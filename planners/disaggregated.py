@@ -41,10 +41,9 @@ def disjoint(graph: MacroGraph, cluster: Cluster, workers: list[str], weight: di
     for name in workers:
         by_kind.setdefault(device_kind(graph, name, cluster), []).append(name)
     for kind, names in by_kind.items():
-        pool = [d.index for d in cluster.of_kind(kind)]
-        sets = split_devices(names, pool, weight, {n: graph.workers[n].replicas for n in names})
+        sets = split_devices(names, cluster.of_kind(kind), weight, {n: graph.workers[n].replicas for n in names})
         for name in names:
-            out[name] = spread(name, graph.workers[name].replicas, sets[name], kind, out)
+            out[name] = spread(name, graph.workers[name].replicas, sets[name], out)
     return out
 
 

@@ -63,7 +63,7 @@ class ManualPlanner(PlacementPlanner):
         out = {}
         for name, spec in graph.workers.items():
             kind = device_kind(graph, name, cluster)
-            pool = [d.index for d in cluster.of_kind(kind)]
+            pool = cluster.of_kind(kind)
             chosen = parse_devices(wanted.get(name, "all"), len(pool), f"placement.devices.{name}")
-            out[name] = spread(name, spec.replicas, [pool[i] for i in chosen], kind, out)
+            out[name] = spread(name, spec.replicas, [pool[i] for i in chosen], out)
         return out

@@ -8,43 +8,15 @@ shares a device swaps); `auto` (swap only if the device would not hold everyone 
 
 from __future__ import annotations
 
-from m2flow.cluster import Cluster
+from m2flow.cluster import Cluster, DeviceId
 from m2flow.graph import MacroGraph
 from m2flow.planners.profile import Profile
+from m2flow.program import build_phases
 from m2flow.schedule import Phase, Placement
 
 
 class OffloadInfeasible(Exception):
     pass
-
-
-def phases_of(graph: MacroGraph) -> list[Phase]:
-    phases = [Phase("sync", [str(edge)], every) for edge, every in graph.sync]
-    if graph.loop is not None:
-        phases.append(Phase("loop", [str(p) for p in graph.loop.ports]))
-    if graph.then:
-        phases.append(Phase("then", [str(e) for e in graph.then], streamed=[str(e) for e in streamable(graph)]))
-    return phases
-
-
-def streamable(graph: MacroGraph) -> list:
-    """Then-edges from a loop worker into a port whose class also takes parts (`<port>_part(part)`)."""
-    loop_workers = set(graph.loop.workers) if graph.loop is not None else set()
-    return [
-        e
-        for e in graph.then
-        if e.src.worker in loop_workers
-        and callable(getattr(graph.targets.get(e.dst.worker), f"{e.dst.port}_part", None))
-    ]
-
-
-def active(phase: Phase) -> set[str]:
-    """Workers a phase calls (the worker names of the ports on its edges)."""
-    names = set()
-    for item in phase.edges:
-        for side in item.split("->"):
-            names.add(side.strip().split(".")[0])
-    return names
 
 
 def sharing_workers(placements: dict[str, Placement]) -> set[str]:
@@ -65,7 +37,7 @@ def with_swaps(phases: list[Phase], offloaded: set[str]) -> list[Phase]:
     out = []
     for lap in range(2):  # the second lap starts from the state the first one ends in: the steady state
         for phase in phases:
-            need = active(phase) & offloaded
+            need = phase.workers & offloaded
             swap_out, swap_in = sorted((resident & offloaded) - need), sorted(need - resident)
             resident = (resident - set(swap_out)) | set(swap_in)
             if lap == 1:  # a context switch between the loop and the then-phase: nothing streams past it
@@ -76,13 +48,13 @@ def with_swaps(phases: list[Phase], offloaded: set[str]) -> list[Phase]:
 
 def peak_memory(
     placements: dict[str, Placement], phases: list[Phase], offloaded: set[str], profile: Profile
-) -> dict[int, tuple[float, list[str]]]:
+) -> dict[DeviceId, tuple[float, list[str]]]:
     """Per device, the most memory resident at once, and who holds it then."""
     always = {n for n in placements if n not in offloaded}
-    peak: dict[int, tuple[float, list[str]]] = {}
+    peak: dict[DeviceId, tuple[float, list[str]]] = {}
     for phase in phases or [Phase("idle")]:
-        resident = always | (active(phase) & offloaded)
-        load: dict[int, list[str]] = {}
+        resident = always | (phase.workers & offloaded)
+        load: dict[DeviceId, list[str]] = {}
         for name in resident:
             for device in placements[name].replica_devices:
                 load.setdefault(device, []).append(name)
@@ -95,7 +67,7 @@ def peak_memory(
 
 def choose_offload(graph: MacroGraph, placements: dict[str, Placement], cluster: Cluster, profile: Profile) -> set[str]:
     policy = graph.spec.placement.offload
-    phases = phases_of(graph)
+    phases = build_phases(graph)
     candidates = sharing_workers(placements)
     options = {"never": [set()], "always": [candidates], "auto": [set(), candidates]}[policy]
     for offloaded in options:
@@ -112,12 +84,12 @@ def fits(
 ) -> str | None:
     """None if every device holds its peak; else what overflows, and the fixes."""
     for device, (need, names) in peak_memory(placements, phases, offloaded, profile).items():
-        capacity = cluster.devices[device].memory_gb
+        capacity = cluster.device(device).memory_gb
         if need > capacity:
             parts = ", ".join(f"{n} {profile.memory_gb.get(n, 0.0):g} GB" for n in names)
             swap = "even with offload, " if offloaded else ""
             return (
-                f"device {cluster.devices[device].name} would hold {need:g} GB ({parts}) but has {capacity:g} GB;"
+                f"device {device.name} would hold {need:g} GB ({parts}) but has {capacity:g} GB;"
                 f" {swap}spread the workers over more devices, lower their memory (fewer envs per process,"
                 " smaller model), or add devices"
             )

@@ -10,30 +10,29 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from m2flow.cluster import DeviceId
 from m2flow.graph import MacroGraph
-from m2flow.schedule import Placement
-
-Member = tuple[str, int]  # (worker, replica)
+from m2flow.schedule import Placement, ReplicaId
 
 
-def process_groups(graph: MacroGraph, placements: dict[str, Placement]) -> list[list[Member]]:
+def process_groups(graph: MacroGraph, placements: dict[str, Placement]) -> list[list[ReplicaId]]:
     """Groups of two or more replicas that share a process; every other replica has its own."""
     if not graph.spec.placement.colocate or graph.loop is None:
         return []
-    on_device: dict[int, list[list[Member]]] = defaultdict(list)
+    on_device: dict[DeviceId, list[list[ReplicaId]]] = defaultdict(list)
     for worker in graph.loop.workers:
-        if graph.workers[worker].kind == "training" and graph.workers[worker].replicas > 1:
+        if graph.info[worker].group and graph.workers[worker].replicas > 1:
             continue
-        seen: dict[int, int] = defaultdict(int)
+        seen: dict[DeviceId, int] = defaultdict(int)
         for replica, device in enumerate(placements[worker].replica_devices):
             slots = on_device[device]
             if seen[device] == len(slots):
                 slots.append([])
-            slots[seen[device]].append((worker, replica))
+            slots[seen[device]].append(ReplicaId(worker, replica))
             seen[device] += 1
     return [group for slots in on_device.values() for group in slots if len(group) > 1]
 
 
-def same_process(groups: list[list[Member]]) -> dict[Member, int]:
+def same_process(groups: list[list[ReplicaId]]) -> dict[ReplicaId, int]:
     """Member -> its process group's index (members alone in their process are absent)."""
     return {member: i for i, group in enumerate(groups) for member in group}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.spec import PortCost
 
@@ -54,9 +55,9 @@ class Profile:
         computing |= {str(p) for p in graph.then_order if str(p) not in sources}
         profile = cls(hop_s=(measured or {}).get("hop_s", CHANNEL_HOP_S))
         for name, worker in graph.workers.items():
-            profile.items_per_replica[name] = int(worker.args.get("num_envs", 1))
+            profile.items_per_replica[name] = graph.info[name].items_per_replica
             profile.memory_gb[name], profile.source[f"{name}.memory"] = _memory(graph, name)
-            for port in graph.ports.get(name, ()):
+            for port in graph.info[name].ports:
                 key = f"{name}.{port}"
                 if port in worker.profile:
                     profile.costs[key], profile.source[key] = worker.profile[port], "declared"
@@ -71,10 +72,18 @@ class Profile:
 
 
 def _memory(graph: MacroGraph, name: str) -> tuple[float, str]:
+    """Declared memory, else the worker class's `memory_estimate_gb(config)`, else none."""
     declared = graph.workers[name].resources.memory_gb
     if declared > 0:
         return declared, "declared"
-    estimate = getattr(graph.targets.get(name), "memory_estimate_gb", None)
-    if callable(estimate):
-        return float(estimate(**graph.workers[name].args)), "estimated"
-    return 0.0, "default"
+    info = graph.info[name]
+    estimate = getattr(info.target, "memory_estimate_gb", None)
+    if not callable(estimate):
+        return 0.0, "default"
+    try:
+        return float(estimate(info.config)), "estimated"
+    except Exception as exc:  # noqa: BLE001 - any failure of user code here is a planning error to report
+        raise PlanError(
+            f"workers.{name}: {info.spec.cls}.memory_estimate_gb failed: {type(exc).__name__}: {exc}."
+            f" Fix the worker's args, or declare workers.{name}.resources.memory_gb to skip the estimate"
+        ) from None

@@ -1,59 +1,36 @@
 """Event simulator: a candidate placement -> the predicted micro schedule of one iteration.
 
-It models the same program the executor runs: phases in order (sync, loop, then), inside the loop
-every replica calls its ports step by step and slice by slice, a task starts when its inputs exist
-and its device is free (devices run one task at a time). Long loops are compressed: the first
-steps are simulated and the steady-state step time extrapolates the rest.
+It interprets the same program the executor runs (`m2flow.program`: phases in order, each op calling
+ports with the same dispatch rules), adding a predicted task for every call instead of a Ray call.
+Inside the loop every replica calls its ports step by step and slice by slice; a task starts when its
+inputs exist and its device is free (devices run one task at a time). Long loops are compressed: the
+first steps are simulated and the steady-state step time extrapolates the rest.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 
+from m2flow.cluster import DeviceId
+from m2flow.dispatch import gather, split
 from m2flow.graph import MacroGraph
 from m2flow.planners.processes import process_groups, same_process
 from m2flow.planners.profile import Profile
-from m2flow.schedule import Phase, Placement, Task
+from m2flow.program import own_items, run_phase
+from m2flow.schedule import Phase, Placement, Prediction, ReplicaId, Task
 from m2flow.sharding import shard_groups, slice_sizes
-from m2flow.spec import Edge
+from m2flow.spec import PortRef
 
 SIMULATED_STEPS = 16
-
-
-@dataclass
-class Prediction:
-    tasks: list[Task]
-    iteration_s: float
-    phase_s: dict[str, float]
-    env_steps: int
-    device_busy: dict[str, float]
-    bubble_fraction: float
-    simulated_steps: int
-    port_s: dict[str, float] = field(default_factory=dict)
-    loop_step_s: float = 0.0
-
-    def summary(self) -> dict:
-        return {
-            "iteration_s": self.iteration_s,
-            "phase_s": self.phase_s,
-            "env_steps_per_iteration": self.env_steps,
-            "env_steps_per_s": self.env_steps / self.iteration_s if self.iteration_s > 0 else 0.0,
-            "device_busy": self.device_busy,
-            "bubble_fraction": self.bubble_fraction,
-            "simulated_steps": self.simulated_steps,
-            "port_s": self.port_s,
-            "loop_step_s": self.loop_step_s,
-        }
 
 
 class _Schedule:
     """Tasks with durations and dependencies, list-scheduled on FIFO devices."""
 
-    def __init__(self, device_names: dict[str, list[str]]):
+    def __init__(self, devices: dict[str, list[DeviceId]]):
         self.tasks: list[Task] = []
         self.duration: list[float] = []
-        self.device_names = device_names
+        self.devices = devices
 
     def add(
         self,
@@ -66,7 +43,7 @@ class _Schedule:
         step: int = -1,
         stage: int = 0,
     ) -> int:
-        device = self.device_names[worker][replica]
+        device = self.devices[worker][replica]
         task = Task(len(self.tasks), worker, replica, port, device, 0.0, 0.0, phase, step, stage, sorted(set(deps)))
         self.tasks.append(task)
         self.duration.append(seconds)
@@ -83,7 +60,7 @@ class _Schedule:
                     children.setdefault(dep, []).append(task.id)
         heap = [(start, tid) for tid, n in pending.items() if n == 0]
         heapq.heapify(heap)
-        device_free: dict[str, float] = {}
+        device_free: dict[DeviceId, float] = {}
         end = start
         while heap:
             ready, tid = heapq.heappop(heap)
@@ -101,173 +78,134 @@ class _Schedule:
 
 
 def simulate(
-    graph: MacroGraph,
-    placements: dict[str, Placement],
-    device_names: list[str],
-    stages: int,
-    profile: Profile,
-    phases: list[Phase],
-) -> Prediction:
-    """Predict one steady-state iteration of `phases` (the plan's program) on `placements`."""
-    run = _Run(
-        graph,
-        placements,
-        {w: [device_names[d] for d in p.replica_devices] for w, p in placements.items()},
-        stages,
-        profile,
-    )
+    graph: MacroGraph, placements: dict[str, Placement], stages: int, profile: Profile, phases: list[Phase]
+) -> tuple[Prediction, list[Task]]:
+    """Predict one steady-state iteration of `phases` (the plan's program) on `placements`: the summary
+    and the micro schedule of tasks."""
+    run = _Simulation(graph, placements, stages, profile)
     for phase in phases:
-        run.swaps(phase)
-        run.phase(phase)
-    return run.prediction()
+        run_phase(phase, run)
+    return run.prediction(), run.sched.tasks
 
 
-class _Run:
-    """The state of one simulated iteration: the schedule so far, the clock, time per phase."""
+class _Simulation:
+    """The program's interpreter that predicts: handles are task ids, each carrying its items."""
 
-    def __init__(
-        self,
-        graph: MacroGraph,
-        placements: dict[str, Placement],
-        names: dict[str, list[str]],
-        stages: int,
-        profile: Profile,
-    ):
-        self.graph, self.placements, self.names, self.stages, self.profile = graph, placements, names, stages, profile
-        self.sched = _Schedule(names)
+    def __init__(self, graph: MacroGraph, placements: dict[str, Placement], stages: int, profile: Profile):
+        self.graph, self.placements, self.stages, self.profile = graph, placements, stages, profile
+        self.devices = {w: p.replica_devices for w, p in placements.items()}
+        self.sched = _Schedule(self.devices)
+        self.items: dict[int, float] = {}  # task id -> items (env steps) its output carries
         self.clock = 0.0
+        self.first = 0  # the current phase's first task
         self.phase_s: dict[str, float] = {}
         self.loop_items, self.steps, self.step_s = 0, 0, 0.0
 
+    # -- the interpreter ---------------------------------------------------------------------------
+    def swap(self, phase: Phase) -> None:
+        first = len(self.sched.tasks)
+        for op, workers in (("offload", phase.offload), ("onload", phase.onload)):
+            for worker in workers:
+                seconds = self.profile.swap_s(worker, self.placements[worker].device_kind)
+                for r in range(len(self.devices[worker])):
+                    self.sched.add(worker, r, op, seconds, "swap", [])
+        if len(self.sched.tasks) > first:
+            self._advance("swap", first, 1.0 / phase.every)
+        self.first = len(self.sched.tasks)
+
+    def call(self, port: PortRef, inputs: list[list[int]], phase: Phase) -> list[int]:
+        info = self.graph.info[port.worker]
+        rule = info.dispatch(port.port)
+        per_replica = [split(rule, handles, info.replicas, info.data_parallel) for handles in inputs]
+        outputs = []
+        for r in range(info.replicas):
+            mine = [h for edge in per_replica for h in edge[r]]
+            items = sum(self.items[h] for h in mine) if mine else own_items(self.graph, port.worker, r, phase.op)
+            seconds = self.profile.call_s(port.worker, port.port, items)
+            tid = self.sched.add(port.worker, r, port.port, seconds, phase.op, mine)
+            self.items[tid] = items
+            outputs.append(tid)
+        return gather(rule, outputs)
+
+    def copy_state(self, port: PortRef, state: int, phase: Phase) -> None:
+        for r in range(self.graph.info[port.worker].replicas):
+            self.sched.add(port.worker, r, port.port, self.profile.call_s(port.worker, port.port, 1), phase.op, [state])
+
+    def loop(self, phase: Phase) -> None:
+        together = same_process(process_groups(self.graph, self.placements))
+        self.loop_items, self.steps = _simulate_loop(self.graph, self.stages, self.profile, self.sched, together)
+        end_simulated = self.sched.run(self.clock, self.first)
+        per_step = self.step_s = _steady_step_s(_step_ends(self.sched.tasks[self.first :], self.steps), self.clock)
+        loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
+        self.phase_s["loop"] = loop_s
+        self.clock += loop_s
+
+    def streamed(self, phase: Phase) -> dict[PortRef, list[int]]:
+        return {}  # the overlap of streamed parts with the loop is not credited
+
+    def end_phase(self, phase: Phase, produced: dict[PortRef, list[int]]) -> None:
+        if phase.op != "loop":
+            self._advance(phase.op, self.first, 1.0 / phase.every)
+
+    # -- bookkeeping -------------------------------------------------------------------------------
     def _advance(self, phase: str, first: int, weight: float = 1.0) -> None:
         end = self.sched.run(self.clock, first)
         self.phase_s[phase] = self.phase_s.get(phase, 0.0) + (end - self.clock) * weight
         self.clock = end
 
-    def swaps(self, phase: Phase) -> None:
-        first = len(self.sched.tasks)
-        for op, workers in (("offload", phase.offload), ("onload", phase.onload)):
-            for worker in workers:
-                seconds = self.profile.swap_s(worker, self.placements[worker].device_kind)
-                for r in range(len(self.names[worker])):
-                    self.sched.add(worker, r, op, seconds, "swap", [])
-        if len(self.sched.tasks) > first:
-            self._advance("swap", first, 1.0 / phase.every)
-
-    def phase(self, phase: Phase) -> None:
-        first = len(self.sched.tasks)
-        if phase.op == "sync":
-            edge = Edge.model_validate(phase.edges[0])
-            srcs = [
-                self.sched.add(
-                    edge.src.worker,
-                    r,
-                    edge.src.port,
-                    self.profile.call_s(edge.src.worker, edge.src.port, 1),
-                    "sync",
-                    [],
-                )
-                for r in range(len(self.names[edge.src.worker]))
-            ]
-            for r in range(len(self.names[edge.dst.worker])):
-                self.sched.add(
-                    edge.dst.worker,
-                    r,
-                    edge.dst.port,
-                    self.profile.call_s(edge.dst.worker, edge.dst.port, 1),
-                    "sync",
-                    srcs,
-                )
-            self._advance("sync", first, 1.0 / phase.every)
-        elif phase.op == "loop":
-            together = same_process(process_groups(self.graph, self.placements))
-            self.loop_items, self.steps = _simulate_loop(
-                self.graph, self.names, self.stages, self.profile, self.sched, together
-            )
-            end_simulated = self.sched.run(self.clock, first)
-            per_step = self.step_s = _steady_step_s(_step_ends(self.sched.tasks[first:], self.steps), self.clock)
-            loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
-            self.phase_s["loop"] = loop_s
-            self.clock += loop_s
-        else:
-            produced: dict[str, list[int]] = {}
-            total_items = self.loop_items * (self.graph.loop.horizon if self.graph.loop else 1)
-            for port in self.graph.then_order:
-                deps = [tid for src in self.graph.then_inputs(port) for tid in produced.get(str(src), [])]
-                replicas = len(self.names[port.worker])
-                items = total_items / replicas if total_items else 1
-                seconds = self.profile.call_s(port.worker, port.port, items)
-                produced[str(port)] = [
-                    self.sched.add(port.worker, r, port.port, seconds, "then", deps) for r in range(replicas)
-                ]
-            self._advance("then", first)
-
     def prediction(self) -> Prediction:
         sched, graph, steps = self.sched, self.graph, self.steps
-        phase_s = self.phase_s
-        iteration_s = sum(phase_s.values())
+        iteration_s = sum(self.phase_s.values())
         total_items = self.loop_items * (graph.loop.horizon if graph.loop else 1)
-        busy: dict[str, float] = {}
-        for task, seconds in zip(sched.tasks, sched.duration, strict=True):
-            busy[task.device] = busy.get(task.device, 0.0) + seconds
-        if graph.loop is not None and steps:
-            scale = graph.loop.horizon / steps
-            for task, seconds in zip(sched.tasks, sched.duration, strict=True):
-                if task.phase == "loop" and task.step >= 0:
-                    busy[task.device] += seconds * (scale - 1)
-        port_s: dict[str, float] = {}
         scale = graph.loop.horizon / steps if graph.loop is not None and steps else 1.0
+        busy: dict[DeviceId, float] = {}
+        port_s: dict[str, float] = {}
         for task, seconds in zip(sched.tasks, sched.duration, strict=True):
             weight = scale if task.phase == "loop" and task.step >= 0 else 1.0
+            busy[task.device] = busy.get(task.device, 0.0) + seconds * weight
             key = f"{task.worker}.{task.port}"
             port_s[key] = port_s.get(key, 0.0) + seconds * weight
         used = sorted(busy)
         device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
         bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0
-        return Prediction(
-            sched.tasks, iteration_s, phase_s, total_items, device_busy, bubble, steps, port_s, self.step_s
-        )
+        return Prediction(iteration_s, self.phase_s, total_items, device_busy, bubble, steps, port_s, self.step_s)
 
 
 def _simulate_loop(
-    graph: MacroGraph,
-    names: dict[str, list[str]],
-    stages: int,
-    profile: Profile,
-    sched: _Schedule,
-    together: dict[tuple[str, int], int],
+    graph: MacroGraph, stages: int, profile: Profile, sched: _Schedule, together: dict[ReplicaId, int]
 ) -> tuple[int, int]:
     """Add the loop's tasks for the first simulated steps, in each replica's program order; a message
     costs a channel hop unless sender and receiver share a process (`together`)."""
     loop = graph.loop
     entry = loop.entry.worker
-    n_shards = len(names[entry])
+    n_shards = graph.workers[entry].replicas
     items = profile.items_per_replica.get(entry, 1)
     slice_items = slice_sizes(items, stages)
     steps = min(loop.horizon, SIMULATED_STEPS)
-    last_of: dict[tuple[str, int], int] = {}  # (worker, replica) -> last task: program order
+    last_of: dict[ReplicaId, int] = {}  # replica -> its last task: program order
     produced: dict[tuple[int, int], int] = {}  # (shard, slice) -> task that produced its current data
 
-    def call(port, step, phase="loop"):
-        replicas = len(names[port.worker])
+    def call(port: PortRef, step: int) -> None:
+        replicas = graph.workers[port.worker].replicas
         for r, group in enumerate(shard_groups(n_shards, replicas)):
+            me = ReplicaId(port.worker, r)
             for s in range(stages):
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]
                 # a message from each upstream replica of another worker in another process: a channel hop
-                me = together.get((port.worker, r), -1)
                 hops = len(
                     {
                         sched.tasks[d].replica
                         for d in deps
                         if sched.tasks[d].worker != port.worker
-                        and together.get((sched.tasks[d].worker, sched.tasks[d].replica), -2) != me
+                        and together.get(ReplicaId(sched.tasks[d].worker, sched.tasks[d].replica), -2)
+                        != together.get(me, -1)
                     }
                 )
-                if (port.worker, r) in last_of:
-                    deps.append(last_of[(port.worker, r)])
+                if me in last_of:
+                    deps.append(last_of[me])
                 seconds = profile.call_s(port.worker, port.port, slice_items[s] * len(group)) + hops * profile.hop_s
-                tid = sched.add(port.worker, r, port.port, seconds, phase, deps, step, s)
-                last_of[(port.worker, r)] = tid
+                tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s)
+                last_of[me] = tid
                 for b in group:
                     produced[(b, s)] = tid
 

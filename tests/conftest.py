@@ -11,6 +11,18 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests need CUDA: skipped (with the reason) where there is none, as on CI."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (run on the GPU machine: pytest -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     import ray

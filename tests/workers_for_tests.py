@@ -5,14 +5,25 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from pydantic import Field
 
 import m2flow
+from m2flow.sharding import shard_groups
 from m2flow.workers.actor import PPO
 from m2flow.workers.rollout import TorchPolicy
+from m2flow.workers.synthetic import env_block
+
+
+class CounterConfig(m2flow.WorkerConfig):
+    items_field = "num_envs"
+
+    num_envs: int = Field(2, ge=1)
 
 
 class Counter:
     """A simulator whose state is a counter per env; step adds the action."""
+
+    Config = CounterConfig
 
     def __init__(self, num_envs: int = 2):
         ctx = m2flow.context()
@@ -69,6 +80,14 @@ class CollectParts(Collect):
         pass
 
 
+class FailsToStart:
+    def __init__(self):
+        raise RuntimeError("cannot open the simulator, on purpose")
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return obs
+
+
 class Crashing:
     def act(self, obs: np.ndarray) -> np.ndarray:
         raise ValueError("policy exploded on purpose")
@@ -81,16 +100,19 @@ class Hanging:
 
 
 class FixedBatch:
-    """A fixed, seeded PPO batch shaped like HalfCheetah's (17-dim obs, 6-dim actions)."""
+    """A fixed, seeded PPO batch shaped like HalfCheetah's (17-dim obs, 6-dim actions); with several
+    replicas each sends its contiguous block of the envs."""
 
     def __init__(self, steps: int = 32, envs: int = 4, seed: int = 0):
         self.steps, self.envs, self.seed = steps, envs, seed
+        ctx = m2flow.context()
+        self.block = shard_groups(envs, ctx.replicas)[ctx.replica]
 
     def trajectory(self) -> dict:
         rng = np.random.default_rng(self.seed)
         t, n = self.steps, self.envs
         f32 = np.float32
-        return {
+        whole = {
             "obs": rng.normal(size=(t, n, 17)).astype(f32),
             "action": rng.normal(size=(t, n, 6)).astype(f32),
             "logprob": rng.normal(-8, 0.5, size=(t, n)).astype(f32),
@@ -100,6 +122,7 @@ class FixedBatch:
             "next_obs": rng.normal(size=(n, 17)).astype(f32),
             "next_done": np.zeros(n, f32),
         }
+        return env_block(whole, self.block)
 
 
 class SaveBatch:

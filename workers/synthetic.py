@@ -7,8 +7,10 @@ import time
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 import m2flow
+from m2flow.sharding import shard_groups
 
 
 def spin(seconds: float) -> None:
@@ -18,8 +20,18 @@ def spin(seconds: float) -> None:
         pass
 
 
+class SpinSimulatorConfig(m2flow.WorkerConfig):
+    items_field = "num_envs"
+
+    num_envs: int = Field(1, ge=1, description="envs per replica")
+    fixed_s: float = Field(0.0, ge=0, description="seconds per step call")
+    per_env_s: float = Field(1e-3, ge=0, description="seconds per env stepped")
+
+
 class SpinSimulator:
     """A simulator whose step costs `fixed_s + per_env_s * envs`; observations are env ids."""
+
+    Config = SpinSimulatorConfig
 
     def __init__(self, num_envs: int = 1, fixed_s: float = 0.0, per_env_s: float = 1e-3):
         ctx = m2flow.context()
@@ -74,7 +86,8 @@ class SpinTrainer:
 
 class SyntheticBatch:
     """A fixed, seeded PPO batch of camera observations (RGB + proprioception), the same every call:
-    for timing and comparing training backends without a simulator. Shapes as `CameraEnv` sends them."""
+    for timing and comparing training backends without a simulator. Shapes as `CameraEnv` sends them;
+    with several replicas each sends its contiguous block of the envs (with their `env_ids`)."""
 
     def __init__(
         self,
@@ -104,6 +117,20 @@ class SyntheticBatch:
             "next_obs": obs(envs),
             "next_done": np.zeros(envs, f32),
         }
+        ctx = m2flow.context()
+        self.batch = env_block(self.batch, shard_groups(envs, ctx.replicas)[ctx.replica])
 
     def trajectory(self) -> dict[str, Any]:
         return self.batch
+
+
+def env_block(batch: dict[str, Any], envs: list[int]) -> dict[str, Any]:
+    """The columns `envs` of a time-major batch (next_* are [envs, ...]), with their `env_ids`."""
+
+    def take(value: Any, axis: int) -> Any:
+        if isinstance(value, dict):
+            return {key: take(item, axis) for key, item in value.items()}
+        return np.take(value, envs, axis=axis)
+
+    out = {key: take(value, 0 if key.startswith("next_") else 1) for key, value in batch.items()}
+    return {**out, "env_ids": np.asarray(envs)}

@@ -1,7 +1,9 @@
-"""The controller: one coarse call per worker per phase, in the order the plan's phases give.
+"""The controller: the plan's program interpreted with Ray — one coarse call per worker per phase.
 
 Bulk data (trajectories, weights) moves between workers as Ray object references; the driver never
-touches it. Per-step loop data moves over the workers' own channels (see `loop.py`).
+touches it. Per-step loop data moves over the workers' own channels (see `loop.py`). What each phase
+calls, in what order and how calls are split over replicas is `m2flow.program`'s, shared with the
+planner's simulator; this module issues the calls, waits for them and records what they did.
 """
 
 from __future__ import annotations
@@ -9,19 +11,22 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from m2flow.errors import SpecError, WorkerError
+from m2flow.cluster import DeviceId
+from m2flow.dispatch import gather, split
+from m2flow.errors import WorkerError
 from m2flow.graph import MacroGraph
-from m2flow.runtime.checkpoint import load_checkpoint, save_checkpoint
+from m2flow.program import own_items, part_port, run_phase
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
-from m2flow.runtime.tracing import Trace
+from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.schedule import Phase, Plan
-from m2flow.spec import Edge, PortRef
+from m2flow.spec import PortRef
+
+Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
 
 
 @dataclass
@@ -30,7 +35,21 @@ class IterationResult:
     env_steps: int = 0
 
 
+@dataclass
+class Measured:
+    """Seconds spent per port and per device over the run, to set beside the plan's prediction."""
+
+    port_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    device_s: dict[DeviceId, float] = field(default_factory=lambda: defaultdict(float))
+
+    def add(self, port: str, device: DeviceId, seconds: float) -> None:
+        self.port_s[port] += seconds
+        self.device_s[device] += seconds
+
+
 class Controller:
+    """Runs iterations of the plan's program (the `m2flow.program.Interpreter` that executes)."""
+
     def __init__(self, graph: MacroGraph, plan: Plan, launch: Launch, trace: Trace, trace_until: int):
         self.graph = graph
         self.plan = plan
@@ -38,24 +57,26 @@ class Controller:
         self.trace = trace
         self.trace_until = trace_until  # iterations before this one trace every micro task
         self.deadlines = Deadlines.from_plan(plan, graph.spec.run.timeouts)
-        self._phases = {"sync": self._sync, "loop": self._loop, "then": self._then}
-        self._streamed: tuple[dict, list] = ({}, [])  # then-phase work submitted with the loop
         self.measured = Measured()
+        self._it = 0
+        self._result = IterationResult()
+        self._calls: list[Call] = []  # issued in the current phase, awaited at its end
+        self._items: dict[Any, float] = {}  # output or event reference -> env steps of the call (for the trace)
+        self._producer: dict[Any, Replica] = {}  # output reference -> the replica whose output it is
+        self._streamed: dict[PortRef, list[Any]] = {}  # then-sources produced while the loop ran
+        self._stream_calls: list[Call] = []
 
     def iteration(self, it: int) -> IterationResult:
-        result = IterationResult()
+        self._it, self._result, self._items, self._producer = it, IterationResult(), {}, {}
         start = time.time()
         for phase in self.plan.phases:
-            if it % phase.every:
+            if not phase.runs_at(it):
                 continue
-            self._swap(phase, it, result)
             began = time.time()
-            self._phases[phase.op](phase, it, result)
-            seconds = time.time() - began
-            result.metrics[f"time/{phase.op}_s"] = result.metrics.get(f"time/{phase.op}_s", 0.0) + seconds
-            self.trace.task(
-                "controller", "controller", (phase.op, "phase", began, time.time(), -1, 0, 0, 0), iteration=it
-            )
+            run_phase(phase, self)
+            self._add_time(f"time/{phase.op}_s", began)
+            self.trace.task(CONTROLLER, CONTROLLER, TaskEvent(phase.op, "phase", began, time.time()), iteration=it)
+        result = self._result
         result.metrics.update(self._worker_metrics())
         elapsed = time.time() - start
         result.metrics["time/iteration_s"] = elapsed
@@ -63,32 +84,36 @@ class Controller:
             result.metrics["env/steps_per_s"] = result.env_steps / elapsed
         return result
 
-    # -- phases ----------------------------------------------------------------------------------
-    def _swap(self, phase: Phase, it: int, result: IterationResult) -> None:
+    # -- the interpreter ---------------------------------------------------------------------------
+    def swap(self, phase: Phase) -> None:
         """The context switches the plan puts before this phase: offloads first, then onloads."""
         began = time.time()
         for op, workers in (("offload", phase.offload), ("onload", phase.onload)):
             calls = [(r.actor.swap.remote(op), r, f"{op}()") for w in workers for r in self.launch.replicas[w]]
-            self._record(
-                wait_all(calls, self._deadline(f"{op} of {', '.join(workers)}", it, "swap")), [c[1] for c in calls], it
-            )
+            self._record(wait_all(calls, self._deadline(f"{op} of {', '.join(workers)}", "swap")), calls)
         if phase.offload or phase.onload:
-            result.metrics["time/swap_s"] = result.metrics.get("time/swap_s", 0.0) + time.time() - began
+            self._add_time("time/swap_s", began)
 
-    def _sync(self, phase: Phase, it: int, result: IterationResult) -> None:
-        edge = Edge.model_validate(phase.edges[0])
-        outs, calls = self._call(edge.src, it, [], [])
-        self._record(wait_all(calls, self._deadline(f"sync {edge}", it, "sync")), [c[1] for c in calls], it)
-        value_ref = outs[0][0]  # a Ray reference: the state goes from the training rank to each replica
-        calls = []
-        for r in self.launch.replicas[edge.dst.worker]:
-            out, event = r.actor.call_single.options(num_returns=2).remote(edge.dst.port, it, value_ref)
-            calls.append((event, r, f"sync {edge}"))
-        events = wait_all(calls, self._deadline(f"sync {edge}", it, "sync"))
-        self._record(events, [c[1] for c in calls], it)
-        result.metrics["sync/bytes"] = float(events[0][7])
+    def call(self, port: PortRef, inputs: list[list[Any]], phase: Phase) -> list[Any]:
+        info = self.graph.info[port.worker]
+        rule = info.dispatch(port.port)
+        per_edge = [split(rule, refs, info.replicas, info.data_parallel) for refs in inputs]
+        outputs = []
+        for r in self.launch.replicas[port.worker]:
+            mine = [edge[r.index] for edge in per_edge]
+            flat = [ref for refs in mine for ref in refs]
+            items = (
+                sum(self._items[ref] for ref in flat) if flat else own_items(self.graph, port.worker, r.index, phase.op)
+            )
+            outputs.append(self._call_replica(r, port.port, [len(refs) for refs in mine], flat, items))
+        return gather(rule, outputs)
 
-    def _loop(self, phase: Phase, it: int, result: IterationResult) -> None:
+    def copy_state(self, port: PortRef, state: Any, phase: Phase) -> None:
+        for r in self.launch.replicas[port.worker]:
+            _, event = r.actor.copy_state.options(num_returns=2).remote(port.port, self._it, state)
+            self._calls.append((event, r, f"sync {port}"))
+
+    def loop(self, phase: Phase) -> None:
         loop = self.graph.loop
         program = LoopProgram(
             ports=tuple((p.worker, p.port) for p in loop.ports),
@@ -96,216 +121,125 @@ class Controller:
             stages=self.plan.pipeline_stages,
             shards=self.graph.workers[loop.entry.worker].replicas,
             replicas={w: self.graph.workers[w].replicas for w in loop.workers},
-            iteration=it,
+            iteration=self._it,
             channel_timeout_s=self.deadlines.channel_s,
-            trace_steps=it < self.trace_until,
+            trace_steps=self._it < self.trace_until,
         )
         processes: dict[int, list[Replica]] = {}  # one loop program per process, for every replica it hosts
         for r in (r for w in loop.workers for r in self.launch.replicas[w]):
             processes.setdefault(id(r.process), []).append(r)
-        calls = [
-            (group[0].process.run_loop.remote(program), group[0], f"loop of iteration {it}")
-            for group in processes.values()
-        ]
-        self._streamed = self._stream(it)
-        per_process: list[dict[str, LoopStats]] = wait_all(calls, self._deadline("the interaction loop", it, "loop"))
-        members = [r for group in processes.values() for r in group]
-        stats = [
-            by_worker[r.worker] for group, by_worker in zip(processes.values(), per_process, strict=True) for r in group
-        ]
-        last = loop.ports[-1]
-        for r, s in zip(members, stats, strict=True):
-            device = self.plan.device_name(r.device)
-            for port, seconds in s.seconds.items():
-                self.measured.add(f"{r.worker}.{port}", device, seconds)
-            for event in s.events:
-                self.trace.task(f"{r.worker}[{r.index}]", device, event, iteration=it)
-            if not program.trace_steps and s.seconds:
-                busy = sum(s.seconds.values())
-                self.trace.task(
-                    f"{r.worker}[{r.index}]",
-                    device,
-                    ("loop (busy)", "loop", s.start, s.start + busy, -1, 0, sum(s.items.values()), s.sent_bytes),
-                    iteration=it,
-                )
-            if r.worker == last.worker:
-                result.env_steps += s.items.get(last.port, 0)
-        result.metrics["loop/bytes_sent"] = float(sum(s.sent_bytes for s in stats))
+        calls = [(group[0].process.run_loop.remote(program), group[0], "the loop") for group in processes.values()]
+        self._stream(phase)
+        per_process: list[dict[str, LoopStats]] = wait_all(calls, self._deadline("the interaction loop", "loop"))
+        sent = 0
+        for group, by_worker in zip(processes.values(), per_process, strict=True):
+            for r in group:
+                sent += self._record_loop(r, by_worker[r.worker], program)
+        self._result.metrics["loop/bytes_sent"] = float(sent)
 
-    def _stream(self, it: int) -> tuple[dict, list]:
+    def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:
+        produced, self._streamed = self._streamed, {}
+        self._calls += self._stream_calls
+        self._stream_calls = []
+        return produced
+
+    def end_phase(self, phase: Phase, produced: dict[PortRef, list[Any]]) -> None:
+        calls, self._calls = self._calls, []
+        events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
+        self._record(events, calls)
+        if phase.op == "sync":
+            self._result.metrics["sync/bytes"] = float(events[-1].bytes)
+        if phase.op == "then":
+            self._then_metrics(produced)
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _call_replica(self, r: Replica, port: str, counts: list[int], refs: list[Any], items: float) -> Any:
+        """Call `port` on one replica; its output and its event count the env steps it works on."""
+        out, event = r.actor.call.options(num_returns=2).remote(port, self._it, counts, *refs)
+        self._calls.append((event, r, f"port {r.worker}.{port}"))
+        self._producer[out] = r
+        self._items[out] = self._items[event] = items
+        return out
+
+    def _stream(self, loop_phase: Phase) -> None:
         """Streamed then-edges, submitted with the loop: each loop replica's output port is queued behind
-        its own loop, and its part goes to the destination's `<port>_part` as soon as it exists, while
-        other replicas still step. Returns what was produced and the calls to wait on in the then-phase."""
+        its own loop, and its part goes to the destination replicas that own it (`<port>_part`) as soon
+        as it exists, while other replicas still step. The then-phase waits for these calls."""
         then = next((p for p in self.plan.phases if p.op == "then"), None)
-        produced: dict[str, list[tuple[Any, Replica]]] = {}
-        calls: list = []
-        for edge in (Edge.model_validate(e) for e in (then.streamed if then is not None else [])):
-            if str(edge.src) not in produced:
-                produced[str(edge.src)], source_calls = self._call(edge.src, it, [], [])
-                calls += source_calls
-            part_port = PortRef(worker=edge.dst.worker, port=f"{edge.dst.port}_part")
-            for ref, _ in produced[str(edge.src)]:
-                calls += self._call(part_port, it, [1], [ref])[1]
-        return produced, calls
+        for edge in then.streamed if then is not None else []:
+            if edge.src not in self._streamed:
+                self._streamed[edge.src] = self.call(edge.src, [], then)
+            info = self.graph.info[edge.dst.worker]
+            rule = info.dispatch(edge.dst.port)
+            shares = split(rule, self._streamed[edge.src], info.replicas, info.data_parallel)
+            for r in self.launch.replicas[edge.dst.worker]:
+                for ref in shares[r.index]:
+                    self._call_replica(r, part_port(edge).port, [1], [ref], self._items[ref])
+        self._stream_calls, self._calls = self._calls, []
 
-    def _then(self, phase: Phase, it: int, result: IterationResult) -> None:
-        """After-loop ports in dependency order; their tasks count the iteration's env steps per replica,
-        the unit the planner's cost model uses for them. Streamed sources were submitted with the loop."""
-        produced, calls = self._streamed
-        self._streamed = ({}, [])
-        for port in self.graph.then_order:
-            if str(port) in produced:
-                continue
-            inputs = [[ref for ref, _ in produced[str(src)]] for src in self.graph.then_inputs(port)]
-            outs, port_calls = self._call(
-                port, it, [len(refs) for refs in inputs], [r for refs in inputs for r in refs]
+    def _record_loop(self, r: Replica, stats: LoopStats, program: LoopProgram) -> int:
+        """Trace a replica's loop tasks (or one bar when not traced in detail); returns the bytes it sent."""
+        for port, seconds in stats.seconds.items():
+            self.measured.add(f"{r.worker}.{port}", r.device, seconds)
+        for event in stats.events:
+            self.trace.task(str(r.id), r.device, event, iteration=self._it)
+        if not program.trace_steps and stats.seconds:
+            busy = sum(stats.seconds.values())
+            event = TaskEvent(
+                "loop (busy)",
+                "loop",
+                stats.start,
+                stats.start + busy,
+                items=sum(stats.items.values()),
+                bytes=stats.sent_bytes,
             )
-            produced[str(port)] = outs
-            calls += port_calls
-        events = wait_all(calls, self._deadline("the after-loop phase", it, "then"))
-        replicas = [c[1] for c in calls]
-        steps = result.env_steps
-        events = [
-            (*e[:6], steps // len(self.launch.replicas[r.worker]), e[7]) for e, r in zip(events, replicas, strict=True)
-        ]
-        self._record(events, replicas, it)
-        terminal = {str(p) for p in self.graph.then_order} - {str(e.src) for e in self.graph.then}
-        for name in sorted(terminal):
-            outputs = wait_all([(ref, r, name) for ref, r in produced[name]], self._deadline(name, it, "then"))
-            result.metrics.update(_mean_of_dicts([item for per_replica in outputs for item in per_replica]))
-        self._account(result, it)
+            self.trace.task(str(r.id), r.device, event, iteration=self._it)
+        last = self.graph.loop.ports[-1]
+        if r.worker == last.worker:
+            self._result.env_steps += stats.items.get(last.port, 0)
+        return stats.sent_bytes
 
-    def _account(self, result: IterationResult, it: int) -> None:
+    def _then_metrics(self, produced: dict[PortRef, list[Any]]) -> None:
+        """Terminal after-loop ports' outputs are the iteration's metrics; then the step accounting."""
+        sources = {e.src for e in self.graph.then}
+        for port in (p for p in self.graph.then_order if p not in sources):
+            calls = [(ref, self._producer[ref], str(port)) for ref in produced[port]]
+            outputs = wait_all(calls, self._deadline(str(port), "then"))
+            self._result.metrics.update(_mean_of_dicts([item for per_replica in outputs for item in per_replica]))
+        self._account()
+
+    def _account(self) -> None:
         """Steps produced by the loop = steps consumed, for every consumer that reports `.../steps_consumed`."""
         if self.graph.loop is None:
             return
-        consumed = {k: v for k, v in result.metrics.items() if k.endswith("/steps_consumed")}
+        result = self._result
         result.metrics["accounting/steps_produced"] = float(result.env_steps)
-        for key, steps in consumed.items():
-            if int(steps) != result.env_steps:
+        for key, steps in result.metrics.items():
+            if key.endswith("/steps_consumed") and int(steps) != result.env_steps:
                 raise WorkerError(
-                    f"iteration {it}: the loop produced {result.env_steps} env steps but {key} reports"
+                    f"iteration {self._it}: the loop produced {result.env_steps} env steps but {key} reports"
                     f" {int(steps)}: steps were lost or counted twice between the loop and training"
                 )
 
-    # -- helpers ---------------------------------------------------------------------------------
-    def _call(self, port: PortRef, it: int, counts: list[int], refs: list[Any]) -> tuple[list, list]:
-        """Call `port` on every replica: (output refs downstream should use, trace-event calls to wait on).
+    def _record(self, events: list[TaskEvent], calls: list[Call]) -> None:
+        for event, (ref, r, _) in zip(events, calls, strict=True):
+            if event.phase == "call":  # a port call counts the env steps it received, the cost model's unit
+                event = event._replace(items=int(self._items.get(ref, event.items)))
+            self.trace.task(str(r.id), r.device, event, iteration=self._it)
+            self.measured.add(f"{r.worker}.{event.name}", r.device, event.seconds)
 
-        A multi-rank training worker is one data-parallel group: every rank is called (collectives),
-        and rank 0's output stands for the group.
-        """
-        group = self.launch.replicas[port.worker]
-        calls, outs = [], []
-        for r in group:
-            out, event = r.actor.call.options(num_returns=2).remote(port.port, it, counts, *refs)
-            outs.append((out, r))
-            calls.append((event, r, f"port {port}"))
-        if self.graph.workers[port.worker].kind == "training":
-            outs = outs[:1]
-        return outs, calls
+    def _add_time(self, key: str, began: float) -> None:
+        metrics = self._result.metrics
+        metrics[key] = metrics.get(key, 0.0) + time.time() - began
 
-    def _record(self, events: list[tuple], group: list[Replica], it: int) -> None:
-        for event, r in zip(events, group, strict=True):
-            device = self.plan.device_name(r.device)
-            self.trace.task(f"{r.worker}[{r.index}]", device, event, iteration=it)
-            self.measured.add(f"{r.worker}.{event[0]}", device, event[3] - event[2])
-
-    def _deadline(self, what: str, it: int, phase: str) -> Deadline:
-        return Deadline(self.deadlines.phase(phase), f"{what} (iteration {it}); {self.deadlines.explain}")
+    def _deadline(self, what: str, phase: str) -> Deadline:
+        return Deadline(self.deadlines.phase(phase), f"{what} (iteration {self._it}); {self.deadlines.explain}")
 
     def _worker_metrics(self) -> dict[str, float]:
         """Average of what each replica's optional `metrics()` hook reports."""
         calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for g in self.launch.replicas.values() for r in g]
         per_replica = wait_all(calls, Deadline(self.deadlines.phase("then"), "metrics() hooks"))
         return _mean_of_dicts([m for values in per_replica if values for m in values])
-
-    # -- checkpoints -----------------------------------------------------------------------------
-    def save_checkpoint(self, root: Path, iteration: int, meta: dict) -> Path:
-        """One atomic checkpoint directory: `state.pt` with what workers return from `state_dict()`, and
-        `<worker>/` for workers that write their own files (`save_checkpoint(path)`: a training group
-        writes its shards there together, every rank at once)."""
-        return save_checkpoint(root, iteration, self._states(), meta, write_files=self._write_files)
-
-    def restore(self, checkpoint: Path) -> None:
-        state, _ = load_checkpoint(checkpoint)
-        self._load_states(state)
-        self._read_files(checkpoint)
-
-    def _files(self, directory: Path, name: str, replica: int) -> Path:
-        """Where a worker's own files go: one folder for a training group, one per replica otherwise."""
-        return directory / name if self.graph.workers[name].kind == "training" else directory / name / str(replica)
-
-    def _write_files(self, directory: Path) -> None:
-        calls = [
-            (r.actor.hook.remote("save_checkpoint", str(self._files(directory, name, r.index))), r, "save_checkpoint()")
-            for name, group in self.launch.replicas.items()
-            for r in group
-        ]
-        wait_all(calls, Deadline(self.deadlines.start_s, "save_checkpoint() hooks"))
-
-    def _read_files(self, checkpoint: Path) -> None:
-        saved = {p.name for p in checkpoint.iterdir() if p.is_dir()}
-        unknown = saved - set(self.launch.replicas)
-        if unknown:
-            raise SpecError([f"workers: the checkpoint holds worker '{sorted(unknown)[0]}', this workflow has none"])
-        calls = [
-            (
-                r.actor.hook.remote("load_checkpoint", str(self._files(checkpoint, name, r.index))),
-                r,
-                "load_checkpoint()",
-            )
-            for name in sorted(saved)
-            for r in self.launch.replicas[name]
-        ]
-        wait_all(calls, Deadline(self.deadlines.start_s, "load_checkpoint() hooks on resume"))
-
-    def _states(self) -> dict[str, list]:
-        """Per worker, per replica, per instance state (a training group keeps rank 0's)."""
-        state = {}
-        for name, group in self.launch.replicas.items():
-            calls = [(r.actor.hook.remote("state_dict"), r, "state_dict()") for r in group]
-            values = wait_all(calls, Deadline(self.deadlines.start_s, f"{name}.state_dict()"))
-            if values[0] is None:
-                continue
-            state[name] = values[:1] if self.graph.workers[name].kind == "training" else values
-        return state
-
-    def _load_states(self, state: dict[str, list]) -> None:
-        calls = []
-        for name, per_replica in state.items():
-            group = self.launch.replicas.get(name)
-            if group is None:
-                raise SpecError([f"workers: the checkpoint holds worker '{name}', this workflow has none"])
-            training = self.graph.workers[name].kind == "training"
-            if not training and len(per_replica) != len(group):
-                raise SpecError(
-                    [
-                        f"workers.{name}.replicas: the checkpoint has {len(per_replica)} replicas, the"
-                        f" workflow {len(group)}; resume with the same replica count"
-                    ]
-                )
-            for r in group:
-                calls.append(
-                    (
-                        r.actor.hook_each.remote("load_state_dict", per_replica[0 if training else r.index]),
-                        r,
-                        "load_state_dict()",
-                    )
-                )
-        wait_all(calls, Deadline(self.deadlines.start_s, "load_state_dict() on resume"))
-
-
-@dataclass
-class Measured:
-    """Seconds spent per port and per device over the run, to set beside the plan's prediction."""
-
-    port_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    device_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-
-    def add(self, port: str, device: str, seconds: float) -> None:
-        self.port_s[port] += seconds
-        self.device_s[device] += seconds
 
 
 def _mean_of_dicts(items: list[Any]) -> dict[str, float]:

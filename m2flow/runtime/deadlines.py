@@ -24,8 +24,8 @@ class Deadlines:
             return min(timeouts.ceiling_s, max(timeouts.floor_s, predicted_s * timeouts.safety_factor))
 
         predicted = plan.predicted
-        phases = {op: timeouts.call_s or derived(seconds) for op, seconds in predicted.get("phase_s", {}).items()}
-        channel = timeouts.channel_s or derived(predicted.get("loop_step_s", 0.0))
+        phases = {op: timeouts.call_s or derived(seconds) for op, seconds in predicted.phase_s.items()}
+        channel = timeouts.channel_s or derived(predicted.loop_step_s)
         explain = (
             f"deadlines: x{timeouts.safety_factor:g} the predicted time, within"
             f" [{timeouts.floor_s:g}, {timeouts.ceiling_s:g}] s (run.timeouts)"

@@ -22,6 +22,7 @@ from m2flow.runtime.controller import Controller
 from m2flow.runtime.launch import Launch, connect_ray
 from m2flow.runtime.replan import replan
 from m2flow.runtime.reporting import Reporter
+from m2flow.runtime.snapshots import Snapshots
 from m2flow.runtime.tracing import Trace
 from m2flow.schedule import Plan
 from m2flow.spec import WorkflowSpec
@@ -45,7 +46,13 @@ class RunResult:
 
     @property
     def last(self) -> dict:
+        """The metrics of the last iteration (a metric appears only in iterations that report it)."""
         return self.history[-1] if self.history else {}
+
+    def latest(self, key: str) -> float | None:
+        """The last value `key` took in this run, e.g. `env/episode_return` (reported only by iterations in
+        which an episode ended); None if it never did."""
+        return next((h[key] for h in reversed(self.history) if key in h), None)
 
 
 def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
@@ -92,6 +99,7 @@ class Run:
             self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
         self.launch: Launch | None = None
         self.controller: Controller | None = None
+        self.snapshots: Snapshots | None = None
 
     def _latest(self) -> tuple[int, int, Path | None]:
         """Where to go on from: the iteration after the last checkpoint, its env steps, the checkpoint."""
@@ -108,12 +116,13 @@ class Run:
         )
         self.launch = Launch(self.graph, self.plan, str(self.run_dir))
         self.launch.start()
-        self.result.nodes = {f"{w}[{i}]": node for (w, i), node in self.launch.nodes.items()}
-        self.result.pids = {f"{w}[{i}]": pid for (w, i), pid in self.launch.pids.items()}
+        self.result.nodes = {str(replica): node for replica, node in self.launch.nodes.items()}
+        self.result.pids = {str(replica): pid for replica, pid in self.launch.pids.items()}
         self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until)
+        self.snapshots = Snapshots(self.graph, self.launch, self.spec.run.timeouts.start_s)
         if self.restore_from is not None:
             log.info("restoring %s", self.restore_from)
-            self.controller.restore(self.restore_from)
+            self.snapshots.restore(self.restore_from)
             self.restore_from = None
 
     def iterate(self) -> None:
@@ -134,7 +143,7 @@ class Run:
     def _checkpoint(self) -> Path:
         """A checkpoint of the last finished iteration."""
         meta = {"env_steps": self.env_steps, "workflow": self.spec.name, "plan": self.plan.to_dict()}
-        return self.controller.save_checkpoint(self.run_dir / "checkpoints", self.next_iteration - 1, meta)
+        return self.snapshots.save(self.run_dir / "checkpoints", self.next_iteration - 1, meta)
 
     def recover(self, exc: Exception) -> None:
         """Restart every worker from the last checkpoint, or re-raise with the failure history."""

@@ -20,6 +20,8 @@ from m2flow.errors import WorkerError
 from m2flow.runtime.batching import leading_size, payload_bytes
 from m2flow.runtime.channels import Mailbox, PeerId
 from m2flow.runtime.loop import LoopProgram, LoopStats, Member, run_loop
+from m2flow.runtime.tracing import TaskEvent
+from m2flow.sharding import slice_sizes
 
 
 class PortFailed(WorkerError):
@@ -68,8 +70,7 @@ class WorkerHost:
     @staticmethod
     def _build(target: Any, args: dict, ctx: WorkerContext, stage: int, stages: int) -> Any:
         first, last = ctx.items
-        count = last - first
-        per = [count // stages + (1 if s < count % stages else 0) for s in range(stages)]
+        per = slice_sizes(last - first, stages)
         start = first + sum(per[:stage])
         instance_ctx = ctx.with_(stage=stage, stages=stages, items=(start, start + per[stage]), replica_items=ctx.items)
         set_context(instance_ctx)
@@ -117,9 +118,10 @@ class WorkerHost:
 
         return Member(self.ctx.worker, self.ctx.replica, call_port, self.mailbox)
 
-    def call(self, port: str, iteration: int, counts: list[int], *outputs: list[Any]) -> tuple[list[Any], tuple]:
-        """Call `port` on every instance. `outputs` are the producer replicas' output lists, `counts[i]`
-        of them for the i-th input edge; each argument the port receives is the flat list of shards."""
+    def call(self, port: str, iteration: int, counts: list[int], *outputs: list[Any]) -> tuple[list[Any], TaskEvent]:
+        """Call `port` on every instance. `outputs` are the producer replicas' output lists (one item per
+        producer instance), `counts[i]` of them for the i-th input edge; each argument the port receives is
+        the flat list of the shards this replica was given."""
         args, at = [], 0
         for count in counts:
             args.append([item for produced in outputs[at : at + count] for item in produced])
@@ -127,20 +129,20 @@ class WorkerHost:
         start = time.time()
         outputs = [self._invoke(inst, port, args, f"iteration {iteration}") for inst in self.instances]
         items = sum(leading_size(a) for arg in args for a in arg) if args else 0
-        return outputs, (port, "call", start, time.time(), -1, 0, items, payload_bytes(args))
+        return outputs, TaskEvent(port, "call", start, time.time(), items=items, bytes=payload_bytes(args))
 
-    def call_single(self, port: str, iteration: int, produced: list[Any]) -> tuple[list[Any], tuple]:
+    def copy_state(self, port: str, iteration: int, produced: list[Any]) -> tuple[list[Any], TaskEvent]:
         """Call `port` with the first output of a producer replica (a sync edge copies one state)."""
         value = produced[0]
         start = time.time()
         outputs = [self._invoke(inst, port, (value,), f"iteration {iteration}, sync") for inst in self.instances]
-        return outputs, (port, "sync", start, time.time(), -1, 0, 0, payload_bytes(value))
+        return outputs, TaskEvent(port, "sync", start, time.time(), bytes=payload_bytes(value))
 
-    def swap(self, op: str) -> tuple:
+    def swap(self, op: str) -> TaskEvent:
         """`offload` or `onload` every instance (when the class defines it); traced either way."""
         start = time.time()
         self.hook(op)
-        return (op, "swap", start, time.time(), -1, 0, 0, 0)
+        return TaskEvent(op, "swap", start, time.time())
 
     def hook(self, name: str, *args: Any) -> list[Any] | None:
         """Call an optional hook on every instance; None where the class does not define it."""

@@ -9,15 +9,16 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from m2flow.cluster import Cluster, Device
+from m2flow.cluster import Cluster, Device, DeviceId
 from m2flow.context import WorkerContext
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
+from m2flow.kinds import KINDS
 from m2flow.planners.processes import same_process
-from m2flow.resolve import resolve
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
-from m2flow.schedule import Plan
+from m2flow.schedule import Plan, ReplicaId
+from m2flow.sharding import owner
 from m2flow.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
@@ -54,13 +55,15 @@ def cluster_from_ray(spec: ClusterSpec) -> Cluster:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     devices: list[Device] = []
     for kind, key, memory in (("gpu", "GPU", spec.gpu_memory_gb), ("cpu", "CPU", None)):
+        index = 0
         for node_index, node in enumerate(nodes):
             count = int(node["Resources"].get(key, 0))
             if kind == "cpu" and spec.cpus is not None:
                 count = min(count, spec.cpus)
             cpu_mem = spec.cpu_memory_gb or node["Resources"].get("memory", 8 * 2**30) / 2**30 / max(1, count)
             for _ in range(count):
-                devices.append(Device(len(devices), kind, node_index, memory or cpu_mem))
+                devices.append(Device(DeviceId(node_index, kind, index), memory or cpu_mem))
+                index += 1
     return Cluster(tuple(devices), len(nodes), tuple(n["NodeID"] for n in nodes))
 
 
@@ -68,9 +71,22 @@ def cluster_from_ray(spec: ClusterSpec) -> Cluster:
 class Replica:
     worker: str
     index: int
-    device: int
+    device: DeviceId
     actor: Any  # the handle the controller calls: the host's actor, or a member's handle on a shared process
     process: Any = None  # the actor of the process it runs in (shared by co-hosted replicas)
+
+    @property
+    def id(self) -> ReplicaId:
+        return ReplicaId(self.worker, self.index)
+
+
+@dataclass
+class _HostArgs:
+    """What one replica's host is built from, before its process exists."""
+
+    replica: Replica
+    args: tuple
+    resources: dict[str, float]
 
 
 class Launch:
@@ -80,89 +96,106 @@ class Launch:
         self.graph = graph
         self.plan = plan
         self.output_dir = output_dir
+        self.timeouts = graph.spec.run.timeouts
         self.replicas: dict[str, list[Replica]] = {}
-        self.nodes: dict[tuple[str, int], str] = {}
-        self.pids: dict[tuple[str, int], int] = {}
+        self.nodes: dict[ReplicaId, str] = {}
+        self.pids: dict[ReplicaId, int] = {}
         self.pg = None
+        self.bundle_of: dict[DeviceId, int] = {}
+        self.rendezvous: dict[str, dict | None] = {}
 
     def start(self) -> None:
+        """Reserve the plan's devices, start a host per replica (or per shared process), wait until every
+        worker is built, check each runs where the plan put it, and connect the loop's channels."""
+        self._reserve_devices()
+        self.rendezvous = {name: self._rendezvous(name) for name in self.plan.placements}
+        hosts = [self._host_args(name, r) for name in self.plan.placements for r in range(self._replicas(name))]
+        self._start_hosts(hosts)
+        self._await_start()
+        self._check_nodes()
+        self._wire_loop()
+
+    def _replicas(self, name: str) -> int:
+        return len(self.plan.placements[name].replica_devices)
+
+    def _reserve_devices(self) -> None:
+        """One placement-group bundle per device the plan uses, pinned to the node the plan chose."""
         import ray
         from ray.util.placement_group import placement_group
 
-        timeouts = self.graph.spec.run.timeouts
-        used = sorted({d for p in self.plan.placements.values() for d in p.replica_devices})
-        bundle_of = {device: i for i, device in enumerate(used)}
-        bundles = [_bundle(self.plan.cluster.devices[d]) for d in used]
-        node_ids = self.plan.cluster.node_ids
-        selectors = [{NODE_ID_LABEL: node_ids[self.plan.cluster.devices[d].node]} for d in used] if node_ids else None
+        cluster = self.plan.cluster
+        used = sorted(self.plan.occupants())
+        self.bundle_of = {device: i for i, device in enumerate(used)}
+        bundles = [{"GPU": 1} if d.kind == "gpu" else {"CPU": 1} for d in used]
+        selectors = [{NODE_ID_LABEL: cluster.node_ids[d.node]} for d in used] if cluster.node_ids else None
         self.pg = placement_group(
             bundles, strategy="PACK", name=f"m2flow-{self.plan.workflow}", bundle_label_selector=selectors
         )
         try:
-            ray.get(self.pg.ready(), timeout=timeouts.start_s)
+            ray.get(self.pg.ready(), timeout=self.timeouts.start_s)
         except ray.exceptions.GetTimeoutError:
             raise PlanError(
-                f"Ray could not reserve {len(bundles)} device bundles {bundles} within {timeouts.start_s:g}s;"
+                f"Ray could not reserve {len(bundles)} device bundles {bundles} within {self.timeouts.start_s:g}s;"
                 f" the cluster has {ray.available_resources()}. Lower replicas or set cluster.cpus/gpus to what"
                 " Ray has"
             ) from None
-        occupants = self.plan.occupants()
+
+    def _host_args(self, name: str, r: int) -> _HostArgs:
+        """Replica `r` of worker `name`: its context, its share of its device, its host's arguments."""
+        info = self.graph.info[name]
+        device = self.plan.placements[name].replica_devices[r]
+        share = _share(self.plan.occupants()[device])
+        resources = {"num_gpus": share, "num_cpus": 0} if device.kind == "gpu" else {"num_cpus": share}
+        items = info.items_per_replica
+        ctx = WorkerContext(
+            worker=name,
+            kind=info.kind,
+            replica=r,
+            replicas=info.replicas,
+            items=(r * items, (r + 1) * items),
+            seed=self.graph.spec.run.seed,
+            device="cuda" if device.kind == "gpu" else "cpu",
+            backend=info.spec.backend,
+            output_dir=self.output_dir,
+        )
+        instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
+        dist = _with_timeout(self.rendezvous[name], self.timeouts.ceiling_s)
+        args = (info.target, info.spec.args, ctx, instances, dist, self._core(device))
+        return _HostArgs(Replica(name, r, device, None), args, resources)
+
+    def _start_hosts(self, hosts: list[_HostArgs]) -> None:
+        """A `WorkerHost` actor per replica; replicas the plan co-hosts share one `ProcessHost` actor."""
         env = worker_env()
         together = same_process(self.plan.processes)
-        grouped: dict[int, list[tuple[Replica, tuple, dict]]] = {}
-        for name, placement in self.plan.placements.items():
-            spec = self.graph.workers[name]
-            target = resolve(spec.cls, f"workers.{name}.class")
-            stages = self.plan.pipeline_stages if spec.kind == "simulator" else 1
-            dist = self._dist(name, bundle_of[placement.replica_devices[0]], timeouts.start_s)
-            items = int(spec.args.get("num_envs", 1))
-            group = []
-            for r, device in enumerate(placement.replica_devices):
-                share = _share(occupants[device])
-                resources = (
-                    {"num_gpus": share, "num_cpus": 0} if placement.device_kind == "gpu" else {"num_cpus": share}
+        shared: dict[int, list[_HostArgs]] = {}
+        for host in hosts:
+            replica = host.replica
+            self.replicas.setdefault(replica.worker, []).append(replica)
+            if replica.id in together:
+                shared.setdefault(together[replica.id], []).append(host)
+            else:
+                replica.actor = replica.process = self._actor(
+                    WorkerHost, f"{replica.worker}:{replica.index}", replica.device, env, host.resources, *host.args
                 )
-                ctx = WorkerContext(
-                    worker=name,
-                    kind=spec.kind,
-                    replica=r,
-                    replicas=spec.replicas,
-                    items=(r * items, (r + 1) * items),
-                    seed=self.graph.spec.run.seed,
-                    device="cuda" if placement.device_kind == "gpu" else "cpu",
-                    backend=spec.backend,
-                    output_dir=self.output_dir,
-                )
-                args = (target, spec.args, ctx, stages, _with_timeout(dist, timeouts.ceiling_s), self._core(device))
-                replica = Replica(name, r, device, None)
-                if (name, r) in together:
-                    grouped.setdefault(together[(name, r)], []).append((replica, args, resources))
-                else:
-                    replica.actor = replica.process = self._actor(
-                        WorkerHost, f"{name}:{r}", bundle_of[device], env, resources, *args
-                    )
-                group.append(replica)
-            self.replicas[name] = group
-        for members in grouped.values():
-            first = members[0][0]
-            label = "+".join(f"{r.worker}:{r.index}" for r, _, _ in members)
-            resources = {key: sum(res[key] for _, _, res in members) for key in members[0][2]}
-            process = self._actor(
-                ProcessHost, label, bundle_of[first.device], env, resources, [args for _, args, _ in members]
-            )
-            for replica, _, _ in members:
-                replica.process, replica.actor = process, MemberHandle(process, replica.worker)
+        for members in shared.values():
+            label = "+".join(f"{m.replica.worker}:{m.replica.index}" for m in members)
+            resources = {key: sum(m.resources[key] for m in members) for key in members[0].resources}
+            first = members[0].replica
+            process = self._actor(ProcessHost, label, first.device, env, resources, [m.args for m in members])
+            for member in members:
+                member.replica.process = process
+                member.replica.actor = MemberHandle(process, member.replica.worker)
+
+    def _await_start(self) -> None:
         members = [r for g in self.replicas.values() for r in g]
         infos = wait_all(
             [(r.actor.info.remote(), r, "start-up") for r in members],
-            Deadline(timeouts.start_s, "workers to start (import, build model, init process groups)"),
+            Deadline(self.timeouts.start_s, "workers to start (import, build model, init process groups)"),
         )
-        self.nodes = {(r.worker, r.index): info["node"] for r, info in zip(members, infos, strict=True)}
-        self.pids = {(r.worker, r.index): info["pid"] for r, info in zip(members, infos, strict=True)}
-        self._check_nodes()
-        self._wire_loop()
+        self.nodes = {r.id: info["node"] for r, info in zip(members, infos, strict=True)}
+        self.pids = {r.id: info["pid"] for r, info in zip(members, infos, strict=True)}
 
-    def _actor(self, host: type, label: str, bundle: int, env: dict, resources: dict, *args: Any) -> Any:
+    def _actor(self, host: type, label: str, device: DeviceId, env: dict, resources: dict, *args: Any) -> Any:
         """A host actor named `m2flow:<workflow>:<label>`, in the plan's bundle for its device."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -171,7 +204,9 @@ class Launch:
             ray.remote(host)
             .options(
                 name=f"m2flow:{self.plan.workflow}:{label}",
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.pg, placement_group_bundle_index=self.bundle_of[device]
+                ),
                 runtime_env=env,
                 **resources,
             )
@@ -183,39 +218,39 @@ class Launch:
         node_ids = self.plan.cluster.node_ids
         if not node_ids:
             return
-        for (worker, index), node in self.nodes.items():
-            device = self.plan.cluster.devices[self.plan.placements[worker].replica_devices[index]]
+        for replica, node in self.nodes.items():
+            device = self.plan.device_of(replica)
             if node != node_ids[device.node]:
                 raise PlanError(
-                    f"Ray started {worker}[{index}] on node {node[:8]}, the plan put it on node"
+                    f"Ray started {replica} on node {node[:8]}, the plan put it on node"
                     f" {device.node} ({node_ids[device.node][:8]}); the cluster changed since planning?"
                 )
 
-    def _core(self, device: int) -> int | None:
+    def _core(self, device: DeviceId) -> int | None:
         """The node-local core a CPU-placed replica is pinned to, so shared CPU slots really are shared."""
-        dev = self.plan.cluster.devices[device]
-        if dev.kind != "cpu" or not self.graph.spec.placement.pin_cpus:
+        if device.kind != "cpu" or not self.graph.spec.placement.pin_cpus:
             return None
-        return sum(1 for d in self.plan.cluster.devices[:device] if d.kind == "cpu" and d.node == dev.node)
+        return self.plan.cluster.core_on_node(device)
 
-    def _dist(self, name: str, rank0_bundle: int, timeout_s: float) -> dict | None:
-        """Process-group rendezvous for a multi-rank training worker: rank 0's node address and a port
-        free there, found by a task placed in rank 0's bundle (so it holds on any node of the cluster)."""
-        spec = self.graph.workers[name]
-        if spec.kind != "training" or spec.replicas < 2:
+    def _rendezvous(self, name: str) -> dict | None:
+        """Process-group rendezvous for a multi-rank group worker: rank 0's node address and a port free
+        there, found by a task placed in rank 0's bundle (so it holds on any node of the cluster)."""
+        info = self.graph.info[name]
+        if not info.group or info.replicas < 2:
             return None
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        rank0 = self.bundle_of[self.plan.placements[name].replica_devices[0]]
         task = ray.remote(_rendezvous_point).options(
             num_cpus=0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank0_bundle),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank0),
         )
         try:
-            return ray.get(task.remote(), timeout=timeout_s)
+            return ray.get(task.remote(), timeout=self.timeouts.start_s)
         except ray.exceptions.GetTimeoutError:
             raise PlanError(
-                f"workers.{name}: no rendezvous point on rank 0's node within {timeout_s:g}s"
+                f"workers.{name}: no rendezvous point on rank 0's node within {self.timeouts.start_s:g}s"
                 " (run.timeouts.start_s); is that node still in the cluster?"
             ) from None
 
@@ -226,13 +261,13 @@ class Launch:
         loop = self.graph.loop
         if loop is None:
             return
-        timeouts = self.graph.spec.run.timeouts
+        timeouts = self.timeouts
         authkey = secrets.token_bytes(16)
         kinds = ["unix", "tcp"] if self.plan.cluster.nodes > 1 else ["unix"]
         members = [r for w in loop.workers for r in self.replicas[w]]
         addresses = dict(
             zip(
-                [(r.worker, r.index) for r in members],
+                [r.id for r in members],
                 ray.get([r.actor.open_channels.remote(authkey, kinds) for r in members], timeout=timeouts.start_s),
                 strict=True,
             )
@@ -244,10 +279,7 @@ class Launch:
         _link(senders, ports[-1].worker, ports[1].worker, self.graph)
         calls = []
         for r in members:
-            peers = [
-                (peer, addresses[peer][self._channel_kind(r, peer)])
-                for peer in sorted(senders.get((r.worker, r.index), ()))
-            ]
+            peers = [(peer, addresses[peer][self._channel_kind(r, peer)]) for peer in sorted(senders.get(r.id, ()))]
             calls.append((r.actor.connect.remote(peers, timeouts.start_s), r, "connect channels"))
         wait_all(calls, Deadline(timeouts.start_s, "channels to connect"))
         receivers: dict[tuple, list] = {}
@@ -255,16 +287,14 @@ class Launch:
             for peer in peers:
                 receivers.setdefault(peer, []).append(sender)
         calls = [
-            (r.actor.await_peers.remote(receivers.get((r.worker, r.index), []), timeouts.start_s), r, "accept channels")
+            (r.actor.await_peers.remote(receivers.get(r.id, []), timeouts.start_s), r, "accept channels")
             for r in members
         ]
         wait_all(calls, Deadline(timeouts.start_s, "channels to be accepted"))
 
-    def _channel_kind(self, sender: Replica, peer: tuple[str, int]) -> str:
+    def _channel_kind(self, sender: Replica, peer: ReplicaId) -> str:
         """Unix sockets between replicas on one node, TCP between nodes."""
-        devices = self.plan.cluster.devices
-        theirs = devices[self.plan.placements[peer[0]].replica_devices[peer[1]]]
-        return "unix" if devices[sender.device].node == theirs.node else "tcp"
+        return "unix" if sender.device.node == self.plan.device_of(peer).node else "tcp"
 
     def close(self) -> None:
         import ray
@@ -295,19 +325,13 @@ def worker_env() -> dict:
 
 def _link(senders: dict, src: str, dst: str, graph: MacroGraph) -> None:
     """Replicas of `src` send to the replicas of `dst` that own the same shards."""
-    from m2flow.sharding import owner
-
     if src == dst:
         return
     shards = graph.workers[graph.loop.entry.worker].replicas
     for b in range(shards):
         a = owner(b, shards, graph.workers[src].replicas)
         z = owner(b, shards, graph.workers[dst].replicas)
-        senders.setdefault((src, a), set()).add((dst, z))
-
-
-def _bundle(device: Device) -> dict:
-    return {"GPU": 1} if device.kind == "gpu" else {"CPU": 1}
+        senders.setdefault(ReplicaId(src, a), set()).add(ReplicaId(dst, z))
 
 
 def _share(occupants: int) -> float:

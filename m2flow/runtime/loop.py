@@ -15,6 +15,7 @@ from typing import Any
 
 from m2flow.runtime.batching import concat, split
 from m2flow.runtime.channels import Mailbox
+from m2flow.runtime.tracing import TaskEvent
 from m2flow.sharding import owner, shard_groups
 
 
@@ -35,7 +36,7 @@ class LoopStats:
     seconds: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
     items: dict[str, int] = field(default_factory=dict)
-    events: list[tuple] = field(default_factory=list)
+    events: list[TaskEvent] = field(default_factory=list)
     sent_bytes: int = 0
     start: float = 0.0
 
@@ -46,7 +47,7 @@ class LoopStats:
         self.calls[port] = self.calls.get(port, 0) + 1
         self.items[port] = self.items.get(port, 0) + items
         if trace:
-            self.events.append((port, "loop", start, end, step, stage, items, sent))
+            self.events.append(TaskEvent(port, "loop", start, end, step, stage, items, sent))
 
 
 CallPort = Callable[[str, int, Any], Any]  # (port, slice, input or None) -> output

@@ -14,7 +14,7 @@ import tempfile
 from collections import defaultdict
 
 from m2flow.config import spec_from_dict
-from m2flow.graph import build_graph
+from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners.fit import fit_points, hop_from_trace, points_from_trace
 from m2flow.runtime.executor import execute
 from m2flow.spec import WorkflowSpec
@@ -23,42 +23,48 @@ PROFILE_STEPS = 64
 PROFILE_ITERATIONS = 3
 
 
-def batch_sizes(spec: WorkflowSpec) -> list[int]:
-    """Envs per simulator replica to measure at: the configured count, a half and a quarter of it."""
-    if spec.flow.loop is None:
+def batch_sizes(graph: MacroGraph) -> list[int]:
+    """Items per replica of the loop's entry worker to measure at: its own, a half and a quarter of it
+    (only its own when it declares no field for them)."""
+    if graph.loop is None:
         return [1]
-    entry = spec.flow.loop.edges[0].src.worker
-    n = int(spec.workers[entry].args.get("num_envs", 1))
-    return sorted({max(1, n // 4), max(1, n // 2), n})
+    entry = graph.info[graph.loop.entry.worker]
+    n = entry.items_per_replica
+    return sorted({max(1, n // 4), max(1, n // 2), n}) if entry.items_field else [n]
 
 
 def measure_profile(spec: WorkflowSpec) -> dict:
     points: dict[str, list] = defaultdict(list)
     hops = []
-    chain = [str(p) for p in build_graph(spec).loop.ports] if spec.flow.loop else []
+    graph = build_graph(spec)
+    chain = [str(p) for p in graph.loop.ports] if graph.loop else []
+    sizes = batch_sizes(graph)
     with tempfile.TemporaryDirectory(prefix="m2flow-profile-") as out:
-        for size in batch_sizes(spec):
-            run = execute(_profiling_spec(spec, size, out))
+        for size in sizes:
+            run = execute(_profiling_spec(graph, size, out))
             trace = json.loads((run.run_dir / "trace.json").read_text())
             for port, samples in points_from_trace(trace, skip_iterations=1).items():
                 points[port] += samples
             hop = hop_from_trace(trace, chain) if chain else None
             if hop is not None:
                 hops.append(hop)
-    profile = fit_points(points, f"measured by m2flow profile at {batch_sizes(spec)} envs per replica")
+    profile = fit_points(points, f"measured by m2flow profile at {sizes} items per replica")
     profile["workflow"] = spec.name
     if hops:
         profile["hop_s"] = sorted(hops)[len(hops) // 2]
     return profile
 
 
-def _profiling_spec(spec: WorkflowSpec, size: int, out: str) -> WorkflowSpec:
+def _profiling_spec(graph: MacroGraph, size: int, out: str) -> WorkflowSpec:
+    spec = graph.spec
     raw = copy.deepcopy(spec.to_dict())
     raw["name"] = f"{spec.name}-profile-{size}"
     loop = raw["flow"].get("loop")
     if loop:
         loop["horizon"] = min(loop["horizon"], PROFILE_STEPS)
-        raw["workers"][spec.flow.loop.edges[0].src.worker]["args"]["num_envs"] = size
+        entry = graph.info[graph.loop.entry.worker]
+        if entry.items_field:
+            raw["workers"][entry.name]["args"][entry.items_field] = size
     raw["placement"] = {
         **raw["placement"],
         "mode": "shared",

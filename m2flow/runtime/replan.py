@@ -36,9 +36,8 @@ def replan(
     """(the better plan or None, why) — the reason is logged either way."""
     profile = refit(graph, events, measured)
     best = make_plan(graph, cluster, profile)
-    names = [d.name for d in current.cluster.devices]
-    now_s = simulate(graph, current.placements, names, current.pipeline_stages, profile, current.phases).iteration_s
-    new_s = best.predicted["iteration_s"]
+    now, _ = simulate(graph, current.placements, current.pipeline_stages, profile, current.phases)
+    now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = (best.mode, best.pipeline_stages) == (current.mode, current.pipeline_stages)
     if same or new_s > now_s * (1 - REPLAN_GAIN):
         return None, (

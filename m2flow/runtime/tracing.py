@@ -4,8 +4,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
+from m2flow.cluster import DeviceId
 from m2flow.schedule import Plan
+
+CONTROLLER = "controller"
+
+
+class TaskEvent(NamedTuple):
+    """One task as a host records it: a port call, a swap, or a controller phase."""
+
+    name: str
+    phase: str
+    start: float
+    end: float
+    step: int = -1
+    stage: int = 0
+    items: int = 0
+    bytes: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
 
 
 class Trace:
@@ -15,26 +36,25 @@ class Trace:
         self._pid = {d.name: i + 1 for i, d in enumerate(plan.cluster.devices)}
         self._tid: dict[str, int] = {}
         self._named: set[tuple[int, int]] = set()
-        self._pid["controller"] = 0
+        self._pid[CONTROLLER] = 0
 
-    def task(self, row: str, device: str, event: tuple, **args) -> None:
-        """`event` is (name, phase, start_s, end_s, step, stage, items, bytes) as recorded by a host."""
-        name, phase, start, end, step, stage, items, sent = event
+    def task(self, row: str, device: DeviceId | str, event: TaskEvent, **args) -> None:
+        device = device.name if isinstance(device, DeviceId) else device
         pid, tid = self._pid.get(device, 0), self._tid.setdefault(row, len(self._tid) + 1)
         if (pid, tid) not in self._named:
             self._named.add((pid, tid))
             self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": row}})
-        extra = {"step": step, "stage": stage} if step >= 0 else {}
+        extra = {"step": event.step, "stage": event.stage} if event.step >= 0 else {}
         self.events.append(
             {
-                "name": name,
-                "cat": phase,
+                "name": event.name,
+                "cat": event.phase,
                 "ph": "X",
                 "pid": pid,
                 "tid": tid,
-                "ts": start * 1e6,
-                "dur": max(0.0, end - start) * 1e6,
-                "args": {"worker": row, "device": device, "items": items, "bytes": sent, **extra, **args},
+                "ts": event.start * 1e6,
+                "dur": max(0.0, event.seconds) * 1e6,
+                "args": {"worker": row, "device": device, "items": event.items, "bytes": event.bytes, **extra, **args},
             }
         )
 

@@ -20,7 +20,7 @@ def write_dry_run(graph: MacroGraph, plan: Plan, out: str | Path, console: Conso
     console.print(placement_table(plan))
     console.print(timeline_table(plan))
     console.print(candidates_table(plan))
-    console.print(sources_line(plan.predicted.get("cost_sources", {})))
+    console.print(sources_line(plan.predicted.cost_sources))
     for note in plan.notes:
         console.print(note)
     written = [plan.save(out / "plan.json")]

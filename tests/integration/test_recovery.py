@@ -17,7 +17,7 @@ from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from tests.conftest import ROOT
 from tests.workflows import pendulum_ppo
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 FLOOR_S = 15.0
 
 
@@ -37,6 +37,7 @@ def ppo_spec(tmp_path, name: str, actor_replicas: int = 1, iterations: int = 6, 
         },
     )
     raw["workers"]["actor"]["replicas"] = actor_replicas
+    raw["workers"]["env"]["replicas"] = actor_replicas  # a data-parallel rank takes whole simulator shards
     return spec_from_dict(raw)
 
 

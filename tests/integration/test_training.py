@@ -13,7 +13,7 @@ from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.workers.actor import read_checkpoint
 from tests.workflows import pendulum_ppo
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
 PPO_ARGS = {"env_id": "HalfCheetah-v5", "hidden": [32, 32], "num_minibatches": 4, "update_epochs": 2}
 
@@ -23,7 +23,12 @@ def fixed_batch_workflow(tmp_path, ranks: int, name: str, backend: str = "fsdp")
         {
             "name": name,
             "workers": {
-                "data": {"kind": "function", "class": "tests.workers_for_tests.FixedBatch"},
+                # one shard per data-parallel rank (tensor-parallel ranks share one)
+                "data": {
+                    "kind": "function",
+                    "class": "tests.workers_for_tests.FixedBatch",
+                    "replicas": ranks if backend == "fsdp" else 1,
+                },
                 "actor": {
                     "kind": "training",
                     "class": "m2flow.workers.actor.PPO",
@@ -129,7 +134,8 @@ def test_a_streamed_batch_trains_exactly_like_a_whole_one(tmp_path):
 
     streamed = mf.run(spec("streamed", "m2flow.workers.actor.PPO"))
     whole = mf.run(spec("whole", "tests.workers_for_tests.WholeBatchPPO"))
-    assert next(p for p in streamed.plan.phases if p.op == "then").streamed == ["env.trajectory -> actor.train"]
+    then = next(p for p in streamed.plan.phases if p.op == "then")
+    assert [str(e) for e in then.streamed] == ["env.trajectory -> actor.train"]
     assert [h["actor/parts_streamed"] for h in streamed.history] == [4.0, 4.0]  # 2 replicas x 2 slices
     assert [h["actor/parts_streamed"] for h in whole.history] == [0.0, 0.0]
     a, b = final_state(streamed), final_state(whole)

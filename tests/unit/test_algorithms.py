@@ -9,6 +9,7 @@ import torch
 from m2flow.runtime.batching import BatchingError, concat, split
 from m2flow.sharding import owner, shard_groups, slice_sizes
 from m2flow.workers.algorithms import PPOLossConfig, ReturnScaler, compute_gae, ppo_loss
+from m2flow.workers.algorithms.moments import across_ranks, merge
 from m2flow.workers.models.mlp import RunningNorm
 
 
@@ -60,12 +61,55 @@ def test_running_norm_matches_numpy_statistics():
     assert norm.var.numpy() == pytest.approx(data.var(0, unbiased=False).numpy(), rel=1e-3)
 
 
-def test_return_scaler_divides_by_the_discounted_return_std():
-    scaler = ReturnScaler(num_envs=2, gamma=0.0)
-    rewards = torch.tensor([[1.0, 3.0], [1.0, 3.0]])
-    scaled = scaler(rewards, torch.zeros(2, 2))
-    assert scaled.shape == rewards.shape
-    assert float(scaler.var) == pytest.approx(1.0 * (4 / (4 + 1e-4)), rel=0.01)  # returns 1,3,1,3: var 1
+def reference_scaled_rewards(rewards: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
+    """gymnasium's NormalizeReward arithmetic, over all envs of a step, in plain numpy."""
+    returns, mean, var, count = np.zeros(rewards.shape[1]), 0.0, 1.0, 1e-4
+    out = np.empty_like(rewards)
+    for t in range(len(rewards)):
+        returns = returns * gamma * (1 - dones[t]) + rewards[t]
+        batch_mean, batch_var, n = returns.mean(), returns.var(), len(returns)
+        delta, total = batch_mean - mean, count + n
+        mean, var = mean + delta * n / total, (var * count + batch_var * n + delta**2 * count * n / total) / total
+        count = total
+        out[t] = np.clip(rewards[t] / np.sqrt(var + 1e-8), -10, 10)
+    return out
+
+
+def test_return_scaler_scales_rewards_as_gymnasiums_normalize_reward():
+    rng = np.random.default_rng(0)
+    rewards, dones = rng.normal(2, 3, size=(50, 6)), (rng.random((50, 6)) < 0.1).astype(float)
+    scaler = ReturnScaler(num_envs=6, gamma=0.99)
+    scaled = scaler(torch.tensor(rewards, dtype=torch.float32), torch.tensor(dones), torch.arange(6))
+    expected = reference_scaled_rewards(rewards.astype(np.float32).astype(float), dones, 0.99)
+    np.testing.assert_allclose(scaled.numpy(), expected, rtol=1e-5)
+
+
+def test_return_scaler_on_two_ranks_scales_like_one():
+    """Envs split over two data-parallel ranks: the per-step moments are merged, so each rank scales its
+    envs exactly as one rank holding every env does (the other rank's moments replayed here)."""
+    rng = np.random.default_rng(1)
+    rewards = torch.tensor(rng.normal(size=(20, 8)), dtype=torch.float32)
+    dones = torch.tensor((rng.random((20, 8)) < 0.1).astype(np.float32))
+    whole = ReturnScaler(8, 0.9)(rewards, dones, torch.arange(8))
+    recorded = []
+    ReturnScaler(8, 0.9)(rewards[:, 4:], dones[:, 4:], torch.arange(4, 8), lambda *m: recorded.append(m) or m)
+    steps = iter(recorded)
+    combine = across_ranks(lambda local: torch.stack([local, torch.cat([*map(_flat, next(steps))])]))
+    first = ReturnScaler(8, 0.9)(rewards[:, :4], dones[:, :4], torch.arange(4), combine)
+    torch.testing.assert_close(first, whole[:, :4], rtol=1e-6, atol=1e-6)
+
+
+def _flat(value) -> torch.Tensor:
+    return torch.as_tensor(value, dtype=torch.float64).reshape(-1)
+
+
+def test_merged_moments_equal_the_whole_batchs():
+    x = torch.randn(100, 3, dtype=torch.float64)
+    parts = [(p.mean(0), p.var(0, unbiased=False), torch.tensor(float(len(p)))) for p in (x[:30], x[30:])]
+    mean, var, n = merge(*parts[0], parts[1])
+    torch.testing.assert_close(mean, x.mean(0))
+    torch.testing.assert_close(var, x.var(0, unbiased=False))
+    assert float(n) == 100
 
 
 def test_concat_and_split_are_inverse():

@@ -34,7 +34,8 @@ def test_width_depth_heads_override_the_preset():
 
 def test_memory_estimate_shrinks_with_cpu_offload():
     args = {"env_id": "HalfCheetah-v5", "model": "vit", "observation": VIEW, "size": "10m"}
-    on_device, offloaded = PPO.memory_estimate_gb(**args), PPO.memory_estimate_gb(**args, cpu_offload=True)
+    on_device = PPO.memory_estimate_gb(PPO.Config(**args))
+    offloaded = PPO.memory_estimate_gb(PPO.Config(**args, cpu_offload=True))
     assert offloaded < on_device / 20
 
 

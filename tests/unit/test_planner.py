@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from m2flow.cluster import Cluster
+from m2flow.cluster import Cluster, DeviceId
 from m2flow.config import spec_from_dict
 from m2flow.errors import PlanError
 from m2flow.graph import build_graph
@@ -57,7 +57,7 @@ def test_colocated_replicas_share_a_process_and_pay_no_channel_hop():
     raw["placement"]["colocate"] = True
     plan = plan_of(raw)
     assert plan.processes == [[("env", 0), ("policy", 0)]]  # the learner is not in the loop: a process of its own
-    assert plan.predicted["phase_s"]["loop"] == pytest.approx(0.001 + 100 * 0.004, rel=1e-6)
+    assert plan.predicted.phase_s["loop"] == pytest.approx(0.001 + 100 * 0.004, rel=1e-6)
     assert Plan.from_dict(plan.to_dict()).processes == plan.processes
     disjoint = workflow(cpus=2, mode="disaggregated")
     disjoint["workers"].pop("learner")
@@ -73,7 +73,9 @@ def test_then_edges_stream_into_ports_that_take_parts_unless_a_swap_comes_first(
     raw = workflow(mode="shared")
     raw["workers"]["learner"]["class"] = "tests.workers_for_tests.CollectParts"
     streaming = plan_of(raw)
-    assert next(p for p in streaming.phases if p.op == "then").streamed == ["env.trajectory -> learner.train"]
+    assert [str(e) for e in next(p for p in streaming.phases if p.op == "then").streamed] == [
+        "env.trajectory -> learner.train"
+    ]
     assert any("env.trajectory -> learner.train streams" in n for n in streaming.notes)
     raw["placement"]["offload"] = "always"  # learner and the loop workers swap on their shared device
     swapping = plan_of(raw)
@@ -85,32 +87,32 @@ def test_then_edges_stream_into_ports_that_take_parts_unless_a_swap_comes_first(
 def test_shared_on_one_device_runs_the_loop_serially():
     plan = plan_of(workflow(cpus=1, mode="shared"))
     # entry handoff + 100 x (2 ms env + 2 ms policy + a channel hop into each), all on the one device
-    assert plan.predicted["phase_s"]["loop"] == pytest.approx(0.001 + 100 * (0.004 + 2 * CHANNEL_HOP_S), rel=1e-6)
-    assert plan.predicted["env_steps_per_iteration"] == 100 * 4
-    assert {t.device for t in plan.tasks} == {"n0/cpu0"}
+    assert plan.predicted.phase_s["loop"] == pytest.approx(0.001 + 100 * (0.004 + 2 * CHANNEL_HOP_S), rel=1e-6)
+    assert plan.predicted.env_steps_per_iteration == 100 * 4
+    assert {t.device.name for t in plan.tasks} == {"n0/cpu0"}
 
 
 def test_hybrid_pipelines_balanced_stages_towards_max_stage():
     plan = plan_of(workflow(cpus=2, mode="hybrid", stages=2))
     assert plan.placements["env"].devices != plan.placements["policy"].devices
     # two slices of 1 ms (+ a hop) each: per step max(env, policy), not the 4 ms of running both in turn
-    assert plan.predicted["phase_s"]["loop"] == pytest.approx(100 * 2 * (0.001 + CHANNEL_HOP_S), rel=0.05)
+    assert plan.predicted.phase_s["loop"] == pytest.approx(100 * 2 * (0.001 + CHANNEL_HOP_S), rel=0.05)
 
 
 def test_auto_prefers_pipelined_hybrid_when_env_and_policy_are_balanced():
     plan = plan_of(workflow(cpus=2, stages="auto"))
     assert plan.mode == "hybrid" and plan.pipeline_stages > 1
-    ranked = [row["iteration_s"] for row in plan.candidates if row["feasible"]]
+    ranked = [row.iteration_s for row in plan.candidates if row.feasible]
     assert ranked == sorted(ranked)
-    shared = next(r for r in plan.candidates if r["mode"] == "shared")
-    assert shared["iteration_s"] / plan.predicted["iteration_s"] > 1.6
+    shared = next(r for r in plan.candidates if r.mode == "shared")
+    assert shared.iteration_s / plan.predicted.iteration_s > 1.6
     assert "auto chose hybrid" in plan.notes[0]
 
 
 def test_auto_prefers_shared_when_one_device_only():
     plan = plan_of(workflow(cpus=1, stages="auto"))
     assert plan.mode == "shared"
-    reasons = " ".join(r["reason"] for r in plan.candidates if not r["feasible"])
+    reasons = " ".join(r.reason for r in plan.candidates if not r.feasible)
     assert "need disjoint devices but only 1 exist" in reasons
 
 
@@ -166,8 +168,9 @@ def test_a_manual_layout_is_checked_completed_and_compared_with_auto():
     graph, cluster = build_graph(spec), Cluster.from_spec(spec.cluster)
     plan = compare_with_auto(graph, cluster, make_plan(graph, cluster))
     assert plan.mode == "manual (hybrid)"
-    assert plan.placements["learner"].devices == [0, 1, 2, 3]
-    assert plan.placements["env"].devices == [0, 1] and plan.placements["policy"].devices == [2, 3]
+    cpus = Cluster.from_spec(spec.cluster).of_kind("cpu")
+    assert plan.placements["learner"].devices == cpus
+    assert plan.placements["env"].devices == cpus[:2] and plan.placements["policy"].devices == cpus[2:]
     assert plan.pipeline_stages > 1
     assert "your layout (manual (hybrid)" in plan.notes[-1] and "auto's best" in plan.notes[-1]
 
@@ -187,9 +190,9 @@ def test_a_training_worker_too_large_to_share_goes_disaggregated():
     plan = plan_of(raw)
     assert plan.mode == "disaggregated"
     assert not set(plan.placements["policy"].devices) & set(plan.placements["learner"].devices)
-    shared = next(r for r in plan.candidates if r["mode"] == "shared")
+    shared = next(r for r in plan.candidates if r.mode == "shared")
     # sharing is only possible by swapping 100 GB through host memory every iteration: far slower
-    assert shared["iteration_s"] > 2 * plan.predicted["iteration_s"]
+    assert shared.iteration_s > 2 * plan.predicted.iteration_s
 
 
 def test_offload_never_makes_the_oversubscribed_layout_infeasible_and_says_how_to_fix_it():
@@ -214,17 +217,17 @@ def test_auto_can_choose_how_many_simulator_processes_share_the_envs():
     assert plan.spec_overrides == [f"workers.env.replicas={procs}", f"workers.env.args.num_envs={8 // procs}"]
     assert procs == 4  # 4 processes on 4 cores step their 2 envs each in parallel
     assert len(plan.placements["env"].replica_devices) == 4
-    assert plan.predicted["env_steps_per_iteration"] == 100 * 8  # the same envs, split differently
+    assert plan.predicted.env_steps_per_iteration == 100 * 8  # the same envs, split differently
     assert "simulator 4 x 2 (processes x envs)" in plan.notes[0]
-    layouts = {row["layout"] for row in plan.candidates}
+    layouts = {row.layout for row in plan.candidates}
     assert {"1 x 8", "2 x 4", "4 x 2"} <= layouts
 
 
 def test_disjoint_modes_try_several_device_splits_and_keep_the_fastest():
     from m2flow.planners.disaggregated import DisaggregatedPlanner, disjoint, distinct, split_weights
-    from m2flow.planners.offload import phases_of
     from m2flow.planners.profile import Profile
     from m2flow.planners.simulate import simulate
+    from m2flow.program import build_phases
 
     # devices are scarce (4 for 9 replicas) and the policy does most of the work: splits disagree
     raw = workflow(cpus=4, mode="disaggregated", env_replicas=4, env_s=0.001, policy_s=0.01)
@@ -236,8 +239,21 @@ def test_disjoint_modes_try_several_device_splits_and_keep_the_fastest():
         {n: disjoint(graph, cluster, list(graph.workers), w) for n, w in split_weights(graph, profile).items()}
     )
     assert len(options) >= 2
-    names = [d.name for d in cluster.devices]
-    times = {n: simulate(graph, p, names, 1, profile, phases_of(graph)).iteration_s for n, p in options.items()}
+    times = {n: simulate(graph, p, 1, profile, build_phases(graph))[0].iteration_s for n, p in options.items()}
     plan = DisaggregatedPlanner().plan(graph, cluster, profile)
-    assert plan.predicted["iteration_s"] == pytest.approx(min(times.values()))
+    assert plan.predicted.iteration_s == pytest.approx(min(times.values()))
     assert f"best of {len(options)} splits" in plan.notes[0]
+
+
+def test_cpu_replicas_on_a_machine_with_gpus_are_named_and_counted_as_cpus():
+    """Placements hold typed devices: a simulator on the CPUs of a GPU machine is on cpuN, never on a GPU."""
+    raw = workflow(stages=1, env_replicas=4, mode="shared")
+    raw["cluster"] = {"gpus": 1, "cpus": 16}
+    plan = plan_of(raw)
+    env = plan.placements["env"].replica_devices
+    assert env == [DeviceId(0, "cpu", i) for i in range(4)]
+    assert plan.placements["policy"].replica_devices == [DeviceId(0, "gpu", 0)]
+    assert not {"policy", "learner"} & {w for pair in plan.sharing() for w in pair if "env" in pair}
+    gpu_tasks = {t.worker for t in plan.tasks if t.device.kind == "gpu"}
+    assert gpu_tasks == {"policy", "learner"}
+    assert Plan.from_dict(plan.to_dict()).placements["env"].replica_devices == env

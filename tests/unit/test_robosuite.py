@@ -10,7 +10,7 @@ import pytest
 
 from m2flow.context import WorkerContext, set_context
 from m2flow.errors import MissingDependency
-from m2flow.workers.env.camera_env import make_env
+from m2flow.workers.env.env_ids import make_env
 
 
 def test_robosuite_ids_name_the_extra_and_the_id_form(monkeypatch):

@@ -41,13 +41,20 @@ def register_backend(cls: type[TrainingBackend]) -> type[TrainingBackend]:
     return cls
 
 
-def get_backend(ctx: WorkerContext, options: BackendOptions | None = None) -> TrainingBackend:
-    name = ctx.backend or "fsdp"
+def backend_class(name: str | None) -> type[TrainingBackend]:
+    """The registered backend `name` (default fsdp); ValueError naming the known ones otherwise."""
+    name = name or "fsdp"
     if name not in _BACKENDS:
-        raise SpecError(
-            [f"workers.{ctx.worker}.backend: unknown backend '{name}' (known: {', '.join(sorted(_BACKENDS))})"]
-        )
-    return _BACKENDS[name](ctx, options or BackendOptions())
+        raise ValueError(f"unknown backend '{name}' (known: {', '.join(sorted(_BACKENDS))})")
+    return _BACKENDS[name]
+
+
+def get_backend(ctx: WorkerContext, options: BackendOptions | None = None) -> TrainingBackend:
+    try:
+        cls = backend_class(ctx.backend)
+    except ValueError as exc:
+        raise SpecError([f"workers.{ctx.worker}.backend: {exc}"]) from None
+    return cls(ctx, options or BackendOptions())
 
 
 class TrainingBackend(ABC):
@@ -56,8 +63,14 @@ class TrainingBackend(ABC):
     def __init__(self, ctx: WorkerContext, options: BackendOptions):
         self.ctx, self.options = ctx, options
         self.rank, self.world_size = ctx.rank, ctx.world_size
-        self.data_rank, self.data_world = ctx.rank, ctx.world_size  # how minibatches are split over ranks
+        self.data_world = self.data_parallel_size(ctx.world_size)  # ranks holding distinct data
+        self.data_rank = ctx.rank * self.data_world // ctx.world_size
         self.device = torch.device(ctx.device)
+
+    @classmethod
+    def data_parallel_size(cls, world_size: int) -> int:
+        """How many of `world_size` ranks hold distinct data (the rest share theirs: model parallelism)."""
+        return world_size
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """Shard or replicate `model` over the worker's ranks, with the options applied."""
@@ -105,6 +118,19 @@ class TrainingBackend(ABC):
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+    def gather_data_ranks(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` of every data-parallel rank stacked in rank order: [data_world, ...] (a collective)."""
+        if self.data_world == 1:
+            return values[None]
+        import torch.distributed as dist
+
+        out = [torch.empty_like(values) for _ in range(self.world_size)]
+        dist.all_gather(out, values.contiguous())
+        return torch.stack(out)  # data-parallel backends: every rank is its own data rank
+
+    def sum_data_ranks(self, values: torch.Tensor) -> torch.Tensor:
+        return self.gather_data_ranks(values).sum(0) if self.data_world > 1 else values
 
     def mean_across_ranks(self, values: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:

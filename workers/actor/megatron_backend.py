@@ -54,8 +54,11 @@ class MegatronBackend(TrainingBackend):
 
     def __init__(self, ctx, options):
         super().__init__(ctx, options)
-        self.data_rank, self.data_world = 0, 1  # tensor parallel: every rank works on the same samples
         self.mesh = None
+
+    @classmethod
+    def data_parallel_size(cls, world_size: int) -> int:
+        return 1  # tensor parallel: every rank works on the same samples
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if isinstance(model, ViTPolicy):

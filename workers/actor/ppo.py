@@ -20,7 +20,8 @@ import torch
 from pydantic import Field
 
 import m2flow
-from m2flow.workers.actor.backends import BackendOptions, get_backend
+from m2flow.errors import WorkerError
+from m2flow.workers.actor.backends import BackendOptions, backend_class, get_backend
 from m2flow.workers.algorithms import (
     PPOLossConfig,
     ReturnScaler,
@@ -29,6 +30,7 @@ from m2flow.workers.algorithms import (
     normalize_advantages,
     ppo_loss,
 )
+from m2flow.workers.algorithms.moments import across_ranks
 from m2flow.workers.models import PolicyArgs, state_bytes, state_checksum
 from m2flow.workers.models.placement import move_module, move_optimizer
 
@@ -56,6 +58,8 @@ class PPOConfig(PolicyArgs, BackendOptions):
 
 
 class PPO:
+    Config = PPOConfig
+
     def __init__(self, **args: Any):
         ctx = m2flow.context()
         self.cfg = PPOConfig(**args)
@@ -74,14 +78,21 @@ class PPO:
         self.updates = 0
         self._parts: list[dict[str, Any]] = []  # parts of this iteration's batch that arrived early
 
-    @classmethod
-    def memory_estimate_gb(cls, **args: Any) -> float:
+    @staticmethod
+    def memory_estimate_gb(cfg: PPOConfig) -> float:
         """Weights, gradients and Adam's two moments: four copies of the policy's state on the device;
         with `cpu_offload` they live on the host and the device holds about one block at a time."""
-        cfg = PPOConfig(**args)
         if cfg.cpu_offload:
             return state_bytes(cfg) / cfg.blocks() / 2**30
         return 4 * state_bytes(cfg) / 2**30
+
+    @staticmethod
+    def data_parallel_size(cfg: PPOConfig, replicas: int, backend: str | None) -> int:
+        """Ranks holding distinct data: all of them under FSDP, one group under Megatron's tensor parallelism."""
+        try:
+            return backend_class(backend).data_parallel_size(replicas)
+        except ValueError as exc:
+            raise ValueError(f"backend: {exc}") from None
 
     def weights(self) -> dict[str, Any]:
         """The full policy state for inference workers, versioned and checksummed (a collective on every rank)."""
@@ -101,6 +112,8 @@ class PPO:
         obs = _time_major(self.model.inputs(_flatten(trajectory["obs"]), self.device), steps, envs)
         part = {"obs": obs, "next_done": torch.tensor(trajectory["next_done"], device=self.device)}
         part.update({key: torch.tensor(trajectory[key], device=self.device) for key in TIME_MAJOR if key != "obs"})
+        if "env_ids" in trajectory:
+            part["env_ids"] = torch.tensor(trajectory["env_ids"], dtype=torch.long, device=self.device)
         if self.cfg.advantage == "gae":
             with torch.no_grad(), self.backend.compute():
                 next_obs = self.model.inputs(trajectory["next_obs"], self.device)
@@ -108,6 +121,11 @@ class PPO:
         return part
 
     def train(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:
+        """One PPO update on this rank's data-parallel share of the batch (its producers' trajectories).
+
+        The minibatches are CleanRL's: a permutation of the whole batch, the same on every rank; each rank
+        computes the loss on the samples of each minibatch that it holds, weighted so that the gradient the
+        backend averages over ranks is the one-rank gradient of the whole minibatch."""
         cfg = self.cfg
         streamed = len(self._parts) == len(trajectories)  # every part arrived early (a streamed then-edge)
         parts = self._parts if streamed else [self._prepare(t) for t in trajectories]
@@ -115,11 +133,14 @@ class PPO:
         batch = {key: _cat([part[key] for part in parts], dim=1 if key in TIME_MAJOR else 0) for key in parts[0]}
         rewards, dones, values = batch["reward"], batch["done"], batch["value"]
         steps, envs = rewards.shape
+        env_ids = self._env_ids = self._global_env_ids(batch, envs)
+        total_envs = int(self.backend.sum_data_ranks(torch.tensor(envs)))
+        combine = across_ranks(self.backend.gather_data_ranks) if self.backend.data_world > 1 else None
         rewards_mean = float(rewards.mean())
         if cfg.normalize_reward:
             if self.scaler is None:
-                self.scaler = ReturnScaler(envs, cfg.gamma)
-            rewards = self.scaler(rewards.cpu(), dones.cpu()).to(self.device)
+                self.scaler = ReturnScaler(total_envs, cfg.gamma)
+            rewards = self.scaler(rewards.cpu(), dones.cpu(), env_ids.cpu(), combine).to(self.device)
         advantages, returns = ADVANTAGES[cfg.advantage](self, batch, rewards, values, dones)
         b_obs = _flatten(batch["obs"])
         b_actions = batch["action"].reshape(steps * envs, -1)
@@ -130,20 +151,26 @@ class PPO:
         if cfg.anneal_lr_iterations:
             frac = max(0.0, 1.0 - self.updates / cfg.anneal_lr_iterations)
             self.optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
-        batch_size = steps * envs
+        # sample (t, env) of the whole batch is t * total_envs + env id; `local_of` maps it to this rank's row
+        batch_size = steps * total_envs
+        local_of = torch.full((batch_size,), -1, dtype=torch.long, device=self.device)
+        mine = (torch.arange(steps, device=self.device)[:, None] * total_envs + env_ids[None, :]).reshape(-1)
+        local_of[mine] = torch.arange(steps * envs, device=self.device)
         minibatch_size = max(1, batch_size // cfg.num_minibatches)
         sums: dict[str, float] = {}
         count = 0
         for _ in range(cfg.update_epochs):
             order = torch.randperm(batch_size, generator=self.generator).to(self.device)
             for start in range(0, batch_size - minibatch_size + 1, minibatch_size):
-                mb_inds = order[start : start + minibatch_size]
-                mb_advantages = b_advantages[mb_inds]
+                rows = local_of[order[start : start + minibatch_size]]
+                idx = rows[rows >= 0]
+                mb_advantages = b_advantages[idx]
                 if cfg.norm_adv:
-                    mb_advantages = normalize_advantages(mb_advantages)
-                mine = torch.tensor_split(torch.arange(len(mb_inds), device=self.device), self.backend.data_world)
-                local = mine[self.backend.data_rank]
-                idx = mb_inds[local]
+                    mb_advantages = self._normalize(mb_advantages)
+                # this rank's share of the minibatch mean; a rank holding none of it still joins the collectives
+                weight = len(idx) * self.backend.data_world / minibatch_size
+                if not len(idx):
+                    idx, mb_advantages = rows.new_zeros(1), mb_advantages.new_zeros(1)
                 with self.backend.compute():
                     _, newlogprob, entropy, newvalue = self.model.get_action_and_value(
                         _take(b_obs, idx), b_actions[idx]
@@ -153,23 +180,23 @@ class PPO:
                     entropy,
                     newvalue,
                     b_logprobs[idx],
-                    mb_advantages[local],
+                    mb_advantages,
                     b_returns[idx],
                     b_values[idx],
                     self.loss_cfg,
                 )
                 self.optimizer.zero_grad()
-                loss.backward()
+                (loss * weight if weight != 1 else loss).backward()
                 stats["grad_norm"] = self.backend.clip_grad_norm(self.model, cfg.max_grad_norm)
                 stats["loss"] = loss.detach()
                 self.optimizer.step()
-                for key, value in stats.items():
-                    sums[key] = sums.get(key, 0.0) + float(value)
+                for key, value in stats.items():  # means over the minibatch: this rank's weighted share
+                    sums[key] = sums.get(key, 0.0) + float(value) * (1.0 if key == "grad_norm" else weight)
                 count += 1
             if cfg.target_kl is not None and float(stats["approx_kl"]) > cfg.target_kl:
                 break
         if cfg.normalize_obs:
-            self.model.update_normalizer(b_obs)
+            self.model.update_normalizer(b_obs, combine)
         self.version += 1
         self.updates += 1
         keys = sorted(sums)
@@ -189,6 +216,27 @@ class PPO:
             }
         )
         return metrics
+
+    def _global_env_ids(self, batch: dict[str, Any], envs: int) -> torch.Tensor:
+        """The global index of each env column (simulators send `env_ids`; one rank may do without)."""
+        if "env_ids" in batch:
+            return batch["env_ids"]
+        if self.backend.data_world > 1:
+            raise WorkerError(
+                "PPO.train: data-parallel ranks need each trajectory's 'env_ids' (global env indices) to cut"
+                " minibatches alike; the simulator's trajectory() must include them"
+            )
+        return torch.arange(envs, device=self.device)
+
+    def _normalize(self, advantages: torch.Tensor) -> torch.Tensor:
+        """Advantages normalised over the whole minibatch, whose samples may sit on several ranks."""
+        if self.backend.data_world == 1:
+            return normalize_advantages(advantages)
+        local = torch.stack([advantages.sum(), advantages.square().sum(), torch.tensor(float(len(advantages)))])
+        total, squares, n = self.backend.sum_data_ranks(local.double()).tolist()
+        mean = total / n
+        std = max(0.0, (squares - n * mean * mean) / max(1.0, n - 1)) ** 0.5
+        return (advantages - mean) / (std + 1e-8)
 
     def offload(self) -> None:
         """Model and optimizer state to pinned host memory while others use the device (CUDA, one rank)."""
@@ -211,14 +259,26 @@ class PPO:
         root.mkdir(parents=True, exist_ok=True)
         with _single_process_is_fine():
             dcp.save(self.backend.sharded_state(self.model, self.optimizer), checkpoint_id=root / "shards")
+        scaler = self._scaler_state()  # a collective: every rank takes part
         if self.backend.rank == 0:
             progress = {"generator": self.generator.get_state(), "version": self.version, "updates": self.updates}
-            if self.scaler is not None:
-                progress["reward_scaler"] = self.scaler.state_dict()
+            if scaler is not None:
+                progress["reward_scaler"] = scaler
             with open(root / "progress.pt", "wb") as fh:
                 torch.save(progress, fh)
                 fh.flush()
                 os.fsync(fh.fileno())
+
+    def _scaler_state(self) -> dict[str, torch.Tensor] | None:
+        """The reward scaler with every env's running return: each data-parallel rank adds its own envs'."""
+        if self.scaler is None:
+            return None
+        state = self.scaler.state_dict()
+        if self.backend.data_world > 1:
+            owned = torch.zeros_like(state["returns"])
+            owned[self._env_ids.cpu()] = 1.0
+            state = {**state, "returns": self.backend.sum_data_ranks(state["returns"] * owned)}
+        return state
 
     def load_checkpoint(self, path: str) -> None:
         import torch.distributed.checkpoint as dcp

@@ -17,7 +17,7 @@ import os
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 import m2flow
 from m2flow.errors import MissingDependency
@@ -36,8 +36,8 @@ R1PRO_CAMERAS = {  # camera -> OmniGibson sensor prefix on the R1 Pro
 OG_MODALITY = {"rgb": "rgb", "depth": "depth_linear", "segmentation": "seg_instance"}
 
 
-class BehaviorConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class BehaviorConfig(m2flow.WorkerConfig):
+    items_field = "num_envs"
 
     task: str = "turning_on_radio"
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
@@ -112,6 +112,8 @@ def _vector_env(cfg: BehaviorConfig, replica_items: tuple[int, int], stages: int
 
 
 class BehaviorEnv:
+    Config = BehaviorConfig
+
     def __init__(self, **args: Any):
         self.config = BehaviorConfig(**args)
         ctx = m2flow.context()

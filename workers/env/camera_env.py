@@ -12,17 +12,15 @@ plays deterministic evaluation episodes on an env of its own, filmed when `video
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 import m2flow
-from m2flow.errors import MissingDependency
+from m2flow.workers.env.env_ids import make_env, registered
 from m2flow.workers.env.evaluation import EvaluationConfig, Evaluator
 from m2flow.workers.env.mujoco_state import env_state, set_env_state
 from m2flow.workers.env.recording import Recorder
@@ -30,10 +28,6 @@ from m2flow.workers.env.rendering import CameraRenderer
 from m2flow.workers.env.video import VideoConfig
 
 Modality = Literal["rgb", "depth", "segmentation", "proprio"]
-
-# env id prefixes whose package registers them with gymnasium on import, and the extra that installs it
-ENV_PACKAGES = {"Meta-World/": ("metaworld", "metaworld==3.1.1 (installed with m2flow)")}  # register gym ids
-ENV_FACTORIES = {"Robosuite/": "m2flow.workers.env.robosuite_env"}  # modules with make(env_id, **kwargs)
 
 
 class CameraObservation(BaseModel):
@@ -44,10 +38,10 @@ class CameraObservation(BaseModel):
     size: tuple[int, int] = (84, 84)
 
 
-class CameraEnvConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class CameraEnvConfig(m2flow.WorkerConfig):
+    items_field = "num_envs"
 
-    env_id: str
+    env_id: Annotated[str, AfterValidator(registered)]
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
     observation: CameraObservation
     render_profile: Literal["fast", "full"] = "fast"
@@ -69,22 +63,9 @@ class CameraEnvConfig(BaseModel):
         return self
 
 
-def make_env(env_id: str, **kwargs: Any) -> gym.Env:
-    for prefix, module in ENV_FACTORIES.items():
-        if env_id.startswith(prefix):
-            return importlib.import_module(module).make(env_id, **kwargs)
-    for prefix, (package, extra) in ENV_PACKAGES.items():
-        if env_id.startswith(prefix):
-            try:
-                importlib.import_module(package)
-            except ImportError:
-                raise MissingDependency(
-                    f"env_id '{env_id}' needs the package '{package}': pip install {extra}"
-                ) from None
-    return gym.make(env_id, **kwargs)
-
-
 class CameraEnv:
+    Config = CameraEnvConfig
+
     def __init__(self, **args: Any):
         self.config = cfg = CameraEnvConfig(**args)
         ctx = m2flow.context()

@@ -8,28 +8,31 @@ index, so results do not depend on how envs are split over replicas or pipeline 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
 import m2flow
+from m2flow.workers.env.env_ids import registered
 from m2flow.workers.env.mujoco_state import env_state, is_mujoco, set_env_state
 from m2flow.workers.env.recording import Recorder
 
 
-class GymEnvConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class GymEnvConfig(m2flow.WorkerConfig):
+    items_field = "num_envs"
 
-    env_id: str
+    env_id: Annotated[str, AfterValidator(registered)]
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
     clip_actions: bool = True
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class GymEnv:
+    Config = GymEnvConfig
+
     def __init__(self, **args: Any):
         self.config = GymEnvConfig(**args)
         ctx = m2flow.context()

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.distributions.normal import Normal
 
+from m2flow.workers.algorithms.moments import Combine, merge
+
 
 class PolicyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -49,13 +51,16 @@ class RunningNorm(nn.Module):
         self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
+    def update(self, x: torch.Tensor, combine: Combine | None = None) -> None:
+        """Fold in a batch of observations; `combine` merges its moments with other ranks' parts of it."""
         x = x.reshape(-1, x.shape[-1]).to(torch.float64)
-        batch_mean, batch_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
-        delta, total = batch_mean - self.mean, self.count + n
-        self.mean += delta * n / total
-        self.var.copy_((self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total)
-        self.count.copy_(total)
+        batch = (x.mean(0), x.var(0, unbiased=False), x.shape[0])
+        if combine is not None:
+            batch = combine(*batch)
+        mean, var, count = merge(self.mean, self.var, self.count, batch)
+        self.mean.copy_(mean)
+        self.var.copy_(var)
+        self.count.copy_(count)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         normed = (x - self.mean.to(x.dtype)) / torch.sqrt(self.var.to(x.dtype) + self.epsilon)
@@ -78,9 +83,9 @@ class GaussianMLP(nn.Module):
         obs = batch["obs"] if isinstance(batch, dict) else batch
         return torch.tensor(obs, dtype=torch.float32, device=device)
 
-    def update_normalizer(self, obs: torch.Tensor) -> None:
+    def update_normalizer(self, obs: torch.Tensor, combine: Combine | None = None) -> None:
         if isinstance(self.obs_norm, RunningNorm):
-            self.obs_norm.update(obs)
+            self.obs_norm.update(obs, combine)
 
     def mean_action(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor_mean(self.obs_norm(obs))
@@ -119,7 +124,7 @@ class GaussianMLP(nn.Module):
 
 def env_dims(env_id: str, **env_kwargs) -> tuple[int, int]:
     """Observation and action sizes of a gymnasium env, read from a throwaway instance."""
-    from m2flow.workers.env.camera_env import make_env
+    from m2flow.workers.env.env_ids import make_env
 
     env = make_env(env_id, **env_kwargs)
     try:

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 from torch import nn
 
+import m2flow
 from m2flow.workers.env.camera_env import CameraObservation
+from m2flow.workers.env.env_ids import registered
 from m2flow.workers.models.cnn import CNNPolicy
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
 from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape
 
 
-class PolicyArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PolicyArgs(m2flow.WorkerConfig):
+    """The policy both inference and training workers build (their `args` share these fields)."""
 
-    env_id: str
+    env_id: Annotated[str, AfterValidator(registered)]
     model: Literal["mlp", "cnn", "vit"] = "mlp"
     hidden: list[int] = Field(default_factory=lambda: [64, 64])
     size: Literal[tuple(VIT_SIZES)] = Field("1m", description="vit: preset by parameter count")

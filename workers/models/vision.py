@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from torch.distributions.normal import Normal
 
+from m2flow.workers.algorithms.moments import Combine
+
 IMAGE_CHANNELS = {"rgb": 3, "depth": 1, "segmentation": 1}
 DEPTH_SCALE_M = 10.0
 
@@ -35,7 +37,7 @@ class VisionActorCritic(nn.Module):
             for m in self.reads
         }
 
-    def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
+    def update_normalizer(self, obs: dict[str, torch.Tensor], combine: Combine | None = None) -> None:
         """Images are scaled by construction; nothing runs here."""
 
     def mean_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from pydantic import Field
 
 import m2flow
 from m2flow.errors import WorkerError
@@ -26,11 +27,17 @@ from m2flow.workers.models.placement import move_module
 ROW_MULTIPLE = 4
 
 
+class TorchPolicyConfig(PolicyArgs):
+    deterministic: bool = Field(False, description="act with the mean action (evaluation), no exploration noise")
+
+
 class TorchPolicy:
-    def __init__(self, deterministic: bool = False, **policy: Any):
+    Config = TorchPolicyConfig
+
+    def __init__(self, **args: Any):
         ctx = m2flow.context()
-        self.args = PolicyArgs(**policy)
-        self.deterministic = deterministic
+        self.args = cfg = TorchPolicyConfig(**args)
+        self.deterministic = cfg.deterministic
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.model = self.args.build().to(self.device).eval()
@@ -38,10 +45,10 @@ class TorchPolicy:
         self.env_rngs: dict[int, np.random.Generator] = {}
         self.version = -1
 
-    @classmethod
-    def memory_estimate_gb(cls, deterministic: bool = False, **policy: Any) -> float:
+    @staticmethod
+    def memory_estimate_gb(config: TorchPolicyConfig) -> float:
         """The model's weights (the planner's memory estimate; activations of a batch are negligible here)."""
-        return state_bytes(PolicyArgs(**policy)) / 2**30
+        return state_bytes(config) / 2**30
 
     @torch.no_grad()
     def act(self, batch: dict[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:

@@ -1,0 +1,125 @@
+"""What the core reads of a worker class: its ports, its typed arguments, how many items (envs) a
+replica serves, its data-parallel width, its memory. A worker stays a plain class; these are optional
+declarations beside it:
+
+- `Config`: a pydantic model of its constructor's arguments (`workers.<w>.args`), best derived from
+  `m2flow.WorkerConfig` (unknown keys are errors; `items_field` names the field holding the items one
+  replica serves). Without one, the arguments are checked against the constructor's signature.
+- `memory_estimate_gb(config) -> float`: device memory of one replica, for the planner.
+- `data_parallel_size(config, replicas, backend) -> int`: how many of its ranks hold distinct data
+  (default: all of them; tensor-parallel ranks share theirs); a ValueError reads "<key>: <problem>".
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from m2flow.config import format_validation_error
+from m2flow.kinds import KINDS
+from m2flow.resolve import ports_of
+from m2flow.spec import Dispatch, WorkerSpec
+
+
+class WorkerConfig(BaseModel):
+    """Base of a worker's typed arguments: every key declared, unknown ones rejected by name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items_field: ClassVar[str | None] = None  # the field that holds the items (envs) one replica serves
+
+    def items_per_replica(self) -> int:
+        return int(getattr(self, self.items_field)) if self.items_field else 1
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    name: str
+    spec: WorkerSpec
+    target: Any
+    ports: frozenset[str]
+    config: BaseModel | None
+    data_parallel: int
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def replicas(self) -> int:
+        return self.spec.replicas
+
+    @property
+    def items_per_replica(self) -> int:
+        items = getattr(self.config, "items_per_replica", None)
+        return items() if callable(items) else 1
+
+    @property
+    def items_field(self) -> str | None:
+        return getattr(type(self.config), "items_field", None)
+
+    @property
+    def group(self) -> bool:
+        """Its replicas are ranks of one process group (checkpointed together, rank 0 speaks for them)."""
+        return KINDS[self.kind].group
+
+    def dispatch(self, port: str) -> Dispatch:
+        return self.spec.dispatch.get(port, KINDS[self.kind].dispatch)
+
+
+def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInfo | None, list[str]]:
+    """The worker's contract, or the problems with its declaration (each naming its key)."""
+    key = f"workers.{name}"
+    config, problems = _validate_args(target, spec.args, (*key.split("."), "args"))
+    ports = frozenset(ports_of(target))
+    for port in sorted(set(spec.dispatch) - ports):
+        problems.append(f"{key}.dispatch.{port}: '{name}' has no port '{port}' (its ports: {', '.join(sorted(ports))})")
+    if problems:
+        return None, problems
+    data_parallel = spec.replicas
+    sizer = getattr(target, "data_parallel_size", None)
+    if callable(sizer):
+        try:
+            data_parallel = int(sizer(config, spec.replicas, spec.backend))
+        except ValueError as exc:  # the message names the key within the worker, e.g. "backend: ..."
+            return None, [f"{key}.{exc}"]
+    return WorkerInfo(name, spec, target, ports, config, data_parallel), []
+
+
+def _validate_args(target: Any, args: dict[str, Any], prefix: tuple[str, ...]) -> tuple[BaseModel | None, list[str]]:
+    key = ".".join(prefix)
+    if not inspect.isclass(target):
+        if args:
+            return None, [f"{key}: a function worker takes no args (got {', '.join(sorted(args))}); remove them"]
+        return None, []
+    model = getattr(target, "Config", None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        try:
+            return model.model_validate(args), []
+        except ValidationError as exc:
+            return None, format_validation_error(exc, model, prefix)
+    return None, _check_signature(target, args, key)
+
+
+def _check_signature(target: type, args: dict[str, Any], key: str) -> list[str]:
+    """For a class without a `Config`: the keys must be arguments its constructor takes."""
+    import difflib
+
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return []
+    try:
+        signature.bind(**args)
+    except TypeError as exc:
+        names = [p for p in signature.parameters if p != "self"]
+        unknown = [a for a in args if a not in signature.parameters]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ";"
+            return [f"{key}.{unknown[0]}: unknown argument of {target.__name__}{hint} it takes: {', '.join(names)}"]
+        return [f"{key}: {target.__name__}{signature}: {exc}"]
+    return []

@@ -1,0 +1,43 @@
+"""The dispatch vocabulary: how one call of a port is split over a worker's replicas, and whose outputs
+stand for the group. The controller applies it to Ray object references, the event simulator to task ids
+and item counts: both go through these functions, so prediction and execution cut batches alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from m2flow.sharding import shard_groups
+from m2flow.spec import Dispatch
+
+T = TypeVar("T")
+
+
+def _broadcast(inputs: Sequence[T], replicas: int, data_parallel: int) -> list[list[T]]:
+    return [list(inputs) for _ in range(replicas)]
+
+
+def _shard(inputs: Sequence[T], replicas: int, data_parallel: int) -> list[list[T]]:
+    """Data-parallel rank d receives the d-th contiguous block of the input shards; the replicas/d ranks of
+    one model-parallel group (consecutive ranks) receive the same block."""
+    blocks = shard_groups(len(inputs), data_parallel)
+    return [[inputs[i] for i in blocks[r * data_parallel // replicas]] for r in range(replicas)]
+
+
+SPLITS: dict[str, Callable[[Sequence, int, int], list[list]]] = {"broadcast": _broadcast, "shard": _shard}
+GATHERS: dict[str, Callable[[list], list]] = {"all": lambda outputs: outputs, "rank_zero": lambda outputs: outputs[:1]}
+
+
+def split(rule: Dispatch, inputs: Sequence[T], replicas: int, data_parallel: int) -> list[list[T]]:
+    """Per replica, the input shards it receives."""
+    return SPLITS[rule.split](inputs, replicas, data_parallel)
+
+
+def gather(rule: Dispatch, outputs: list[T]) -> list[T]:
+    """The outputs that stand for the worker downstream, one per shard it produced."""
+    return GATHERS[rule.gather](outputs)
+
+
+def shards_needed(rule: Dispatch, data_parallel: int) -> int:
+    """The fewest input shards a call can be split by: one per data-parallel rank when sharding."""
+    return data_parallel if rule.split == "shard" else 1

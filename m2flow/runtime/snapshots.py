@@ -1,0 +1,85 @@
+"""Checkpoint orchestration: which hooks each worker's replicas are asked for, and where their files go.
+
+A checkpoint holds `state.pt` (each replica's `state_dict()`; a process group's rank 0 speaks for the
+group) and a folder per worker that writes its own files (`save_checkpoint(path)`: a group writes into
+one folder together, every rank at once; other workers get one folder per replica). `checkpoint.py`
+makes the directory atomic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from m2flow.errors import SpecError
+from m2flow.graph import MacroGraph
+from m2flow.runtime.checkpoint import load_checkpoint, save_checkpoint
+from m2flow.runtime.launch import Launch, Replica
+from m2flow.runtime.waits import Deadline, wait_all
+
+
+class Snapshots:
+    def __init__(self, graph: MacroGraph, launch: Launch, timeout_s: float):
+        self.graph, self.launch, self.timeout_s = graph, launch, timeout_s
+
+    def save(self, root: Path, iteration: int, meta: dict) -> Path:
+        return save_checkpoint(root, iteration, self._states(), meta, write_files=self._write_files)
+
+    def restore(self, checkpoint: Path) -> None:
+        state, _ = load_checkpoint(checkpoint)
+        self._load_states(state)
+        self._read_files(checkpoint)
+
+    def _hooks(self, replicas: list[Replica], hook: str, what: str, folder: Path | None = None) -> list[Any]:
+        """Call `hook` on every replica (given `folder`, with the path of its files there)."""
+        calls = [
+            (r.actor.hook.remote(hook, *([str(self._files(folder, r))] if folder else [])), r, f"{hook}()")
+            for r in replicas
+        ]
+        return wait_all(calls, Deadline(self.timeout_s, what))
+
+    def _files(self, directory: Path, replica: Replica) -> Path:
+        """Where a worker's own files go: one folder for a group, one per replica otherwise."""
+        folder = directory / replica.worker
+        return folder if self.graph.info[replica.worker].group else folder / str(replica.index)
+
+    def _write_files(self, directory: Path) -> None:
+        replicas = [r for group in self.launch.replicas.values() for r in group]
+        self._hooks(replicas, "save_checkpoint", "save_checkpoint() hooks", directory)
+
+    def _read_files(self, checkpoint: Path) -> None:
+        saved = {p.name for p in checkpoint.iterdir() if p.is_dir()}
+        unknown = saved - set(self.launch.replicas)
+        if unknown:
+            raise SpecError([f"workers: the checkpoint holds worker '{sorted(unknown)[0]}', this workflow has none"])
+        replicas = [r for name in sorted(saved) for r in self.launch.replicas[name]]
+        self._hooks(replicas, "load_checkpoint", "load_checkpoint() hooks on resume", checkpoint)
+
+    def _states(self) -> dict[str, list]:
+        """Per worker, per replica, per instance state (a group keeps rank 0's)."""
+        state = {}
+        for name, group in self.launch.replicas.items():
+            values = self._hooks(group, "state_dict", f"{name}.state_dict()")
+            if values[0] is None:
+                continue
+            state[name] = values[:1] if self.graph.info[name].group else values
+        return state
+
+    def _load_states(self, state: dict[str, list]) -> None:
+        calls = []
+        for name, per_replica in state.items():
+            group = self.launch.replicas.get(name)
+            if group is None:
+                raise SpecError([f"workers: the checkpoint holds worker '{name}', this workflow has none"])
+            shared = self.graph.info[name].group
+            if not shared and len(per_replica) != len(group):
+                raise SpecError(
+                    [
+                        f"workers.{name}.replicas: the checkpoint has {len(per_replica)} replicas, the"
+                        f" workflow {len(group)}; resume with the same replica count"
+                    ]
+                )
+            for r in group:
+                value = per_replica[0 if shared else r.index]
+                calls.append((r.actor.hook_each.remote("load_state_dict", value), r, "load_state_dict()"))
+        wait_all(calls, Deadline(self.timeout_s, "load_state_dict() on resume"))
