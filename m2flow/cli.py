@@ -19,30 +19,23 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="m2flow", description="Declarative macro-to-micro RL workflows on Ray.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="plan the workflow and run it on Ray")
-    run.add_argument("file")
-    run.add_argument("overrides", nargs="*", help="key=value, e.g. run.iterations=10 placement.mode=hybrid")
-    run.add_argument("--address", help="join this Ray cluster (as cluster.address), e.g. auto or host:6379")
-    run.set_defaults(handler=_run)
+    def command(name: str, handler, help: str) -> argparse.ArgumentParser:
+        """A subcommand on a workflow file, with `key=value` overrides after it."""
+        cmd = sub.add_parser(name, help=help)
+        cmd.add_argument("file")
+        cmd.add_argument("overrides", nargs="*", help="key=value, e.g. run.iterations=10 placement.mode=hybrid")
+        cmd.set_defaults(handler=handler)
+        return cmd
 
-    plan = sub.add_parser("plan", help="show the plan and write its pictures; starts nothing")
-    plan.add_argument("file")
-    plan.add_argument("overrides", nargs="*")
+    run = command("run", _run, "plan the workflow and run it on Ray")
+    run.add_argument("--address", help="join this Ray cluster (as cluster.address), e.g. auto or host:6379")
+    plan = command("plan", _plan, "show the plan and write its pictures; starts nothing")
     plan.add_argument("--dry-run", action="store_true", help="accepted for clarity: plan never runs anything")
     plan.add_argument("--out", help="folder for plan.json and pictures (default: <output_dir>/<name>/plan)")
-    plan.set_defaults(handler=_plan)
-
-    profile = sub.add_parser("profile", help="measure each port of the real workers and fit a cost profile")
-    profile.add_argument("file")
-    profile.add_argument("overrides", nargs="*")
+    profile = command("profile", _profile, "measure each port of the real workers and fit a cost profile")
     profile.add_argument("--from-trace", help="refit from a run's trace.json instead of measuring")
     profile.add_argument("--out", help="where to write the profile (default: <output_dir>/profiles/<name>.json)")
-    profile.set_defaults(handler=_profile)
-
-    validate = sub.add_parser("validate", help="check the workflow file and print every problem")
-    validate.add_argument("file")
-    validate.add_argument("overrides", nargs="*")
-    validate.set_defaults(handler=_validate)
+    command("validate", _validate, "check the workflow file and print every problem")
     return parser
 
 

@@ -42,56 +42,38 @@ class DeviceId:
 
 
 @dataclass(frozen=True)
-class Device:
-    id: DeviceId
-    memory_gb: float
-
-    @property
-    def kind(self) -> DeviceKind:
-        return self.id.kind
-
-    @property
-    def node(self) -> int:
-        return self.id.node
-
-    @property
-    def name(self) -> str:
-        return self.id.name
-
-
-@dataclass(frozen=True)
 class Cluster:
-    devices: tuple[Device, ...]
+    """The devices, each with its memory, and the nodes they sit on."""
+
+    memory_gb: dict[DeviceId, float]  # every device of the cluster, in order: GPUs, then CPU slots
     nodes: int
     node_ids: tuple[str, ...] = ()  # Ray's id of each node, when planned on a live Ray cluster
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_id", {d.id: d for d in self.devices})
-
-    def device(self, ref: DeviceId) -> Device:
-        return self._by_id[ref]
+    @property
+    def devices(self) -> list[DeviceId]:
+        return list(self.memory_gb)
 
     def of_kind(self, kind: DeviceKind) -> list[DeviceId]:
-        return [d.id for d in self.devices if d.kind == kind]
+        return [d for d in self.memory_gb if d.kind == kind]
 
     def count(self, kind: DeviceKind) -> int:
-        return sum(1 for d in self.devices if d.kind == kind)
+        return len(self.of_kind(kind))
 
     def core_on_node(self, ref: DeviceId) -> int:
         """The node-local position of a CPU slot: the core a replica placed there is pinned to."""
-        return sum(1 for d in self.devices if d.kind == "cpu" and d.node == ref.node and d.id.index < ref.index)
+        return sum(1 for d in self.memory_gb if d.kind == "cpu" and d.node == ref.node and d.index < ref.index)
 
     def to_dict(self) -> dict:
         return {
             "nodes": self.nodes,
-            "devices": [{"name": d.name, "memory_gb": d.memory_gb} for d in self.devices],
+            "devices": [{"name": d.name, "memory_gb": gb} for d, gb in self.memory_gb.items()],
             "node_ids": list(self.node_ids),
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> Cluster:
-        devices = tuple(Device(DeviceId.parse(d["name"]), d["memory_gb"]) for d in data["devices"])
-        return cls(devices, data["nodes"], tuple(data.get("node_ids", ())))
+        memory = {DeviceId.parse(d["name"]): d["memory_gb"] for d in data["devices"]}
+        return cls(memory, data["nodes"], tuple(data.get("node_ids", ())))
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> Cluster:
@@ -99,11 +81,11 @@ class Cluster:
         gpus = spec.gpus if spec.gpus is not None else local_gpu_count()
         cpus = spec.cpus if spec.cpus is not None else (os.cpu_count() or 1) * spec.nodes
         cpu_memory = spec.cpu_memory_gb if spec.cpu_memory_gb is not None else local_memory_gb() / max(1, cpus)
-        devices = []
+        devices: dict[DeviceId, float] = {}
         for kind, total, memory in (("gpu", gpus, spec.gpu_memory_gb), ("cpu", cpus, cpu_memory)):
             per_node = -(-total // spec.nodes) if total else 0
-            devices += [Device(DeviceId(i // per_node, kind, i), memory) for i in range(total)]
-        return cls(tuple(devices), spec.nodes)
+            devices.update({DeviceId(i // per_node, kind, i): memory for i in range(total)})
+        return cls(devices, spec.nodes)
 
 
 def local_gpu_count() -> int:

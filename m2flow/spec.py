@@ -23,53 +23,56 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
 
 
-class PortRef(_Strict):
-    """`worker.port`: a method of a worker (a function worker has the single port `call`)."""
+class _Written(_Strict):
+    """A value the workflow writes as one string (`env.step`, `env.obs -> policy.act`) and the code reads
+    as typed fields: parsed from that string, written back as it, hashable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    worker: str
-    port: str
+    @classmethod
+    def fields_of(cls, text: str) -> dict[str, Any]:
+        """The fields written in `text`, or ValueError saying what form is expected."""
+        raise NotImplementedError
 
     @model_validator(mode="before")
     @classmethod
     def _parse(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            match = _PORT_REF.match(value)
-            if not match:
-                raise ValueError(f"'{value}' is not of the form worker.port (e.g. env.step)")
-            return {"worker": match.group(1), "port": match.group(2)}
-        return value
+        return cls.fields_of(value) if isinstance(value, str) else value
 
     @model_serializer
     def _dump(self) -> str:
         return str(self)
+
+
+class PortRef(_Written):
+    """`worker.port`: a method of a worker (a function worker has the single port `call`)."""
+
+    worker: str
+    port: str
+
+    @classmethod
+    def fields_of(cls, text: str) -> dict[str, Any]:
+        match = _PORT_REF.match(text)
+        if not match:
+            raise ValueError(f"'{text}' is not of the form worker.port (e.g. env.step)")
+        return {"worker": match.group(1), "port": match.group(2)}
 
     def __str__(self) -> str:
         return f"{self.worker}.{self.port}"
 
 
-class Edge(_Strict):
+class Edge(_Written):
     """`src.port -> dst.port`: the output of `src.port` is the input of `dst.port`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     src: PortRef
     dst: PortRef
 
-    @model_validator(mode="before")
     @classmethod
-    def _parse(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            parts = value.split("->")
-            if len(parts) != 2:
-                raise ValueError(f"'{value}' is not an edge of the form 'src.port -> dst.port'")
-            return {"src": parts[0], "dst": parts[1]}
-        return value
-
-    @model_serializer
-    def _dump(self) -> str:
-        return str(self)
+    def fields_of(cls, text: str) -> dict[str, Any]:
+        parts = text.split("->")
+        if len(parts) != 2:
+            raise ValueError(f"'{text}' is not an edge of the form 'src.port -> dst.port'")
+        return {"src": parts[0], "dst": parts[1]}
 
     def __str__(self) -> str:
         return f"{self.src} -> {self.dst}"

@@ -84,7 +84,7 @@ def fits(
 ) -> str | None:
     """None if every device holds its peak; else what overflows, and the fixes."""
     for device, (need, names) in peak_memory(placements, phases, offloaded, profile).items():
-        capacity = cluster.device(device).memory_gb
+        capacity = cluster.memory_gb[device]
         if need > capacity:
             parts = ", ".join(f"{n} {profile.memory_gb.get(n, 0.0):g} GB" for n in names)
             swap = "even with offload, " if offloaded else ""

@@ -9,7 +9,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from m2flow.cluster import Cluster, Device, DeviceId
+from m2flow.cluster import Cluster, DeviceId
 from m2flow.context import WorkerContext
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
@@ -53,7 +53,7 @@ def cluster_from_ray(spec: ClusterSpec) -> Cluster:
     import ray
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    devices: list[Device] = []
+    devices: dict[DeviceId, float] = {}
     for kind, key, memory in (("gpu", "GPU", spec.gpu_memory_gb), ("cpu", "CPU", None)):
         index = 0
         for node_index, node in enumerate(nodes):
@@ -62,9 +62,9 @@ def cluster_from_ray(spec: ClusterSpec) -> Cluster:
                 count = min(count, spec.cpus)
             cpu_mem = spec.cpu_memory_gb or node["Resources"].get("memory", 8 * 2**30) / 2**30 / max(1, count)
             for _ in range(count):
-                devices.append(Device(DeviceId(node_index, kind, index), memory or cpu_mem))
+                devices[DeviceId(node_index, kind, index)] = memory or cpu_mem
                 index += 1
-    return Cluster(tuple(devices), len(nodes), tuple(n["NodeID"] for n in nodes))
+    return Cluster(devices, len(nodes), tuple(n["NodeID"] for n in nodes))
 
 
 @dataclass

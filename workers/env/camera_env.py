@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-import torch
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 import m2flow
 from m2flow.workers.env.env_ids import make_env, registered
 from m2flow.workers.env.evaluation import EvaluationConfig, Evaluator
-from m2flow.workers.env.mujoco_state import env_state, set_env_state
+from m2flow.workers.env.mujoco_state import load_simulator_state, simulator_state
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.rendering import CameraRenderer
 from m2flow.workers.env.video import VideoConfig
@@ -159,19 +158,12 @@ class CameraEnv:
     def state_dict(self) -> dict[str, Any]:
         if self._observation is None:
             return {}
-        return {
-            "envs": [env_state(env) for env in self.envs],
-            "proprio": torch.as_tensor(self.proprio),
-            "done": torch.as_tensor(self._done),
-            "episodes": self.recorder.state_dict(),
-        }
+        return simulator_state(self.envs, self.recorder, proprio=self.proprio, done=self._done)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:
             return
         self.obs()
-        for env, saved in zip(self.envs, state["envs"], strict=True):
-            set_env_state(env, saved)
-        self.proprio, self._done = state["proprio"].numpy().copy(), state["done"].numpy().copy()
-        self.recorder.load_state_dict(state["episodes"])
+        arrays = load_simulator_state(self.envs, self.recorder, state)
+        self.proprio, self._done = arrays["proprio"], arrays["done"]
         self._observation = self._observe()

@@ -12,12 +12,11 @@ from typing import Annotated, Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from pydantic import AfterValidator, Field
 
 import m2flow
 from m2flow.workers.env.env_ids import registered
-from m2flow.workers.env.mujoco_state import env_state, is_mujoco, set_env_state
+from m2flow.workers.env.mujoco_state import is_mujoco, load_simulator_state, simulator_state
 from m2flow.workers.env.recording import Recorder
 
 
@@ -79,18 +78,11 @@ class GymEnv:
         the pending observations and episode statistics. Non-MuJoCo envs restart their episodes instead."""
         if self._obs is None or not all(is_mujoco(env) for env in self.envs.envs):
             return {}
-        return {
-            "envs": [env_state(env) for env in self.envs.envs],
-            "obs": torch.as_tensor(self._obs),
-            "done": torch.as_tensor(self._done),
-            "episodes": self.recorder.state_dict(),
-        }
+        return simulator_state(self.envs.envs, self.recorder, obs=self._obs, done=self._done)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:
             return
         self.obs()  # the first reset builds the envs' internal state, then it is overwritten
-        for env, saved in zip(self.envs.envs, state["envs"], strict=True):
-            set_env_state(env, saved)
-        self._obs, self._done = state["obs"].numpy().copy(), state["done"].numpy().copy()
-        self.recorder.load_state_dict(state["episodes"])
+        arrays = load_simulator_state(self.envs.envs, self.recorder, state)
+        self._obs, self._done = arrays["obs"], arrays["done"]

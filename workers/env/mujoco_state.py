@@ -45,3 +45,21 @@ def time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
             return None
         env = env.env
     return env
+
+
+def simulator_state(envs: list[gym.Env], recorder: Any, **arrays: np.ndarray) -> dict[str, Any]:
+    """A simulator worker's resumable state: each env's physics and RNG, its pending `arrays` (the next
+    observations, done flags) and the episode statistics so far."""
+    return {
+        "envs": [env_state(env) for env in envs],
+        "arrays": {key: torch.as_tensor(value) for key, value in arrays.items()},
+        "episodes": recorder.state_dict(),
+    }
+
+
+def load_simulator_state(envs: list[gym.Env], recorder: Any, state: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Restore what `simulator_state` saved into the envs and the recorder; returns the pending arrays."""
+    for env, saved in zip(envs, state["envs"], strict=True):
+        set_env_state(env, saved)
+    recorder.load_state_dict(state["episodes"])
+    return {key: value.numpy().copy() for key, value in state["arrays"].items()}

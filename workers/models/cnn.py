@@ -8,27 +8,17 @@ import torch
 from torch import nn
 
 from m2flow.workers.models.mlp import layer_init
-from m2flow.workers.models.vision import VisionActorCritic, image_channels, image_planes, reads_of
+from m2flow.workers.models.vision import VisionActorCritic, VisionInputs, image_channels, image_planes
 
 CONVS = [(8, 4, 32), (4, 2, 64), (3, 1, 64)]  # kernel, stride, output channels
 
 
 class CNNPolicy(VisionActorCritic):
-    def __init__(
-        self,
-        modalities: list[str],
-        cameras: int,
-        size: tuple[int, int],
-        proprio_dim: int,
-        act_dim: int,
-        hidden: int = 256,
-    ):
-        super().__init__()
-        self.act_dim, self.cameras = act_dim, cameras
-        self.reads = reads_of(modalities, proprio_dim)
-        channels = image_channels(modalities, cameras)
+    def __init__(self, inputs: VisionInputs, hidden: int = 256):
+        super().__init__(inputs)
+        size, proprio_dim, act_dim = inputs.size, inputs.proprio_dim, inputs.act_dim
         layers: list[nn.Module] = []
-        h, w, c_in = *size, channels
+        h, w, c_in = *size, image_channels(inputs.modalities, inputs.cameras)
         for kernel, stride, c_out in CONVS:
             layers += [layer_init(nn.Conv2d(c_in, c_out, kernel, stride=stride)), nn.ReLU()]
             h, w, c_in = (h - kernel) // stride + 1, (w - kernel) // stride + 1, c_out

@@ -12,6 +12,7 @@ from m2flow.workers.env.camera_env import CameraObservation
 from m2flow.workers.env.env_ids import registered
 from m2flow.workers.models.cnn import CNNPolicy
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
+from m2flow.workers.models.vision import VisionInputs
 from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape
 
 
@@ -49,41 +50,22 @@ def _mlp(args: PolicyArgs) -> nn.Module:
     )
 
 
-def _camera_dims(args: PolicyArgs) -> tuple[CameraObservation, int, int]:
+def _camera_inputs(args: PolicyArgs) -> VisionInputs:
     if args.observation is None:
         raise ValueError(f"model: {args.model} needs an `observation` (cameras, modalities, size) like the simulator's")
     proprio_dim, act_dim = env_dims(args.env_id, **args.env_kwargs)
     view = args.observation
-    return view, proprio_dim if "proprio" in view.modalities else 0, act_dim * args.chunk
+    proprio = proprio_dim if "proprio" in view.modalities else 0
+    return VisionInputs(view.modalities, len(view.cameras), view.size, proprio, act_dim * args.chunk)
 
 
 def _cnn(args: PolicyArgs) -> nn.Module:
-    view, proprio_dim, act_dim = _camera_dims(args)
-    return CNNPolicy(
-        view.modalities,
-        len(view.cameras),
-        view.size,
-        proprio_dim,
-        act_dim,
-        hidden=args.hidden[0],
-    )
+    return CNNPolicy(_camera_inputs(args), hidden=args.hidden[0])
 
 
 def _vit(args: PolicyArgs) -> nn.Module:
-    view, proprio_dim, act_dim = _camera_dims(args)
     width, depth, heads = vit_shape(args.size, args.width, args.depth, args.heads)
-    return ViTPolicy(
-        view.modalities,
-        len(view.cameras),
-        view.size,
-        proprio_dim,
-        act_dim,
-        width,
-        depth,
-        heads,
-        args.patch,
-        args.causal,
-    )
+    return ViTPolicy(_camera_inputs(args), width, depth, heads, args.patch, args.causal)
 
 
 MODELS = {"mlp": _mlp, "cnn": _cnn, "vit": _vit}

@@ -4,6 +4,8 @@ the features a subclass computes (`_features`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import nn
@@ -15,13 +17,30 @@ IMAGE_CHANNELS = {"rgb": 3, "depth": 1, "segmentation": 1}
 DEPTH_SCALE_M = 10.0
 
 
+@dataclass(frozen=True)
+class VisionInputs:
+    """What a camera policy reads and emits: modalities of `cameras` images of `size`, proprioception of
+    `proprio_dim` (0: none), actions (a chunk of them) of `act_dim`."""
+
+    modalities: list[str]
+    cameras: int
+    size: tuple[int, int]
+    proprio_dim: int
+    act_dim: int
+
+
 class VisionActorCritic(nn.Module):
-    """Subclasses set `reads`, `cameras`, `act_dim` and the `actor_mean`, `critic`, `actor_logstd` heads,
-    and compute `_features(obs) -> [n, features]`. Every use goes through `forward`, so FSDP2 gathers the
-    root's parameters before it."""
+    """Subclasses set the `actor_mean`, `critic`, `actor_logstd` heads and compute `_features(obs) ->
+    [n, features]`. Every use goes through `forward`, so FSDP2 gathers the root's parameters before it."""
 
     reads: list[str]
     cameras: int
+
+    def __init__(self, inputs: VisionInputs | None = None):
+        super().__init__()
+        if inputs is not None:
+            self.act_dim, self.cameras, self.proprio_dim = inputs.act_dim, inputs.cameras, inputs.proprio_dim
+            self.reads = reads_of(inputs.modalities, inputs.proprio_dim)
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError

@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from m2flow.workers.models.mlp import layer_init
-from m2flow.workers.models.vision import VisionActorCritic, image_channels, image_planes, reads_of
+from m2flow.workers.models.vision import VisionActorCritic, VisionInputs, image_channels, image_planes
 
 # preset -> (width, depth, heads); a block holds ~12 x width^2 parameters
 VIT_SIZES = {"1m": (128, 4, 4), "10m": (384, 6, 6), "30m": (512, 10, 8), "100m": (768, 14, 12), "300m": (1024, 24, 16)}
@@ -39,28 +39,15 @@ class Block(nn.Module):
 
 
 class ViTPolicy(VisionActorCritic):
-    def __init__(
-        self,
-        modalities: list[str],
-        cameras: int,
-        size: tuple[int, int],
-        proprio_dim: int,
-        act_dim: int,
-        width: int,
-        depth: int,
-        heads: int,
-        patch: int = 8,
-        causal: bool = False,
-    ):
-        super().__init__()
+    def __init__(self, inputs: VisionInputs, width: int, depth: int, heads: int, patch: int = 8, causal: bool = False):
+        super().__init__(inputs)
+        size, proprio_dim, act_dim = inputs.size, inputs.proprio_dim, inputs.act_dim
         if width % heads:
             raise ValueError(f"width {width} must be a multiple of heads {heads}")
         if size[0] % patch or size[1] % patch:
             raise ValueError(f"image size {size} must be a multiple of the patch size {patch}")
-        self.act_dim, self.cameras, self.proprio_dim = act_dim, cameras, proprio_dim
-        self.reads = reads_of(modalities, proprio_dim)
         self.activation_checkpointing = False
-        self.patchify = nn.Conv2d(image_channels(modalities, cameras), width, patch, stride=patch)
+        self.patchify = nn.Conv2d(image_channels(inputs.modalities, inputs.cameras), width, patch, stride=patch)
         tokens = (size[0] // patch) * (size[1] // patch) + (1 if proprio_dim else 0) + 1
         self.proprio = nn.Linear(proprio_dim, width) if proprio_dim else None
         self.readout = nn.Parameter(torch.zeros(1, 1, width))
