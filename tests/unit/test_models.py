@@ -1,5 +1,5 @@
-"""The vision-transformer policy family: sizes from ~1M to ~300M parameters (sized on the meta device),
-activation checkpointing and bf16 compute change nothing but cost."""
+"""The vision-transformer policy family: sizes from ~1M to ~300M parameters (sized on the meta device);
+activation checkpointing changes nothing but cost; bf16 computes in bf16 and keeps fp32 master weights."""
 
 from __future__ import annotations
 
@@ -49,7 +49,10 @@ def observation(n: int = 6) -> dict[str, torch.Tensor]:
 
 def loss_and_grads(model, obs, options: BackendOptions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     backend = get_backend(WorkerContext(worker="actor", kind="training"), options)
-    model = backend.wrap(model)
+    return loss_and_grads_of(backend.wrap(model), backend, obs)
+
+
+def loss_and_grads_of(model, backend, obs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     model.zero_grad()
     with backend.compute():
         _, logprob, entropy, value = model.get_action_and_value(obs, torch.zeros(len(obs["proprio"]), 6))
@@ -72,15 +75,47 @@ def test_activation_checkpointing_recomputes_the_same_gradients():
         torch.testing.assert_close(grads_b[name], grad, msg=name)
 
 
-def test_bf16_compute_keeps_fp32_weights_and_a_close_loss():
-    obs = observation()
+def _bf16_rank(rank: int, port: int, results) -> None:
+    """One rank of a two-rank FSDP2 group (gloo) running the policy with precision: bf16."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
     torch.manual_seed(0)
-    model = vit_args().build()
-    loss_fp32, _ = loss_and_grads(model, obs, BackendOptions())
-    loss_bf16, grads = loss_and_grads(model, obs, BackendOptions(precision="bf16"))
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-    assert all(g.dtype == torch.float32 for g in grads.values())
-    assert loss_bf16 == pytest.approx(float(loss_fp32), rel=0.05, abs=0.05)
+    ctx = WorkerContext(worker="actor", kind="training", replica=rank, replicas=2)
+    backend = get_backend(ctx, BackendOptions(precision="bf16"))
+    model = backend.wrap(vit_args().build())
+    compute_dtypes = []
+    model.blocks[0].fc1.register_forward_hook(lambda m, i, o: compute_dtypes.append((m.weight.dtype, o.dtype)))
+    loss, grads = loss_and_grads_of(model, backend, observation())
+    results.put(
+        {
+            "loss": float(loss),
+            "compute": compute_dtypes[0],
+            "masters": {p.dtype for p in model.parameters()},
+            "grads": {g.dtype for g in grads.values()},
+        }
+    )
+    dist.destroy_process_group()
+
+
+def test_bf16_on_two_fsdp2_ranks_computes_in_bf16_keeps_fp32_masters_and_a_close_loss():
+    import torch.multiprocessing as mp
+
+    from m2flow.runtime.distributed import free_port
+
+    torch.manual_seed(0)
+    reference, _ = loss_and_grads(vit_args().build(), observation(), BackendOptions())
+    results = mp.get_context("spawn").Queue()
+    mp.spawn(_bf16_rank, args=(free_port(), results), nprocs=2)
+    ranks = [results.get(timeout=60) for _ in range(2)]
+    for rank in ranks:
+        assert rank["compute"] == (torch.bfloat16, torch.bfloat16)  # sharded parameters gathered in bf16
+        assert rank["masters"] == {torch.float32} and rank["grads"] == {torch.float32}
+        assert rank["loss"] != float(reference)  # bf16 changed the arithmetic...
+        assert rank["loss"] == pytest.approx(float(reference), rel=0.02)  # ...within bf16's rounding
 
 
 def test_a_model_without_blocks_cannot_checkpoint_activations():
