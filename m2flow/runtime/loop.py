@@ -70,94 +70,107 @@ def run_loop(prog: LoopProgram, members: list[Member]) -> list[LoopStats]:
     no channel, no wake-up); the rest go over the members' channels. Each member's own order is the
     global order restricted to it, as in a process of its own, so peers elsewhere see no difference.
     """
-    here = {(m.worker, m.replica) for m in members}
-    stats = {(m.worker, m.replica): LoopStats(start=time.time()) for m in members}
-    sent_before = {(m.worker, m.replica): m.mailbox.sent_bytes for m in members}
-    k = len(prog.ports) - 1
-    local: dict[tuple, tuple[Any, list[int]]] = {}  # (worker, replica, port, slice) -> a member's own output
-    inbox: dict[tuple, dict[int, Any]] = {}  # (to, from, step, port, slice) -> shards from a member here
+    return _LoopRun(prog, members).run()
 
-    mine_of = {(m.worker, m.replica): shard_groups(prog.shards, prog.replicas[m.worker])[m.replica] for m in members}
-    peers_of: dict[tuple, list[int]] = {}  # (worker, replica, upstream worker) -> upstream replicas it reads
 
-    def shards(m: Member) -> list[int]:
-        return mine_of[(m.worker, m.replica)]
+class _LoopRun:
+    """One iteration's loop in one process: its members, the messages in flight between them, their stats."""
 
-    routes_of: dict[tuple, list[tuple[int, int]]] = {}  # (worker, replica, next worker) -> (shard, its replica)
+    def __init__(self, prog: LoopProgram, members: list[Member]):
+        self.prog, self.members = prog, members
+        self.last_port = len(prog.ports) - 1
+        self.here = {(m.worker, m.replica) for m in members}
+        self.stats = {(m.worker, m.replica): LoopStats(start=time.time()) for m in members}
+        self.sent_before = {(m.worker, m.replica): m.mailbox.sent_bytes for m in members}
+        self.local: dict[tuple, tuple[Any, list[int]]] = {}  # (worker, replica, port, slice) -> its own output
+        self.inbox: dict[tuple, dict[int, Any]] = {}  # (to, from, step, port, slice) -> shards from a member here
+        self.mine = {
+            (m.worker, m.replica): shard_groups(prog.shards, prog.replicas[m.worker])[m.replica] for m in members
+        }
+        self._routes: dict[tuple, list[tuple[int, int]]] = {}
+        self._peers: dict[tuple, list[int]] = {}
 
-    def routes(m: Member, w_next: str) -> list[tuple[int, int]]:
+    def run(self) -> list[LoopStats]:
+        """The entry port once per slice (the first observations), then `horizon` steps of the body ports."""
+        prog, k = self.prog, self.last_port
+        for m in self._members_of(0):
+            for s in range(prog.stages):
+                self.call(m, 0, s, None, [0], -1, (1, 0))
+        for t in range(prog.horizon):
+            for j in range(1, k + 1):
+                for m in self._members_of(j):
+                    for s in range(prog.stages):
+                        value, sizes = self.gather(m, j, s, t)
+                        last = t == prog.horizon - 1 and j == k
+                        self.call(
+                            m, j, s, value, sizes, t, None if last else (j + 1 if j < k else 1, t if j < k else t + 1)
+                        )
+        for m in self.members:
+            key = (m.worker, m.replica)
+            self.stats[key].sent_bytes = m.mailbox.sent_bytes - self.sent_before[key]
+        return [self.stats[(m.worker, m.replica)] for m in self.members]
+
+    def _members_of(self, j: int) -> list[Member]:
+        return [m for m in self.members if m.worker == self.prog.ports[j][0]]
+
+    def routes(self, m: Member, w_next: str) -> list[tuple[int, int]]:
+        """(shard, replica of `w_next` that owns it) for each shard `m` holds."""
         key = (m.worker, m.replica, w_next)
-        if key not in routes_of:
-            routes_of[key] = [(b, owner(b, prog.shards, prog.replicas[w_next])) for b in shards(m)]
-        return routes_of[key]
+        if key not in self._routes:
+            owned = self.mine[(m.worker, m.replica)]
+            self._routes[key] = [(b, owner(b, self.prog.shards, self.prog.replicas[w_next])) for b in owned]
+        return self._routes[key]
 
-    def upstream_peers(m: Member, w_prev: str) -> list[int]:
+    def upstream_peers(self, m: Member, w_prev: str) -> list[int]:
+        """The replicas of `w_prev` that send `m` its shards."""
         key = (m.worker, m.replica, w_prev)
-        if key not in peers_of:
-            peers_of[key] = sorted({owner(b, prog.shards, prog.replicas[w_prev]) for b in shards(m)})
-        return peers_of[key]
+        if key not in self._peers:
+            owned = self.mine[(m.worker, m.replica)]
+            self._peers[key] = sorted({owner(b, self.prog.shards, self.prog.replicas[w_prev]) for b in owned})
+        return self._peers[key]
 
-    def deliver(m: Member, j_next: int, s: int, t_next: int, value: Any, sizes: list[int]) -> int:
+    def deliver(self, m: Member, j_next: int, s: int, t_next: int, value: Any, sizes: list[int]) -> int:
         """Hand `value` to the next port's replicas; returns the bytes sent on channels."""
-        w_next = prog.ports[j_next][0]
+        w_next = self.prog.ports[j_next][0]
         if w_next == m.worker:
-            local[(m.worker, m.replica, j_next, s)] = (value, sizes)
+            self.local[(m.worker, m.replica, j_next, s)] = (value, sizes)
             return 0
-        route = routes(m, w_next)
+        route = self.routes(m, w_next)
         parts = split(value, sizes) if len(route) > 1 else [value]
         by_peer: dict[int, dict[int, Any]] = {}
         for (shard, peer), part in zip(route, parts, strict=True):
             by_peer.setdefault(peer, {})[shard] = part
         sent = 0
         for peer, payload in by_peer.items():
-            if (w_next, peer) in here:
-                inbox.setdefault(((w_next, peer), (m.worker, m.replica), t_next, j_next, s), {}).update(payload)
+            if (w_next, peer) in self.here:
+                self.inbox.setdefault(((w_next, peer), (m.worker, m.replica), t_next, j_next, s), {}).update(payload)
             else:
                 sent += m.mailbox.send((w_next, peer), (t_next, j_next, s), payload)
         return sent
 
-    def gather(m: Member, j: int, s: int, t: int) -> tuple[Any, list[int]]:
-        if (m.worker, m.replica, j, s) in local:
-            return local.pop((m.worker, m.replica, j, s))
-        upstream = 0 if (j == 1 and t == 0) else (k if j == 1 else j - 1)
+    def gather(self, m: Member, j: int, s: int, t: int) -> tuple[Any, list[int]]:
+        """The input of port j, slice s, step t for `m`: its own output, or its shards from upstream."""
+        if (m.worker, m.replica, j, s) in self.local:
+            return self.local.pop((m.worker, m.replica, j, s))
+        prog = self.prog
+        upstream = 0 if (j == 1 and t == 0) else (self.last_port if j == 1 else j - 1)
         w_prev = prog.ports[upstream][0]
-        mine = shards(m)
         pieces: dict[int, Any] = {}
-        for peer in upstream_peers(m, w_prev):
-            if (w_prev, peer) in here:  # produced earlier in this very program
-                pieces.update(inbox.pop(((m.worker, m.replica), (w_prev, peer), t, j, s)))
+        for peer in self.upstream_peers(m, w_prev):
+            if (w_prev, peer) in self.here:  # produced earlier in this very program
+                pieces.update(self.inbox.pop(((m.worker, m.replica), (w_prev, peer), t, j, s)))
                 continue
-            what = (
-                f"{m.worker}.{prog.ports[j][1]} input from {w_prev}.{prog.ports[upstream][1]}"
-                f" (iteration {prog.iteration})"
-            )
+            port, source = prog.ports[j][1], prog.ports[upstream][1]
+            what = f"{m.worker}.{port} input from {w_prev}.{source} (iteration {prog.iteration})"
             pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), prog.channel_timeout_s, what))
-        return concat([pieces[b] for b in mine])
+        return concat([pieces[b] for b in self.mine[(m.worker, m.replica)]])
 
-    def call(m: Member, j: int, s: int, value: Any, sizes: list[int], step: int, after: tuple[int, int] | None):
+    def call(self, m: Member, j: int, s: int, value: Any, sizes: list[int], step: int, after: tuple[int, int] | None):
         """Call port j on slice s, then deliver its output to `after` = (next port, its step), if any."""
-        port = prog.ports[j][1]
+        port = self.prog.ports[j][1]
         start = time.time()
         out = m.call_port(port, s, value)
         end = time.time()
-        sent = deliver(m, after[0], s, after[1], out, sizes) if after else 0
+        sent = self.deliver(m, after[0], s, after[1], out, sizes) if after else 0
         items = sum(sizes) if value is not None else 0
-        stats[(m.worker, m.replica)].add(port, start, end, items, step, s, sent, prog.trace_steps)
-
-    for m in members:
-        if prog.ports[0][0] == m.worker:
-            for s in range(prog.stages):
-                call(m, 0, s, None, [0], -1, (1, 0))
-    for t in range(prog.horizon):
-        for j in range(1, k + 1):
-            for m in members:
-                if prog.ports[j][0] != m.worker:
-                    continue
-                for s in range(prog.stages):
-                    value, sizes = gather(m, j, s, t)
-                    last = t == prog.horizon - 1 and j == k
-                    call(m, j, s, value, sizes, t, None if last else (j + 1 if j < k else 1, t if j < k else t + 1))
-    for m in members:
-        key = (m.worker, m.replica)
-        stats[key].sent_bytes = m.mailbox.sent_bytes - sent_before[key]
-    return [stats[(m.worker, m.replica)] for m in members]
+        self.stats[(m.worker, m.replica)].add(port, start, end, items, step, s, sent, self.prog.trace_steps)
