@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 import torch
+from results_io import save_result
 
 from m2flow.context import WorkerContext, set_context
 from m2flow.workers.actor import PPO
@@ -120,13 +121,13 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", help="run only the rows with this option (e.g. cpu_offload)")
-    parser.add_argument("--out", default="benchmarks/results/backends.json")
+    parser.add_argument("--out", default="benchmarks/results/backends.json", help="the results file to write")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     device = "cuda:0" if cuda else "cpu"
     machine = torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine()
     print(f"backends: one PPO update ({args.steps} steps x {args.envs} envs, 4 minibatches) on {machine}")
-    result: dict = {"machine": machine, "date": time.strftime("%Y-%m-%d"), "rows": []}
+    result: dict = {"rows": []}
     if cuda and args.only is None:
         try:
             result["parity"] = parity(device)
@@ -153,8 +154,8 @@ def main() -> None:
             f" {row['update_s']:8.3f}s {row['samples_per_s']:10.0f} {row['peak_gib']:8.2f}G",
             flush=True,
         )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    out = Path(args.out)
+    save_result(out.name.removesuffix(".json"), result, out.parent)
     print(summary(result["rows"], args.sizes[-1]))
 
 
@@ -171,7 +172,11 @@ def summary(rows: list[dict], size: str) -> str:
         parts.append(f"fsdp bf16/fp32 ({size}): {bf16 / fp32:.2f}x")
     if megatron and bf16:
         parts.append(f"megatron/fsdp ({size}, bf16): {megatron / bf16:.2f}x")
-    return "summary: " + ", ".join(parts)
+    if not parts:  # e.g. `--only cpu_offload`: no plain rows to compare with
+        parts = [
+            f"{r['backend']} {r['size']} {r['precision']} {r['options']}: {r['update_s']:.3f} s/update" for r in rows
+        ]
+    return "summary: " + (", ".join(parts) or "no row measured")
 
 
 if __name__ == "__main__":

@@ -11,14 +11,13 @@ policy call in two Ray actors, observation and action crossing between them ever
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import ray
+from results_io import save_result
 
 
 def spin(seconds: float) -> None:
@@ -121,14 +120,16 @@ def main() -> None:
         rows.append(row)
         cells = "  ".join(f"{k} {row[k]:.3f} ms" if row[k] is not None else f"{k} failed" for k in KINDS)
         print(f"work {work_ms:4.1f} ms + {work_ms:4.1f} ms per step:  {cells}", flush=True)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "channels.json").write_text(json.dumps({"cores": os.cpu_count(), "rows": rows}, indent=1))
+    save_result("channels", {"cores": os.cpu_count(), "rows": rows}, args.out)
     base = rows[0]
     if base["compiled"] and base["m2flow"]:
         print(
             f"compiled/m2flow round trip: {base['compiled'] / base['m2flow']:.1f}x, driver/m2flow:"
             f" {base['driver'] / base['m2flow']:.1f}x (no work, {os.cpu_count()} cores)"
         )
+    else:
+        failed = ", ".join(kind for kind in KINDS if base[kind] is None)
+        print(f"compiled/m2flow round trip: not measured, {failed} failed (no work, {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,12 @@ Steps per second of all four, side by side.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
+
+from results_io import save_result
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
@@ -145,12 +145,7 @@ def main() -> None:
             line += f"   hybrid S=2 {piped:7.0f} ({piped / hand:.2f}x)"
         rows.append(row)
         print(line, flush=True)
-    record = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "rows": rows,
-    }
-    (out / "engine_overhead.json").write_text(json.dumps(record, indent=1))
+    save_result("engine_overhead", {"rows": rows}, out)
     worst = min(rows, key=lambda r: r["colocated_ratio"])
     mujoco = rows[1]
     print(

@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+from results_io import save_result
+
 import m2flow as mf
 from m2flow.config import spec_from_dict
 from m2flow.runtime.checkpoint import load_checkpoint
@@ -123,7 +125,7 @@ def main() -> None:
     recovered = sum(1 for r in rows if r.get("failures") and r["completed"] and r.get("iterations"))
     lost = sum(r.get("checkpoints_lost", 0) for r in rows)
     median = statistics.median(latencies) if latencies else float("nan")
-    (out / "faults.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
+    save_result("faults", {"rows": rows}, out)
     print(
         f"runs completed: {completed}/{len(rows)}, detections: {detected}, median detection latency:"
         f" {median:.2f} s, recoveries: {recovered}, checkpoints lost: {lost}"

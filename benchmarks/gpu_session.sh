@@ -5,6 +5,8 @@
 # backends benchmark (only the rows with that option); `vit` a ViT PPO run on the Megatron GPT trunk, resumed under FSDP from its checkpoint; `check` the camera
 # PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores;
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes.
+# Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
+# gets one beside it, <stem>.meta.json, which render_results.py reads.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json MUJOCO_GL=egl
@@ -28,7 +30,8 @@ fi
 if [ "${1:-all}" = check ]; then
   timeout 200 python3 -m m2flow.cli run configs/ppo_camera.yaml run.iterations=6 flow.sync.1.every=3 workers.env.args.video.format=gif run.progress=false \
     run.output_dir="$OUT/runs" 2>&1 | grep -v "WARN\|INFO\|warn" | tail -22 | tee "$OUT/ppo_camera_check.txt"
-  cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/ppo_camera_check_metrics.jsonl"; ls -la "$OUT"/runs/ppo-camera/videos/env/ | tee -a "$OUT/ppo_camera_check.txt"
+  cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/ppo_camera_check_metrics.jsonl" && python3 benchmarks/results_io.py "$OUT/ppo_camera_check_metrics.jsonl"
+  ls -la "$OUT"/runs/ppo-camera/videos/env/ | tee -a "$OUT/ppo_camera_check.txt"
   cp "$OUT"/runs/ppo-camera/videos/env/eval_v00003_episode0.gif "$OUT/" 2>/dev/null; rm -rf "$OUT/runs"
   timeout 330 python3 benchmarks/engine_overhead.py --out "$OUT" 2>&1 | grep -E "steps/s|m2flow/hand" | tee "$OUT/engine_overhead.txt"
   rm -rf "$OUT/tmp"; exit 0
@@ -41,7 +44,8 @@ if [ "${1:-all}" = vit ]; then
     | grep -v "WARN\|INFO\|warn" | tail -20 | tee "$OUT/vit_megatron.txt"
   timeout 200 python3 -m m2flow.cli run "${args[@]}" run.iterations=5 run.resume=true workers.actor.backend=fsdp 2>&1 \
     | grep -v "WARN\|INFO\|warn" | tail -20 | tee "$OUT/vit_resumed_fsdp.txt"
-  cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/vit_metrics.jsonl"; rm -rf "$OUT/runs"; exit 0
+  cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/vit_metrics.jsonl" && python3 benchmarks/results_io.py "$OUT/vit_metrics.jsonl"
+  rm -rf "$OUT/runs"; exit 0
 fi
 if [ "${1:-all}" = all ]; then
 timeout 150 python3 benchmarks/simulator_ablation.py --task cheetah --envs 8 --chunks 8 --chunk 8 --out "$OUT" 2>&1 \
@@ -51,4 +55,5 @@ timeout 240 python3 benchmarks/modes.py --workload camera --measure --replicas 8
   --out "$OUT" 2>&1 | grep -v "WARN\|INFO" | tail -16 | tee "$OUT/modes.txt"
 [ "${1:-all}" = all ] && timeout 150 python3 -m m2flow.cli run configs/ppo_camera.yaml run.iterations=30 placement.offload=always \
   run.progress=false run.output_dir="$OUT/runs" 2>&1 | grep -v "WARN\|INFO" | tail -25 | tee "$OUT/ppo_camera.txt"
-cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/ppo_camera_metrics.jsonl" 2>/dev/null; rm -rf "$OUT/runs" "$OUT/tmp"
+cp "$OUT"/runs/ppo-camera/metrics.jsonl "$OUT/ppo_camera_metrics.jsonl" 2>/dev/null && python3 benchmarks/results_io.py "$OUT/ppo_camera_metrics.jsonl"
+rm -rf "$OUT/runs" "$OUT/tmp"

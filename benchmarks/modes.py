@@ -11,12 +11,10 @@ pipeline efficiency (the bound horizon * max(stage) over the measured loop time)
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import time
 from pathlib import Path
+
+from results_io import save_result
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
@@ -188,18 +186,11 @@ def main() -> None:
             f"{row['label']:24s} {row['predicted_s']:11.3f} {row['measured_s']:10.3f} {row['error']:+7.1%}"
             f" {row['env_steps_per_s']:8.0f} {row['vs_shared']:8.2f}x {row['pipeline_efficiency']:12.2f}"
         )
+    save_result(f"modes_{args.workload}", {"args": {**vars(args), "profile": str(args.profile)}, "rows": rows}, out)
     measured = [r for r in rows if "measured_s" in r and not r["label"].startswith("auto")]
     fastest = min(measured, key=lambda r: r["measured_s"])
     auto = next(r for r in rows if r.get("label", "").startswith("auto"))
     best_hybrid = max((r for r in measured if r["mode"] == "hybrid"), key=lambda r: r["vs_shared"])
-    record = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "args": vars(args),
-        "rows": rows,
-    }
-    record["args"]["profile"] = str(args.profile)
-    (out / f"modes_{args.workload}.json").write_text(json.dumps(record, indent=1))
     picked = "fastest" if (auto["mode"], auto["stages"]) == (fastest["mode"], fastest["stages"]) else "not fastest"
     print(f"\nauto picked {auto['mode']} S={auto['stages']} ({picked}: fastest measured {fastest['label']})")
     print(

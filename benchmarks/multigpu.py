@@ -10,13 +10,12 @@ floating-point reductions).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 import traceback
 from pathlib import Path
 
 import torch
+from results_io import save_result
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
@@ -103,11 +102,10 @@ def main() -> None:
                 f" max |w - w_1| {row.get('max_abs_diff_vs_1', float('nan')):.2e}, loss {row['loss']:.4f}",
                 flush=True,
             )
-    (out / "multigpu.json").write_text(
-        json.dumps({"date": time.strftime("%Y-%m-%d"), "gpus": args.gpus, "size": args.size, "rows": rows}, indent=1)
-    )
+    save_result("multigpu", {"gpus": args.gpus, "size": args.size, "rows": rows}, out)
     scaled = {r["backend"]: r.get("speedup_vs_1") for r in rows if r["ranks"] == args.gpus}
-    print("summary: " + ", ".join(f"{b} {args.gpus} GPUs/1: {s:.2f}x" for b, s in scaled.items() if s))
+    parts = [f"{b} {args.gpus} GPUs/1: {s:.2f}x" for b, s in scaled.items() if s]
+    print("summary: " + (", ".join(parts) or f"no {args.gpus}-rank run measured against one rank"))
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
+
+from results_io import save_result
 
 from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
@@ -115,15 +116,16 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = plan_times(out)
-    (out / "planner_scale.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
+    save_result("planner_scale", {"rows": rows}, out)
     largest = max((r for r in rows if r["workers"] == 5), key=lambda r: r["gpus"])
-    print(f"plan time, 5 workers on {largest['gpus']} GPUs in {largest['nodes']} nodes: {largest['plan_s']:.2f} s")
+    summary = f"plan time, 5 workers on {largest['gpus']} GPUs in {largest['nodes']} nodes: {largest['plan_s']:.2f} s"
     if not args.skip_accuracy:
         import subprocess
         import sys
 
         print("\nprediction accuracy (benchmarks/modes.py):", flush=True)
         subprocess.run([sys.executable, str(Path(__file__).with_name("modes.py")), "--out", str(out)], check=True)
+    print(summary)  # last, after modes.py's own lines
 
 
 if __name__ == "__main__":

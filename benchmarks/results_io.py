@@ -1,4 +1,5 @@
-"""Write a benchmark's raw output as benchmarks/results/<name>.json, stamped with what produced it."""
+"""The results folder's format: a benchmark's raw output written as benchmarks/results/<name>.json with a
+`meta` block saying what produced it (save_result), and read back with that block (Results)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
+
+
+class ResultsError(Exception):
+    """A results file is missing, or lacks what its reader needs (its `meta` block, a row)."""
 
 
 def save_result(name: str, payload: dict, folder: Path | str = RESULTS) -> Path:
@@ -39,6 +46,12 @@ def save_result(name: str, payload: dict, folder: Path | str = RESULTS) -> Path:
     os.chmod(tmp.name, 0o644)  # NamedTemporaryFile creates it private
     os.replace(tmp.name, path)
     return path
+
+
+def save_meta(jsonl: Path | str) -> Path:
+    """Stamp a .jsonl results file (a run's metrics) with a `meta` block beside it, in `<stem>.meta.json`."""
+    path = Path(jsonl)
+    return save_result(f"{path.stem}.meta", {}, path.parent)
 
 
 def machine() -> str:
@@ -72,3 +85,45 @@ def _commit() -> str:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+class Results:
+    """The raw outputs under one results folder, each file read once."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._cache: dict[str, object] = {}
+
+    def _read(self, rel: str, parse: Callable[[str], object]) -> object:
+        if rel not in self._cache:
+            path = self.folder / rel
+            if not path.is_file():
+                raise ResultsError(f"{path}: no such results file; re-run its benchmark or fix the name here")
+            self._cache[rel] = parse(path.read_text())
+        return self._cache[rel]
+
+    def json(self, rel: str) -> dict:
+        return self._read(rel, json.loads)
+
+    def jsonl(self, rel: str) -> list[dict]:
+        return self._read(rel, lambda text: [json.loads(line) for line in text.splitlines() if line.strip()])
+
+    def text(self, rel: str) -> str:
+        return self._read(rel, str)
+
+    def rows(self, rel: str) -> list[dict]:
+        return self.json(rel)["rows"]
+
+    def raw_line(self, rel: str) -> str:
+        """`raw: <file>, commit <c>, <date>, <machine>`; a .jsonl keeps its meta in `<stem>.meta.json` beside it."""
+        meta_file = rel.removesuffix(".jsonl") + ".meta.json" if rel.endswith(".jsonl") else rel
+        meta = self.json(meta_file).get("meta")
+        if meta is None:
+            raise ResultsError(f"{self.folder / meta_file}: no `meta` block; write it with results_io.save_result")
+        line = f"raw: benchmarks/results/{rel}, commit {meta['commit']}, {meta['date']}, {meta['machine']}"
+        return line + (f" ({meta['meta_source']})" if "meta_source" in meta else "")
+
+
+if __name__ == "__main__":  # python benchmarks/results_io.py RUN_metrics.jsonl ...: stamp copied metrics files
+    for arg in sys.argv[1:]:
+        print(save_meta(arg))

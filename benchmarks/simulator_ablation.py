@@ -12,11 +12,9 @@ rows (cumulative):  baseline       full rendering, every camera and modality, ob
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import time
 from pathlib import Path
+
+from results_io import save_result
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
@@ -133,13 +131,7 @@ def main() -> None:
             flush=True,
         )
         previous = ms
-    record = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.node()}, {platform.machine()}, {os.cpu_count()} cores",
-        "args": vars(args),
-        "rows": results,
-    }
-    (out / f"simulator_ablation_{args.task}.json").write_text(json.dumps(record, indent=1))
+    save_result(f"simulator_ablation_{args.task}", {"args": vars(args), "rows": results}, out)
     print(f"total: {results[-1]['cumulative']:.1f}x ({args.task}; BEHAVIOR published 25x)")
 
 

@@ -1,0 +1,270 @@
+"""The tables of benchmarks/RESULTS.md: each a function of the raw outputs (Results) to a Block, named in TABLES.
+
+A table function reads its files through `Results` and returns the table's lines and the files it read;
+render_results.py puts them between a `<!-- table: NAME -->` marker pair. The file names below are also
+what results_figures.py reads.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from results_io import Results
+
+ENGINE, PLANNER, FAULTS = "engine_overhead.json", "planner_scale.json", "faults.json"
+SPIN, BEFORE_HOPS, CAMERA_CPU = "modes_spin.json", "modes.json", "modes_camera.json"
+H200, H200_PROFILED, H200_HOPS, X2 = (f"{d}/modes_camera.json" for d in ("gpu", "gpu2", "gpu3", "gpu8"))
+METAWORLD, PPO_H200 = "ppo_metaworld_camera_metrics.jsonl", "gpu/ppo_camera_metrics.jsonl"
+CHANNELS = ["channels.json", "gpu4/channels.json"]
+BACKENDS = ["gpu5/backends.json", "gpu9/backends.json", "gpu10/backends.json"]
+OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
+
+
+@dataclass
+class Block:
+    """A rendered table: its lines (caption included) and the results files it was read from."""
+
+    lines: list[str]
+    sources: list[str]
+
+
+def fixed(x: float, digits: int = 3) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def times(x: float, digits: int = 2) -> str:
+    return f"{x:.{digits}f}x"
+
+
+def pct(x: float) -> str:
+    return f"{x:+.1%}"
+
+
+def count(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def span(values: list[float], fmt: Callable[[float], str]) -> str:
+    low, high = fmt(min(values)), fmt(max(values))
+    return low if low == high else f"{low} .. {high}"
+
+
+def table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
+    """A markdown table; `align` has one letter per column, l or r."""
+    rule = ["---:" if a == "r" else "---" for a in align]
+    return ["| " + " | ".join(cells) + " |" for cells in [header, rule, *rows]]
+
+
+# --- engine_overhead.py, modes.py -------------------------------------------------------------------------------
+
+
+def engine_overhead(res: Results) -> Block:
+    rows = [
+        [r["case"], count(r["hand_steps_per_s"]), count(r["m2flow_steps_per_s"]), times(r["ratio"])]
+        + [count(r["m2flow_colocated_steps_per_s"]), times(r["colocated_ratio"])]
+        + ([count(r["m2flow_hybrid_s2_steps_per_s"]), times(r["hybrid_ratio"])] if "hybrid_ratio" in r else ["—"] * 2)
+        for r in res.rows(ENGINE)
+    ]
+    header = ["case", "hand-written env steps/s", "(b) two processes", "ratio", "(c) colocated", "ratio"]
+    return Block(table([*header, "(d) hybrid S=2", "ratio"], rows, "lrrrrrrr"), [ENGINE])
+
+
+PROFILE_SOURCE = {  # (workload, --measure) -> where the planner's costs came from
+    ("spin", False): "costs declared: the synthetic workers' true costs",
+    ("camera", True): "costs measured first by `m2flow profile`",
+    ("camera", False): "costs neither declared nor measured (no `--measure`): the planner's defaults by worker kind",
+}
+WORKLOAD_SETUP = {
+    "spin": "simulator {step_ms:g} ms a step, policy {act_ms:g} ms a call ({act_fixed_frac:.0%} of it fixed),"
+    " trainer {train_ms:g} ms",
+    "camera": "{replicas} camera simulator processes",
+}
+
+
+def modes_table(rel: str, res: Results) -> Block:
+    args = {"workload": "spin", **res.json(rel)["args"]}
+    source, setup = PROFILE_SOURCE[(args["workload"], bool(args.get("measure")))], WORKLOAD_SETUP[args["workload"]]
+    caption = f"*{source}; {setup.format(**args)}; horizon {args['horizon']}, {args['iterations']} iterations.*"
+    header = ["mode", "predicted s", "measured s", "error", "env steps/s", "vs shared"]
+    efficiencies = [r.get("pipeline_efficiency", math.nan) for r in res.rows(rel)]
+    efficiency = int(not all(math.isnan(e) for e in efficiencies))  # a column only where the run computed it
+    rows = []
+    for r in res.rows(rel):
+        if "measured_s" not in r:
+            reason = r["infeasible"].split(": ", 1)[-1].split(";")[0]
+            rows.append(
+                [f"{r['mode']} S={r['stages']}", f"infeasible: {reason}"] + [""] * (len(header) + efficiency - 2)
+            )
+            continue
+        cells = [fixed(r["predicted_s"]), fixed(r["measured_s"]), pct(r["error"]), count(r["env_steps_per_s"])]
+        rows.append([r["label"], *cells, times(r["vs_shared"])] + [fixed(r["pipeline_efficiency"], 2)] * efficiency)
+    header += ["pipeline efficiency"] * efficiency
+    return Block([caption, "", *table(header, rows, "l" + "r" * (len(header) - 1))], [rel])
+
+
+# --- planner.py, faults.py, simulator_ablation.py ---------------------------------------------------------------
+
+
+def planner_scale(res: Results) -> Block:
+    rows = [
+        [str(r["workers"]), count(r["gpus"]), str(r["nodes"]), f"{r['plan_s']:.2f} s", r["chosen"]]
+        + [str(r["candidates"]), count(r["tasks"])]
+        for r in res.rows(PLANNER)
+    ]
+    header = ["workers", "GPUs", "nodes", "plan time", "chosen", "candidates", "tasks simulated"]
+    return Block(table(header, rows, "rrrrlrr"), [PLANNER])
+
+
+def faults(res: Results) -> Block:
+    yes = {True: "yes", False: "no"}
+    rows = [
+        [str(i), r["victim"], f"{r['detection_s']:.3f} s", str(r["failures"])]
+        + [yes[r["completed"]], yes[r["iterations"]], str(r["checkpoints_lost"])]
+        for i, r in enumerate(res.rows(FAULTS))
+    ]
+    header = ["run", "killed", "detected after", "failures seen", "completed", "every iteration once"]
+    return Block(table([*header, "checkpoints lost"], rows, "rlrrllr"), [FAULTS])
+
+
+ABLATION_CHANGES = {  # row -> what it changes over the previous one
+    "baseline": "full rendering; every camera x RGB, depth, segmentation; observations every step",
+    "slim": "fast rendering; only the RGB images the policy reads",
+    "+ chunk end": "observations only at the end of each {chunk}-action chunk",
+    "+ pipeline": "S=2, simulator and inference on separate cores (hybrid)",
+}
+
+
+def ablation(rel: str, res: Results) -> Block:
+    args = res.json(rel)["args"]
+    rows = [
+        [
+            r["row"],
+            ABLATION_CHANGES[r["row"]].format(**args),
+            fixed(r["ms_per_step"]),
+            times(r["speedup"]) if i else "—",
+        ]
+        + [times(r["cumulative"], 1), times(r["published"], 1) if r["published"] else "—"]
+        for i, r in enumerate(res.rows(rel))
+    ]
+    caption = f"*task {args['task']}, {args['envs']} envs, {args['chunks']} chunks of {args['chunk']} actions an"
+    caption += f" iteration, {args['size']}x{args['size']} images; rows are cumulative.*"
+    header = ["row", "what changes", "ms / env step", "over previous", "cumulative", "BEHAVIOR published"]
+    return Block([caption, "", *table(header, rows, "llrrrr")], [rel])
+
+
+# --- PPO runs (metrics.jsonl) -----------------------------------------------------------------------------------
+
+
+def ended(history: list[dict]) -> list[dict]:
+    """The iterations in which some episodes ended (and so logged a return)."""
+    return [r for r in history if "env/episode_return" in r]
+
+
+def ppo_camera_h200(res: Results) -> Block:
+    rows = [
+        [str(r["iteration"]), count(r["env_steps"]), count(r["env/episode_return"])] for r in ended(res.jsonl(PPO_H200))
+    ]
+    return Block(table(["iteration", "env steps", "mean episode return"], rows, "rrr"), [PPO_H200])
+
+
+def ppo_metaworld(res: Results, block: int = 30) -> Block:
+    history, rows = res.jsonl(METAWORLD), []
+    for start in range(0, len(history), block):
+        part = history[start : start + block]
+        returns, success = [r["env/episode_return"] for r in ended(part)], [r["env/success_rate"] for r in ended(part)]
+        cells = [
+            count(statistics.mean(returns)),
+            count(max(returns)),
+            str(sum(s > 0 for s in success)),
+            fixed(max(success)),
+        ]
+        rows.append(
+            [f"{part[0]['iteration']}-{part[-1]['iteration']}", count(part[-1]["env_steps"]), str(len(returns)), *cells]
+        )
+    header = ["iterations", "env_steps at end", "iterations with ended episodes", "mean return", "best return"]
+    return Block(table([*header, "of them with a success", "best success rate"], rows, "lrrrrrr"), [METAWORLD])
+
+
+# --- channels.py, backends.py, multigpu.py ----------------------------------------------------------------------
+
+
+def channels(res: Results) -> Block:
+    rows = [
+        [f"{res.json(rel)['cores']} cores", f"{r['work_ms']:g} ms"]
+        + [f"{r[kind]:.3f} ms" for kind in ("driver", "compiled", "m2flow")]
+        + [f"{r['m2flow'] - 2 * r['work_ms']:.3f} ms"]
+        for rel in CHANNELS
+        for r in res.rows(rel)
+    ]
+    header = ["machine", "work per side", "driver", "compiled graph", "m2flow channel", "m2flow over the work"]
+    return Block(table(header, rows, "lrrrrr"), CHANNELS)
+
+
+BACKEND_OPTIONS = {"-": "—", "activation_checkpointing": "activation checkpointing", "cpu_offload": "CPU offload"}
+
+
+def backends(res: Results) -> Block:
+    rows = [
+        [r["backend"], r["size"], f"{r['params_m']:.1f}M", r["precision"], BACKEND_OPTIONS[r["options"]]]
+        + [f"{r['update_s']:.3f} s", count(r["samples_per_s"]), f"{r['peak_gib']:.2f} GiB"]
+        for rel in (BACKENDS[0], OFFLOAD)
+        for r in res.rows(rel)
+    ]
+    header = ["backend", "size", "params", "precision", "options", "update", "samples/s", "peak"]
+    return Block(table(header, rows, "lllllrrr"), [BACKENDS[0], OFFLOAD])
+
+
+def backend_key(r: dict) -> tuple:
+    return r["backend"], r["size"], r["precision"], r["options"]
+
+
+def backends_10m(res: Results) -> Block:
+    """The 10M rows of the three calls side by side: samples/s, and each re-run over the first call."""
+    runs = [{backend_key(r): r["samples_per_s"] for r in res.rows(rel) if r["size"] == "10m"} for rel in BACKENDS]
+    rows = []
+    for key in dict.fromkeys(k for run in runs for k in run):
+        rates = [run.get(key) for run in runs]
+        cells = [count(rate) if rate else "—" for rate in rates]
+        cells += [times(rate / rates[0]) if rate and rates[0] else "—" for rate in rates[1:]]
+        rows.append([key[0], key[2], BACKEND_OPTIONS[key[3]], *cells])
+    header = ["backend", "precision", "options", "samples/s gpu5", "gpu9", "gpu10", "gpu9 / gpu5", "gpu10 / gpu5"]
+    return Block(table(header, rows, "lllrrrrr"), BACKENDS)
+
+
+def multigpu(res: Results) -> Block:
+    rows = [
+        [r["backend"], str(r["ranks"]), ", ".join(r["devices"]), f"{r['update_s']:.3f}", count(r["samples_per_s"])]
+        + [times(r["speedup_vs_1"]), f"{r['max_abs_diff_vs_1']:.1e}" if r["ranks"] > 1 else "—"]
+        for r in res.rows(MULTIGPU)
+    ]
+    header = ["backend", "ranks", "GPUs", "s / update", "samples/s", "vs 1 rank", "max abs weight difference vs 1 rank"]
+    return Block(table(header, rows, "lrlrrrr"), [MULTIGPU])
+
+
+# --- registry ---------------------------------------------------------------------------------------------------
+
+
+TABLES: dict[str, Callable[[Results], Block]] = {
+    "engine_overhead": engine_overhead,
+    "modes_spin": partial(modes_table, SPIN),
+    "modes_spin_before_hops": partial(modes_table, BEFORE_HOPS),
+    "modes_camera_cpu": partial(modes_table, CAMERA_CPU),
+    "planner_scale": planner_scale,
+    "faults": faults,
+    "ablation_metaworld": partial(ablation, "simulator_ablation_metaworld.json"),
+    "ablation_cheetah_h200": partial(ablation, "gpu/simulator_ablation_cheetah.json"),
+    "modes_camera_h200": partial(modes_table, H200),
+    "modes_camera_h200_profiled": partial(modes_table, H200_PROFILED),
+    "modes_camera_h200_hops": partial(modes_table, H200_HOPS),
+    "ppo_camera_h200": ppo_camera_h200,
+    "ppo_metaworld": ppo_metaworld,
+    "channels": channels,
+    "backends": backends,
+    "backends_10m_reruns": backends_10m,
+    "multigpu": multigpu,
+    "modes_camera_x2": partial(modes_table, X2),
+}
