@@ -135,6 +135,11 @@ class Prediction:
     def env_steps_per_s(self) -> float:
         return self.env_steps_per_iteration / self.iteration_s if self.iteration_s > 0 else 0.0
 
+    @property
+    def unknown_costs(self) -> list[str]:
+        """Ports whose cost nobody declared or measured: the prediction used a default for them."""
+        return sorted(k for k, s in self.cost_sources.items() if s == "default" and not k.endswith(".memory"))
+
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["device_busy"] = {d.name: busy for d, busy in self.device_busy.items()}

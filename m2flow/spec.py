@@ -161,7 +161,10 @@ class PlacementSpec(_Strict):
     profile: str | None = Field(
         None, description="measured costs (m2flow profile); default <output_dir>/profiles/<name>.json if it exists"
     )
-    replan: bool = Field(False, description="after the first iterations, refit costs from the trace and re-plan")
+    replan: bool | Literal["auto"] = Field(
+        "auto",
+        description="after the first iterations, refit costs from the trace and re-plan (auto: when a cost is unknown)",
+    )
     search_processes: bool = Field(
         False, description="auto: also choose how many simulator processes share the loop's envs (total kept)"
     )

@@ -5,7 +5,8 @@ from pathlib import Path
 
 from m2flow.errors import PlanError
 from m2flow.planners import auto, disaggregated, hybrid, shared  # noqa: F401  (register the modes)
-from m2flow.planners.base import Infeasible, Planner, get_planner, placement_modes
+from m2flow.planners.base import Infeasible, Planner, device_kind, get_planner, placement_modes
+from m2flow.planners.cache import load_cached, load_calibration
 from m2flow.planners.fit import load_profile
 from m2flow.planners.manual import ManualPlanner
 from m2flow.planners.profile import Profile
@@ -34,9 +35,23 @@ def load_measured(spec) -> dict | None:
     return load_profile(path) if path.exists() else None
 
 
+def device_kinds(graph, cluster) -> dict[str, str]:
+    """The kind of device each worker runs on (GPU or CPU), known before any placement."""
+    return {name: device_kind(graph, name, cluster) for name in graph.workers}
+
+
+def profile_of(graph, cluster) -> Profile:
+    """Costs from every source: declared, measured by `m2flow profile`, cached by earlier runs, defaults."""
+    profile = Profile.from_graph(graph, load_measured(graph.spec), load_cached(graph, device_kinds(graph, cluster)))
+    calibration = load_calibration(graph)
+    profile.hop_s = calibration.get("hop_s", profile.hop_s)
+    profile.controller_s = calibration.get("controller_s", profile.controller_s)
+    return profile
+
+
 def make_plan(graph, cluster, profile=None, mode: str | None = None):
     """Plan `graph` on `cluster` in `mode` (default: the workflow's placement.mode)."""
-    profile = profile or Profile.from_graph(graph, load_measured(graph.spec))
+    profile = profile or profile_of(graph, cluster)
     if graph.spec.placement.devices and mode is None:
         return ManualPlanner().plan(graph, cluster, profile)
     return get_planner(mode or graph.spec.placement.mode).plan(graph, cluster, profile)

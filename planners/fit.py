@@ -11,7 +11,7 @@ from pathlib import Path
 
 Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, seconds), ...]
 
-SKIP_CATEGORIES = {"phase"}  # controller rows: not a worker's port
+SKIP_CATEGORIES = {"phase", "iteration"}  # controller rows: not a worker's port
 
 
 def points_from_trace(trace: dict, skip_iterations: int = 1) -> Points:
@@ -26,6 +26,18 @@ def points_from_trace(trace: dict, skip_iterations: int = 1) -> Points:
         worker = args["worker"].split("[")[0]
         points[f"{worker}.{event['name']}"].append((float(args.get("items", 0)), event["dur"] / 1e6))
     return dict(points)
+
+
+def controller_seconds(trace: dict, name: str, skip_iterations: int = 1) -> list[float]:
+    """Seconds each traced iteration (`name="iteration"`) or phase (`"loop"`, ...) took, as the controller saw
+    it, leaving out the warm-up iterations."""
+    return [
+        event["dur"] / 1e6
+        for event in trace.get("traceEvents", [])
+        if event.get("cat") in ("iteration", "phase")
+        and event.get("name") == name
+        and event.get("args", {}).get("iteration", 0) >= skip_iterations
+    ]
 
 
 def hop_from_trace(trace: dict, chain: list[str], skip_iterations: int = 1) -> float | None:
@@ -57,14 +69,18 @@ def hop_from_trace(trace: dict, chain: list[str], skip_iterations: int = 1) -> f
     return sorted(gaps)[len(gaps) // 4]
 
 
-def fit_line(points: list[tuple[float, float]]) -> dict[str, float]:
-    """Least squares with non-negative coefficients; one batch size only -> all of it per item."""
+def fit_line(points: list[tuple[float, float]], prior_fixed: float = 0.0) -> dict[str, float]:
+    """Least squares `fixed_s + per_item_s * items` with non-negative coefficients. Seen at one batch size
+    only, the split between the two cannot be measured: `prior_fixed` (a fraction of the cost there) is
+    taken as the per-call part."""
     xs = [x for x, _ in points]
     ys = [y for _, y in points]
     mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
     var = sum((x - mean_x) ** 2 for x in xs)
     if var == 0:
-        return {"fixed_s": 0.0, "per_item_s": mean_y / mean_x} if mean_x > 0 else {"fixed_s": mean_y, "per_item_s": 0.0}
+        if mean_x <= 0:
+            return {"fixed_s": mean_y, "per_item_s": 0.0}
+        return {"fixed_s": prior_fixed * mean_y, "per_item_s": (1 - prior_fixed) * mean_y / mean_x}
     slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var)
     fixed = mean_y - slope * mean_x
     if fixed < 0:
@@ -72,10 +88,24 @@ def fit_line(points: list[tuple[float, float]]) -> dict[str, float]:
     return {"fixed_s": fixed, "per_item_s": slope}
 
 
-def fit_points(points: Points, source: str) -> dict:
+def residual(points: list[tuple[float, float]], fit: dict[str, float]) -> float:
+    """The fit's root-mean-square error relative to the mean cost (0.1: calls scatter by ~10% around it)."""
+    mean_y = sum(y for _, y in points) / len(points)
+    squares = sum((y - fit["fixed_s"] - fit["per_item_s"] * x) ** 2 for x, y in points) / len(points)
+    return squares**0.5 / mean_y if mean_y > 0 else 0.0
+
+
+def fit_points(points: Points, source: str, priors: dict[str, float] | None = None) -> dict:
+    """A fit per port; `priors[port]` is its per-call fraction when it was seen at one batch size only."""
     ports = {}
     for port, samples in sorted(points.items()):
-        ports[port] = {**fit_line(samples), "calls": len(samples), "batch_sizes": sorted({int(x) for x, _ in samples})}
+        fit = fit_line(samples, (priors or {}).get(port, 0.0))
+        ports[port] = {
+            **fit,
+            "calls": len(samples),
+            "batch_sizes": sorted({int(x) for x, _ in samples}),
+            "residual": residual(samples, fit),
+        }
     return {"source": source, "ports": ports}
 
 

@@ -1,9 +1,10 @@
-"""Cost of each worker port and memory of each worker, merged from three sources.
+"""Cost of each worker port and memory of each worker, merged from their sources.
 
 A call of a port costs `fixed_s + per_item_s * items`; for a simulator, items are the envs stepped.
 Precedence: declared in the workflow (`workers.<w>.profile`, `resources.memory_gb`) > measured
-(`m2flow profile`, a profile.json) > estimated (a worker class's `memory_estimate_gb(**args)`, e.g.
-from a meta-device model) > defaults by worker kind.
+(`m2flow profile`, a profile.json) > cached (what earlier runs of the same worker measured, `cache.py`) >
+estimated (a worker class's `memory_estimate_gb(config)`) > defaults by worker kind. A port whose cost
+is a default is *unknown*: `m2flow run` measures it in its first iterations and re-plans.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ DEFAULT_COST = {
 HANDOFF_COST = PortCost(fixed_s=1e-3, per_item_s=0.0)
 HOST_DEVICE_GB_PER_S = 20.0  # a swap moves a worker's memory between device and pinned host memory
 CHANNEL_HOP_S = 1e-4  # receiving one loop message from another process on the node (measured: m2flow profile)
+CONTROLLER_S = 5e-3  # the driver's own time per iteration: coarse calls' round trips, waits, metrics hooks
 
 
 @dataclass
@@ -33,7 +35,9 @@ class Profile:
     items_per_replica: dict[str, int] = field(default_factory=dict)
     memory_gb: dict[str, float] = field(default_factory=dict)
     source: dict[str, str] = field(default_factory=dict)
+    prior: dict[str, PortCost] = field(default_factory=dict)  # what a port is assumed to cost, knowing nothing
     hop_s: float = CHANNEL_HOP_S
+    controller_s: float = CONTROLLER_S  # measured by a run's calibration: its iterations minus their tasks
 
     def call_s(self, worker: str, port: str, items: float) -> float:
         cost = self.costs.get(f"{worker}.{port}", HANDOFF_COST)
@@ -41,15 +45,25 @@ class Profile:
 
     def swap_s(self, worker: str, device_kind: str) -> float:
         """One offload or onload: the worker's measured/declared `onload` cost, else memory over bandwidth."""
-        if self.source.get(f"{worker}.onload") in ("declared", "measured"):
+        if self.source.get(f"{worker}.onload") in ("declared", "measured", "cached"):
             return self.costs[f"{worker}.onload"].fixed_s
         return self.memory_gb.get(worker, 0.0) / HOST_DEVICE_GB_PER_S if device_kind == "gpu" else 0.0
 
+    def per_call_fraction(self, port: str, items: float) -> float:
+        """What part of a call of `port` at `items` the default for its worker's kind puts in the per-call
+        term: the prior for a fit that saw one batch size only."""
+        cost = self.prior.get(port, HANDOFF_COST)
+        total = cost.fixed_s + cost.per_item_s * items
+        return cost.fixed_s / total if total > 0 else 1.0
+
     @classmethod
-    def from_graph(cls, graph: MacroGraph, measured: dict[str, Any] | None = None) -> Profile:
+    def from_graph(
+        cls, graph: MacroGraph, measured: dict[str, Any] | None = None, cached: dict[str, PortCost] | None = None
+    ) -> Profile:
         """Merge the sources; ports that compute (loop body, terminal after-loop ports) default by
-        worker kind, ports that hand data on default to a small fixed cost."""
+        worker kind, ports that hand data on are assumed to cost a small fixed amount."""
         measured_ports = (measured or {}).get("ports", {})
+        cached = cached or {}
         sources = {str(e.src) for e in graph.then} | {str(e.src) for e, _ in graph.sync}
         computing = {str(p) for p in graph.loop.body} if graph.loop else set()
         computing |= {str(p) for p in graph.then_order if str(p) not in sources}
@@ -59,15 +73,18 @@ class Profile:
             profile.memory_gb[name], profile.source[f"{name}.memory"] = _memory(graph, name)
             for port in graph.info[name].ports:
                 key = f"{name}.{port}"
+                profile.prior[key] = DEFAULT_COST[worker.kind] if key in computing else HANDOFF_COST
                 if port in worker.profile:
                     profile.costs[key], profile.source[key] = worker.profile[port], "declared"
                 elif key in measured_ports:
                     fit = measured_ports[key]
                     profile.costs[key] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])
                     profile.source[key] = "measured"
+                elif key in cached:
+                    profile.costs[key], profile.source[key] = cached[key], "cached"
                 else:
-                    profile.costs[key] = DEFAULT_COST[worker.kind] if key in computing else HANDOFF_COST
-                    profile.source[key] = "default"
+                    profile.costs[key] = profile.prior[key]
+                    profile.source[key] = "default" if key in computing else "assumed (hands data on)"
         return profile
 
 

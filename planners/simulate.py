@@ -30,6 +30,7 @@ class _Schedule:
     def __init__(self, devices: dict[str, list[DeviceId]]):
         self.tasks: list[Task] = []
         self.duration: list[float] = []
+        self.receiving: list[float] = []  # the part of each task's duration spent receiving its inputs
         self.devices = devices
 
     def add(
@@ -42,11 +43,13 @@ class _Schedule:
         deps: list[int],
         step: int = -1,
         stage: int = 0,
+        receiving: float = 0.0,
     ) -> int:
         device = self.devices[worker][replica]
         task = Task(len(self.tasks), worker, replica, port, device, 0.0, 0.0, phase, step, stage, sorted(set(deps)))
         self.tasks.append(task)
-        self.duration.append(seconds)
+        self.duration.append(seconds + receiving)
+        self.receiving.append(receiving)
         return task.id
 
     def run(self, start: float, first: int) -> float:
@@ -155,16 +158,17 @@ class _Simulation:
 
     def prediction(self) -> Prediction:
         sched, graph, steps = self.sched, self.graph, self.steps
+        self.phase_s["controller"] = self.profile.controller_s
         iteration_s = sum(self.phase_s.values())
         total_items = self.loop_items * (graph.loop.horizon if graph.loop else 1)
         scale = graph.loop.horizon / steps if graph.loop is not None and steps else 1.0
         busy: dict[DeviceId, float] = {}
         port_s: dict[str, float] = {}
-        for task, seconds in zip(sched.tasks, sched.duration, strict=True):
+        for task, seconds, receiving in zip(sched.tasks, sched.duration, sched.receiving, strict=True):
             weight = scale if task.phase == "loop" and task.step >= 0 else 1.0
             busy[task.device] = busy.get(task.device, 0.0) + seconds * weight
-            key = f"{task.worker}.{task.port}"
-            port_s[key] = port_s.get(key, 0.0) + seconds * weight
+            key = f"{task.worker}.{task.port}"  # the port's own time, as a trace measures it: no receiving
+            port_s[key] = port_s.get(key, 0.0) + (seconds - receiving) * weight
         used = sorted(busy)
         device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
         bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0
@@ -203,8 +207,8 @@ def _simulate_loop(
                 )
                 if me in last_of:
                     deps.append(last_of[me])
-                seconds = profile.call_s(port.worker, port.port, slice_items[s] * len(group)) + hops * profile.hop_s
-                tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s)
+                seconds = profile.call_s(port.worker, port.port, slice_items[s] * len(group))
+                tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s, hops * profile.hop_s)
                 last_of[me] = tid
                 for b in group:
                     produced[(b, s)] = tid

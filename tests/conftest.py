@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("MUJOCO_GL", "egl")
+# runs measure and cache port costs (`planners/cache.py`): the tests never read or write the user's cache
+os.environ["M2FLOW_COST_CACHE"] = tempfile.mkdtemp(prefix="m2flow-test-costs-")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -41,6 +41,7 @@ class Measured:
 
     port_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     device_s: dict[DeviceId, float] = field(default_factory=lambda: defaultdict(float))
+    warming_up: bool = True  # the controller's first iteration: not counted
 
     def add(self, port: str, device: DeviceId, seconds: float) -> None:
         self.port_s[port] += seconds
@@ -66,6 +67,11 @@ class Controller:
         self._streamed: dict[PortRef, list[Any]] = {}  # then-sources produced while the loop ran
         self._stream_calls: list[Call] = []
 
+    def adopt(self, plan: Plan) -> None:
+        """The same placement with a new prediction (measured costs): its deadlines follow."""
+        self.plan = plan
+        self.deadlines = Deadlines.from_plan(plan, self.graph.spec.run.timeouts)
+
     def iteration(self, it: int) -> IterationResult:
         self._it, self._result, self._items, self._producer = it, IterationResult(), {}, {}
         start = time.time()
@@ -78,7 +84,11 @@ class Controller:
             self.trace.task(CONTROLLER, CONTROLLER, TaskEvent(phase.op, "phase", began, time.time()), iteration=it)
         result = self._result
         result.metrics.update(self._worker_metrics())
+        if self.measured.warming_up:  # the first iteration pays one-time costs (imports, lazy init, first calls)
+            self.measured = Measured(warming_up=False)
         elapsed = time.time() - start
+        whole = TaskEvent("iteration", "iteration", start, start + elapsed)
+        self.trace.task(CONTROLLER, CONTROLLER, whole, iteration=it)
         result.metrics["time/iteration_s"] = elapsed
         if result.env_steps:
             result.metrics["env/steps_per_s"] = result.env_steps / elapsed

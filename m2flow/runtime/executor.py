@@ -16,21 +16,22 @@ from pathlib import Path
 from m2flow.config import apply_overrides, dump_spec, spec_from_dict
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
-from m2flow.planners import load_measured, make_plan
+from m2flow.planners import make_plan
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.launch import Launch, connect_ray
-from m2flow.runtime.replan import replan
+from m2flow.runtime.replan import Running, remember, replan
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.snapshots import Snapshots
 from m2flow.runtime.tracing import Trace
 from m2flow.schedule import Plan
 from m2flow.spec import WorkflowSpec
-from m2flow.viz.tables import comparison_table
+from m2flow.viz.tables import comparison_table, drift_notes
 
 log = logging.getLogger(__name__)
 
-REPLAN_AFTER = 2  # iterations traced before re-planning: the first warms up, the second is measured
+REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, the others are measured
+MAX_REPLANS = 2  # a switch to a plan with other batch sizes measures those too, and may refine once more
 RECOVERABLE = (WorkerError, WaitTimeout)
 
 
@@ -91,12 +92,21 @@ class Run:
         self.result = RunResult(self.run_dir, plan, self.next_iteration)
         self.trace = Trace(plan)
         self.reporter = Reporter(self.run_dir, spec.run.iterations, self.next_iteration, spec.run.progress)
-        detail = max(spec.run.trace_detail_iterations, REPLAN_AFTER if spec.placement.replan else 0)
+        unknown = plan.predicted.unknown_costs
+        replan_wanted = spec.placement.replan is True or (spec.placement.replan == "auto" and bool(unknown))
+        self.replans_left = MAX_REPLANS if replan_wanted else 0
+        self.replanned = False
+        detail = max(spec.run.trace_detail_iterations, REPLAN_AFTER if replan_wanted else 0)
         self.trace_until = self.next_iteration + detail
-        self.replan_at = self.next_iteration + REPLAN_AFTER if spec.placement.replan else None
-        self.plan_since = self.next_iteration
+        self.replan_at = self.next_iteration + REPLAN_AFTER if replan_wanted else None
+        self.measured_since = self.next_iteration  # the first iteration the current workers ran
         if self.next_iteration:
             self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
+        if unknown and replan_wanted:
+            self.reporter.print(
+                f"m2flow: {len(unknown)} port cost(s) unknown ({', '.join(unknown)}): measuring them in the first"
+                f" {REPLAN_AFTER} iterations, then re-planning (placement.replan)"
+            )
         self.launch: Launch | None = None
         self.controller: Controller | None = None
         self.snapshots: Snapshots | None = None
@@ -119,6 +129,7 @@ class Run:
         self.result.nodes = {str(replica): node for replica, node in self.launch.nodes.items()}
         self.result.pids = {str(replica): pid for replica, pid in self.launch.pids.items()}
         self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until)
+        self.measured_since = self.next_iteration
         self.snapshots = Snapshots(self.graph, self.launch, self.spec.run.timeouts.start_s)
         if self.restore_from is not None:
             log.info("restoring %s", self.restore_from)
@@ -169,25 +180,38 @@ class Run:
         self.start()
 
     def _replan(self) -> None:
-        better, why = replan(self.graph, self.cluster, self.plan, self.trace.events, load_measured(self.spec))
-        self.reporter.print(why)
-        if better is None:
+        self.replans_left -= 1
+        self.replanned = True
+        self.replan_at = None
+        running = Running(self.plan, self.measured_since)
+        decision = replan(self.graph, self.cluster, running, self.trace.events)
+        remember(self.graph, self.cluster, self.trace.events, running)
+        self.reporter.print(decision.why)
+        if not (self.run_dir / "plan.initial.json").exists():
+            self.plan.save(self.run_dir / "plan.initial.json")
+        decision.plan.notes.append(decision.why)
+        decision.plan.save(self.run_dir / "plan.json")
+        if not decision.switched:  # the same plan, its prediction now from the measured costs
+            self.plan = self.result.plan = decision.plan
+            self.controller.adopt(decision.plan)
             return
-        self.plan.save(self.run_dir / "plan.initial.json")
         self.restore_from = self._checkpoint()  # the workers restart under the new plan from here
         self.close()
-        self.plan = self.result.plan = better
-        self.plan.notes.append(why)
-        self.plan.save(self.run_dir / "plan.json")
-        self.plan_since = self.next_iteration
+        self.plan = self.result.plan = decision.plan
+        if self.replans_left:  # the new plan runs other batch sizes: measure them too
+            self.replan_at = self.next_iteration + REPLAN_AFTER
+            self.trace_until = max(self.trace_until, self.replan_at)
         self.start()
 
     def finish(self) -> None:
-        ran = [h for h in self.result.history if h["iteration"] >= self.plan_since]
+        remember(self.graph, self.cluster, self.trace.events, Running(self.plan, self.measured_since))
+        ran = [h for h in self.result.history if h["iteration"] > self.measured_since]  # the first warms up
         if ran:
             iteration_s = sum(h["time/iteration_s"] for h in ran) / len(ran)
             measured = self.controller.measured
             self.reporter.print(comparison_table(self.plan, measured.port_s, measured.device_s, len(ran), iteration_s))
+            for line in drift_notes(self.plan, measured.port_s, len(ran), self.replanned):
+                self.reporter.print(line)
 
     def close(self) -> None:
         """Stop the workers (the run's outputs stay); safe to call more than once."""

@@ -1,52 +1,120 @@
-"""Online re-planning: refit the profile from the run's own trace and switch plan if clearly better.
+"""Calibration and online re-planning: refit the profile from the run's own trace, plan again, switch if
+clearly better, and keep what was measured for the next runs.
 
-Between iterations, after the first traced ones (the first warms up), the measured port costs
-replace declared and default ones; the planner plans again in the workflow's mode; the run moves
-to the new plan only if it is predicted at least `REPLAN_GAIN` faster than the current one under
-the same refit profile.
+Between iterations, after the first traced ones (the first warms up), the measured port costs replace
+every other source — declared ones too: what the run measured beats what was written down; a port seen
+at one batch size keeps its prior's split between per-call and per-item cost. The planner plans again
+in the workflow's mode; the run moves to the new plan only if it is predicted at least `REPLAN_GAIN`
+faster than the current one under the same refit profile.
 """
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass, replace
+
 from m2flow.cluster import Cluster
 from m2flow.graph import MacroGraph
-from m2flow.planners import Profile, make_plan
-from m2flow.planners.fit import fit_points, points_from_trace
+from m2flow.planners import device_kinds, make_plan, profile_of
+from m2flow.planners.cache import save_cached, save_calibration
+from m2flow.planners.fit import controller_seconds, fit_points, points_from_trace
+from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate
-from m2flow.schedule import Plan
+from m2flow.schedule import Plan, Prediction
 from m2flow.spec import PortCost
 
 REPLAN_GAIN = 0.10
+MAX_HOP_S = 0.05  # a message between two processes of one run costs at most this much
 
 
-def refit(graph: MacroGraph, events: list[dict], measured: dict | None) -> Profile:
-    """The profile with every port seen in `events` set to its fitted cost (these override all else)."""
-    profile = Profile.from_graph(graph, measured)
-    fitted = fit_points(points_from_trace({"traceEvents": events}, skip_iterations=1), "online")
-    for port, fit in fitted["ports"].items():
+@dataclass
+class Refit:
+    profile: Profile
+    fitted: dict[str, dict]  # worker.port -> {fixed_s, per_item_s, calls, batch_sizes, residual}
+
+
+@dataclass(frozen=True)
+class Running:
+    """The plan the workers run, since which iteration (that one warmed up)."""
+
+    plan: Plan
+    since: int
+
+
+def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running | None = None) -> Refit:
+    """The profile with every port seen in `events` set to its fitted cost, and — given the plan that ran —
+    the message hop and the controller's own time per iteration (`calibrate_run`)."""
+    profile = profile_of(graph, cluster)
+    trace = {"traceEvents": events}
+    points = points_from_trace(trace, skip_iterations=1)
+    priors = {port: profile.per_call_fraction(port, sum(x for x, _ in p) / len(p)) for port, p in points.items()}
+    fitted = fit_points(points, "online", priors)["ports"]
+    for port, fit in fitted.items():
         if port in profile.costs:
             profile.costs[port] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])
-            profile.source[port] = "measured (online)"
-    return profile
+            profile.source[port] = "measured (this run)"
+    if running is not None:
+        calibrate_run(graph, running, profile, trace)
+    return Refit(profile, fitted)
 
 
-def replan(
-    graph: MacroGraph, cluster: Cluster, current: Plan, events: list[dict], measured: dict | None
-) -> tuple[Plan | None, str]:
-    """(the better plan or None, why) — the reason is logged either way."""
-    profile = refit(graph, events, measured)
+def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: dict) -> None:
+    """What per-port costs leave out, from how long the running plan's loop and iterations took: the cost of
+    a message between processes (the hop that makes the predicted loop match the measured one) and the
+    controller's own time per iteration."""
+
+    plan = running.plan
+
+    def predicted() -> Prediction:
+        return simulate(graph, plan.placements, plan.pipeline_stages, profile, plan.phases)[0]
+
+    loops = controller_seconds(trace, "loop", running.since + 1)
+    if graph.loop is not None and loops:
+        measured, low, high = statistics.median(loops), 0.0, MAX_HOP_S
+        for _ in range(16):  # the loop's predicted time grows with the hop cost: bisect to the measured one
+            profile.hop_s = (low + high) / 2
+            low, high = (profile.hop_s, high) if predicted().phase_s["loop"] < measured else (low, profile.hop_s)
+    iterations = controller_seconds(trace, "iteration", running.since + 1)
+    if iterations:
+        profile.controller_s = 0.0
+        profile.controller_s = max(0.0, statistics.median(iterations) - predicted().iteration_s)
+
+
+def remember(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running) -> None:
+    """Cache what this run measured, for `m2flow plan` and the next runs of the same workers."""
+    measured = refit(graph, cluster, events, running)
+    if measured.fitted:
+        save_cached(graph, device_kinds(graph, cluster), measured.fitted)
+        save_calibration(graph, {"hop_s": measured.profile.hop_s, "controller_s": measured.profile.controller_s})
+
+
+@dataclass
+class Decision:
+    plan: Plan  # what runs from now on: the better plan, or the current one predicted with the measured costs
+    switched: bool
+    why: str
+
+
+def replan(graph: MacroGraph, cluster: Cluster, running: Running, events: list[dict]) -> Decision:
+    """Plan again on the measured costs; switch only for a clear gain. The reason is logged either way."""
+    current = running.plan
+    profile = refit(graph, cluster, events, running).profile
     best = make_plan(graph, cluster, profile)
-    now, _ = simulate(graph, current.placements, current.pipeline_stages, profile, current.phases)
+    now, tasks = simulate(graph, current.placements, current.pipeline_stages, profile, current.phases)
+    now.cost_sources = dict(profile.source)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = (best.mode, best.pipeline_stages) == (current.mode, current.pipeline_stages)
     if same or new_s > now_s * (1 - REPLAN_GAIN):
-        return None, (
+        kept = replace(current, predicted=now, tasks=tasks)
+        why = (
             f"replan: keeping {current.mode} S={current.pipeline_stages}: with the measured costs it is"
             f" predicted {now_s:.3g} s/iteration, the best alternative {best.mode}"
             f" S={best.pipeline_stages} {new_s:.3g} s"
         )
-    return best, (
+        return Decision(kept, False, why)
+    why = (
         f"replan: switching {current.mode} S={current.pipeline_stages} -> {best.mode}"
         f" S={best.pipeline_stages}: with the measured costs {now_s:.3g} -> {new_s:.3g} s/iteration"
         f" ({now_s / new_s:.2f}x)"
     )
+    return Decision(best, True, why)

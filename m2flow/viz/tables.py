@@ -82,8 +82,38 @@ def sources_line(sources: dict[str, str]) -> str:
         if not key.endswith(".memory"):
             counts[source] = counts.get(source, 0) + 1
     parts = ", ".join(f"{n} {source}" for source, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    hint = " (run `m2flow profile` to measure them)" if counts.get("default") else ""
+    hint = " (`m2flow run` measures them in its first iterations and re-plans)" if counts.get("default") else ""
     return f"port costs: {parts}{hint}"
+
+
+DRIFT = 0.25  # a port measured this far from its prediction is flagged
+
+
+def off(measured: float, predicted: float) -> bool:
+    return predicted > 0 and abs(measured / predicted - 1) > DRIFT
+
+
+def drift_notes(plan: Plan, port_s: dict[str, float], iterations: int, calibrated: bool) -> list[str]:
+    """A line per port measured more than 25% off its prediction: where its cost came from, and what was
+    done about it."""
+    notes = []
+    sources = plan.predicted.cost_sources
+    for port, want in sorted(plan.predicted.port_s.items()):
+        got = port_s.get(port, 0.0) / max(1, iterations)
+        if not off(got, want):
+            continue
+        source = sources.get(port, "default")
+        if source == "declared":
+            worker = port.split(".")[0]
+            action = f"its cost is declared in workers.{worker}.profile: correct it, or remove it to let m2flow measure"
+            if calibrated:
+                action += " (the re-plan used the measured one)"
+        elif calibrated:
+            action = "the plan was re-planned on costs measured in this run; they are cached for the next runs"
+        else:
+            action = "what this run measured is cached: `m2flow plan` and the next run start from it"
+        notes.append(f"drift: {port} took {got / want:.2f}x its predicted time (cost {source}); {action}")
+    return notes
 
 
 def comparison_table(
@@ -99,7 +129,8 @@ def comparison_table(
         table.add_column(column, justify="right" if column != "port / device" else "left")
     for port in sorted(set(predicted.port_s) | set(port_s)):
         want, got = predicted.port_s.get(port, 0.0), port_s.get(port, 0.0) / max(1, iterations)
-        table.add_row(port, f"{want:.3g} s", f"{got:.3g} s", f"{got / want:.2f}x" if want > 0 else "-")
+        ratio = f"{got / want:.2f}x" + (" !" if off(got, want) else "") if want > 0 else "-"
+        table.add_row(port, f"{want:.3g} s", f"{got:.3g} s", ratio)
     for device in sorted(set(predicted.device_busy) | set(device_s)):
         want = predicted.device_busy.get(device, 0.0)
         got = device_s.get(device, 0.0) / max(1e-9, iterations * iteration_s)

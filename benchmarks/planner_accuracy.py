@@ -1,0 +1,135 @@
+"""Does the planner hold without being told the costs? Workloads with no declared costs, calibrated the way a
+user's first run calibrates (m2flow measures the unknown ports in its first iterations, re-plans, and
+caches what it measured), then every candidate plan run side by side: its prediction from the cached
+costs beside its measured iteration time, and where auto's choice ranks.
+
+    python benchmarks/planner_accuracy.py [--workloads main camera metaworld spin-per-call] [--iterations 5]
+
+Last line: `planner accuracy: auto best-or-within-5% in K/N, predictions within 10% in P/Q`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from results_io import save_result
+
+import m2flow as mf
+from m2flow.cluster import Cluster
+from m2flow.errors import PlanError
+from m2flow.graph import build_graph
+from m2flow.planners import make_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+WITHIN = 0.10  # a prediction this close to the measured iteration counts as right
+NEAR_BEST = 0.05  # auto's choice this close to the measured fastest counts as right
+
+
+@dataclass(frozen=True)
+class Workload:
+    config: str
+    overrides: tuple[str, ...]
+    declared: str  # what the workload declares about its costs
+
+
+WORKLOADS = {
+    "main": Workload("ppo_mujoco.yaml", ("flow.loop.horizon=128",), "nothing"),
+    "camera": Workload("ppo_camera.yaml", ("workers.env.replicas=2", "flow.loop.horizon=32"), "nothing"),
+    "metaworld": Workload("ppo_metaworld_camera.yaml", ("workers.env.replicas=2", "flow.loop.horizon=16"), "nothing"),
+    # a policy whose cost is mostly per call: slicing the batch does not make it cheaper
+    "spin-per-call": Workload(
+        "spin_balanced.yaml",
+        ("workers.policy.args.fixed_s=0.003", "workers.policy.args.per_env_s=0.0001", "flow.loop.horizon=64"),
+        "nothing (the spin workers' true costs are not declared)",
+    ),
+}
+
+
+def spec_of(workload: Workload, out: Path, *extra: str) -> mf.WorkflowSpec:
+    base = ("run.progress=false", "run.checkpoint_every=0", f"run.output_dir={out}", "cluster.gpus=0")
+    return mf.load_spec(ROOT / "configs" / workload.config, [*workload.overrides, *base, *extra])
+
+
+def measured_iteration_s(result) -> float:
+    """Median iteration time once the plan runs warm (the first iteration of each plan is left out)."""
+    return statistics.median(h["time/iteration_s"] for h in result.history[1:])
+
+
+def bench(name: str, workload: Workload, iterations: int, out: Path) -> dict:
+    calibration = mf.run(spec_of(workload, out, f"run.iterations={iterations}", "placement.mode=auto"))
+    spec = spec_of(workload, out, "placement.pipeline_stages=auto")
+    graph = build_graph(spec)
+    cluster = Cluster.from_spec(spec.cluster)
+    auto = make_plan(graph, cluster, mode="auto")
+    rows = []
+    for candidate in (c for c in auto.candidates if c.feasible):
+        mode = candidate.mode.split(" ")[0]
+        settings = [f"placement.mode={mode}", f"placement.pipeline_stages={candidate.stages}"]
+        try:
+            planned = make_plan(build_graph(spec_of(workload, out, *settings)), cluster)
+            run = mf.run(spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false"))
+        except PlanError as exc:
+            rows.append({"mode": mode, "stages": candidate.stages, "error": str(exc).splitlines()[0]})
+            continue
+        measured = measured_iteration_s(run)
+        rows.append(
+            {
+                "mode": mode,
+                "stages": candidate.stages,
+                "predicted_s": planned.predicted.iteration_s,
+                "measured_s": measured,
+                "error": measured / planned.predicted.iteration_s - 1,
+                "auto": (mode, candidate.stages) == (auto.mode, auto.pipeline_stages),
+            }
+        )
+        print(
+            f"  {name:14s} {mode:14s} S={candidate.stages}  predicted {planned.predicted.iteration_s:7.3f} s"
+            f"  measured {measured:7.3f} s  ({rows[-1]['error']:+.1%}){'  <- auto' if rows[-1]['auto'] else ''}",
+            flush=True,
+        )
+    ran = [r for r in rows if "measured_s" in r]
+    fastest = min(r["measured_s"] for r in ran)
+    chosen = next((r for r in ran if r["auto"]), None)
+    return {
+        "workload": name,
+        "declared": workload.declared,
+        "calibration": {
+            "iterations": iterations,
+            "plan": f"{calibration.plan.mode} S={calibration.plan.pipeline_stages}",
+            "sources": sorted(set(calibration.plan.predicted.cost_sources.values())),
+        },
+        "rows": rows,
+        "auto_within_5pct": chosen is not None and chosen["measured_s"] <= fastest * (1 + NEAR_BEST),
+        "auto_vs_fastest": chosen["measured_s"] / fastest if chosen else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="m2flow-accuracy-") as tmp:
+        os.environ["M2FLOW_COST_CACHE"] = str(Path(tmp) / "cost-cache")  # start knowing nothing
+        results = [bench(name, WORKLOADS[name], args.iterations, Path(tmp)) for name in args.workloads]
+    predictions = [r for w in results for r in w["rows"] if "measured_s" in r]
+    within = sum(abs(r["error"]) <= WITHIN for r in predictions)
+    best = sum(w["auto_within_5pct"] for w in results)
+    summary = (
+        f"planner accuracy: auto best-or-within-5% in {best}/{len(results)},"
+        f" predictions within 10% in {within}/{len(predictions)}"
+    )
+    save_result(
+        "planner_accuracy", {"args": vars(args), "workloads": results, "summary": summary}, *filter(None, [args.out])
+    )
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Port costs measured by earlier runs, kept for the next ones.
+
+A cost depends on what runs (the worker's class and its args) and on what it runs on (device kind), so
+that is the key; `m2flow run` stores what it measured, and `m2flow plan` and later runs start from it
+instead of the defaults. One small JSON file per worker key, written atomically, under
+`$M2FLOW_COST_CACHE` (default `~/.cache/m2flow/costs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from m2flow.graph import MacroGraph
+from m2flow.spec import PortCost
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("M2FLOW_COST_CACHE", Path.home() / ".cache" / "m2flow" / "costs"))
+
+
+def _digest(what: dict) -> str:
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def worker_key(graph: MacroGraph, worker: str, device_kind: str) -> str:
+    spec = graph.workers[worker]
+    return _digest({"class": spec.cls, "args": spec.args, "backend": spec.backend, "device": device_kind})
+
+
+def workflow_key(graph: MacroGraph) -> str:
+    """What a run's own overheads depend on: its workers and their dataflow (not its run settings)."""
+    spec = graph.spec.to_dict()
+    return "workflow-" + _digest({"workers": spec["workers"], "flow": spec["flow"], "cluster": spec["cluster"]})
+
+
+def load_calibration(graph: MacroGraph) -> dict[str, float]:
+    """The message hop and controller time per iteration an earlier run of this workflow measured."""
+    try:
+        return json.loads((cache_dir() / f"{workflow_key(graph)}.json").read_text())["calibration"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def save_calibration(graph: MacroGraph, calibration: dict[str, float]) -> Path:
+    entry = {"workflow": graph.spec.name, "calibration": calibration}
+    return _write(cache_dir() / f"{workflow_key(graph)}.json", entry)
+
+
+def _write(path: Path, entry: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(entry, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, PortCost]:
+    """`worker.port` -> the cost an earlier run measured for this worker on this device kind."""
+    costs = {}
+    for worker, kind in device_kinds.items():
+        path = cache_dir() / f"{worker_key(graph, worker, kind)}.json"
+        try:
+            ports = json.loads(path.read_text())["ports"]
+        except (OSError, ValueError, KeyError):
+            continue  # nothing cached (or an unreadable entry: measured again)
+        for port, fit in ports.items():
+            costs[f"{worker}.{port}"] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])
+    return costs
+
+
+def save_cached(graph: MacroGraph, device_kinds: dict[str, str], fitted: dict[str, dict]) -> list[Path]:
+    """Store fitted costs (`worker.port` -> {fixed_s, per_item_s, ...}) under each worker's key."""
+    written = []
+    for worker, kind in device_kinds.items():
+        ports = {key.split(".", 1)[1]: fit for key, fit in fitted.items() if key.split(".", 1)[0] == worker}
+        if not ports:
+            continue
+        path = cache_dir() / f"{worker_key(graph, worker, kind)}.json"
+        try:
+            previous = json.loads(path.read_text())["ports"]
+        except (OSError, ValueError, KeyError):
+            previous = {}
+        entry = {"class": graph.workers[worker].cls, "device": kind, "ports": {**previous, **ports}}
+        written.append(_write(path, entry))
+    return written

@@ -1,0 +1,75 @@
+"""CUDA-only paths, run on the GPU machine (`pytest -m gpu`, benchmarks/gpu_session.sh tests); skipped
+elsewhere with the reason. The CPU-testable logic of each is tested in the other unit tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from m2flow.context import WorkerContext, set_context
+from m2flow.workers.actor import PPO
+from m2flow.workers.rollout import TorchPolicy
+from m2flow.workers.synthetic import SyntheticBatch
+
+pytestmark = pytest.mark.gpu
+
+VIEW = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": (64, 64)}
+VIT = {"env_id": "HalfCheetah-v5", "model": "vit", "observation": VIEW, "size": "1m", "causal": True}
+
+
+def on_cuda(kind: str, backend: str | None = None) -> None:
+    set_context(WorkerContext(worker=kind, kind=kind, device="cuda", backend=backend, seed=1))
+
+
+def camera_obs(policy, n: int = 8) -> dict[str, torch.Tensor]:
+    data = SyntheticBatch(1, n, seed=3).trajectory()
+    return policy.model.inputs({k: v[0] for k, v in data["obs"].items()}, torch.device("cuda"))
+
+
+def test_offload_moves_the_policy_to_pinned_host_memory_and_back_unchanged():
+    on_cuda("inference")
+    policy = TorchPolicy(**VIT)
+    obs = camera_obs(policy)
+    with torch.no_grad():
+        before = policy.model.mean_action(obs)
+    policy.offload()
+    assert all(p.device.type == "cpu" and p.is_pinned() for p in policy.model.parameters())
+    policy.onload()
+    assert all(p.is_cuda for p in policy.model.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(policy.model.mean_action(obs), before, rtol=0, atol=0)
+
+
+def test_the_megatron_gpt_trunk_computes_the_plain_vits_outputs():
+    on_cuda("training", "fsdp")
+    plain = PPO(**VIT, num_minibatches=1, update_epochs=1)
+    on_cuda("training", "megatron")
+    gpt = PPO(**VIT, num_minibatches=1, update_epochs=1)
+    obs = camera_obs(plain)
+    actions = torch.zeros(8, 6, device="cuda")
+    with torch.no_grad():
+        _, logprob_a, _, value_a = plain.model.get_action_and_value(obs, actions)
+        _, logprob_b, _, value_b = gpt.model.get_action_and_value(obs, actions)
+    torch.testing.assert_close(logprob_b, logprob_a, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(value_b, value_a, rtol=1e-5, atol=1e-5)
+
+
+def test_fsdp2_cpu_offload_trains_with_parameters_on_the_host():
+    on_cuda("training", "fsdp")
+    ppo = PPO(**VIT, num_minibatches=2, update_epochs=1, cpu_offload=True, normalize_reward=False)
+    before = {k: v.clone() for k, v in ppo.backend.full_state_dict(ppo.model).items()}
+    metrics = ppo.train([SyntheticBatch(4, 8, seed=1).trajectory()])
+    assert all(p.device.type == "cpu" for p in ppo.model.parameters())  # the shards live on the host
+    after = ppo.backend.full_state_dict(ppo.model)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert torch.isfinite(torch.tensor(metrics["actor/loss"]))
+
+
+def test_bf16_computes_in_bf16_on_cuda():
+    on_cuda("training", "fsdp")
+    ppo = PPO(**VIT, num_minibatches=2, update_epochs=1, precision="bf16")
+    seen = []
+    ppo.model.blocks[0].fc1.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    ppo.train([SyntheticBatch(4, 8, seed=1).trajectory()])
+    assert seen and set(seen) == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in ppo.model.parameters())
