@@ -67,7 +67,7 @@ def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, Po
         except (OSError, ValueError, KeyError):
             continue  # nothing cached (or an unreadable entry: measured again)
         for port, fit in ports.items():
-            costs[f"{worker}.{port}"] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])
+            costs[f"{worker}.{port}"] = PortCost(fixed_s=fit.get("fixed_s", 0.0), per_item_s=fit.get("per_item_s", 0.0))
     return costs
 
 

@@ -71,7 +71,7 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
     loops = controller_seconds(trace, "loop", running.since + 1)
     if graph.loop is not None and loops:
         measured, low, high = statistics.median(loops), 0.0, MAX_HOP_S
-        for _ in range(16):  # the loop's predicted time grows with the hop cost: bisect to the measured one
+        for _ in range(24):  # the loop's predicted time grows with the hop cost: bisect to the measured one
             profile.hop_s = (low + high) / 2
             low, high = (profile.hop_s, high) if predicted().phase_s["loop"] < measured else (low, profile.hop_s)
     iterations = controller_seconds(trace, "iteration", running.since + 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from m2flow.cluster import Cluster
-from m2flow.config import load_spec
+from m2flow.config import load_spec, spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import Profile, make_plan
 from m2flow.runtime.profiling import measure_profile
@@ -79,3 +79,45 @@ def test_the_simulator_layout_auto_chooses_is_the_one_that_runs(tmp_path):
     assert result.plan.spec_overrides == ["workers.env.replicas=2", "workers.env.args.num_envs=4"]
     assert {"env[0]", "env[1]"} <= set(result.nodes)
     assert result.last["env_steps"] == 2 * 8 * 8  # the same 8 envs, in two processes of 4
+
+
+def test_calibration_corrects_costs_declared_5x_wrong_and_the_next_run_starts_from_the_cache(tmp_path):
+    """The spin workers' true costs: env 0.5 ms per env, policy 0.4 ms + 0.45 ms per env. Declared 5x too
+    high and 5x too low, the run measures them, re-plans and caches them; a second run (and `plan`) starts
+    from the cache and does not need to calibrate."""
+    import math
+
+    import m2flow as mf
+    from m2flow.planners import profile_of
+
+    def spec(**run):
+        return load_spec(
+            ROOT / "configs" / "spin_balanced.yaml",
+            [
+                f"run.output_dir={tmp_path}",
+                "run.iterations=4",
+                "flow.loop.horizon=32",
+                "run.progress=false",
+                "workers.env.profile={step: {per_item_s: 2.5e-3}}",  # 5x the truth
+                "workers.policy.profile={act: {fixed_s: 0.8e-4, per_item_s: 0.9e-4}}",  # a fifth of it
+                *[f"run.{k}={v}" for k, v in run.items()],
+            ],
+        )
+
+    first = mf.run(spec())
+    assert "replan:" in first.plan.notes[-1]
+    graph = build_graph(spec())
+    cluster = Cluster.from_spec(spec().cluster.model_copy(update={"cpus": 2, "gpus": 0}))
+    cached = {k: v for k, v in profile_of(graph, cluster).source.items() if v == "cached"}
+    assert {"env.obs", "env.trajectory", "trainer.train"} <= set(cached)  # what nobody declared
+    measured = first.plan.predicted  # the plan's prediction now comes from what the run measured
+    assert measured.cost_sources["env.step"].startswith("measured")
+    step = first.plan.predicted.port_s["env.step"] / (32 * 1)  # one call per step, 8 envs
+    truth, declared = 0.5e-3 * 8, 2.5e-3 * 8
+    assert abs(math.log(step / truth)) < abs(math.log(declared / truth)) / 2
+    raw = spec().to_dict()
+    for worker in ("env", "policy"):
+        raw["workers"][worker].pop("profile")
+    second = mf.run(spec_from_dict({**raw, "name": "spin-again"}))
+    assert second.plan.predicted.unknown_costs == []  # every cost came from the cache: no calibration
+    assert not any(note.startswith("replan:") for note in second.plan.notes)

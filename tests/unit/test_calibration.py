@@ -1,0 +1,65 @@
+"""Calibration from a run's own trace: fits with a prior, the message hop and the controller's time
+recovered from how long the loop and the iterations took, and the cost cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from m2flow.cluster import Cluster
+from m2flow.config import spec_from_dict
+from m2flow.graph import build_graph
+from m2flow.planners import make_plan, profile_of
+from m2flow.planners.cache import load_cached, save_cached
+from m2flow.planners.fit import fit_line
+from m2flow.planners.simulate import simulate
+from m2flow.runtime.replan import Running, calibrate_run
+from tests.unit.test_planner import workflow
+
+
+def test_one_batch_size_splits_by_the_prior():
+    fit = fit_line([(4, 0.004), (4, 0.004)], prior_fixed=0.25)
+    assert fit == {"fixed_s": pytest.approx(0.001), "per_item_s": pytest.approx(0.00075)}
+
+
+def controller_event(name: str, iteration: int, seconds: float) -> dict:
+    cat = "iteration" if name == "iteration" else "phase"
+    return {"ph": "X", "name": name, "cat": cat, "ts": 0, "dur": seconds * 1e6, "args": {"iteration": iteration}}
+
+
+def test_the_hop_and_the_controller_time_are_what_make_the_prediction_match_the_run():
+    graph = build_graph(spec_from_dict(workflow(cpus=2, mode="hybrid", stages=2)))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    truth = profile_of(graph, cluster)
+    truth.hop_s, truth.controller_s = 0.002, 0.05
+    measured = simulate(graph, plan.placements, plan.pipeline_stages, truth, plan.phases)[0]
+    trace = {
+        "traceEvents": [
+            controller_event(name, it, seconds)
+            for it in range(4)
+            for name, seconds in (("loop", measured.phase_s["loop"]), ("iteration", measured.iteration_s))
+        ]
+    }
+    profile = profile_of(graph, cluster)
+    calibrate_run(graph, Running(plan, since=0), profile, trace)
+    assert profile.hop_s == pytest.approx(0.002, rel=1e-3)
+    assert profile.controller_s == pytest.approx(0.05, rel=1e-3)
+
+
+def test_cached_costs_are_used_where_nothing_is_declared():
+    raw = workflow()
+    del raw["workers"]["env"]["profile"]
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    assert profile_of(graph, cluster).source["env.step"] == "default"
+    kinds = {"env": "cpu", "policy": "cpu", "learner": "cpu"}
+    save_cached(
+        graph,
+        kinds,
+        {"env.step": {"fixed_s": 0.001, "per_item_s": 0.0002}, "policy.act": {"fixed_s": 9.0, "per_item_s": 0}},
+    )
+    assert load_cached(graph, kinds)["env.step"].per_item_s == 0.0002
+    profile = profile_of(graph, cluster)
+    assert profile.source["env.step"] == "cached" and profile.costs["env.step"].fixed_s == 0.001
+    assert profile.source["policy.act"] == "declared"  # what the workflow declares wins over the cache
+    assert make_plan(graph, cluster).predicted.cost_sources["env.step"] == "cached"
