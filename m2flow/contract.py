@@ -50,7 +50,7 @@ class WorkerInfo:
 
     @property
     def replicas(self) -> int:
-        return self.spec.replicas
+        return self.spec.count
 
     @property
     def items_per_replica(self) -> int:
@@ -79,11 +79,11 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
         problems.append(f"{key}.dispatch.{port}: '{name}' has no port '{port}' (its ports: {', '.join(sorted(ports))})")
     if problems:
         return None, problems
-    data_parallel = spec.replicas
+    data_parallel = spec.count
     sizer = getattr(target, "data_parallel_size", None)
     if callable(sizer):
         try:
-            data_parallel = int(sizer(config, spec.replicas, spec.backend))
+            data_parallel = int(sizer(config, spec.count, spec.backend))
         except ValueError as exc:  # the message names the key within the worker, e.g. "backend: ..."
             return None, [f"{key}.{exc}"]
     return WorkerInfo(name, spec, target, ports, config, data_parallel), []

@@ -76,7 +76,7 @@ class MacroGraph:
         lines = [f'digraph "{self.spec.name}" {{', "  rankdir=LR;", '  node [shape=box, style="rounded,filled"];']
         fill = {"simulator": "#dbeafe", "inference": "#fef3c7", "training": "#fee2e2", "function": "#e5e7eb"}
         for name, worker in self.spec.workers.items():
-            label = f"{name}\\n{worker.kind} x{worker.replicas}"
+            label = f"{name}\\n{worker.kind} x{worker.count}"
             lines.append(f'  "{name}" [label="{label}", fillcolor="{fill[worker.kind]}"];')
         for src, dst, data in self.graph.edges(data=True):
             label = f"{data['src_port']} -> {data['dst_port']}"
@@ -205,11 +205,11 @@ def _check_loop_replicas(spec: WorkflowSpec, loop: LoopChain | None, problems: l
     if loop is None or loop.entry.worker not in spec.workers:
         return
     source = loop.entry.worker
-    shards = spec.workers[source].replicas
+    shards = spec.workers[source].count
     for name in loop.workers:
-        if name in spec.workers and spec.workers[name].replicas > shards:
+        if name in spec.workers and spec.workers[name].count > shards:
             problems.append(
-                f"workers.{name}.replicas: {spec.workers[name].replicas} replicas, but the loop's batch comes from"
+                f"workers.{name}.replicas: {spec.workers[name].count} replicas, but the loop's batch comes from"
                 f" the {shards} replica(s) of '{source}' (the loop's first port), so the extra ones would idle."
                 f" Set workers.{name}.replicas <= {shards} or raise workers.{source}.replicas"
             )

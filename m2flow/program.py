@@ -93,9 +93,9 @@ def own_items(graph: MacroGraph, worker: str, replica: int, op: str) -> float:
     if op == "sync" or not loop_steps:
         return 1
     loop = graph.loop
-    replicas = graph.workers[worker].replicas
+    replicas = graph.workers[worker].count
     if worker in loop.workers:
-        n_shards = graph.workers[loop.entry.worker].replicas
+        n_shards = graph.workers[loop.entry.worker].count
         return loop_steps * len(shard_groups(n_shards, replicas)[replica]) / n_shards
     return loop_steps / replicas
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 WorkerKind = Literal["simulator", "inference", "training", "function"]
 PlacementMode = Literal["auto", "shared", "disaggregated", "hybrid"]
 
+MAX_REPLICAS = 100_000
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 _WORKER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PORT_REF = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\s*$")
@@ -107,10 +108,25 @@ class Resources(_Strict):
     memory_gb: float = Field(0.0, ge=0)
 
 
+class ReplicaRange(_Strict):
+    """`replicas: {min, max}`: the planner chooses how many, within these bounds."""
+
+    min: int = Field(1, ge=1, le=MAX_REPLICAS)
+    max: int | None = Field(None, ge=1, le=MAX_REPLICAS)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ReplicaRange:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
 class WorkerSpec(_Strict):
     kind: WorkerKind = "function"
     cls: str = Field(alias="class", description="dotted path to the worker class or function")
-    replicas: int = Field(1, ge=1, le=100_000)
+    replicas: int | Literal["auto"] | ReplicaRange = Field(
+        1, description="how many Ray actors (ranks); `auto` or {min, max}: the planner chooses"
+    )
     args: dict[str, Any] = Field(default_factory=dict)
     backend: str | None = None
     resources: Resources = Field(default_factory=Resources)
@@ -118,6 +134,31 @@ class WorkerSpec(_Strict):
     dispatch: dict[str, Dispatch] = Field(
         default_factory=dict, description="per port: how calls are split and gathered (default: by kind)"
     )
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _replicas(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return ReplicaRange.model_validate(value)  # its own errors, not every branch of the union's
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPLICAS:
+            raise ValueError(f"a count from 1 to {MAX_REPLICAS:,}, `auto`, or {{min, max}} (the planner chooses)")
+        return value
+
+    @property
+    def count(self) -> int:
+        """The replica count to plan with: the declared one, or the least the planner may choose."""
+        if isinstance(self.replicas, int):
+            return self.replicas
+        return 1 if self.replicas == "auto" else self.replicas.min
+
+    @property
+    def scaling(self) -> ReplicaRange | None:
+        """The range the planner chooses the replica count in (None: the count is declared)."""
+        if isinstance(self.replicas, int):
+            return None
+        return ReplicaRange() if self.replicas == "auto" else self.replicas
 
     @field_validator("cls")
     @classmethod

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from m2flow.errors import PlanError
 from m2flow.planners import auto, disaggregated, hybrid, shared  # noqa: F401  (register the modes)
+from m2flow.planners.allocation import Allocation
 from m2flow.planners.base import Infeasible, Planner, device_kind, get_planner, placement_modes
 from m2flow.planners.cache import load_cached, load_calibration
 from m2flow.planners.fit import load_profile
@@ -54,7 +55,7 @@ def make_plan(graph, cluster, profile=None, mode: str | None = None):
     profile = profile or profile_of(graph, cluster)
     if graph.spec.placement.devices and mode is None:
         return ManualPlanner().plan(graph, cluster, profile)
-    return get_planner(mode or graph.spec.placement.mode).plan(graph, cluster, profile)
+    return Allocation(graph, cluster, profile, get_planner(mode or graph.spec.placement.mode).plan).best()
 
 
 def compare_with_auto(graph, cluster, manual):

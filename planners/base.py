@@ -146,9 +146,9 @@ def check_cluster(graph: MacroGraph, cluster: Cluster) -> None:
                 f"workers.{name}.resources.device: '{kind}' but the cluster has no {kind} devices;"
                 f" set cluster.{kind}s or workers.{name}.resources.device"
             )
-        if spec.replicas > have:
+        if spec.count > have:
             raise PlanError(
-                f"workers.{name}.replicas: {spec.replicas} replicas need {spec.replicas} {kind} devices,"
+                f"workers.{name}.replicas: {spec.count} replicas need {spec.count} {kind} devices,"
                 f" the cluster has {have}; lower workers.{name}.replicas or raise cluster.{kind}s"
             )
 

@@ -14,7 +14,7 @@ def work_weights(graph: MacroGraph, profile: Profile) -> dict[str, float]:
     loop_items = 0
     if graph.loop is not None:
         entry = graph.loop.entry.worker
-        loop_items = profile.items_per_replica.get(entry, 1) * graph.workers[entry].replicas
+        loop_items = profile.items_per_replica.get(entry, 1) * graph.workers[entry].count
     weight = {name: 0.0 for name in graph.workers}
     if graph.loop is not None:
         for port in graph.loop.body:
@@ -29,7 +29,7 @@ def split_weights(graph: MacroGraph, profile: Profile) -> dict[str, dict[str, fl
     """Ways to size disjoint device sets: by predicted work, by replica count, evenly."""
     return {
         "by work": work_weights(graph, profile),
-        "by replicas": {name: float(w.replicas) for name, w in graph.workers.items()},
+        "by replicas": {name: float(w.count) for name, w in graph.workers.items()},
         "evenly": dict.fromkeys(graph.workers, 1.0),
     }
 
@@ -41,9 +41,9 @@ def disjoint(graph: MacroGraph, cluster: Cluster, workers: list[str], weight: di
     for name in workers:
         by_kind.setdefault(device_kind(graph, name, cluster), []).append(name)
     for kind, names in by_kind.items():
-        sets = split_devices(names, cluster.of_kind(kind), weight, {n: graph.workers[n].replicas for n in names})
+        sets = split_devices(names, cluster.of_kind(kind), weight, {n: graph.workers[n].count for n in names})
         for name in names:
-            out[name] = spread(name, graph.workers[name].replicas, sets[name], out)
+            out[name] = spread(name, graph.workers[name].count, sets[name], out)
     return out
 
 

@@ -31,5 +31,5 @@ class HybridPlanner(PlacementPlanner):
         for name, spec in graph.workers.items():
             if name not in out:
                 kind = device_kind(graph, name, cluster)
-                out[name] = spread(name, spec.replicas, cluster.of_kind(kind), out)
+                out[name] = spread(name, spec.count, cluster.of_kind(kind), out)
         return out

@@ -65,5 +65,5 @@ class ManualPlanner(PlacementPlanner):
             kind = device_kind(graph, name, cluster)
             pool = cluster.of_kind(kind)
             chosen = parse_devices(wanted.get(name, "all"), len(pool), f"placement.devices.{name}")
-            out[name] = spread(name, spec.replicas, [pool[i] for i in chosen], out)
+            out[name] = spread(name, spec.count, [pool[i] for i in chosen], out)
         return out

@@ -21,7 +21,7 @@ def process_groups(graph: MacroGraph, placements: dict[str, Placement]) -> list[
         return []
     on_device: dict[DeviceId, list[list[ReplicaId]]] = defaultdict(list)
     for worker in graph.loop.workers:
-        if graph.info[worker].group and graph.workers[worker].replicas > 1:
+        if graph.info[worker].group and graph.workers[worker].count > 1:
             continue
         seen: dict[DeviceId, int] = defaultdict(int)
         for replica, device in enumerate(placements[worker].replica_devices):

@@ -17,5 +17,5 @@ class SharedPlanner(PlacementPlanner):
         out = {}
         for name, spec in graph.workers.items():
             kind = device_kind(graph, name, cluster)
-            out[name] = spread(name, spec.replicas, cluster.of_kind(kind))
+            out[name] = spread(name, spec.count, cluster.of_kind(kind))
         return out

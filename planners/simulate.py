@@ -182,7 +182,7 @@ def _simulate_loop(
     costs a channel hop unless sender and receiver share a process (`together`)."""
     loop = graph.loop
     entry = loop.entry.worker
-    n_shards = graph.workers[entry].replicas
+    n_shards = graph.workers[entry].count
     items = profile.items_per_replica.get(entry, 1)
     slice_items = slice_sizes(items, stages)
     steps = min(loop.horizon, SIMULATED_STEPS)
@@ -190,7 +190,7 @@ def _simulate_loop(
     produced: dict[tuple[int, int], int] = {}  # (shard, slice) -> task that produced its current data
 
     def call(port: PortRef, step: int) -> None:
-        replicas = graph.workers[port.worker].replicas
+        replicas = graph.workers[port.worker].count
         for r, group in enumerate(shard_groups(n_shards, replicas)):
             me = ReplicaId(port.worker, r)
             for s in range(stages):

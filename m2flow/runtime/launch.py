@@ -327,10 +327,10 @@ def _link(senders: dict, src: str, dst: str, graph: MacroGraph) -> None:
     """Replicas of `src` send to the replicas of `dst` that own the same shards."""
     if src == dst:
         return
-    shards = graph.workers[graph.loop.entry.worker].replicas
+    shards = graph.workers[graph.loop.entry.worker].count
     for b in range(shards):
-        a = owner(b, shards, graph.workers[src].replicas)
-        z = owner(b, shards, graph.workers[dst].replicas)
+        a = owner(b, shards, graph.workers[src].count)
+        z = owner(b, shards, graph.workers[dst].count)
         senders.setdefault(ReplicaId(src, a), set()).add(ReplicaId(dst, z))
 
 

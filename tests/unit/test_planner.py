@@ -218,9 +218,9 @@ def test_auto_can_choose_how_many_simulator_processes_share_the_envs():
     assert procs == 4  # 4 processes on 4 cores step their 2 envs each in parallel
     assert len(plan.placements["env"].replica_devices) == 4
     assert plan.predicted.env_steps_per_iteration == 100 * 8  # the same envs, split differently
-    assert "simulator 4 x 2 (processes x envs)" in plan.notes[0]
+    assert plan.notes[0].startswith("allocation: env 4 x 2")
     layouts = {row.layout for row in plan.candidates}
-    assert {"1 x 8", "2 x 4", "4 x 2"} <= layouts
+    assert {"env 1 x 8", "env 2 x 4", "env 4 x 2"} <= layouts
 
 
 def test_disjoint_modes_try_several_device_splits_and_keep_the_fastest():
@@ -257,3 +257,27 @@ def test_cpu_replicas_on_a_machine_with_gpus_are_named_and_counted_as_cpus():
     gpu_tasks = {t.worker for t in plan.tasks if t.device.kind == "gpu"}
     assert gpu_tasks == {"policy", "learner"}
     assert Plan.from_dict(plan.to_dict()).placements["env"].replica_devices == env
+
+
+def test_allocation_gives_a_training_group_the_ranks_its_work_pays_for():
+    """Training dominates (0.4 ms per env step) and the loop has 4 shards on 4 cores: four data-parallel
+    ranks each take a quarter of the update — the best the cluster allows; `{max: 2}` caps it at two."""
+    raw = workflow(cpus=4, mode="shared", env_replicas=4, num_envs=2)
+    raw["workers"]["learner"]["replicas"] = "auto"
+    raw["workers"]["learner"]["profile"] = {"train": {"per_item_s": 4e-4}}
+    plan = plan_of(raw)
+    assert "workers.learner.replicas=4" in plan.spec_overrides
+    assert plan.notes[0].startswith("allocation: learner 4")
+    assert not any(n.startswith("left idle") for n in plan.notes)
+    raw["workers"]["learner"]["replicas"] = {"max": 2}
+    assert "workers.learner.replicas=2" in plan_of(raw).spec_overrides
+
+
+def test_allocation_leaves_devices_idle_only_with_a_reason():
+    raw = workflow(cpus=4, mode="shared")  # nothing scales: one replica each on 4 cores
+    plan = plan_of(raw)
+    assert plan.spec_overrides == []
+    raw["workers"]["policy"]["replicas"] = "auto"  # one shard in the loop: a second policy replica would idle
+    plan = plan_of(raw)
+    idle = [n for n in plan.notes if n.startswith("left idle")]
+    assert idle and "more replicas of policy were predicted no faster" in idle[0]

@@ -1,0 +1,157 @@
+"""How much of the cluster each worker gets: for every worker declared `replicas: auto` (or `{min, max}`),
+and for the loop's simulator with `placement.search_processes`, the planner tries replica counts and keeps
+the layout whose plan is predicted fastest.
+
+The loop's first worker (the simulator) keeps its total envs: more processes means fewer envs each (its
+config's `items_field`). Other workers add replicas; a layout the graph refuses (a loop worker with more
+replicas than the simulator has shards, a data-parallel group without a shard per rank) is skipped. The
+search is coordinate descent: one worker's count at a time, the others held, two sweeps at most.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from m2flow.cluster import Cluster
+from m2flow.config import apply_overrides, spec_from_dict
+from m2flow.errors import PlanError, SpecError
+from m2flow.graph import MacroGraph, build_graph
+from m2flow.planners.base import device_kind
+from m2flow.planners.profile import Profile
+from m2flow.schedule import Candidate, Plan
+
+PlanWith = Callable[[MacroGraph, Cluster, Profile], Plan]
+SWEEPS = 2
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Replica counts (and, for the simulator, envs per replica) the planner tries."""
+
+    counts: tuple[tuple[str, int], ...]
+
+    def overrides(self, graph: MacroGraph) -> list[str]:
+        out = []
+        entry = graph.loop.entry.worker if graph.loop is not None else None
+        for worker, count in self.counts:
+            out.append(f"workers.{worker}.replicas={count}")
+            info = graph.info[worker]
+            if worker == entry:
+                total = info.replicas * info.items_per_replica
+                out.append(f"workers.{worker}.args.{info.items_field}={total // count}")
+        return out
+
+    def label(self, graph: MacroGraph) -> str:
+        entry = graph.loop.entry.worker if graph.loop is not None else None
+        parts = []
+        for worker, count in self.counts:
+            info = graph.info[worker]
+            envs = f" x {info.replicas * info.items_per_replica // count}" if worker == entry else ""
+            parts.append(f"{worker} {count}{envs}")
+        return ", ".join(parts)
+
+
+def options(graph: MacroGraph, cluster: Cluster) -> dict[str, list[int]]:
+    """The replica counts to try for each worker whose count the planner chooses."""
+    out = {}
+    entry = graph.loop.entry.worker if graph.loop is not None else None
+    for name, spec in graph.workers.items():
+        scaling = spec.scaling
+        if scaling is None and not (name == entry and graph.spec.placement.search_processes):
+            continue
+        info = graph.info[name]
+        devices = cluster.count(device_kind(graph, name, cluster))
+        low, high = (scaling.min, scaling.max or devices) if scaling else (1, devices)
+        high = min(high, devices)
+        if name == entry:
+            if info.items_field is None:
+                raise PlanError(
+                    f"workers.{name}.replicas: the loop's first worker splits its envs over the replicas the"
+                    f" planner chooses, but {spec.cls} declares no items field in its Config (see m2flow.WorkerConfig)"
+                )
+            total = info.replicas * info.items_per_replica
+            out[name] = [d for d in range(low, min(high, total) + 1) if total % d == 0]
+        else:
+            powers = [2**k for k in range(high.bit_length()) if low <= 2**k <= high]
+            out[name] = sorted({low, *powers, high} & set(range(low, high + 1)))
+    return out
+
+
+class Allocation:
+    """The search: every layout evaluated once, every plan's candidate rows kept for the dry run."""
+
+    def __init__(self, graph: MacroGraph, cluster: Cluster, profile: Profile, plan_with: PlanWith):
+        self.graph, self.cluster, self.profile, self.plan_with = graph, cluster, profile, plan_with
+        self.options = options(graph, cluster)
+        self.tried: dict[Layout, Plan | None] = {}
+        self.rows: list[Candidate] = []
+
+    def best(self) -> Plan:
+        if not self.options:
+            return self.plan_with(self.graph, self.cluster, self.profile)
+        counts = {w: self.graph.workers[w].count for w in self.options}
+        best = self.evaluate(counts)
+        for _ in range(SWEEPS):
+            improved = False
+            for worker, choices in self.options.items():
+                for n in choices:
+                    plan = self.evaluate({**counts, worker: n})
+                    if plan is not None and (best is None or plan.predicted.iteration_s < best.predicted.iteration_s):
+                        best, counts, improved = plan, {**counts, worker: n}, True
+            if not improved:
+                break
+        if best is None:
+            reasons = "\n".join(f"  - {row.reason}" for row in self.rows if not row.feasible)
+            raise PlanError(f"no replica counts fit this cluster:\n{reasons}")
+        best.candidates = sorted(self.rows, key=lambda r: (not r.feasible, r.iteration_s or 0.0))
+        tried = sum(plan is not None for plan in self.tried.values())
+        chosen = next(row.layout for row in best.candidates if row.feasible)
+        best.notes[:0] = [f"allocation: {chosen} (best of {tried} feasible layouts)", *self.idle(best)]
+        return best
+
+    def idle(self, plan: Plan) -> list[str]:
+        """Devices no replica uses, and why."""
+        used = plan.occupants()
+        notes = []
+        for kind in ("gpu", "cpu"):
+            idle = [d for d in self.cluster.of_kind(kind) if d not in used]
+            if not idle:
+                continue
+            scaling = [w for w in self.options if device_kind(self.graph, w, self.cluster) == kind]
+            why = (
+                f"more replicas of {', '.join(scaling)} were predicted no faster, or their shards or ranges limit them"
+                if scaling
+                else f"no worker on {kind}s has replicas: auto"
+            )
+            names = ", ".join(d.name for d in idle[:4]) + (f" and {len(idle) - 4} more" if len(idle) > 4 else "")
+            notes.append(f"left idle: {len(idle)} {kind}(s) ({names}): {why}")
+        return notes
+
+    def evaluate(self, counts: dict[str, int]) -> Plan | None:
+        layout = Layout(tuple(sorted(counts.items())))
+        if layout not in self.tried:
+            self.tried[layout] = self._plan(layout)
+        return self.tried[layout]
+
+    def _plan(self, layout: Layout) -> Plan | None:
+        label = layout.label(self.graph)
+        overrides = layout.overrides(self.graph)
+        try:
+            raw = apply_overrides(copy.deepcopy(self.graph.spec.to_dict()), overrides, "allocation")
+            graph = build_graph(spec_from_dict(raw))
+        except SpecError as exc:
+            self.rows.append(Candidate.infeasible("layout", exc.problems[0], label))
+            return None
+        items = {name: info.items_per_replica for name, info in graph.info.items()}
+        try:
+            plan = self.plan_with(graph, self.cluster, replace(self.profile, items_per_replica=items))
+        except PlanError as exc:
+            self.rows.append(Candidate.infeasible(graph.spec.placement.mode, str(exc), label))
+            return None
+        plan.spec_overrides = overrides
+        for row in plan.candidates:
+            row.layout = label
+        self.rows += plan.candidates
+        return plan
