@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from m2flow.config import load_spec
-from m2flow.errors import M2FlowError
+from m2flow.errors import M2FlowError, SpecError
 
 console = Console(stderr=True, soft_wrap=True)
 
@@ -36,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     profile.add_argument("--from-trace", help="refit from a run's trace.json instead of measuring")
     profile.add_argument("--out", help="where to write the profile (default: <output_dir>/profiles/<name>.json)")
     command("validate", _validate, "check the workflow file and print every problem")
+    evaluate = sub.add_parser("eval", help="deterministic episodes of a run's latest checkpoint, on fresh seeds")
+    evaluate.add_argument("run_dir", help="the run's folder, e.g. runs/ppo-mujoco")
+    evaluate.add_argument("--episodes", type=int, default=10)
+    evaluate.add_argument("--video", action="store_true", help="film each episode under <run dir>/eval/videos")
+    evaluate.set_defaults(handler=_eval, overrides=[])
     return parser
 
 
@@ -99,6 +104,15 @@ def _profile(args: argparse.Namespace) -> int:
         )
     Console().print(table)
     console.print(f"wrote {path}; `m2flow plan` and `m2flow run` use it")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from m2flow.evaluate import evaluate_run
+
+    if args.overrides:
+        raise SpecError([f"m2flow eval takes no key=value overrides (got {' '.join(args.overrides)})"])
+    console.print(evaluate_run(args.run_dir, args.episodes, args.video).summary())
     return 0
 
 

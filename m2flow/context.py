@@ -23,6 +23,7 @@ class WorkerContext:
     device: str = "cpu"
     backend: str | None = None
     output_dir: str = "."
+    iterations: int = 1  # the run's planned iterations (schedules such as learning-rate annealing read it)
 
     @property
     def rank(self) -> int:

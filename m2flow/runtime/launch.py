@@ -157,6 +157,7 @@ class Launch:
             device="cuda" if device.kind == "gpu" else "cpu",
             backend=info.spec.backend,
             output_dir=self.output_dir,
+            iterations=self.graph.spec.run.iterations,
         )
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
         dist = _with_timeout(self.rendezvous[name], self.timeouts.ceiling_s)

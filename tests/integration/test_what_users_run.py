@@ -35,7 +35,8 @@ def test_the_cli_runs_the_main_job_with_its_progress_bar(tmp_path):
         str(ROOT / "configs" / "ppo_mujoco.yaml"),
         "run.iterations=2",
         "flow.loop.horizon=16",
-        "workers.actor.args.num_minibatches=4",
+        "workers.env.args.evaluation.episodes=1",
+        "workers.env.args.evaluation.max_steps=50",
         f"run.output_dir={tmp_path}",
         "run.progress=true",
     ]
@@ -52,6 +53,11 @@ def test_the_cli_runs_the_main_job_with_its_progress_bar(tmp_path):
         assert (run_dir / name).stat().st_size > 0, name
     assert any((run_dir / "tensorboard").iterdir())
     assert (run_dir / "checkpoints" / "iter_00000001" / "meta.json").exists()
+    assert json.loads(lines[0])["eval/length"] == 50  # the evaluation sync edge ran at iteration 0
+    evaluate = [command[0], "eval", str(run_dir), "--episodes", "2"]
+    out = subprocess.run(evaluate, capture_output=True, text=True, cwd=ROOT, timeout=300, env=env, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"eval: 2 deterministic episode\(s\) of iter_00000001: return -?[\d.]+ ± [\d.]+", out.stderr)
 
 
 def readme_python_blocks() -> list[str]:

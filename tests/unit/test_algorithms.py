@@ -10,7 +10,6 @@ from m2flow.runtime.batching import BatchingError, concat, split
 from m2flow.sharding import owner, shard_groups, slice_sizes
 from m2flow.workers.algorithms import PPOLossConfig, ReturnScaler, compute_gae, ppo_loss
 from m2flow.workers.algorithms.moments import across_ranks, merge
-from m2flow.workers.models.mlp import RunningNorm
 
 
 def test_gae_by_hand_with_an_episode_boundary():
@@ -52,13 +51,33 @@ def test_ppo_loss_clips_the_ratio_and_the_value():
     assert float(loss) == pytest.approx(-0.2 + 0.5 * 0.25)
 
 
-def test_running_norm_matches_numpy_statistics():
-    norm = RunningNorm(3)
-    data = torch.randn(1000, 3, dtype=torch.float64) * 4 + 2
-    norm.update(data[:400])
-    norm.update(data[400:])
-    assert norm.mean.numpy() == pytest.approx(data.mean(0).numpy(), abs=1e-3)
-    assert norm.var.numpy() == pytest.approx(data.var(0, unbiased=False).numpy(), rel=1e-3)
+def gym_env(**args):
+    from m2flow.context import WorkerContext, set_context
+    from m2flow.workers.env import GymEnv
+
+    set_context(WorkerContext(items=(0, 2), seed=3))
+    return GymEnv(env_id="HalfCheetah-v5", num_envs=2, **args)
+
+
+def test_observations_are_normalised_per_env_and_the_statistics_resume_exactly():
+    import gymnasium as gym
+
+    env, raw = gym_env(), gym_env(normalize_obs=False)
+    reference = gym.wrappers.NormalizeObservation(gym.make("HalfCheetah-v5"))  # env 0, as CleanRL wraps it
+    expected = reference.reset(seed=3)[0]
+    np.testing.assert_allclose(env.obs()["obs"][0], expected, rtol=1e-5, atol=1e-6)
+    raw.obs()
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        action = rng.uniform(-1, 1, (2, 6)).astype(np.float32)
+        obs, plain = env.step(action)["obs"], raw.step(action)["obs"]
+        expected = reference.step(action[0])[0]
+    np.testing.assert_allclose(obs[0], np.clip(expected, -10, 10), rtol=1e-4, atol=1e-5)
+    assert not np.allclose(obs, plain)  # the raw env's observations are not normalised
+    resumed = gym_env()
+    resumed.load_state_dict(env.state_dict())
+    action = rng.uniform(-1, 1, (2, 6)).astype(np.float32)
+    np.testing.assert_array_equal(resumed.step(action)["obs"], env.step(action)["obs"])
 
 
 def reference_scaled_rewards(rewards: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
@@ -141,3 +160,43 @@ def test_grpo_advantages_by_hand():
     assert normed[:2].tolist() == pytest.approx([-1.0, 1.0], abs=1e-5) and normed[2:].tolist() == [0.0, 0.0]
     with pytest.raises(ValueError, match="do not split into groups of 3"):
         group_advantages(returns, 3)
+
+
+def test_a_time_limit_is_recorded_with_its_final_observation_to_bootstrap_from():
+    env = gym_env(env_kwargs={"max_episode_steps": 5})
+    env.obs()
+    for _ in range(7):
+        env.step(np.zeros((2, 6), np.float32))
+    trajectory = env.trajectory()
+    assert trajectory["truncated"].tolist() == [[0, 0]] * 4 + [[1, 1]] + [[0, 0]] * 2  # the 5th step hit the limit
+    assert np.abs(trajectory["final_obs"][4]).sum() > 0 and not trajectory["final_obs"][[0, 1, 2, 3, 5, 6]].any()
+    assert trajectory["done"][5].tolist() == [1, 1]  # the next step starts a new episode: GAE stops there
+
+
+def test_ppo_bootstraps_the_value_of_episodes_a_time_limit_cut():
+    from m2flow.context import WorkerContext, set_context
+    from m2flow.workers.actor import PPO
+
+    set_context(WorkerContext(worker="actor", kind="training", iterations=1))
+    ppo = PPO(env_id="HalfCheetah-v5", hidden=[8], normalize_reward=False)
+    rng = np.random.default_rng(0)
+    steps, envs = 4, 2
+    trajectory = {
+        "obs": rng.normal(size=(steps, envs, 17)).astype(np.float32),
+        "action": rng.normal(size=(steps, envs, 6)).astype(np.float32),
+        "logprob": np.zeros((steps, envs), np.float32),
+        "value": np.zeros((steps, envs), np.float32),
+        "reward": np.zeros((steps, envs), np.float32),
+        "done": np.zeros((steps, envs), np.float32),
+        "truncated": np.zeros((steps, envs), np.float32),
+        "final_obs": np.zeros((steps, envs, 17), np.float32),
+        "next_obs": rng.normal(size=(envs, 17)).astype(np.float32),
+        "next_done": np.zeros(envs, np.float32),
+    }
+    trajectory["truncated"][1, 0] = 1.0
+    trajectory["final_obs"][1, 0] = rng.normal(size=17)
+    part = ppo._prepare(trajectory)
+    with torch.no_grad():
+        expected = ppo.model.get_value(torch.tensor(trajectory["final_obs"][1, 0][None]))[0]
+    torch.testing.assert_close(part["final_value"][1, 0], expected)
+    assert part["final_value"].shape == (steps, envs)

@@ -32,30 +32,21 @@ def test_yaml_round_trip_is_lossless(config_path):
 
 
 def test_python_api_builds_the_same_spec_as_yaml(config_path):
-    args = {"env_id": "HalfCheetah-v5", "hidden": [64, 64]}
-    env = mf.define_worker(
-        "env", GymEnv, kind="simulator", replicas=2, args={"env_id": "HalfCheetah-v5", "num_envs": 4}
-    )
-    rollout = mf.define_worker("rollout", TorchPolicy, kind="inference", args=args)
-    actor = mf.define_worker(
-        "actor",
-        PPO,
-        kind="training",
-        backend="fsdp",
-        replicas=1,
-        args={**args, "num_minibatches": 32, "update_epochs": 10},
-    )
+    from_yaml = load_spec(config_path)
+    args = {name: worker.args for name, worker in from_yaml.workers.items()}
+    env = mf.define_worker("env", GymEnv, kind="simulator", replicas=2, args=args["env"])
+    rollout = mf.define_worker("rollout", TorchPolicy, kind="inference", args=args["rollout"])
+    actor = mf.define_worker("actor", PPO, kind="training", backend="fsdp", replicas=1, args=args["actor"])
     wf = mf.Workflow("ppo-mujoco", workers=[env, rollout, actor])
-    wf.loop(env.port("obs") >> rollout.port("act"), rollout.port("act") >> env.port("step"), horizon=256)
+    wf.loop(env.port("obs") >> rollout.port("act"), rollout.port("act") >> env.port("step"), horizon=64)
     wf.then(env.port("trajectory") >> actor.port("train"))
     wf.sync(actor.port("weights") >> rollout.port("load_weights"))
+    wf.sync(actor.port("weights") >> env.port("evaluate"), every=49)
     wf.placement(mode="auto", pipeline_stages=1)
-    spec = wf.spec(iterations=150, seed=1, output_dir="runs", checkpoint_every=25)
-    from_yaml = load_spec(config_path)
-    assert spec.model_dump(
-        exclude={"workers": {"env": {"cls"}, "rollout": {"cls"}, "actor": {"cls"}}}
-    ) == from_yaml.model_dump(exclude={"workers": {"env": {"cls"}, "rollout": {"cls"}, "actor": {"cls"}}})
-    assert build_graph(spec).loop.horizon == 256
+    spec = wf.spec(iterations=586, seed=1, output_dir="runs", checkpoint_every=100)
+    classes = {"workers": {"env": {"cls"}, "rollout": {"cls"}, "actor": {"cls"}}}
+    assert spec.model_dump(exclude=classes) == from_yaml.model_dump(exclude=classes)
+    assert build_graph(spec).loop.horizon == 64
 
 
 def test_overrides_set_nested_keys_and_parse_values(config_path):

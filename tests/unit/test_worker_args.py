@@ -133,7 +133,7 @@ ARG_PATHS = [
     ("env", "env_kwargs"),
     ("rollout", "model"),
     ("rollout", "hidden"),
-    ("rollout", "normalize_obs"),
+    ("rollout", "activation"),
     ("rollout", "chunk"),
     ("rollout", "deterministic"),
     ("actor", "learning_rate"),

@@ -17,7 +17,7 @@ def merge(mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor, batch: Mom
     batch_mean, batch_var, n = batch
     delta, total = batch_mean - mean, count + n
     new_mean = mean + delta * n / total
-    new_var = (var * count + batch_var * n + delta.square() * count * n / total) / total
+    new_var = (var * count + batch_var * n + delta * delta * count * n / total) / total  # tensors or arrays
     return new_mean, new_var, total
 
 

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import m2flow
 from m2flow.workers.env.env_ids import make_env, registered
-from m2flow.workers.env.evaluation import EvaluationConfig, Evaluator
+from m2flow.workers.env.evaluation import Evaluated, Evaluator
 from m2flow.workers.env.mujoco_state import load_simulator_state, simulator_state
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.rendering import CameraRenderer
-from m2flow.workers.env.video import VideoConfig
+from m2flow.workers.env.video import EpisodeVideo
 
 Modality = Literal["rgb", "depth", "segmentation", "proprio"]
 
@@ -37,7 +37,7 @@ class CameraObservation(BaseModel):
     size: tuple[int, int] = (84, 84)
 
 
-class CameraEnvConfig(m2flow.WorkerConfig):
+class CameraEnvConfig(m2flow.WorkerConfig, Evaluated):
     items_field = "num_envs"
 
     env_id: Annotated[str, AfterValidator(registered)]
@@ -49,17 +49,6 @@ class CameraEnvConfig(m2flow.WorkerConfig):
     group_size: int = Field(1, ge=1, description="envs per group sharing initial states (GRPO)")
     clip_actions: bool = True
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
-    evaluation: EvaluationConfig | None = Field(None, description="deterministic episodes for `evaluate`")
-    video: VideoConfig = Field(default_factory=VideoConfig, description="film the evaluation episodes")
-
-    @model_validator(mode="after")
-    def _video_films_evaluations(self) -> CameraEnvConfig:
-        if self.video.save and self.evaluation is None:
-            raise ValueError(
-                "video.save films evaluation episodes: add `evaluation: {policy: <the policy's args>}` and a"
-                " sync edge `actor.weights -> env.evaluate` (with `every: k`)"
-            )
-        return self
 
 
 class CameraEnv:
@@ -82,12 +71,27 @@ class CameraEnv:
         self._observation: dict[str, np.ndarray] | None = None
         self.evaluator = None  # one per worker: on the first replica's first slice
         if cfg.evaluation is not None and ctx.replica == 0 and ctx.stage == 0:
-            folder = Path(ctx.output_dir) / "videos" / ctx.worker
-            self.evaluator = Evaluator(cfg, make_env(cfg.env_id, **cfg.env_kwargs), folder, ctx.seed)
+            self.evaluator = self._evaluator(Path(ctx.output_dir) / "videos" / ctx.worker, ctx.seed)
         self._evaluated: dict[str, float] = {}
         self._done = np.zeros(len(self.envs), dtype=bool)
         self._succeeded = np.full(len(self.envs), np.nan)  # any success in the episode so far (NaN: no signal)
         self.recorder = Recorder(len(self.envs))
+
+    def _evaluator(self, folder: Path, seed: int) -> Evaluator:
+        """Evaluation on an env of its own, observed as the policy is in training (and filmed, if asked)."""
+        cfg, view = self.config, self.config.observation
+        env = make_env(cfg.env_id, **cfg.env_kwargs)
+        renderer = CameraRenderer(env.unwrapped.model, view.cameras, view.modalities, view.size, cfg.render_profile)
+
+        def observe(proprio: np.ndarray) -> dict[str, np.ndarray]:
+            observation = {m: v[None] for m, v in renderer.render(env.unwrapped.data).items()}
+            if "proprio" in view.modalities:
+                observation["proprio"] = np.asarray(proprio, np.float32)[None]
+            return observation
+
+        camera = cfg.video.camera or view.cameras[0]
+        video = EpisodeVideo(cfg.video, env.unwrapped.model, camera, folder) if cfg.video.save else None
+        return Evaluator(cfg.evaluation, env, observe, seed, cfg.clip_actions, video)
 
     @property
     def render_calls(self) -> dict[str, int]:

@@ -1,6 +1,6 @@
-"""Evaluation episodes inside a camera simulator's process: the policy's deterministic (mean) action, on
-an env of their own — the training envs, their RNGs and episodes are untouched — each episode filmed with
-the `full` rendering profile when `video.save` is on.
+"""Evaluation episodes inside a simulator's process: the policy's deterministic (mean) action, on an env of
+their own — the training envs, their RNGs and episodes are untouched — each episode filmed when the
+simulator's `video.save` is on.
 
 Driven by a sync edge, so it runs every k iterations with the weights of that moment:
 
@@ -9,49 +9,68 @@ Driven by a sync edge, so it runs every k iterations with the weights of that mo
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from m2flow.workers.env.rendering import CameraRenderer
-from m2flow.workers.env.video import EpisodeVideo
+from m2flow.workers.env.video import VideoConfig
 
 if TYPE_CHECKING:
     import gymnasium as gym
 
-    from m2flow.workers.env.camera_env import CameraEnvConfig
+    from m2flow.workers.env.video import EpisodeVideo
+
+Observe = Callable[[np.ndarray], dict[str, np.ndarray]]  # the env's observation -> the policy's input (batch of 1)
 
 
 class EvaluationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    policy: dict[str, Any] = Field(description="the policy's args, as the inference worker's (PolicyArgs)")
-    episodes: int = Field(1, ge=1)
-    max_steps: int = Field(200, ge=1, description="physics steps per episode at most")
+    policy: dict[str, Any] = Field(description="the policy's args, as the inference worker's (TorchPolicy)")
+    episodes: int = Field(1, ge=1, description="episodes per evaluation")
+    max_steps: int = Field(1000, ge=1, description="env steps per episode at most")
     seed: int = Field(10_000, description="episode e starts from seed run.seed + seed + e")
 
 
-class Evaluator:
-    def __init__(self, env_config: CameraEnvConfig, env: gym.Env, folder: Path, seed: int):
-        """`env_config`: the simulator's config (its `evaluation`, `video`, observation); `env`: an env of
-        the evaluation's own."""
-        from m2flow.workers.models import PolicyArgs  # models import the env package: import here, not at the top
+class Evaluated(BaseModel):
+    """A simulator config's evaluation settings: what `evaluate(weights)` plays, and whether it films it."""
 
-        self.config, self.env, self.env_config = env_config.evaluation, env, env_config
-        self.seed = seed + self.config.seed
-        self.model = PolicyArgs(**self.config.policy).build().eval()
-        view, video = env_config.observation, env_config.video
-        self.renderer = CameraRenderer(
-            env.unwrapped.model, view.cameras, view.modalities, view.size, env_config.render_profile
-        )
+    evaluation: EvaluationConfig | None = Field(None, description="deterministic episodes for `evaluate`")
+    video: VideoConfig = Field(default_factory=VideoConfig, description="film the evaluation episodes")
+
+    @model_validator(mode="after")
+    def _video_films_evaluations(self) -> Evaluated:
+        if self.video.save and self.evaluation is None:
+            raise ValueError(
+                "video.save films evaluation episodes: add `evaluation: {policy: <the policy's args>}` and a"
+                " sync edge `actor.weights -> env.evaluate` (with `every: k`)"
+            )
+        return self
+
+
+class Evaluator:
+    def __init__(
+        self,
+        config: EvaluationConfig,
+        env: gym.Env,
+        observe: Observe,
+        seed: int,
+        clip_actions: bool = True,
+        video: EpisodeVideo | None = None,
+    ):
+        """`env`: an env of the evaluation's own; `observe`: what the policy reads of its observation."""
+        # the policy's package imports the env package: import here, not at the top
+        from m2flow.workers.rollout.torch_policy import TorchPolicyConfig
+
+        self.config, self.env, self.observe, self.video = config, env, observe, video
+        self.seed = seed + config.seed
+        self.model = TorchPolicyConfig(**config.policy).build().eval()
         space = env.action_space
         self.low, self.high, self.act_dim = space.low, space.high, int(np.prod(space.shape))
-        self.video = (
-            EpisodeVideo(video, env.unwrapped.model, video.camera or view.cameras[0], folder) if video.save else None
-        )
+        self.clip_actions = clip_actions
 
     def run(self, weights: dict[str, Any]) -> dict[str, float]:
         from m2flow.workers.models import state_checksum
@@ -61,18 +80,21 @@ class Evaluator:
         self.model.load_state_dict(weights["state"])
         results = [self._episode(weights["version"], e) for e in range(self.config.episodes)]
         returns, lengths, successes = (np.array(column, dtype=np.float64) for column in zip(*results, strict=True))
-        metrics = {"eval/return": float(returns.mean()), "eval/length": float(lengths.mean())}
+        metrics = {
+            "eval/return": float(returns.mean()),
+            "eval/return_std": float(returns.std()),
+            "eval/length": float(lengths.mean()),
+        }
         if not np.isnan(successes).all():
             metrics["eval/success"] = float(np.nanmean(successes))
         return metrics
 
     def _episode(self, version: int, episode: int) -> tuple[float, int, float]:
-        proprio = self.env.reset(seed=self.seed + episode)[0]
+        observation = self.env.reset(seed=self.seed + episode)[0]
         total, steps, success, done = 0.0, 0, np.nan, False
         while not done:
-            actions = self._act(proprio)
-            for action in actions:
-                proprio, reward, terminated, truncated, info = self.env.step(action)
+            for action in self._act(observation):
+                observation, reward, terminated, truncated, info = self.env.step(action)
                 total, steps = total + float(reward), steps + 1
                 if self.video is not None:
                     self.video.frame(self.env.unwrapped.data)
@@ -86,11 +108,8 @@ class Evaluator:
         return total, steps, success
 
     @torch.no_grad()
-    def _act(self, proprio: np.ndarray) -> np.ndarray:
-        """The chunk of mean actions for the current observation (rendered as the policy sees it in training)."""
-        observation = {m: v[None] for m, v in self.renderer.render(self.env.unwrapped.data).items()}
-        if "proprio" in self.env_config.observation.modalities:
-            observation["proprio"] = np.asarray(proprio, np.float32)[None]
-        mean = self.model.mean_action(self.model.inputs(observation, torch.device("cpu")))
+    def _act(self, observation: np.ndarray) -> np.ndarray:
+        """The chunk of mean actions for the current observation (as the policy sees it in training)."""
+        mean = self.model.mean_action(self.model.inputs(self.observe(observation), torch.device("cpu")))
         actions = mean.reshape(-1, self.act_dim).numpy()
-        return np.clip(actions, self.low, self.high) if self.env_config.clip_actions else actions
+        return np.clip(actions, self.low, self.high) if self.clip_actions else actions

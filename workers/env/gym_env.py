@@ -4,29 +4,41 @@ Ports: `obs()` the current observations, `step(policy_out)` one step of every en
 policy sent with the actions: log-probs and values), `trajectory()` the steps since the last call.
 Observations go out as `{"obs": array, "env_id": global env indices}`. Each env is seeded by its global
 index, so results do not depend on how envs are split over replicas or pipeline slices.
+
+With `normalize_obs` (default) each env is wrapped as CleanRL's `ppo_continuous_action.py` wraps it:
+gymnasium's `NormalizeObservation` (a running mean and variance per env, updated every step) and a clip to
+±`obs_clip`. The policy, the trajectories and the bootstrap observation all see normalised observations;
+the statistics are part of the worker's checkpointed state, and evaluation freezes them.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 from pydantic import AfterValidator, Field
 
 import m2flow
+from m2flow.workers.algorithms.moments import merge
 from m2flow.workers.env.env_ids import registered
+from m2flow.workers.env.evaluation import Evaluated, Evaluator
 from m2flow.workers.env.mujoco_state import is_mujoco, load_simulator_state, simulator_state
 from m2flow.workers.env.recording import Recorder
+from m2flow.workers.env.video import EpisodeVideo
 
 
-class GymEnvConfig(m2flow.WorkerConfig):
+class GymEnvConfig(m2flow.WorkerConfig, Evaluated):
     items_field = "num_envs"
 
     env_id: Annotated[str, AfterValidator(registered)]
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
-    clip_actions: bool = True
-    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    clip_actions: bool = Field(True, description="clip actions to the action space's bounds before stepping")
+    normalize_obs: bool = Field(True, description="normalise observations per env with running statistics")
+    obs_clip: float = Field(10.0, gt=0, description="normalised observations are clipped to +-obs_clip")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
 
 
 class GymEnv:
@@ -38,7 +50,7 @@ class GymEnv:
         first, last = ctx.items
         self.env_ids = np.arange(first, last)
         self.envs = gym.vector.SyncVectorEnv(
-            [lambda: gym.make(self.config.env_id, **self.config.env_kwargs) for _ in self.env_ids],
+            [lambda: make_normalized(self.config) for _ in self.env_ids],
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
         self.seeds = [ctx.seed + int(i) for i in self.env_ids]
@@ -46,6 +58,10 @@ class GymEnv:
         self._done = np.zeros(len(self.env_ids), dtype=np.float32)
         self.recorder = Recorder(len(self.env_ids))
         self.low, self.high = self.envs.single_action_space.low, self.envs.single_action_space.high
+        self.evaluator = None  # one per worker: on the first replica's first slice
+        if self.config.evaluation is not None and ctx.replica == 0 and ctx.stage == 0:
+            self.evaluator = self._evaluator(Path(ctx.output_dir) / "videos" / ctx.worker, ctx.seed)
+        self._evaluated: dict[str, float] = {}
 
     def obs(self) -> dict[str, np.ndarray]:
         if self._obs is None:
@@ -57,8 +73,8 @@ class GymEnv:
         out = policy_out if isinstance(policy_out, dict) else {"action": policy_out}
         action = np.asarray(out["action"])
         env_action = np.clip(action, self.low, self.high) if self.config.clip_actions else action
-        next_obs, reward, terminated, truncated, _ = self.envs.step(env_action)
-        self.recorder.record(self._obs, self._done, reward, out)
+        next_obs, reward, terminated, truncated, info = self.envs.step(env_action)
+        self.recorder.record(self._obs, self._done, reward, {**out, **self._cut_short(terminated, truncated, info)})
         done = np.logical_or(terminated, truncated)
         self.recorder.count(reward)
         self.recorder.end_episodes(done)
@@ -66,19 +82,52 @@ class GymEnv:
         self._done = done.astype(np.float32)
         return self.obs()
 
+    def _cut_short(self, terminated: np.ndarray, truncated: np.ndarray, info: dict) -> dict[str, np.ndarray]:
+        """Episodes a time limit ended (not the task): their final observation, so training can bootstrap its
+        value as SB3 does, instead of treating the cut as the end of the return."""
+        cut = np.logical_and(truncated, np.logical_not(terminated))
+        final = np.zeros_like(self._obs)
+        for i in np.flatnonzero(cut):
+            final[i] = info["final_obs"][i]
+        return {"truncated": cut.astype(np.float32), "final_obs": final}
+
     def trajectory(self) -> dict[str, np.ndarray]:
         """Everything since the last call, time-major [T, envs, ...], plus the state to bootstrap from."""
         return self.recorder.trajectory(self.obs()["obs"].copy(), self._done, self.env_ids)
 
+    def evaluate(self, weights: dict[str, Any]) -> None:
+        """Deterministic episodes with these weights (`evaluation` in the args), observations normalised with
+        this replica's statistics of the moment (frozen); results in the next metrics."""
+        if self.evaluator is None:
+            return
+        if self.config.normalize_obs:
+            frozen = normalizers([self.evaluator.env])[0]
+            frozen.obs_rms.mean, frozen.obs_rms.var, frozen.obs_rms.count = merged_statistics(self.envs.envs)
+        self._evaluated = self.evaluator.run(weights)
+
     def metrics(self) -> dict[str, float]:
-        return self.recorder.metrics()
+        evaluated, self._evaluated = self._evaluated, {}
+        return {**self.recorder.metrics(), **evaluated}
+
+    def _evaluator(self, folder: Path, seed: int) -> Evaluator:
+        env = make_normalized(self.config)
+        for norm in normalizers([env]):
+            norm.update_running_mean = False
+        video = None
+        if self.config.video.save:
+            model = env.unwrapped.model
+            camera = self.config.video.camera or mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, 0)
+            video = EpisodeVideo(self.config.video, model, camera, folder)
+        observe = lambda observation: {"obs": np.asarray(observation, np.float32)[None]}  # noqa: E731
+        return Evaluator(self.config.evaluation, env, observe, seed, self.config.clip_actions, video)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the next step depends on, for exact resume: physics state, RNGs, step counters,
-        the pending observations and episode statistics. Non-MuJoCo envs restart their episodes instead."""
+        the pending observations, the observation statistics and episode statistics. Non-MuJoCo envs
+        restart their episodes instead."""
         if self._obs is None or not all(is_mujoco(env) for env in self.envs.envs):
             return {}
-        return simulator_state(self.envs.envs, self.recorder, obs=self._obs, done=self._done)
+        return simulator_state(self.envs.envs, self.recorder, obs=self._obs, done=self._done, **self._statistics())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:
@@ -86,3 +135,46 @@ class GymEnv:
         self.obs()  # the first reset builds the envs' internal state, then it is overwritten
         arrays = load_simulator_state(self.envs.envs, self.recorder, state)
         self._obs, self._done = arrays["obs"], arrays["done"]
+        for i, norm in enumerate(normalizers(self.envs.envs)):
+            norm.obs_rms.mean, norm.obs_rms.var = arrays["obs_mean"][i].copy(), arrays["obs_var"][i].copy()
+            norm.obs_rms.count = float(arrays["obs_count"][i])
+
+    def _statistics(self) -> dict[str, np.ndarray]:
+        rms = [norm.obs_rms for norm in normalizers(self.envs.envs)]
+        if not rms:
+            return {}
+        return {
+            "obs_mean": np.stack([r.mean for r in rms]),
+            "obs_var": np.stack([r.var for r in rms]),
+            "obs_count": np.array([r.count for r in rms]),
+        }
+
+
+def make_normalized(config: GymEnvConfig) -> gym.Env:
+    """One env as the config asks: observations normalised per env and clipped, as CleanRL does."""
+    env = gym.make(config.env_id, **config.env_kwargs)
+    if config.normalize_obs:
+        env = gym.wrappers.NormalizeObservation(env)
+        clip = config.obs_clip
+        env = gym.wrappers.TransformObservation(env, lambda o: np.clip(o, -clip, clip), env.observation_space)
+    return env
+
+
+def merged_statistics(envs: list[gym.Env]) -> tuple[np.ndarray, np.ndarray, float]:
+    """The observation statistics of all `envs` together (mean, variance, count)."""
+    rms = [norm.obs_rms for norm in normalizers(envs)]
+    moments = (rms[0].mean, rms[0].var, rms[0].count)
+    for r in rms[1:]:
+        moments = merge(*moments, (r.mean, r.var, r.count))
+    return moments
+
+
+def normalizers(envs: list[gym.Env]) -> list[gym.wrappers.NormalizeObservation]:
+    """The observation normaliser of each env (none when the config switches it off)."""
+    found = []
+    for env in envs:
+        while isinstance(env, gym.Wrapper) and not isinstance(env, gym.wrappers.NormalizeObservation):
+            env = env.env
+        if isinstance(env, gym.wrappers.NormalizeObservation):
+            found.append(env)
+    return found

@@ -1,12 +1,14 @@
-"""The Gaussian MLP actor-critic of CleanRL's `ppo_continuous_action.py`, plus observation normalisation.
-
-The normaliser's running statistics are module buffers, so they travel with the weights from the
-training worker to the inference worker and into checkpoints.
+"""The Gaussian MLP actor-critic of CleanRL's `ppo_continuous_action.py`: separate actor and critic MLPs,
+orthogonal initialisation (std sqrt(2), 0.01 for the actor's output, 1 for the critic's), a
+state-independent log-std. Activation, initial log-std and the initialisation are options (rl-zoo's tuned
+MuJoCo settings use ReLU, log-std -2 and PyTorch's default initialisation). Observations arrive
+normalised by the simulator (`GymEnv.normalize_obs`), as CleanRL's env wrappers normalise them.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 import torch
@@ -14,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.distributions.normal import Normal
 
-from m2flow.workers.algorithms.moments import Combine, merge
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
 class PolicyConfig(BaseModel):
@@ -23,7 +25,9 @@ class PolicyConfig(BaseModel):
     obs_dim: int = Field(ge=1)
     act_dim: int = Field(ge=1)
     hidden: list[int] = Field(default_factory=lambda: [64, 64])
-    normalize_obs: bool = True
+    activation: Literal["tanh", "relu"] = "tanh"
+    log_std_init: float = 0.0
+    ortho_init: bool = True
 
 
 def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
@@ -32,39 +36,13 @@ def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -
     return layer
 
 
-def mlp(sizes: list[int], out: int, out_std: float) -> nn.Sequential:
+def mlp(sizes: list[int], out: int, out_std: float, activation: str = "tanh", ortho_init: bool = True) -> nn.Sequential:
+    init = layer_init if ortho_init else (lambda layer, std=None: layer)
     layers: list[nn.Module] = []
     for a, b in zip(sizes, sizes[1:], strict=False):
-        layers += [layer_init(nn.Linear(a, b)), nn.Tanh()]
-    layers.append(layer_init(nn.Linear(sizes[-1], out), std=out_std))
+        layers += [init(nn.Linear(a, b)), ACTIVATIONS[activation]()]
+    layers.append(init(nn.Linear(sizes[-1], out), std=out_std))
     return nn.Sequential(*layers)
-
-
-class RunningNorm(nn.Module):
-    """Running mean/variance of observations (parallel-variance update), clipped to +-clip."""
-
-    def __init__(self, dim: int, clip: float = 10.0, epsilon: float = 1e-8):
-        super().__init__()
-        self.clip, self.epsilon = clip, epsilon
-        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
-        self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
-        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
-
-    @torch.no_grad()
-    def update(self, x: torch.Tensor, combine: Combine | None = None) -> None:
-        """Fold in a batch of observations; `combine` merges its moments with other ranks' parts of it."""
-        x = x.reshape(-1, x.shape[-1]).to(torch.float64)
-        batch = (x.mean(0), x.var(0, unbiased=False), x.shape[0])
-        if combine is not None:
-            batch = combine(*batch)
-        mean, var, count = merge(self.mean, self.var, self.count, batch)
-        self.mean.copy_(mean)
-        self.var.copy_(var)
-        self.count.copy_(count)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = (x - self.mean.to(x.dtype)) / torch.sqrt(self.var.to(x.dtype) + self.epsilon)
-        return normed.clamp(-self.clip, self.clip)
 
 
 class GaussianMLP(nn.Module):
@@ -74,21 +52,17 @@ class GaussianMLP(nn.Module):
         super().__init__()
         self.act_dim = config.act_dim
         sizes = [config.obs_dim, *config.hidden]
-        self.obs_norm = RunningNorm(config.obs_dim) if config.normalize_obs else nn.Identity()
-        self.critic = mlp(sizes, 1, out_std=1.0)
-        self.actor_mean = mlp(sizes, config.act_dim, out_std=0.01)
-        self.actor_logstd = nn.Parameter(torch.zeros(1, config.act_dim))
+        options = {"activation": config.activation, "ortho_init": config.ortho_init}
+        self.critic = mlp(sizes, 1, out_std=1.0, **options)
+        self.actor_mean = mlp(sizes, config.act_dim, out_std=0.01, **options)
+        self.actor_logstd = nn.Parameter(torch.full((1, config.act_dim), config.log_std_init))
 
     def inputs(self, batch, device: torch.device) -> torch.Tensor:
         obs = batch["obs"] if isinstance(batch, dict) else batch
         return torch.tensor(obs, dtype=torch.float32, device=device)
 
-    def update_normalizer(self, obs: torch.Tensor, combine: Combine | None = None) -> None:
-        if isinstance(self.obs_norm, RunningNorm):
-            self.obs_norm.update(obs, combine)
-
     def mean_action(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor_mean(self.obs_norm(obs))
+        return self.actor_mean(obs)
 
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs, value_only=True)
@@ -107,7 +81,7 @@ class GaussianMLP(nn.Module):
         value_only: bool = False,
     ):
         """Every use goes through `forward`, so FSDP2 gathers the root's parameters before it."""
-        x = self.obs_norm(obs)
+        x = obs
         if value_only:
             return self._value(x)
         mean = self.actor_mean(x)

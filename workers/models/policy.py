@@ -28,7 +28,9 @@ class PolicyArgs(m2flow.WorkerConfig):
     heads: int | None = Field(None, ge=1, description="vit: overrides the preset's attention heads")
     patch: int = Field(8, ge=1, description="vit: patch side in pixels")
     causal: bool = Field(False, description="vit: causal attention (as a GPT trunk runs it)")
-    normalize_obs: bool = True
+    activation: Literal["tanh", "relu"] = Field("tanh", description="mlp: hidden-layer activation")
+    log_std_init: float = Field(0.0, description="mlp: the Gaussian's initial log standard deviation")
+    ortho_init: bool = Field(True, description="mlp: orthogonal initialisation (CleanRL); false: PyTorch's default")
     chunk: int = Field(1, ge=1, description="actions per call: the policy emits chunk x action size")
     observation: CameraObservation | None = Field(None, description="the camera observation (cnn model)")
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -45,7 +47,12 @@ def _mlp(args: PolicyArgs) -> nn.Module:
     obs_dim, act_dim = env_dims(args.env_id, **args.env_kwargs)
     return GaussianMLP(
         PolicyConfig(
-            obs_dim=obs_dim, act_dim=act_dim * args.chunk, hidden=args.hidden, normalize_obs=args.normalize_obs
+            obs_dim=obs_dim,
+            act_dim=act_dim * args.chunk,
+            hidden=args.hidden,
+            activation=args.activation,
+            log_std_init=args.log_std_init,
+            ortho_init=args.ortho_init,
         )
     )
 

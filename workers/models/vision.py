@@ -11,8 +11,6 @@ import torch
 from torch import nn
 from torch.distributions.normal import Normal
 
-from m2flow.workers.algorithms.moments import Combine
-
 IMAGE_CHANNELS = {"rgb": 3, "depth": 1, "segmentation": 1}
 DEPTH_SCALE_M = 10.0
 
@@ -55,9 +53,6 @@ class VisionActorCritic(nn.Module):
             m: torch.tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, : self.cameras]), device=device)
             for m in self.reads
         }
-
-    def update_normalizer(self, obs: dict[str, torch.Tensor], combine: Combine | None = None) -> None:
-        """Images are scaled by construction; nothing runs here."""
 
     def mean_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.actor_mean(self._features(obs))
