@@ -39,7 +39,9 @@ class Workload:
 
 WORKLOADS = {
     "main": Workload("ppo_mujoco.yaml", ("flow.loop.horizon=128",), "nothing"),
-    "camera": Workload("ppo_camera.yaml", ("workers.env.replicas=2", "flow.loop.horizon=32"), "nothing"),
+    "camera": Workload(
+        "ppo_camera.yaml", ("workers.env.replicas=2", "workers.env.args.num_envs=8", "flow.loop.horizon=32"), "nothing"
+    ),
     "metaworld": Workload("ppo_metaworld_camera.yaml", ("workers.env.replicas=2", "flow.loop.horizon=16"), "nothing"),
     # a policy whose cost is mostly per call: slicing the batch does not make it cheaper
     "spin-per-call": Workload(

@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--episodes", type=int, default=10)
     evaluate.add_argument("--video", action="store_true", help="film each episode under <run dir>/eval/videos")
     evaluate.set_defaults(handler=_eval, overrides=[])
+    export = sub.add_parser("export", help="write a run's trained policy as a Hugging Face checkpoint (model: hf)")
+    export.add_argument("run_dir")
+    export.add_argument("--to", required=True, help="the folder to write (it loads again as model: hf, path: <it>)")
+    export.set_defaults(handler=_export, overrides=[])
     return parser
 
 
@@ -108,11 +112,18 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from m2flow.evaluate import evaluate_run
+    from m2flow.offline import evaluate_run
 
     if args.overrides:
         raise SpecError([f"m2flow eval takes no key=value overrides (got {' '.join(args.overrides)})"])
     console.print(evaluate_run(args.run_dir, args.episodes, args.video).summary())
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from m2flow.offline import export_run
+
+    console.print(f"wrote {export_run(args.run_dir, args.to)}; load it with model: hf, path: {args.to}")
     return 0
 
 

@@ -4,6 +4,7 @@ code, the examples as scripts, and the camera configs — each at toy size."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -98,7 +99,6 @@ def test_the_camera_configs_run_an_iteration(config, tmp_path):
     spec = mf.load_spec(
         ROOT / "configs" / config,
         [
-            "workers.env.replicas=2",  # the test cluster has two cores
             "run.iterations=1",
             "flow.loop.horizon=4",
             f"run.output_dir={tmp_path}",
@@ -109,3 +109,20 @@ def test_the_camera_configs_run_an_iteration(config, tmp_path):
     result = mf.run(spec)
     assert result.iterations == 1
     assert result.last["accounting/steps_produced"] > 0
+
+
+def test_the_hf_tiny_config_trains_three_iterations(tmp_path):
+    """configs/ppo_hf_tiny.yaml after its setup step (the tiny VLM written to a folder): PPO over a VLM."""
+    import m2flow as mf
+    from m2flow.workers.models.hf_tiny import make_tiny_vlm
+
+    model = make_tiny_vlm(tmp_path / "tiny-vlm")
+    spec = mf.load_spec(
+        ROOT / "configs" / "ppo_hf_tiny.yaml",
+        [f"workers.{w}.args.hf.path={model}" for w in ("rollout", "actor")]
+        + [f"run.output_dir={tmp_path}", "run.progress=false"],
+    )
+    result = mf.run(spec)
+    assert [h["iteration"] for h in result.history] == [0, 1, 2]
+    assert all(math.isfinite(h["actor/loss"]) for h in result.history)
+    assert result.last["actor/weights_version"] == 3.0

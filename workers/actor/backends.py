@@ -179,12 +179,21 @@ class FSDPBackend(TrainingBackend):
         return {k: v.detach().cpu().clone() for k, v in state.items()}
 
     def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-        model_state, optimizer_state = get_state_dict(model, optimizer)
+        options = StateDictOptions(ignore_frozen_params=True)  # frozen weights (a LoRA base) come from their folder
+        model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
         return {"model": model_state, "optimizer": optimizer_state}
 
     def load_sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import set_state_dict
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+            options=StateDictOptions(
+                ignore_frozen_params=True, strict=all(p.requires_grad for p in model.parameters())
+            ),
+        )

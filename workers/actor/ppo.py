@@ -103,9 +103,13 @@ class PPO:
             raise ValueError(f"backend: {exc}") from None
 
     def weights(self) -> dict[str, Any]:
-        """The full policy state for inference workers, versioned and checksummed (a collective on every rank)."""
+        """The policy state for inference workers, versioned and checksummed (a collective on every rank): all
+        of it, or — when parts are frozen (LoRA) — only what training changes (`scope: trainable`)."""
         state = self.backend.full_state_dict(self.model)
-        return {"version": self.version, "state": state, "checksum": state_checksum(state)}
+        frozen = {name for name, p in self.model.named_parameters() if not p.requires_grad}
+        scope = "trainable" if frozen else "all"
+        state = {k: v for k, v in state.items() if k not in frozen}
+        return {"version": self.version, "state": state, "checksum": state_checksum(state), "scope": scope}
 
     def train_part(self, trajectories: list[dict[str, Any]]) -> None:
         """Parts of the batch that are ready (one loop replica's slices), sent while other replicas still
@@ -250,6 +254,14 @@ class PPO:
         mean = total / n
         std = max(0.0, (squares - n * mean * mean) / max(1.0, n - 1)) ** 0.5
         return (advantages - mean) / (std + 1e-8)
+
+    def export(self, folder: str) -> str:
+        """The trained policy as a Hugging Face checkpoint that `model: hf, path: <folder>` loads again."""
+        if not hasattr(self.model, "export"):
+            raise WorkerError(
+                f"export writes Hugging Face checkpoints: model: hf only (this policy is {self.cfg.model})"
+            )
+        return str(self.model.export(folder))
 
     def offload(self) -> None:
         """Model and optimizer state to pinned host memory while others use the device (CUDA, one rank)."""

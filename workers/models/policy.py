@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 from torch import nn
 
 import m2flow
 from m2flow.workers.env.camera_env import CameraObservation
 from m2flow.workers.env.env_ids import registered
 from m2flow.workers.models.cnn import CNNPolicy
+from m2flow.workers.models.hf import HFOptions, HFPolicy
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
 from m2flow.workers.models.vision import VisionInputs
 from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape
@@ -20,7 +21,7 @@ class PolicyArgs(m2flow.WorkerConfig):
     """The policy both inference and training workers build (their `args` share these fields)."""
 
     env_id: Annotated[str, AfterValidator(registered)]
-    model: Literal["mlp", "cnn", "vit"] = "mlp"
+    model: Literal["mlp", "cnn", "vit", "hf"] = "mlp"
     hidden: list[int] = Field(default_factory=lambda: [64, 64])
     size: Literal[tuple(VIT_SIZES)] = Field("1m", description="vit: preset by parameter count")
     width: int | None = Field(None, ge=8, description="vit: overrides the preset's width")
@@ -33,7 +34,16 @@ class PolicyArgs(m2flow.WorkerConfig):
     ortho_init: bool = Field(True, description="mlp: orthogonal initialisation (CleanRL); false: PyTorch's default")
     chunk: int = Field(1, ge=1, description="actions per call: the policy emits chunk x action size")
     observation: CameraObservation | None = Field(None, description="the camera observation (cnn model)")
+    hf: HFOptions | None = Field(None, description="hf: the Hugging Face model (a local folder) and its action head")
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _hf_has_its_options(self) -> PolicyArgs:
+        if self.model == "hf" and (self.hf is None or self.observation is None):
+            raise ValueError(
+                "model: hf needs `hf: {path: <a local transformers checkpoint>}` and the camera `observation`"
+            )
+        return self
 
     def build(self) -> nn.Module:
         return MODELS[self.model](self)
@@ -75,7 +85,11 @@ def _vit(args: PolicyArgs) -> nn.Module:
     return ViTPolicy(_camera_inputs(args), width, depth, heads, args.patch, args.causal)
 
 
-MODELS = {"mlp": _mlp, "cnn": _cnn, "vit": _vit}
+def _hf(args: PolicyArgs) -> nn.Module:
+    return HFPolicy(_camera_inputs(args), args.hf)
+
+
+MODELS = {"mlp": _mlp, "cnn": _cnn, "vit": _vit, "hf": _hf}
 
 
 def state_bytes(args: PolicyArgs) -> int:

@@ -41,6 +41,7 @@ class TorchPolicy:
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.model = self.args.build().to(self.device).eval()
+        self._frozen = {name for name, p in self.model.named_parameters() if not p.requires_grad}
         self.act_dim, self.seed = self.model.act_dim, ctx.seed
         self.env_rngs: dict[int, np.random.Generator] = {}
         self.version = -1
@@ -106,6 +107,8 @@ class TorchPolicy:
         if version < self.version:
             raise WorkerError(f"load_weights: stale weights version {version}, already at {self.version}")
         own = self.model.state_dict()
+        if weights.get("scope") == "trainable":  # frozen weights (a LoRA base) stay as loaded from their folder
+            own = {k: v for k, v in own.items() if k not in self._frozen}
         missing, extra = own.keys() - state.keys(), state.keys() - own.keys()
         bad = [k for k in own.keys() & state.keys() if tuple(state[k].shape) != tuple(own[k].shape)]
         if missing or extra or bad:
@@ -115,7 +118,7 @@ class TorchPolicy:
             )
         if "checksum" in weights and not math.isclose(state_checksum(state), weights["checksum"], rel_tol=1e-9):
             raise WorkerError(f"load_weights: torn weights v{version}: contents do not match their checksum")
-        self.model.load_state_dict(state)
+        self.model.load_state_dict(state, strict=weights.get("scope") != "trainable")
         self.version = version
         return version
 

@@ -1,9 +1,13 @@
-"""`m2flow eval RUN_DIR`: deterministic evaluation episodes of a run's latest checkpoint, in this process,
-with the workflow's own workers and the runtime's worker protocol: the training worker restores its
-checkpoint and gives its weights (its port on the sync edge into the loop's policy); the simulator restores
-its state (the observation statistics it normalises with) and plays `evaluate(weights)` episodes on fresh
-seeds. The simulator needs an `evaluate` port (`GymEnv`, `CameraEnv`); the policy is the inference worker's
-args unless the simulator declares its own `evaluation`.
+"""What m2flow does with a finished run, in this process, with the workflow's own workers and the runtime's
+worker protocol (no cluster):
+
+- `m2flow eval RUN_DIR`: deterministic episodes of the latest checkpoint. The training worker restores its
+  checkpoint and gives its weights (its port on the sync edge into the loop's policy); the simulator
+  restores its state (the observation statistics it normalises with) and plays `evaluate(weights)` episodes
+  on fresh seeds. It needs a simulator with an `evaluate` port (`GymEnv`, `CameraEnv`); the policy is the
+  inference worker's args unless the simulator declares its own `evaluation`.
+- `m2flow export RUN_DIR --to FOLDER`: the training worker restores its checkpoint and writes its policy
+  with its `export(folder)` hook (PPO over `model: hf`: a transformers checkpoint that loads again).
 """
 
 from __future__ import annotations

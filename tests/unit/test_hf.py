@@ -1,0 +1,175 @@
+"""Hugging Face VLM policies (`model: hf`) on tiny random models the tests write themselves (no hub):
+loading, inference and training agreeing, a PPO update moving action-token log-probs the advantage's way,
+LoRA syncing only adapters, export and reload, and every bad input named before anything starts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from m2flow.config import spec_from_dict
+from m2flow.context import WorkerContext, set_context
+from m2flow.errors import SpecError
+from m2flow.graph import build_graph
+from m2flow.workers.actor import PPO
+from m2flow.workers.models.hf_tiny import make_tiny_vlm
+from m2flow.workers.rollout import TorchPolicy
+
+VIEW = {"cameras": ["track"], "modalities": ["rgb"], "size": (32, 32)}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "model")
+
+
+def policy_args(folder, **hf) -> dict:
+    return {"env_id": "HalfCheetah-v5", "model": "hf", "observation": VIEW, "hf": {"path": str(folder), **hf}}
+
+
+def pair(folder, **hf) -> tuple[PPO, TorchPolicy]:
+    set_context(WorkerContext(worker="actor", kind="training", seed=1, iterations=1))
+    actor = PPO(**policy_args(folder, **hf), num_minibatches=1, update_epochs=4, normalize_reward=False, norm_adv=False)
+    set_context(WorkerContext(worker="rollout", kind="inference", seed=1))
+    rollout = TorchPolicy(**policy_args(folder, **hf))
+    rollout.load_weights(actor.weights())
+    return actor, rollout
+
+
+def observation(n: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
+    rgb = np.random.default_rng(seed).integers(0, 255, (n, 1, 32, 32, 3), dtype=np.uint8)
+    return {"rgb": rgb, "env_id": np.arange(n)}
+
+
+@pytest.mark.parametrize("head", ["gaussian", "tokens"])
+def test_inference_and_training_give_the_same_log_probs(folder, head):
+    actor, rollout = pair(folder, head=head, action_bins=32)
+    obs = observation()
+    out = rollout.act(obs)
+    assert out["action"].shape == (4, 6) and np.isfinite(out["logprob"]).all()
+    with torch.no_grad():
+        _, logprob, _, value = actor.model.get_action_and_value(
+            actor.model.inputs(obs, actor.device), torch.tensor(out["action"])
+        )
+    np.testing.assert_allclose(logprob.numpy(), out["logprob"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value.numpy(), out["value"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_grpo_update_moves_action_token_log_probs_the_advantages_way(folder):
+    set_context(WorkerContext(worker="actor", kind="training", seed=1, iterations=1))
+    hf = {"head": "tokens", "action_bins": 32}
+    actor = PPO(
+        **policy_args(folder, **hf),
+        advantage="grpo",
+        group_size=4,
+        num_minibatches=1,
+        update_epochs=4,
+        normalize_reward=False,
+        learning_rate=1e-3,
+    )
+    set_context(WorkerContext(worker="rollout", kind="inference", seed=1))
+    rollout = TorchPolicy(**policy_args(folder, **hf))
+    rollout.load_weights(actor.weights())
+    obs = observation()
+    out = rollout.act(obs)
+    reward = np.array([[3.0, 1.0, -1.0, -3.0]], np.float32)  # env 0's action good, env 3's bad
+    trajectory = {
+        "obs": {"rgb": obs["rgb"][None]},
+        "action": out["action"][None],
+        "logprob": out["logprob"][None],
+        "value": out["value"][None],
+        "reward": reward,
+        "done": np.zeros((1, 4), np.float32),
+        "next_obs": {"rgb": obs["rgb"]},
+        "next_done": np.zeros(4, np.float32),
+        "env_ids": np.arange(4),
+    }
+    actor.train([trajectory])
+    with torch.no_grad():
+        _, after, _, _ = actor.model.get_action_and_value(
+            actor.model.inputs(obs, actor.device), torch.tensor(out["action"])
+        )
+    change = after.numpy() - out["logprob"]
+    assert change[0] > 0 > change[3], change
+
+
+def test_lora_trains_and_syncs_only_the_adapters_and_heads(folder):
+    actor, rollout = pair(folder, lora={"r": 4})
+    update = actor.weights()
+    assert update["scope"] == "trainable"
+    keys = set(update["state"])
+    assert keys and all("lora_" in k or not k.startswith("backbone.") for k in keys)
+    total = len(actor.model.state_dict())
+    assert len(keys) < total / 2
+    rollout.load_weights(update)
+    obs = observation()
+    with torch.no_grad():
+        a = actor.model.mean_action(actor.model.inputs(obs, actor.device))
+        b = rollout.model.mean_action(rollout.model.inputs(obs, rollout.device))
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("hf", [{"head": "gaussian"}, {"head": "tokens", "action_bins": 32, "lora": {"r": 4}}])
+def test_an_export_loads_again_and_acts_the_same(folder, tmp_path, hf):
+    actor, _ = pair(folder, **hf)
+    with torch.no_grad():
+        for p in actor.model.parameters():
+            if p.requires_grad:
+                p.add_(0.01 * torch.randn_like(p))  # "trained"
+    actor.export(str(tmp_path / "exported"))
+    assert json.loads((tmp_path / "exported" / "m2flow_policy.json").read_text())["head"] == hf["head"]
+    set_context(WorkerContext(worker="rollout", kind="inference", seed=1))
+    reloaded = TorchPolicy(**policy_args(tmp_path / "exported", **{k: v for k, v in hf.items() if k != "lora"}))
+    obs = observation()
+    with torch.no_grad():
+        a = actor.model.mean_action(actor.model.inputs(obs, actor.device))
+        b = reloaded.model.mean_action(reloaded.model.inputs(obs, reloaded.device))
+    torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+
+
+def test_the_memory_estimate_comes_from_the_config_alone(folder):
+    config = TorchPolicy.Config(**policy_args(folder))
+    estimate = TorchPolicy.memory_estimate_gb(config) * 2**30
+    set_context(WorkerContext(worker="rollout", kind="inference"))
+    built = TorchPolicy(**policy_args(folder)).model.state_dict()
+    assert estimate == pytest.approx(sum(t.numel() * t.element_size() for t in built.values()), rel=0.01)
+
+
+def problems(folder, **hf) -> str:
+    raw = {
+        "name": "hf",
+        "workers": {
+            "policy": {
+                "kind": "inference",
+                "class": "m2flow.workers.rollout.TorchPolicy",
+                "args": policy_args(folder, **hf),
+            }
+        },
+    }
+    with pytest.raises(SpecError) as info:
+        build_graph(spec_from_dict(raw))
+    return str(info.value)
+
+
+def test_every_bad_model_folder_is_named_before_anything_starts(folder, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    assert "no folder" in problems(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    assert "has no config.json" in problems(tmp_path / "empty")
+    LlamaForCausalLM(
+        LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=64)
+    ).save_pretrained(tmp_path / "text-only")
+    assert "holds a 'llama' model" in problems(tmp_path / "text-only")
+    assert "action_bins: 300 bins need a vocabulary of more than 600 tokens" in problems(
+        folder, head="tokens", action_bins=300
+    )
+    weights_only = tmp_path / "weights-only"
+    weights_only.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(folder / name, weights_only / name)
+    assert "has no tokenizer" in problems(weights_only)

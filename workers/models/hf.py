@@ -1,0 +1,260 @@
+"""Hugging Face vision-language models as policies (`model: hf`), loaded from a local folder.
+
+The backbone is a transformers image-text-to-text model (LLaVA-style: a vision tower, a projector, a
+decoder LM), loaded with its processor from `path` — never from a hub — through accelerate's big-model
+loading (`device_map`: the weights land on their device once, not materialised twice on the host); on the
+meta device it is built from its config alone (the planner's memory estimate). The instruction prompt is
+tokenised once; each observation's camera image is normalised as the processor would and fed with it.
+
+Two action heads, both stochastic so that PPO/GRPO can train them:
+- `gaussian` (OpenVLA-OFT / pi0 style): the last prompt token's hidden state -> the mean of a Gaussian with
+  a learnable log-std, over `act_dim x chunk` continuous actions;
+- `tokens` (OpenVLA style): the last `action_bins` vocabulary tokens are bins of [-1, 1]; one placeholder
+  position per action dimension after the prompt, decoded in parallel (as OpenVLA-OFT does): the action's
+  log-prob and entropy are sums over the dimensions' categorical distributions restricted to the bins.
+A value head on the same hidden state serves PPO. Optional LoRA (peft) on the decoder's projections.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch import nn
+from torch.distributions import Categorical
+
+from m2flow.errors import MissingDependency
+from m2flow.workers.models.vision import VisionActorCritic, VisionInputs, image_planes
+
+HEADS_FILE = "m2flow_policy.json"  # what `m2flow export` adds beside the backbone: the heads' settings...
+HEADS_WEIGHTS = "m2flow_heads.safetensors"  # ...and their weights
+
+
+class LoraOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(8, ge=1, description="the adapters' rank")
+    alpha: int = Field(16, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+class HFOptions(BaseModel):
+    """`model: hf` settings of a policy (its args)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="a local folder with a transformers checkpoint (config, safetensors, processor)")
+    head: Literal["gaussian", "tokens"] = "gaussian"
+    action_bins: int = Field(256, ge=2, description="tokens head: the last N vocabulary tokens are the bins")
+    instruction: str = Field("", description="the task's instruction, after the image in the prompt")
+    dtype: Literal["fp32", "bf16"] = Field("fp32", description="the backbone's weights as loaded")
+    trust_remote_code: bool = Field(False, description="run the model folder's own code (only for folders you trust)")
+    lora: LoraOptions | None = Field(None, description="train low-rank adapters instead of the backbone")
+
+    @model_validator(mode="after")
+    def _checked(self) -> HFOptions:
+        check_folder(self)
+        return self
+
+
+def transformers():
+    """The transformers package, or the extra to install for it."""
+    try:
+        import transformers
+    except ImportError:
+        raise MissingDependency("model: hf needs transformers, accelerate and peft: pip install 'm2flow[hf]'") from None
+    return transformers
+
+
+def check_folder(options: HFOptions) -> None:
+    """What can be known before building: the folder, its config, a supported family, the processor, the
+    vocabulary's room for the action bins. ValueError saying which, for the spec's validation."""
+    AutoConfig = transformers().AutoConfig  # noqa: N806 - the class, as transformers names it
+
+    folder = Path(options.path)
+    if not folder.is_dir():
+        raise ValueError(f"path: no folder {folder}; point it at a local transformers checkpoint (no hub is used)")
+    if not (folder / "config.json").exists():
+        raise ValueError(
+            f"path: {folder} has no config.json: not a transformers checkpoint (save_pretrained writes one)"
+        )
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=options.trust_remote_code)
+    if getattr(config, "vision_config", None) is None or getattr(config, "text_config", None) is None:
+        raise ValueError(
+            f"path: {folder} holds a {config.model_type!r} model; m2flow's hf policies take image-text-to-text"
+            " models with a vision tower and a text decoder (LLaVA-style)"
+        )
+    if not any((folder / name).exists() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise ValueError(f"path: {folder} has no tokenizer: save the processor there too (processor.save_pretrained)")
+    if not (folder / "processor_config.json").exists() and not (folder / "preprocessor_config.json").exists():
+        raise ValueError(f"path: {folder} has no image processor config: save the processor there too")
+    vocab = config.text_config.vocab_size
+    if options.head == "tokens" and options.action_bins >= vocab // 2:
+        raise ValueError(
+            f"action_bins: {options.action_bins} bins need a vocabulary of more than {2 * options.action_bins}"
+            f" tokens (the last ones become bins); this model has {vocab}"
+        )
+
+
+class HFPolicy(VisionActorCritic):
+    """A policy over a Hugging Face VLM; reads the first camera's RGB (and proprioception, if any)."""
+
+    def __init__(self, inputs: VisionInputs, options: HFOptions):
+        super().__init__(inputs)
+        self.options = options
+        loaded = _load(options)
+        self.backbone, self.template = loaded.backbone, loaded.template
+        self._blocks = _layers(self.backbone)  # not registered twice: the backbone holds them
+        text = self._model().config.text_config
+        width = text.hidden_size + inputs.proprio_dim
+        self.activation_checkpointing = False
+        self.critic = nn.Linear(width, 1)
+        if options.head == "gaussian":
+            self.actor_mean = nn.Linear(width, inputs.act_dim)
+            nn.init.orthogonal_(self.actor_mean.weight, 0.01)
+            nn.init.zeros_(self.actor_mean.bias)
+            self.actor_logstd = nn.Parameter(torch.full((1, inputs.act_dim), -0.5))
+        self.bin_tokens = text.vocab_size - options.action_bins  # the first bin's token id
+        self.register_buffer("bins", torch.linspace(-1.0, 1.0, options.action_bins), persistent=False)
+        self.register_buffer("pixel_mean", torch.tensor(loaded.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("pixel_std", torch.tensor(loaded.std).view(1, 3, 1, 1), persistent=False)
+        heads = Path(options.path) / HEADS_WEIGHTS
+        if heads.exists():  # a policy `m2flow export` wrote: its trained heads come with it
+            from safetensors.torch import load_file
+
+            self.load_state_dict(load_file(heads), strict=False)
+
+    @property
+    def blocks(self) -> list[nn.Module]:
+        """The transformer blocks FSDP2 shards one by one: the vision tower's and the decoder's layers."""
+        return self._blocks
+
+    def _model(self) -> nn.Module:
+        """The transformers model (under peft's wrapper when LoRA is on)."""
+        return self.backbone.get_base_model() if hasattr(self.backbone, "get_base_model") else self.backbone
+
+    def _decode(self, obs: dict[str, torch.Tensor], extra: int = 0):
+        """The model's output for the prompt (+ `extra` placeholder tokens): logits and hidden states."""
+        pixels = (image_planes({"rgb": obs["rgb"][:, :1]}) - self.pixel_mean) / self.pixel_std
+        n = pixels.shape[0]
+        ids = self.template.to(pixels.device).expand(n, -1)
+        if extra:
+            ids = torch.cat([ids, torch.full((n, extra), self.bin_tokens, dtype=ids.dtype, device=ids.device)], 1)
+        if self.activation_checkpointing and not self._model().is_activation_checkpointing:
+            self._model().gradient_checkpointing_enable()
+        dtype = next(self.backbone.parameters()).dtype
+        return self.backbone(input_ids=ids, pixel_values=pixels.to(dtype), output_hidden_states=True)
+
+    def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self._with_proprio(self._decode(obs).hidden_states[-1][:, -1].float(), obs)
+
+    def _with_proprio(self, features: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([features, obs["proprio"].float()], -1) if "proprio" in obs else features
+
+    def forward(self, obs, action=None, noise=None, value_only=False):
+        if self.options.head == "gaussian":
+            return super().forward(obs, action, noise, value_only)
+        out = self._decode(obs, extra=self.act_dim)
+        last_prompt = out.hidden_states[-1][:, -self.act_dim - 1].float()
+        value = self.critic(self._with_proprio(last_prompt, obs)).squeeze(-1).clone()
+        if value_only:
+            return value
+        dist = Categorical(logits=out.logits[:, -self.act_dim :, self.bin_tokens :].float())  # [n, act_dim, bins]
+        if action is None:
+            index = dist.sample() if noise is None else _inverse_cdf(dist.probs, noise)
+            action = self.bins[index]
+        index = torch.bucketize(action.clamp(-1, 1), (self.bins[1:] + self.bins[:-1]) / 2)
+        return action, dist.log_prob(index).sum(-1), dist.entropy().sum(-1), value
+
+    def mean_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The deterministic action: the Gaussian's mean, or each dimension's most likely bin."""
+        if self.options.head == "gaussian":
+            return super().mean_action(obs)
+        logits = self._decode(obs, extra=self.act_dim).logits[:, -self.act_dim :, self.bin_tokens :]
+        return self.bins[logits.argmax(-1)]
+
+    def trainable_keys(self) -> set[str]:
+        """The state names training changes: everything, or with LoRA the adapters and the heads."""
+        return {name for name, p in self.named_parameters() if p.requires_grad}
+
+    def export(self, folder: str | Path) -> Path:
+        """A transformers checkpoint of the trained policy (LoRA merged), its processor, and the heads with
+        their settings; `model: hf, path: <folder>` loads it again."""
+        from safetensors.torch import save_file
+        from transformers import AutoProcessor
+
+        folder = Path(folder)
+        backbone = self.backbone.merge_and_unload() if hasattr(self.backbone, "merge_and_unload") else self.backbone
+        backbone.save_pretrained(folder)
+        AutoProcessor.from_pretrained(self.options.path).save_pretrained(folder)
+        heads = {
+            k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if not k.startswith("backbone.")
+        }
+        save_file(heads, folder / HEADS_WEIGHTS)
+        settings = self.options.model_dump(exclude={"path", "lora"}) | {"act_dim": self.act_dim}
+        (folder / HEADS_FILE).write_text(json.dumps(settings, indent=1))
+        return folder
+
+
+def _inverse_cdf(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """A draw per dimension from standard-normal `noise` (an env's own stream, so actions do not depend on how
+    envs are batched): the bin where the cumulative probability passes the noise's quantile."""
+    uniform = torch.special.ndtr(noise.float())[..., None]  # [n, act_dim, 1]
+    return (probs.cumsum(-1) < uniform).sum(-1).clamp(max=probs.shape[-1] - 1)
+
+
+@dataclass
+class _Loaded:
+    backbone: nn.Module
+    template: torch.Tensor  # the prompt's token ids, image placeholders expanded: [1, tokens]
+    mean: list[float]  # the image processor's normalisation
+    std: list[float]
+
+
+def _load(options: HFOptions) -> _Loaded:
+    """The backbone (from the folder's weights, or — on the meta device — from its config alone, allocating
+    nothing), with LoRA if asked, and the prompt tokenised by the folder's processor."""
+    transformers().utils.logging.disable_progress_bar()
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    folder = Path(options.path)
+    dtype = torch.bfloat16 if options.dtype == "bf16" else torch.float32
+    remote = options.trust_remote_code
+    device = torch.get_default_device()
+    if device.type == "meta":
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=remote)
+        backbone = AutoModelForImageTextToText.from_config(config, dtype=dtype, trust_remote_code=remote)
+    else:
+        backbone = AutoModelForImageTextToText.from_pretrained(
+            folder, dtype=dtype, device_map={"": str(device)}, trust_remote_code=remote
+        )
+    if options.lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        lora = options.lora
+        adapters = LoraConfig(
+            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
+        )
+        backbone = get_peft_model(backbone, adapters)
+    processor = AutoProcessor.from_pretrained(folder, trust_remote_code=remote)
+    images = processor.image_processor
+    size = images.crop_size or images.size
+    dummy = np.zeros((size["height"], size["width"], 3), np.uint8)
+    prompt = f"{getattr(processor, 'image_token', '<image>')} {options.instruction}".strip()
+    with torch.device("cpu"):  # token ids, also when the model is built on the meta device
+        template = processor(text=prompt, images=dummy, return_tensors="pt")["input_ids"]
+    return _Loaded(backbone, template, list(images.image_mean), list(images.image_std))
+
+
+def _layers(backbone: nn.Module) -> list[nn.Module]:
+    blocks = []
+    for name, module in backbone.named_modules():
+        if name.endswith((".layers", ".layer")) and isinstance(module, nn.ModuleList):
+            blocks += list(module)
+    return blocks
