@@ -86,7 +86,7 @@ def fits(
     for device, (need, names) in peak_memory(placements, phases, offloaded, profile).items():
         capacity = cluster.memory_gb[device]
         if need > capacity:
-            parts = ", ".join(f"{n} {profile.memory_gb.get(n, 0.0):g} GB" for n in names)
+            parts = ", ".join(f"workers.{n} {profile.memory_gb.get(n, 0.0):g} GB" for n in names)
             swap = "even with offload, " if offloaded else ""
             return (
                 f"device {device.name} would hold {need:g} GB ({parts}) but has {capacity:g} GB;"

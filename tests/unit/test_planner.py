@@ -132,7 +132,7 @@ def test_more_replicas_than_devices_names_the_key():
 def test_memory_beyond_the_device_is_infeasible_with_a_fix():
     with pytest.raises(PlanError) as info:
         plan_of(workflow(cpus=1, mode="shared", memory_gb=9))
-    assert "policy 9 GB" in str(info.value) and "has 4 GB" in str(info.value)
+    assert "workers.policy 9 GB" in str(info.value) and "has 4 GB" in str(info.value)
 
 
 def test_too_many_stages_for_the_envs_names_the_key():
