@@ -146,8 +146,10 @@ class HFPolicy(VisionActorCritic):
         ids = self.template.to(pixels.device).expand(n, -1)
         if extra:
             ids = torch.cat([ids, torch.full((n, extra), self.bin_tokens, dtype=ids.dtype, device=ids.device)], 1)
-        if self.activation_checkpointing and not self._model().is_activation_checkpointing:
-            self._model().gradient_checkpointing_enable()
+        model = self._model()
+        if self.activation_checkpointing and not getattr(model, "is_activation_checkpointing", False):
+            model.gradient_checkpointing_enable()
+            model.is_activation_checkpointing = True  # the flag older transformers lack
         dtype = next(self.backbone.parameters()).dtype
         return self.backbone(input_ids=ids, pixel_values=pixels.to(dtype), output_hidden_states=True)
 

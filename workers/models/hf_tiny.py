@@ -1,8 +1,10 @@
-"""A tiny random vision-language model in a local folder, for tests, CI and trying `model: hf` without a hub:
-a LLaVA (a CLIP vision tower, a projector, a LLaMA decoder) of ~0.2M parameters, with its processor (a
-word-level tokenizer and a CLIP image processor) — everything transformers' `from_pretrained` reads.
+"""Random vision-language models in a local folder, for tests, CI, benchmarks and trying `model: hf` without
+a hub: a LLaVA (a CLIP vision tower, a projector, a LLaMA decoder) with its processor (a word-level tokenizer
+and a CLIP image processor) — everything transformers' `from_pretrained` reads. `tiny` (~0.2M parameters,
+32x32 images) for tests; `0.7b` (a ViT-B/16 tower at 224x224 and a 20-layer, 1536-wide decoder) for GPU
+benchmarks, shaped like the small VLAs RLinf's users train.
 
-    python -m m2flow.workers.models.hf_tiny runs/models/tiny-vlm [--image-size 32]
+    python -m m2flow.workers.models.hf_tiny runs/models/tiny-vlm [--size tiny|0.7b]
 """
 
 from __future__ import annotations
@@ -11,13 +13,40 @@ import argparse
 from pathlib import Path
 
 WORDS = ["<pad>", "<s>", "</s>", "<unk>", "<image>"]
-VOCABULARY = "pick place push reach open close the a red green blue cube block drawer door bin handle to in on"
+VOCABULARY = "pick place push reach open close the a red green blue cube block drawer door bin handle to in on run"
+
+SIZES = {
+    "tiny": {
+        "image_size": 32,
+        "patch": 8,
+        "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2},
+        "decoder": {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 512,
+        },
+    },
+    "0.7b": {
+        "image_size": 224,
+        "patch": 16,
+        "vision": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12},
+        "decoder": {
+            "hidden_size": 1536,
+            "intermediate_size": 4096,
+            "num_hidden_layers": 20,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "vocab_size": 32000,
+        },
+    },
+}
 
 
-def make_tiny_vlm(
-    folder: str | Path, image_size: int = 32, patch: int = 8, vocab_size: int = 512, seed: int = 0
-) -> Path:
-    """Write a random tiny LLaVA and its processor to `folder` (save_pretrained); returns the folder."""
+def make_tiny_vlm(folder: str | Path, size: str = "tiny") -> Path:
+    """Write a random LLaVA of the given size and its processor to `folder` (save_pretrained)."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import (
@@ -30,6 +59,8 @@ def make_tiny_vlm(
         PreTrainedTokenizerFast,
     )
 
+    shape = SIZES[size]
+    image_size, patch = shape["image_size"], shape["patch"]
     folder = Path(folder)
     words = WORDS + VOCABULARY.split()
     tokenizer = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
@@ -38,8 +69,8 @@ def make_tiny_vlm(
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
     )
     text.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    size = {"height": image_size, "width": image_size}
-    images = CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size=size)
+    crop = {"height": image_size, "width": image_size}
+    images = CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size=crop)
     processor = LlavaProcessor(
         image_processor=images,
         tokenizer=text,
@@ -48,26 +79,9 @@ def make_tiny_vlm(
         image_token="<image>",
         num_additional_image_tokens=1,
     )
-    vision = CLIPVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        image_size=image_size,
-        patch_size=patch,
-    )
-    decoder = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=vocab_size,
-        max_position_embeddings=512,
-    )
     config = LlavaConfig(
-        vision_config=vision,
-        text_config=decoder,
+        vision_config=CLIPVisionConfig(**shape["vision"], image_size=image_size, patch_size=patch),
+        text_config=LlamaConfig(**shape["decoder"], max_position_embeddings=1024),
         image_token_index=words.index("<image>"),
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,
@@ -81,9 +95,9 @@ def make_tiny_vlm(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folder")
-    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--size", default="tiny", choices=list(SIZES))
     args = parser.parse_args()
-    print(f"wrote {make_tiny_vlm(args.folder, args.image_size)}")
+    print(f"wrote {make_tiny_vlm(args.folder, args.size)}")
 
 
 if __name__ == "__main__":
