@@ -10,8 +10,8 @@ gymnasium 0.29's API (NEXT_STEP autoreset, `final_observation` infos), not gymna
     python benchmarks/learning.py [--env HalfCheetah-v5] [--steps 100000] [--seeds 1 2 3] [--eval-every 10000]
 
 Writes benchmarks/results/learning_<env>.json and learning_<env>.png (evaluation return against env steps
-and against wall time). Last line: `learning: m2flow <R> vs sb3-zoo <R'> at <N> steps (3 seeds); time to
-1500: <x>x faster`.
+and against wall time). Last line: `learning: m2flow <mean> ± <std> vs sb3-zoo <mean> ± <std>; time to 1500 (s):
+m2flow [...], sb3-zoo [...] (None: not reached) at <N> steps (<k> seeds)`.
 """
 
 from __future__ import annotations

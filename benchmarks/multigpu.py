@@ -5,6 +5,7 @@ difference from the one-rank run of the same backend after the same updates (equ
 floating-point reductions).
 
     python benchmarks/multigpu.py [--gpus 2] [--size 100m] [--iterations 4]
+    python benchmarks/multigpu.py --policy hf [--size 0.7b]   # a VLM-shaped Hugging Face policy, FSDP2 only
 """
 
 from __future__ import annotations
@@ -25,8 +26,22 @@ from m2flow.workers.actor import read_checkpoint
 VIEW = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [64, 64]}
 
 
+def policy_of(args: argparse.Namespace, out: Path) -> dict:
+    """The ViT preset, or a random VLM of the given size written to a local folder (`model: hf`)."""
+    if args.policy == "vit":
+        return {"env_id": "HalfCheetah-v5", "model": "vit", "size": args.size, "causal": True, "observation": VIEW}
+    from m2flow.workers.models.hf_tiny import SIZES, make_tiny_vlm
+
+    folder = out / f"vlm-{args.size}"
+    if not (folder / "config.json").exists():
+        make_tiny_vlm(folder, args.size)
+    image = SIZES[args.size]["image_size"]
+    view = {"cameras": ["track"], "modalities": ["rgb"], "size": [image, image]}
+    return {"env_id": "HalfCheetah-v5", "model": "hf", "observation": view, "hf": {"path": str(folder)}}
+
+
 def workflow(backend: str, ranks: int, args: argparse.Namespace, out: Path) -> mf.WorkflowSpec:
-    policy = {"env_id": "HalfCheetah-v5", "model": "vit", "size": args.size, "causal": True, "observation": VIEW}
+    policy = policy_of(args, out)
     return spec_from_dict(
         {
             "name": f"multigpu-{backend}-{ranks}",
@@ -35,7 +50,7 @@ def workflow(backend: str, ranks: int, args: argparse.Namespace, out: Path) -> m
                     "kind": "function",
                     "class": "m2flow.workers.synthetic.SyntheticBatch",
                     "replicas": ranks if backend == "fsdp" else 1,  # one shard per data-parallel rank
-                    "args": {"steps": args.steps, "envs": args.envs},
+                    "args": {"steps": args.steps, "envs": args.envs, "size": policy["observation"]["size"]},
                 },
                 "actor": {
                     "kind": "training",
@@ -71,16 +86,18 @@ def run(backend: str, ranks: int, args: argparse.Namespace, out: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gpus", type=int, default=torch.cuda.device_count())
-    parser.add_argument("--size", default="100m")
+    parser.add_argument("--size", help="vit: a ViT preset (default 100m); hf: an hf_tiny size (default 0.7b)")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--envs", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=4)
+    parser.add_argument("--policy", choices=["vit", "hf"], default="vit")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
+    args.size = args.size or {"vit": "100m", "hf": "0.7b"}[args.policy]
     out = Path(args.out)
-    print(f"multigpu: ViT {args.size}, {args.steps * args.envs} samples a batch, 1 and {args.gpus} ranks")
+    print(f"multigpu: {args.policy} {args.size}, {args.steps * args.envs} samples a batch, 1 and {args.gpus} ranks")
     rows, states = [], {}
-    for backend in ("fsdp", "megatron"):
+    for backend in ("fsdp", "megatron") if args.policy == "vit" else ("fsdp",):
         for ranks in (1, args.gpus):
             try:
                 row = run(backend, ranks, args, out / "tmp")
@@ -102,7 +119,8 @@ def main() -> None:
                 f" max |w - w_1| {row.get('max_abs_diff_vs_1', float('nan')):.2e}, loss {row['loss']:.4f}",
                 flush=True,
             )
-    save_result("multigpu", {"gpus": args.gpus, "size": args.size, "rows": rows}, out)
+    name = "multigpu" if args.policy == "vit" else "multigpu_hf"
+    save_result(name, {"gpus": args.gpus, "policy": args.policy, "size": args.size, "rows": rows}, out)
     scaled = {r["backend"]: r.get("speedup_vs_1") for r in rows if r["ranks"] == args.gpus}
     parts = [f"{b} {args.gpus} GPUs/1: {s:.2f}x" for b, s in scaled.items() if s]
     print("summary: " + (", ".join(parts) or f"no {args.gpus}-rank run measured against one rank"))

@@ -62,7 +62,13 @@ WORKLOADS = {
     # on a GPU machine: camera simulators on the cores, a ViT policy's inference and training on the GPU
     "camera-vit-gpu": Workload(
         "ppo_camera.yaml",
-        ("workers.env.replicas=8", "workers.env.args.num_envs=8", "flow.loop.horizon=64", *VIT),
+        (
+            "workers.env.replicas=8",
+            "workers.env.args.num_envs=8",
+            "flow.loop.horizon=64",
+            "workers.env.args.video.save=false",
+            *VIT,
+        ),
         "nothing",
     ),
 }

@@ -22,6 +22,8 @@ METAWORLD, PPO_H200 = "ppo_metaworld_camera_metrics.jsonl", "gpu/ppo_camera_metr
 CHANNELS = ["channels.json", "gpu4/channels.json"]
 BACKENDS = ["gpu5/backends.json", "gpu9/backends.json", "gpu10/backends.json"]
 OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
+ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu11/hf_policy.json"
+LEARNING = "learning_halfcheetah.json"
 
 
 @dataclass
@@ -235,14 +237,91 @@ def backends_10m(res: Results) -> Block:
     return Block(table(header, rows, "lllrrrrr"), BACKENDS)
 
 
-def multigpu(res: Results) -> Block:
+def multigpu(rel: str, res: Results) -> Block:
     rows = [
         [r["backend"], str(r["ranks"]), ", ".join(r["devices"]), f"{r['update_s']:.3f}", count(r["samples_per_s"])]
         + [times(r["speedup_vs_1"]), f"{r['max_abs_diff_vs_1']:.1e}" if r["ranks"] > 1 else "—"]
-        for r in res.rows(MULTIGPU)
+        for r in res.rows(rel)
     ]
     header = ["backend", "ranks", "GPUs", "s / update", "samples/s", "vs 1 rank", "max abs weight difference vs 1 rank"]
-    return Block(table(header, rows, "lrlrrrr"), [MULTIGPU])
+    return Block(table(header, rows, "lrlrrrr"), [rel])
+
+
+# --- planner_accuracy.py, hf_policy.py, learning.py -------------------------------------------------------------
+
+
+def planner_accuracy(rel: str, res: Results) -> Block:
+    data = res.json(rel)
+    rows = [
+        [
+            w["workload"],
+            f"{r['mode']} S={r['stages']}",
+            fixed(r["predicted_s"]),
+            fixed(r["measured_s"]),
+            pct(r["error"]),
+            "auto" if r["auto"] else "",
+        ]
+        for w in data["workloads"]
+        for r in w["rows"]
+        if "measured_s" in r
+    ]
+    caption = (
+        "*no costs declared: each workload calibrated by a run of its own (measure, re-plan, cache), then every"
+        f" candidate run for {data['args']['iterations']} iterations, median after the first; `{data['summary']}`*"
+    )
+    header = ["workload", "plan", "predicted s", "measured s", "error", "chosen"]
+    return Block([caption, "", *table(header, rows, "llrrrl")], [rel])
+
+
+def hf_policy(res: Results) -> Block:
+    data = res.json(HF_H200)
+    rows = [
+        [
+            r["precision"],
+            r["options"],
+            f"{r['params_m']:.0f}M",
+            f"{r['trainable_m']:.1f}M",
+            fixed(r["update_s"]),
+            fixed(r["samples_per_s"], 1),
+            fixed(r["peak_gib"], 1),
+            fixed(r["weights_mib"], 1),
+        ]
+        for r in data["rows"]
+        if "update_s" in r
+    ]
+    act = data["act"]
+    caption = (
+        f"*one PPO update of {data['args']['steps'] * data['args']['envs']} samples (4 minibatches, 1 epoch);"
+        f" the inference worker's act() on {act['envs']} envs: {act['act_ms']:.0f} ms; `{data['summary']}`*"
+    )
+    header = ["precision", "options", "params", "trained", "update s", "samples/s", "peak GiB", "synced MiB"]
+    return Block([caption, "", *table(header, rows, "llrrrrrr")], [HF_H200])
+
+
+def learning(res: Results) -> Block:
+    data = res.json(LEARNING)
+    steps = data["args"]["steps"]
+
+    def seconds(values: list) -> str:
+        reached = [v for v in values if v is not None]
+        return f"{statistics.mean(reached):.0f} s ({len(reached)}/{len(values)} seeds)" if reached else "not reached"
+
+    rows = [
+        [
+            name,
+            f"{s['return_mean']:,.0f} ± {s['return_std']:,.0f}",
+            ", ".join(f"{r:,.0f}" for r in s["returns"]),
+            seconds(s["time_to_1000_s"]),
+            seconds(s["time_to_1500_s"]),
+        ]
+        for name, s in data["summary"].items()
+    ]
+    caption = (
+        f"*{data['args']['env']}, {steps:,} env steps, seeds {data['args']['seeds']}, 10 deterministic episodes every"
+        f" {data['args']['eval_every']:,} steps; wall time is training time (evaluations left out); `{data['line']}`*"
+    )
+    header = ["implementation", f"return at {steps:,} (mean ± std)", "per seed", "time to 1,000", "time to 1,500"]
+    return Block([caption, "", *table(header, rows, "lrrrr")], [LEARNING])
 
 
 # --- registry ---------------------------------------------------------------------------------------------------
@@ -265,6 +344,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "channels": channels,
     "backends": backends,
     "backends_10m_reruns": backends_10m,
-    "multigpu": multigpu,
+    "multigpu": partial(multigpu, MULTIGPU),
     "modes_camera_x2": partial(modes_table, X2),
+    "planner_accuracy": partial(planner_accuracy, ACCURACY),
+    "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
+    "hf_policy_h200": hf_policy,
+    "learning": learning,
 }

@@ -144,10 +144,22 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
         raise SpecError(problems, source)
     sync = [(s.edge, s.every) for s in flow.sync]
     macro = MacroGraph(spec, graph, loop, list(flow.then), then_order, sync, info)
-    problems += _check_shard_splits(macro)
+    problems += _check_shard_splits(macro) + _check_dispatch_ports(macro)
     if problems:
         raise SpecError(problems, source)
     return macro
+
+
+def _check_dispatch_ports(graph: MacroGraph) -> list[str]:
+    """Dispatch rules cut coarse calls (then and sync edges); the loop routes each shard to its owner."""
+    loop_ports = set(graph.loop.ports) if graph.loop else set()
+    return [
+        f"workers.{name}.dispatch.{port}: {name}.{port} is a loop port; the loop sends each shard to the replica"
+        " that owns it, dispatch rules apply to then- and sync-edge ports"
+        for name, worker in graph.workers.items()
+        for port in worker.dispatch
+        if PortRef(worker=name, port=port) in loop_ports
+    ]
 
 
 def _check_shard_splits(graph: MacroGraph) -> list[str]:

@@ -43,8 +43,17 @@ def resolve(path: str, key: str) -> Any:
     return obj
 
 
+# what a worker class may declare for the planner (m2flow.contract): not ports
+DECLARATIONS = frozenset({"Config", "memory_estimate_gb", "data_parallel_size"})
+
+
 def ports_of(obj: Any) -> set[str]:
-    """A class exposes its public methods as ports; a function exposes the single port `call`."""
+    """A class exposes its public methods as ports (not nested classes, not its declarations for the
+    planner); a function exposes the single port `call`."""
     if not inspect.isclass(obj):
         return {FUNCTION_PORT}
-    return {name for name, member in inspect.getmembers(obj, callable) if not name.startswith("_")}
+    return {
+        name
+        for name, member in inspect.getmembers(obj, callable)
+        if not name.startswith("_") and name not in DECLARATIONS and not inspect.isclass(member)
+    }

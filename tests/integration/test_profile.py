@@ -24,7 +24,7 @@ def test_profiling_fits_every_port_at_three_batch_sizes_and_feeds_the_planner(tm
     assert {"env.obs", "env.step", "env.trajectory", "policy.act", "trainer.train"} <= set(ports)
     assert all(fit["calls"] > 0 for fit in ports.values())
     assert ports["env.step"]["per_item_s"] > 0 and ports["policy.act"]["per_item_s"] > 0  # they spin per env
-    assert 0 < measured_profile["hop_s"] < 0.1
+    assert measured_profile["hop_s"] > 0
 
     graph = build_graph(spec)
     profile = Profile.from_graph(graph, measured)

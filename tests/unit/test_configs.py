@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
+import yaml
 
 from m2flow.cluster import Cluster
 from m2flow.config import load_spec
@@ -37,3 +39,10 @@ def test_every_config_validates_and_plans(config, cluster, tiny_vlm):
     plan = make_plan(build_graph(spec, str(config)), Cluster.from_spec(spec.cluster))
     assert plan.predicted.iteration_s > 0
     assert set(plan.placements) == set(spec.workers)
+
+
+def test_the_readme_shows_the_main_job_as_it_is_in_configs():
+    readme = (ROOT / "README.md").read_text()
+    shown = re.search(r"`configs/ppo_mujoco.yaml`, the main job:\n\n```yaml\n(.*?)```", readme, flags=re.S)
+    assert shown, "README.md no longer shows the main job's YAML"
+    assert yaml.safe_load(shown.group(1)) == yaml.safe_load((ROOT / "configs" / "ppo_mujoco.yaml").read_text())

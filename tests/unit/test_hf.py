@@ -173,3 +173,55 @@ def test_every_bad_model_folder_is_named_before_anything_starts(folder, tmp_path
     for name in ("config.json", "model.safetensors"):
         shutil.copy(folder / name, weights_only / name)
     assert "has no tokenizer" in problems(weights_only)
+
+
+def _fsdp_rank(rank: int, port: int, folder: str, results) -> None:
+    """One rank of a two-rank FSDP2 group (gloo) training the tiny VLM policy on its share of a batch."""
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    set_context(WorkerContext(worker="actor", kind="training", replica=rank, replicas=2, seed=1, iterations=1))
+    actor = PPO(**policy_args(folder), num_minibatches=2, update_epochs=1, normalize_reward=False)
+    sharded = [block for block in actor.model.blocks if isinstance(block, FSDPModule)]
+    obs = observation(4, seed=rank)
+    rng = np.random.default_rng(rank)
+    trajectory = {
+        "obs": {"rgb": obs["rgb"][None]},
+        "action": rng.normal(size=(1, 4, 6)).astype(np.float32),
+        "logprob": np.zeros((1, 4), np.float32),
+        "value": np.zeros((1, 4), np.float32),
+        "reward": rng.normal(size=(1, 4)).astype(np.float32),
+        "done": np.zeros((1, 4), np.float32),
+        "next_obs": {"rgb": obs["rgb"]},
+        "next_done": np.zeros(4, np.float32),
+        "env_ids": np.arange(4) + 4 * rank,
+    }
+    metrics = actor.train([trajectory])
+    state = actor.weights()["state"]
+    results.put(
+        {
+            "rank": rank,
+            "sharded": len(sharded),
+            "blocks": len(actor.model.blocks),
+            "steps": metrics["actor/steps_consumed"],
+            "checksum": sum(float(v.double().sum()) for v in state.values()),
+        }
+    )
+    dist.destroy_process_group()
+
+
+def test_fsdp2_shards_every_vision_and_decoder_layer_and_the_ranks_agree(folder):
+    import torch.multiprocessing as mp
+
+    from m2flow.runtime.distributed import free_port
+
+    results = mp.get_context("spawn").Queue()
+    mp.spawn(_fsdp_rank, args=(free_port(), str(folder), results), nprocs=2)
+    ranks = sorted((results.get(timeout=60) for _ in range(2)), key=lambda r: r["rank"])
+    assert all(r["sharded"] == r["blocks"] == 4 for r in ranks)  # 2 vision + 2 decoder layers, each sharded
+    assert all(r["steps"] == 8 for r in ranks)  # each rank trained on its 4 envs; the group on all 8
+    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-9)  # one model after the update

@@ -43,7 +43,7 @@ def test_python_api_builds_the_same_spec_as_yaml(config_path):
     wf.sync(actor.port("weights") >> rollout.port("load_weights"))
     wf.sync(actor.port("weights") >> env.port("evaluate"), every=49)
     wf.placement(mode="auto", pipeline_stages=1)
-    spec = wf.spec(iterations=586, seed=1, output_dir="runs", checkpoint_every=100)
+    spec = wf.spec(iterations=196, seed=1, output_dir="runs", checkpoint_every=49)
     classes = {"workers": {"env": {"cls"}, "rollout": {"cls"}, "actor": {"cls"}}}
     assert spec.model_dump(exclude=classes) == from_yaml.model_dump(exclude=classes)
     assert build_graph(spec).loop.horizon == 64

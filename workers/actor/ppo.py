@@ -1,9 +1,10 @@
 """PPO training worker: GAE, clipped ratio, value clipping, entropy bonus, advantage normalisation,
 minibatch epochs — CleanRL's ppo_continuous_action.py update, on a data-parallel group of ranks.
 
-Every rank receives the whole batch and draws the same minibatch permutation; each rank computes the
-loss on its own slice of every minibatch (advantages normalised over the whole minibatch), so the
-gradient the backend averages equals the one-rank gradient.
+Each rank receives its data-parallel share of the batch (whole simulator shards). Every rank draws the
+same permutation of the whole batch; each computes the loss on the samples of every minibatch that it
+holds (advantages normalised over the whole minibatch), weighted so that the gradient the backend
+averages equals the one-rank gradient.
 """
 
 from __future__ import annotations
@@ -221,12 +222,15 @@ class PPO:
             torch.tensor([sums[k] / max(1, count) for k in keys], dtype=torch.float64)
         )
         metrics = {f"actor/{k}": float(v) for k, v in zip(keys, means.tolist(), strict=True)}
+        batch_means = self.backend.mean_across_ranks(  # every rank's share weighs alike: equal shares
+            torch.tensor([float(returns.mean()), float(advantages.mean()), rewards_mean], dtype=torch.float64)
+        ).tolist()
         metrics.update(
             {
                 "actor/lr": self.optimizer.param_groups[0]["lr"],
-                "rollout/returns_mean": float(returns.mean()),
-                "rollout/advantages_mean": float(advantages.mean()),
-                "rollout/rewards_mean": rewards_mean,
+                "rollout/returns_mean": batch_means[0],
+                "rollout/advantages_mean": batch_means[1],
+                "rollout/rewards_mean": batch_means[2],
                 "actor/parts_streamed": float(len(parts) if streamed else 0),
                 "actor/weights_version": float(self.version),
                 "actor/steps_consumed": float(batch_size),
@@ -350,8 +354,15 @@ def _gae(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, don
 
 
 def _grpo(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
-    """Each env's return over the iteration, relative to its group; the same advantage at every step."""
-    per_env = group_advantages(rewards.sum(dim=0), ppo.cfg.group_size, ppo.cfg.grpo_normalize_std)
+    """Each env's return over the iteration, relative to its group; the same advantage at every step. A
+    group's envs must sit on one data-parallel rank: the rank's share holds whole groups."""
+    size = ppo.cfg.group_size
+    if rewards.shape[1] % size or bool((ppo._env_ids[::size] % size).any()):
+        raise WorkerError(
+            f"GRPO groups of {size} adjacent envs straddle this rank's share ({rewards.shape[1]} envs from env"
+            f" {int(ppo._env_ids[0])}): make each simulator replica's num_envs a multiple of group_size"
+        )
+    per_env = group_advantages(rewards.sum(dim=0), size, ppo.cfg.grpo_normalize_std)
     advantages = per_env.expand_as(rewards).contiguous()
     return advantages, advantages  # no critic: the value loss is switched off (vf_coef 0)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from m2flow.workers.env.video import VideoConfig
 
@@ -33,6 +33,19 @@ class EvaluationConfig(BaseModel):
     episodes: int = Field(1, ge=1, description="episodes per evaluation")
     max_steps: int = Field(1000, ge=1, description="env steps per episode at most")
     seed: int = Field(10_000, description="episode e starts from seed run.seed + seed + e")
+
+    @field_validator("policy")
+    @classmethod
+    def _a_policy(cls, policy: dict[str, Any]) -> dict[str, Any]:
+        """Checked as the inference worker's args are (the policy package imports this one: imported here)."""
+        from m2flow.workers.rollout.torch_policy import TorchPolicyConfig
+
+        try:
+            TorchPolicyConfig.model_validate(policy)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"not the args of a policy: {problems}") from None
+        return policy
 
 
 class Evaluated(BaseModel):

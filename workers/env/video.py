@@ -5,12 +5,13 @@ when asked; MP4 (ffmpeg from imageio-ffmpeg) or GIF, written to a temporary name
 from __future__ import annotations
 
 import copy
+import importlib.util
 from pathlib import Path
 from typing import Literal
 
 import mujoco
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from m2flow.workers.env.rendering import CameraRenderer
 
@@ -24,6 +25,12 @@ class VideoConfig(BaseModel):
     format: Literal["mp4", "gif"] = "mp4"
     fps: int = Field(30, ge=1)
     overlay: bool = True
+
+    @model_validator(mode="after")
+    def _writer_installed(self) -> VideoConfig:
+        if self.save and self.format == "mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
+            raise ValueError("format: mp4 needs imageio-ffmpeg (pip install imageio-ffmpeg); or format: gif")
+        return self
 
 
 class EpisodeVideo:

@@ -22,7 +22,7 @@ class PolicyArgs(m2flow.WorkerConfig):
 
     env_id: Annotated[str, AfterValidator(registered)]
     model: Literal["mlp", "cnn", "vit", "hf"] = "mlp"
-    hidden: list[int] = Field(default_factory=lambda: [64, 64])
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [64, 64], min_length=1)
     size: Literal[tuple(VIT_SIZES)] = Field("1m", description="vit: preset by parameter count")
     width: int | None = Field(None, ge=8, description="vit: overrides the preset's width")
     depth: int | None = Field(None, ge=1, description="vit: overrides the preset's number of blocks")

@@ -1,0 +1,55 @@
+"""The dispatch vocabulary: who receives which share of a call's inputs, whose outputs stand for the group."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from m2flow.config import spec_from_dict
+from m2flow.dispatch import gather, split
+from m2flow.errors import SpecError
+from m2flow.graph import build_graph
+from m2flow.spec import Dispatch
+from tests.unit.test_worker_args import MAIN
+
+SHARD, BROADCAST = Dispatch(split="shard", gather="rank_zero"), Dispatch()
+
+
+def test_data_parallel_ranks_receive_disjoint_contiguous_blocks_and_none_the_whole_batch():
+    shares = split(SHARD, ["t0", "t1", "t2", "t3"], replicas=2, data_parallel=2)
+    assert shares == [["t0", "t1"], ["t2", "t3"]]
+    assert all(len(share) < 4 for share in shares)
+
+
+def test_tensor_parallel_ranks_of_one_group_receive_the_same_block():
+    assert split(SHARD, ["a", "b"], replicas=4, data_parallel=2) == [["a"], ["a"], ["b"], ["b"]]
+    assert split(SHARD, ["a", "b"], replicas=2, data_parallel=1) == [["a", "b"], ["a", "b"]]
+
+
+def test_broadcast_gives_every_replica_everything_and_gathers_all():
+    assert split(BROADCAST, ["a", "b"], replicas=3, data_parallel=3) == [["a", "b"]] * 3
+    assert gather(BROADCAST, [1, 2, 3]) == [1, 2, 3]
+    assert gather(SHARD, [1, 2, 3]) == [1]
+
+
+def test_training_workers_shard_by_default_and_a_port_can_say_otherwise():
+    graph = build_graph(spec_from_dict(MAIN))
+    assert graph.info["actor"].dispatch("train") == SHARD
+    assert graph.info["rollout"].dispatch("load_weights") == BROADCAST
+    raw = copy.deepcopy(MAIN)
+    raw["workers"]["actor"]["dispatch"] = {"train": {"split": "broadcast"}}
+    assert build_graph(spec_from_dict(raw)).info["actor"].dispatch("train").split == "broadcast"
+
+
+def test_a_rule_on_a_loop_port_is_refused():
+    raw = copy.deepcopy(MAIN)
+    raw["workers"]["env"]["dispatch"] = {"step": {"split": "shard"}}
+    with pytest.raises(SpecError, match="workers.env.dispatch.step: env.step is a loop port"):
+        build_graph(spec_from_dict(raw))
+
+
+def test_declarations_for_the_planner_are_not_ports():
+    graph = build_graph(spec_from_dict(MAIN))
+    assert not {"Config", "memory_estimate_gb", "data_parallel_size"} & graph.info["actor"].ports
+    assert {"train", "weights", "export"} <= graph.info["actor"].ports
