@@ -5,7 +5,7 @@ difference from the one-rank run of the same backend after the same updates (equ
 floating-point reductions).
 
     python benchmarks/multigpu.py [--gpus 2] [--size 100m] [--iterations 4]
-    python benchmarks/multigpu.py --policy hf [--size 0.7b]   # a VLM-shaped Hugging Face policy, FSDP2 only
+    python benchmarks/multigpu.py --policy hf [--size 0.7b]   # a VLM-shaped Hugging Face policy in bf16, FSDP2 only
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ VIEW = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [64, 64]
 
 
 def policy_of(args: argparse.Namespace, out: Path) -> dict:
-    """The ViT preset, or a random VLM of the given size written to a local folder (`model: hf`)."""
+    """The ViT preset, or a random VLM of the given size written to a local folder (`model: hf`, bf16)."""
     if args.policy == "vit":
         return {"env_id": "HalfCheetah-v5", "model": "vit", "size": args.size, "causal": True, "observation": VIEW}
     from m2flow.workers.models.hf_tiny import SIZES, make_tiny_vlm
@@ -37,7 +37,8 @@ def policy_of(args: argparse.Namespace, out: Path) -> dict:
         make_tiny_vlm(folder, args.size)
     image = SIZES[args.size]["image_size"]
     view = {"cameras": ["track"], "modalities": ["rgb"], "size": [image, image]}
-    return {"env_id": "HalfCheetah-v5", "model": "hf", "observation": view, "hf": {"path": str(folder)}}
+    hf = {"path": str(folder), "dtype": "bf16"}
+    return {"env_id": "HalfCheetah-v5", "model": "hf", "observation": view, "hf": hf}
 
 
 def workflow(backend: str, ranks: int, args: argparse.Namespace, out: Path) -> mf.WorkflowSpec:

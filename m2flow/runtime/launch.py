@@ -37,6 +37,7 @@ def connect_ray(spec: ClusterSpec) -> Cluster:
         else:
             local = Cluster.from_spec(spec)
             ray.init(
+                address="local",  # a new local Ray even where a `ray start` cluster is recorded
                 num_cpus=local.count("cpu"),
                 num_gpus=local.count("gpu"),
                 include_dashboard=False,

@@ -25,14 +25,16 @@ def three_nodes():
 
     ray.shutdown()
     cluster = Cluster()
-    small = {"object_store_memory": 80 * 2**20}
-    nodes = [cluster.add_node(num_cpus=1, **small) for _ in range(3)]
-    ray.init(address=cluster.address, log_to_driver=False)
-    cluster.wait_for_nodes()
-    yield cluster, nodes
-    ray.shutdown()
-    cluster.shutdown()
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)  # the session's cluster again
+    try:
+        small = {"object_store_memory": 80 * 2**20}
+        nodes = [cluster.add_node(num_cpus=1, **small) for _ in range(3)]
+        ray.init(address=cluster.address, log_to_driver=False)
+        cluster.wait_for_nodes()
+        yield cluster, nodes
+    finally:  # also when the test cluster fails to start: the tests after these get the session's cluster
+        ray.shutdown()
+        cluster.shutdown()
+        ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
 
 
 def workflow(tmp_path, name: str, iterations: int = 2, horizon: int = 5) -> mf.WorkflowSpec:

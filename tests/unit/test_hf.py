@@ -175,7 +175,7 @@ def test_every_bad_model_folder_is_named_before_anything_starts(folder, tmp_path
     assert "has no tokenizer" in problems(weights_only)
 
 
-def _fsdp_rank(rank: int, port: int, folder: str, results) -> None:
+def _fsdp_rank(rank: int, port: int, folder: str, dtype: str, results) -> None:
     """One rank of a two-rank FSDP2 group (gloo) training the tiny VLM policy on its share of a batch."""
     import os
 
@@ -185,7 +185,7 @@ def _fsdp_rank(rank: int, port: int, folder: str, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     set_context(WorkerContext(worker="actor", kind="training", replica=rank, replicas=2, seed=1, iterations=1))
-    actor = PPO(**policy_args(folder), num_minibatches=2, update_epochs=1, normalize_reward=False)
+    actor = PPO(**policy_args(folder, dtype=dtype), num_minibatches=2, update_epochs=1, normalize_reward=False)
     sharded = [block for block in actor.model.blocks if isinstance(block, FSDPModule)]
     obs = observation(4, seed=rank)
     rng = np.random.default_rng(rank)
@@ -207,21 +207,27 @@ def _fsdp_rank(rank: int, port: int, folder: str, results) -> None:
             "rank": rank,
             "sharded": len(sharded),
             "blocks": len(actor.model.blocks),
+            "dtypes": {str(p.dtype) for p in actor.model.parameters()},
             "steps": metrics["actor/steps_consumed"],
             "checksum": sum(float(v.double().sum()) for v in state.values()),
+            "loss": metrics["actor/loss"],
         }
     )
     dist.destroy_process_group()
 
 
-def test_fsdp2_shards_every_vision_and_decoder_layer_and_the_ranks_agree(folder):
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_fsdp2_shards_every_vision_and_decoder_layer_and_the_ranks_agree(folder, dtype):
+    """bf16: the backbone loaded in bf16 under fp32 heads is sharded as fp32 master weights (FSDP2 shards
+    groups of one dtype), computed in bf16."""
     import torch.multiprocessing as mp
 
     from m2flow.runtime.distributed import free_port
 
     results = mp.get_context("spawn").Queue()
-    mp.spawn(_fsdp_rank, args=(free_port(), str(folder), results), nprocs=2)
+    mp.spawn(_fsdp_rank, args=(free_port(), str(folder), dtype, results), nprocs=2)
     ranks = sorted((results.get(timeout=60) for _ in range(2)), key=lambda r: r["rank"])
     assert all(r["sharded"] == r["blocks"] == 4 for r in ranks)  # 2 vision + 2 decoder layers, each sharded
+    assert all(r["dtypes"] == {"torch.float32"} and np.isfinite(r["loss"]) for r in ranks)
     assert all(r["steps"] == 8 for r in ranks)  # each rank trained on its 4 envs; the group on all 8
     assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-9)  # one model after the update

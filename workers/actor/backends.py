@@ -146,7 +146,9 @@ class TrainingBackend(ABC):
 class FSDPBackend(TrainingBackend):
     """FSDP2 (`fully_shard`): each transformer block (if any), then the root, sharded over one mesh
     dimension; bf16 parameters in compute with fp32 gradient reduction; parameters and optimizer
-    state on the host between uses with `cpu_offload` (CUDA)."""
+    state on the host between uses with `cpu_offload` (CUDA). A model loaded in mixed dtypes (a bf16
+    backbone under fp32 heads) is sharded as fp32 master weights computed in bf16: FSDP2 shards groups
+    of one dtype."""
 
     name = "fsdp"
 
@@ -159,13 +161,14 @@ class FSDPBackend(TrainingBackend):
 
         self.ensure_process_group()  # one rank, sharded only to offload: a process group of one
         mesh = init_device_mesh(self.device.type, (self.world_size,))
+        loaded = {p.dtype for p in model.parameters()}
+        if len(loaded) > 1:
+            model.float()
+        bf16 = self.options.precision == "bf16" or torch.bfloat16 in loaded
         kwargs = {
             "mesh": mesh,
             "offload_policy": CPUOffloadPolicy() if offload else OffloadPolicy(),
-            "mp_policy": MixedPrecisionPolicy(
-                param_dtype=torch.bfloat16 if self.options.precision == "bf16" else None,
-                reduce_dtype=torch.float32,
-            ),
+            "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32),
         }
         for block in getattr(model, "blocks", []):
             fully_shard(block, **kwargs)

@@ -154,17 +154,20 @@ class HFPolicy(VisionActorCritic):
         return self.backbone(input_ids=ids, pixel_values=pixels.to(dtype), output_hidden_states=True)
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self._with_proprio(self._decode(obs).hidden_states[-1][:, -1].float(), obs)
+        return self._with_proprio(self._decode(obs).hidden_states[-1][:, -1], obs)
 
     def _with_proprio(self, features: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([features, obs["proprio"].float()], -1) if "proprio" in obs else features
+        """The heads' input in the heads' dtype: fp32, or bf16 while FSDP2 computes in bf16."""
+        dtype = self.critic.weight.dtype
+        features = features.to(dtype)
+        return torch.cat([features, obs["proprio"].to(dtype)], -1) if "proprio" in obs else features
 
     def forward(self, obs, action=None, noise=None, value_only=False):
         if self.options.head == "gaussian":
             return super().forward(obs, action, noise, value_only)
         out = self._decode(obs, extra=self.act_dim)
-        last_prompt = out.hidden_states[-1][:, -self.act_dim - 1].float()
-        value = self.critic(self._with_proprio(last_prompt, obs)).squeeze(-1).clone()
+        last_prompt = out.hidden_states[-1][:, -self.act_dim - 1]
+        value = self.critic(self._with_proprio(last_prompt, obs)).squeeze(-1).float().clone()
         if value_only:
             return value
         dist = Categorical(logits=out.logits[:, -self.act_dim :, self.bin_tokens :].float())  # [n, act_dim, bins]
