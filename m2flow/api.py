@@ -84,8 +84,8 @@ class Workflow:
         self._flow["then"] += [str(e) for e in edges]
         return self
 
-    def sync(self, edge: Edge, every: int = 1) -> Workflow:
-        self._flow["sync"].append({"edge": str(edge), "every": every})
+    def sync(self, edge: Edge, every: int = 1, transport: str = "auto") -> Workflow:
+        self._flow["sync"].append({"edge": str(edge), "every": every, "transport": transport})
         return self
 
     def placement(self, **settings: Any) -> Workflow:

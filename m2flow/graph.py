@@ -13,7 +13,7 @@ from m2flow.contract import WorkerInfo, describe_worker
 from m2flow.dispatch import gather, shards_needed
 from m2flow.errors import SpecError
 from m2flow.resolve import resolve
-from m2flow.spec import Edge, PortRef, WorkflowSpec
+from m2flow.spec import Edge, PortRef, SyncSpec, WorkflowSpec
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class MacroGraph:
     loop: LoopChain | None
     then: list[Edge]
     then_order: list[PortRef]
-    sync: list[tuple[Edge, int]]
+    sync: list[SyncSpec]
     info: dict[str, WorkerInfo] = field(default_factory=dict)
 
     @property
@@ -142,8 +142,7 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     _check_loop_replicas(spec, loop, problems)
     if problems:
         raise SpecError(problems, source)
-    sync = [(s.edge, s.every) for s in flow.sync]
-    macro = MacroGraph(spec, graph, loop, list(flow.then), then_order, sync, info)
+    macro = MacroGraph(spec, graph, loop, list(flow.then), then_order, list(flow.sync), info)
     problems += _check_shard_splits(macro) + _check_dispatch_ports(macro)
     if problems:
         raise SpecError(problems, source)

@@ -84,7 +84,7 @@ def _roles(graph: MacroGraph) -> tuple[str, str, str, str]:
             [f"workers.{simulator}.class: {graph.workers[simulator].cls} has no `evaluate` port to play episodes"]
         )
     loop_workers = set(graph.loop.workers)
-    for edge, _ in graph.sync:
+    for edge in (sync.edge for sync in graph.sync):
         if edge.dst.worker in loop_workers and edge.dst.worker != simulator:
             return simulator, edge.src.worker, edge.src.port, edge.dst.worker
     raise SpecError(["flow.sync: no sync edge gives the loop's policy its weights (e.g. actor.weights -> rollout...)"])

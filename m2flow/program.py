@@ -78,7 +78,7 @@ def run_phase(phase: Phase, run: Interpreter) -> None:
 
 def build_phases(graph: MacroGraph) -> list[Phase]:
     """Sync edges first (state copies before the loop that uses them), the loop, then the after-loop edges."""
-    phases = [Phase("sync", [edge], every) for edge, every in graph.sync]
+    phases = [Phase("sync", [sync.edge], sync.every) for sync in graph.sync]
     if graph.loop is not None:
         phases.append(Phase("loop", list(graph.spec.flow.loop.edges)))
     if graph.then:

@@ -189,6 +189,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     spec_overrides: list[str] = field(default_factory=list)  # knobs the planner set, as `key=value`
     processes: list[list[ReplicaId]] = field(default_factory=list)  # replicas sharing a process
+    transports: dict[str, str] = field(default_factory=dict)  # each sync edge's (m2flow.transfer)
 
     def occupants(self) -> Counter[DeviceId]:
         """How many replicas (of any worker) each device hosts."""
@@ -221,6 +222,7 @@ class Plan:
             "notes": self.notes,
             "spec_overrides": self.spec_overrides,
             "processes": [[list(m) for m in group] for group in self.processes],
+            "transports": self.transports,
         }
 
     @classmethod
@@ -238,6 +240,7 @@ class Plan:
             notes=data["notes"],
             spec_overrides=data.get("spec_overrides", []),
             processes=[[ReplicaId(w, int(r)) for w, r in group] for group in data.get("processes", [])],
+            transports=data.get("transports", {}),
         )
 
     def save(self, path: str | Path) -> Path:

@@ -181,9 +181,15 @@ class LoopSpec(_Strict):
     edges: list[Edge] = Field(min_length=1)
 
 
+TransportRequest = Literal["auto", "object_store", "collective", "cuda_ipc"]  # see m2flow.transfer
+
+
 class SyncSpec(_Strict):
     edge: Edge
     every: int = Field(1, ge=1)
+    transport: TransportRequest = Field(
+        "auto", description="how the state travels: auto, object_store, collective (NCCL/gloo) or cuda_ipc"
+    )
 
 
 class FlowSpec(_Strict):

@@ -11,6 +11,7 @@ from m2flow.planners.cache import load_cached, load_calibration
 from m2flow.planners.fit import load_profile
 from m2flow.planners.manual import ManualPlanner
 from m2flow.planners.profile import Profile
+from m2flow.transfer import sync_transports
 
 __all__ = [
     "Infeasible",
@@ -54,8 +55,12 @@ def make_plan(graph, cluster, profile=None, mode: str | None = None):
     """Plan `graph` on `cluster` in `mode` (default: the workflow's placement.mode)."""
     profile = profile or profile_of(graph, cluster)
     if graph.spec.placement.devices and mode is None:
-        return ManualPlanner().plan(graph, cluster, profile)
-    return Allocation(graph, cluster, profile, get_planner(mode or graph.spec.placement.mode).plan).best()
+        plan = ManualPlanner().plan(graph, cluster, profile)
+    else:
+        plan = Allocation(graph, cluster, profile, get_planner(mode or graph.spec.placement.mode).plan).best()
+    plan.transports = sync_transports(graph, plan)
+    plan.notes += [f"sync: {edge} moves by {transport}" for edge, transport in plan.transports.items()]
+    return plan
 
 
 def compare_with_auto(graph, cluster, manual):

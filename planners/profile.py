@@ -64,7 +64,7 @@ class Profile:
         worker kind, ports that hand data on are assumed to cost a small fixed amount."""
         measured_ports = (measured or {}).get("ports", {})
         cached = cached or {}
-        sources = {str(e.src) for e in graph.then} | {str(e.src) for e, _ in graph.sync}
+        sources = {str(e.src) for e in graph.then} | {str(s.edge.src) for s in graph.sync}
         computing = {str(p) for p in graph.loop.body} if graph.loop else set()
         computing |= {str(p) for p in graph.then_order if str(p) not in sources}
         profile = cls(hop_s=(measured or {}).get("hop_s", CHANNEL_HOP_S))

@@ -122,6 +122,10 @@ class Controller:
         for r in self.launch.replicas[port.worker]:
             _, event = r.actor.copy_state.options(num_returns=2).remote(port.port, self._it, state)
             self._calls.append((event, r, f"sync {port}"))
+        (edge,) = phase.edges
+        if self.launch.transports[edge] == "collective":  # the source broadcasts while they receive
+            source = self.launch.replicas[edge.src.worker][0]
+            self._calls.append((source.actor.send_state.remote(edge.src.port, self._it), source, f"sync {edge} (send)"))
 
     def loop(self, phase: Phase) -> None:
         loop = self.graph.loop

@@ -21,6 +21,7 @@ from m2flow.runtime.batching import leading_size, payload_bytes
 from m2flow.runtime.channels import Mailbox, PeerId
 from m2flow.runtime.loop import LoopProgram, LoopStats, Member, run_loop
 from m2flow.runtime.tracing import TaskEvent
+from m2flow.runtime.weight_sync import Route, StateManifest, SyncTransport, transport_for
 from m2flow.sharding import slice_sizes
 
 
@@ -61,6 +62,7 @@ class WorkerHost:
         self.ctx = ctx
         self.me: PeerId = (ctx.worker, ctx.replica)
         self.mailbox: Mailbox | None = None
+        self.sync: dict[str, SyncTransport | None] = {}  # sync ports: their transport (None: output unread)
         if dist is not None:
             from m2flow.runtime.distributed import init_process_group
 
@@ -128,15 +130,46 @@ class WorkerHost:
             at += count
         start = time.time()
         outputs = [self._invoke(inst, port, args, f"iteration {iteration}") for inst in self.instances]
+        if port in self.sync:  # a sync source: the first output travels by the edge's transport
+            transport = self.sync[port]
+            outputs = [transport.publish(outputs[0]) if transport else None] + [None] * (len(outputs) - 1)
         items = sum(leading_size(a) for arg in args for a in arg) if args else 0
         return outputs, TaskEvent(port, "call", start, time.time(), items=items, bytes=payload_bytes(args))
 
+    # -- sync edges ----------------------------------------------------------------------------
+    def set_sync(self, port: str, route: Route | None) -> None:
+        """`port` is a sync edge's source or destination here, moved by `route`'s transport; None: a
+        source replica whose output nobody reads (the first replica's stands for the group)."""
+        self.sync[port] = None if route is None else transport_for(route, self.ctx.device)
+
+    def send_state(self, port: str, iteration: int) -> TaskEvent:
+        """The source's side of a collective transfer of what `port` last published."""
+        start = time.time()
+        try:
+            sent = self.sync[port].send()
+        except Exception:
+            raise PortFailed(
+                self.ctx.worker, self.ctx.replica, port, f"iteration {iteration}, sync send", traceback.format_exc()
+            ) from None
+        return TaskEvent(f"{port} (send)", "sync", start, time.time(), bytes=sent)
+
     def copy_state(self, port: str, iteration: int, produced: list[Any]) -> tuple[list[Any], TaskEvent]:
-        """Call `port` with the first output of a producer replica (a sync edge copies one state)."""
+        """Call `port` with the first output of a producer replica (a sync edge copies one state),
+        received by the edge's transport."""
         value = produced[0]
         start = time.time()
-        outputs = [self._invoke(inst, port, (value,), f"iteration {iteration}, sync") for inst in self.instances]
-        return outputs, TaskEvent(port, "sync", start, time.time(), bytes=payload_bytes(value))
+        where = f"iteration {iteration}, sync"
+        transport = self.sync.get(port)
+        if transport is not None:
+            try:
+                value = transport.receive(value)
+            except Exception:
+                raise PortFailed(
+                    self.ctx.worker, self.ctx.replica, port, f"{where} receive", traceback.format_exc()
+                ) from None
+        outputs = [self._invoke(inst, port, (value,), where) for inst in self.instances]
+        sent = produced[0].nbytes if isinstance(produced[0], StateManifest) else payload_bytes(value)
+        return outputs, TaskEvent(port, "sync", start, time.time(), bytes=sent)
 
     def swap(self, op: str) -> TaskEvent:
         """`offload` or `onload` every instance (when the class defines it); traced either way."""

@@ -7,6 +7,7 @@ import logging
 import os
 import secrets
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from m2flow.cluster import Cluster, DeviceId
@@ -17,9 +18,11 @@ from m2flow.kinds import KINDS
 from m2flow.planners.processes import same_process
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.runtime.weight_sync import Route
 from m2flow.schedule import Plan, ReplicaId
 from m2flow.sharding import owner
-from m2flow.spec import ClusterSpec
+from m2flow.spec import ClusterSpec, Edge
+from m2flow.transfer import Transport
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +107,14 @@ class Launch:
         self.pg = None
         self.bundle_of: dict[DeviceId, int] = {}
         self.rendezvous: dict[str, dict | None] = {}
+        self.transports: dict[Edge, Transport] = {}
 
     def start(self) -> None:
         """Reserve the plan's devices, start a host per replica (or per shared process), wait until every
         worker is built, check each runs where the plan put it, and connect the loop's channels."""
+        self.transports = {
+            sync.edge: self.plan.transports.get(str(sync.edge), "object_store") for sync in self.graph.sync
+        }
         self._reserve_devices()
         self.rendezvous = {name: self._rendezvous(name) for name in self.plan.placements}
         hosts = [self._host_args(name, r) for name in self.plan.placements for r in range(self._replicas(name))]
@@ -115,6 +122,7 @@ class Launch:
         self._await_start()
         self._check_nodes()
         self._wire_loop()
+        self._route_syncs()
 
     def _replicas(self, name: str) -> int:
         return len(self.plan.placements[name].replica_devices)
@@ -235,26 +243,51 @@ class Launch:
         return self.plan.cluster.core_on_node(device)
 
     def _rendezvous(self, name: str) -> dict | None:
-        """Process-group rendezvous for a multi-rank group worker: rank 0's node address and a port free
-        there, found by a task placed in rank 0's bundle (so it holds on any node of the cluster)."""
+        """Process-group rendezvous for a multi-rank group worker (None for any other)."""
         info = self.graph.info[name]
         if not info.group or info.replicas < 2:
             return None
+        return self._rendezvous_at(self.plan.placements[name].replica_devices[0], f"workers.{name}")
+
+    def _rendezvous_at(self, device: DeviceId, what: str) -> dict:
+        """Rank 0's node address and a port free there, found by a task placed in rank 0's bundle (so it
+        holds on any node of the cluster)."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        rank0 = self.bundle_of[self.plan.placements[name].replica_devices[0]]
         task = ray.remote(_rendezvous_point).options(
             num_cpus=0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank0),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self.pg, placement_group_bundle_index=self.bundle_of[device]
+            ),
         )
         try:
             return ray.get(task.remote(), timeout=self.timeouts.start_s)
         except ray.exceptions.GetTimeoutError:
             raise PlanError(
-                f"workers.{name}: no rendezvous point on rank 0's node within {self.timeouts.start_s:g}s"
+                f"{what}: no rendezvous point on rank 0's node within {self.timeouts.start_s:g}s"
                 " (run.timeouts.start_s); is that node still in the cluster?"
             ) from None
+
+    def _route_syncs(self) -> None:
+        """Tell each sync edge's replicas their transport: the source's first replica publishes (and, for a
+        collective, is rank 0 of the edge's group), its other replicas' outputs are dropped, every
+        destination replica receives."""
+        calls = []
+        for sync in self.graph.sync:
+            edge, transport = sync.edge, self.transports[sync.edge]
+            sources, targets = self.replicas[edge.src.worker], self.replicas[edge.dst.worker]
+            meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if transport == "collective" else {}
+            route = partial(
+                Route, transport, world=len(targets) + 1, timeout_s=self.timeouts.ceiling_s, edge=str(edge), **meet
+            )
+            for r in sources:
+                calls.append(
+                    (r.actor.set_sync.remote(edge.src.port, route(rank=0) if r.index == 0 else None), r, "sync route")
+                )
+            for r in targets:
+                calls.append((r.actor.set_sync.remote(edge.dst.port, route(rank=r.index + 1)), r, "sync route"))
+        wait_all(calls, Deadline(self.timeouts.start_s, "sync routes to be set"))
 
     def _wire_loop(self) -> None:
         """Open a mailbox on every loop replica and connect each to the peers it sends to."""

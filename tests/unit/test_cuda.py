@@ -73,3 +73,29 @@ def test_bf16_computes_in_bf16_on_cuda():
     ppo.train([SyntheticBatch(4, 8, seed=1).trajectory()])
     assert seen and set(seen) == {torch.bfloat16}
     assert all(p.dtype == torch.float32 for p in ppo.model.parameters())
+
+
+def _receive_over_cuda_ipc(manifest, results) -> None:
+    from m2flow.runtime.weight_sync import CudaIpcTransport, Route
+
+    value = CudaIpcTransport(Route("cuda_ipc"), "cuda").receive(manifest)
+    results.put({"version": value["version"], **{k: v.cpu() for k, v in value["state"].items()}})
+
+
+def test_cuda_ipc_hands_a_state_to_another_process_on_the_gpu_bit_for_bit():
+    import torch.multiprocessing as mp
+
+    from m2flow.runtime.weight_sync import CudaIpcTransport, Route
+
+    state = {"w": torch.randn(1000, 1000, device="cuda"), "b": torch.randn(7, device="cuda").bfloat16()}
+    sender = CudaIpcTransport(Route("cuda_ipc"), "cuda")  # holds the buckets the receiver maps
+    manifest = sender.publish({"version": 3, "state": state})
+    assert manifest.nbytes >= 4 * 1000 * 1000
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    receiver = context.Process(target=_receive_over_cuda_ipc, args=(manifest, results))
+    receiver.start()
+    got = results.get(timeout=120)
+    receiver.join(60)
+    assert got["version"] == 3
+    assert torch.equal(got["w"], state["w"].cpu()) and torch.equal(got["b"], state["b"].cpu())

@@ -96,7 +96,8 @@ class TrainingBackend(ABC):
 
     @abstractmethod
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """The whole model on CPU, on every rank (a collective)."""
+        """The whole model on the training device, a copy on every rank (a collective): the sync edge's
+        transport moves it device to device, or through the host."""
 
     @abstractmethod
     def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -120,14 +121,16 @@ class TrainingBackend(ABC):
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
     def gather_data_ranks(self, values: torch.Tensor) -> torch.Tensor:
-        """`values` of every data-parallel rank stacked in rank order: [data_world, ...] (a collective)."""
+        """`values` of every data-parallel rank stacked in rank order: [data_world, ...] (a collective on
+        the backend's device; the result on `values`' device)."""
         if self.data_world == 1:
             return values[None]
         import torch.distributed as dist
 
-        out = [torch.empty_like(values) for _ in range(self.world_size)]
-        dist.all_gather(out, values.contiguous())
-        return torch.stack(out)  # data-parallel backends: every rank is its own data rank
+        local = values.to(self.device).contiguous()
+        out = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(out, local)
+        return torch.stack(out).to(values.device)  # data-parallel backends: every rank is its own data rank
 
     def sum_data_ranks(self, values: torch.Tensor) -> torch.Tensor:
         return self.gather_data_ranks(values).sum(0) if self.data_world > 1 else values
@@ -137,9 +140,9 @@ class TrainingBackend(ABC):
             return values
         import torch.distributed as dist
 
-        values = values.clone()
-        dist.all_reduce(values)
-        return values / self.world_size
+        summed = values.to(self.device, copy=True)
+        dist.all_reduce(summed)
+        return (summed / self.world_size).to(values.device)
 
 
 @register_backend
@@ -179,7 +182,7 @@ class FSDPBackend(TrainingBackend):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-        return {k: v.detach().cpu().clone() for k, v in state.items()}
+        return {k: v.detach().clone() for k, v in state.items()}
 
     def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict

@@ -190,7 +190,7 @@ class MegatronBackend(TrainingBackend):
         return DTensor.from_local(local.detach(), self._mesh(), [Shard(entry.dim)], run_check=False)
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        return {e.plain: self._gather(e, e.tensor).cpu().clone() for e in self._entries(model)}
+        return {e.plain: self._gather(e, e.tensor).detach().clone() for e in self._entries(model)}
 
     def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         entries = self._entries(model)

@@ -253,7 +253,9 @@ class PPO:
         """Advantages normalised over the whole minibatch, whose samples may sit on several ranks."""
         if self.backend.data_world == 1:
             return normalize_advantages(advantages)
-        local = torch.stack([advantages.sum(), advantages.square().sum(), torch.tensor(float(len(advantages)))])
+        local = torch.stack(
+            [advantages.sum(), advantages.square().sum(), advantages.new_tensor(float(len(advantages)))]
+        )
         total, squares, n = self.backend.sum_data_ranks(local.double()).tolist()
         mean = total / n
         std = max(0.0, (squares - n * mean * mean) / max(1.0, n - 1)) ** 0.5

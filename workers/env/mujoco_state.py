@@ -31,8 +31,10 @@ def env_state(env: gym.Env) -> dict[str, Any]:
 
 def set_env_state(env: gym.Env, saved: dict[str, Any]) -> None:
     inner = env.unwrapped
-    mujoco.mj_setState(inner.model, inner.data, saved["physics"].numpy(), _SPEC)
-    mujoco.mj_forward(inner.model, inner.data)
+    physics = saved["physics"].numpy()
+    mujoco.mj_setState(inner.model, inner.data, physics, _SPEC)
+    mujoco.mj_forward(inner.model, inner.data)  # positions, contacts, ... of the restored state
+    mujoco.mj_setState(inner.model, inner.data, physics, _SPEC)  # and its warm start, which the solver rewrote
     inner.np_random.bit_generator.state = saved["rng"]
     limit = time_limit(env)
     if limit is not None:

@@ -111,7 +111,7 @@ def state_checksum(state: dict[str, torch.Tensor]) -> float:
     """A position-weighted sum over every tensor: a copy cut short or reordered does not match."""
     total = 0.0
     for i, key in enumerate(sorted(state)):
-        flat = state[key].detach().reshape(-1).double().cpu()
-        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64)
+        flat = state[key].detach().reshape(-1).double()  # on the tensor's device: no copy to the host
+        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device)
         total += (i + 1) * float((flat * weights).sum())
     return total

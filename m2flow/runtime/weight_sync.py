@@ -1,0 +1,257 @@
+"""Sync edges moved by their transport (`m2flow.transfer`): the source's state packed into byte buckets
+on its device, a small manifest through Ray, the bytes device to device.
+
+A sync source's port returns what the worker likes (a versioned state dict, say). Its entries that are
+dicts of tensors are packed, every tensor at an aligned offset of a flat uint8 bucket (several buckets
+when the state is large); everything else travels in the manifest as is. The destination unpacks views
+of the buckets it received under the same keys and names, so its port gets a value of the same shape,
+with its own device's tensors, and checks versions and checksums as it always did.
+"""
+
+from __future__ import annotations
+
+import datetime
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from m2flow.errors import WorkerError
+from m2flow.transfer import Transport
+
+ALIGN = 64  # byte alignment of every tensor in a bucket (any dtype can view it)
+BUCKET_BYTES = 512 * 2**20  # a bucket is cut past this size: the copy in flight stays bounded
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one tensor lives: `value[key][name]` is `bucket[offset : offset + nbytes]` as dtype and shape."""
+
+    key: str
+    name: str
+    bucket: int
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StateManifest:
+    """What a destination needs to rebuild the source's value: its plain entries, where each tensor
+    sits, the bucket sizes (and, for `cuda_ipc`, the handles that map the source's buckets)."""
+
+    transport: Transport
+    fields: dict[str, Any]
+    slots: tuple[Slot, ...]
+    bucket_bytes: tuple[int, ...]
+    handles: tuple[Any, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.bucket_bytes)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One replica's part in a sync edge: the transport, and for a collective its group (rank 0 is the
+    source's first replica, ranks 1.. the destination replicas) and rendezvous."""
+
+    transport: Transport
+    rank: int = 0
+    world: int = 1
+    address: str = ""
+    port: int = 0
+    timeout_s: float = 60.0
+    edge: str = ""
+
+
+def _tensor_trees(value: Any) -> dict[str, dict[str, Any]]:
+    import torch
+
+    if not isinstance(value, dict):
+        return {}
+    return {
+        key: tree
+        for key, tree in value.items()
+        if isinstance(tree, dict) and tree and all(isinstance(t, torch.Tensor) for t in tree.values())
+    }
+
+
+def pack(value: dict[str, Any], bucket_bytes: int = BUCKET_BYTES) -> tuple[dict, tuple[Slot, ...], list]:
+    """(plain fields, slots, uint8 buckets on the tensors' device): every tensor of `value`'s tensor
+    dicts copied into flat buckets, in order."""
+    import torch
+
+    trees = _tensor_trees(value)
+    fields = {k: v for k, v in value.items() if k not in trees}
+    tensors = [(key, name, t.detach()) for key, tree in trees.items() for name, t in tree.items()]
+    slots, sizes, used = [], [], 0
+    for key, name, t in tensors:
+        nbytes = t.numel() * t.element_size()
+        if not sizes or (used and used + nbytes > bucket_bytes):
+            sizes.append(0)
+            used = 0
+        offset = used
+        used = offset + -(-nbytes // ALIGN) * ALIGN
+        sizes[-1] = used
+        slots.append(
+            Slot(key, name, len(sizes) - 1, offset, nbytes, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+        )
+    device = tensors[0][2].device if tensors else torch.device("cpu")
+    buckets = [torch.empty(size, dtype=torch.uint8, device=device) for size in sizes]
+    for slot, (_, _, t) in zip(slots, tensors, strict=True):
+        buckets[slot.bucket][slot.offset : slot.offset + slot.nbytes].copy_(
+            t.contiguous().reshape(-1).view(torch.uint8)
+        )
+    return fields, tuple(slots), buckets
+
+
+def unpack(manifest: StateManifest, buckets: list) -> dict[str, Any]:
+    """The source's value rebuilt: its plain fields, and views of `buckets` for its tensors."""
+    import torch
+
+    value: dict[str, Any] = dict(manifest.fields)
+    for s in manifest.slots:
+        raw = buckets[s.bucket][s.offset : s.offset + s.nbytes]
+        value.setdefault(s.key, {})[s.name] = raw.view(getattr(torch, s.dtype)).view(s.shape)
+    return value
+
+
+class SyncTransport(ABC):
+    """One replica's end of a sync edge: `publish` on the source, `send` on its first replica while the
+    destinations `receive`."""
+
+    name: ClassVar[Transport]
+
+    def __init__(self, route: Route, device: str):
+        self.route, self.device = route, device
+        self._outbox: list = []  # the last published buckets, alive until the next publish
+
+    @abstractmethod
+    def publish(self, value: Any) -> Any:
+        """What the source's port output becomes on its way to the destinations."""
+
+    def send(self) -> int:
+        """The source's part of the transfer after `publish` (bytes sent)."""
+        return 0
+
+    @abstractmethod
+    def receive(self, message: Any) -> Any:
+        """The value the destination's port is called with."""
+
+
+class ObjectStoreTransport(SyncTransport):
+    """The value itself through Ray's object store, its tensors on the host (any destination reads them)."""
+
+    name = "object_store"
+
+    def publish(self, value: Any) -> Any:
+        trees = _tensor_trees(value)
+        return {
+            **value,
+            **{k: {n: t.detach().to("cpu", copy=True) for n, t in tree.items()} for k, tree in trees.items()},
+        }
+
+    def receive(self, message: Any) -> Any:
+        return message
+
+
+class CollectiveTransport(SyncTransport):
+    """A broadcast from rank 0 in a process group of the edge's own (NCCL on CUDA, gloo on CPU), made on
+    first use; every wait bounded by the route's timeout."""
+
+    name = "collective"
+
+    def __init__(self, route: Route, device: str):
+        super().__init__(route, device)
+        self._group = None
+
+    def publish(self, value: Any) -> StateManifest | Any:
+        if not _tensor_trees(value):
+            return value
+        fields, slots, self._outbox = pack(value)
+        return StateManifest(self.name, fields, slots, tuple(b.numel() for b in self._outbox))
+
+    def send(self) -> int:
+        for bucket in self._outbox:
+            self._broadcast(bucket)
+        return sum(b.numel() for b in self._outbox)
+
+    def receive(self, message: Any) -> Any:
+        if not isinstance(message, StateManifest):
+            return message
+        import torch
+
+        buckets = [torch.empty(n, dtype=torch.uint8, device=self.device) for n in message.bucket_bytes]
+        for bucket in buckets:
+            self._broadcast(bucket)
+        return unpack(message, buckets)
+
+    def _broadcast(self, bucket) -> None:
+        import torch.distributed as dist
+
+        options = dist.BroadcastOptions()
+        options.rootRank = 0
+        work = self._process_group().broadcast([bucket], options)
+        if not work.wait(datetime.timedelta(seconds=self.route.timeout_s)):
+            raise WorkerError(f"sync {self.route.edge}: the broadcast did not finish within {self.route.timeout_s:g}s")
+
+    def _process_group(self):
+        if self._group is not None:
+            return self._group
+        import torch
+        import torch.distributed as dist
+
+        r = self.route
+        timeout = datetime.timedelta(seconds=r.timeout_s)
+        try:
+            store = dist.TCPStore(r.address, r.port, r.world, is_master=r.rank == 0, timeout=timeout)
+        except (RuntimeError, TimeoutError) as exc:
+            raise WorkerError(
+                f"sync {r.edge}: rank {r.rank} of {r.world} could not meet the group at {r.address}:{r.port} within"
+                f" {r.timeout_s:g}s ({exc}); did the source or a destination replica fail to start?"
+            ) from None
+        if torch.device(self.device).type == "cuda":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            self._group = dist.ProcessGroupNCCL(store, r.rank, r.world, options)
+        else:
+            self._group = dist.ProcessGroupGloo(store, r.rank, r.world, timeout)
+        return self._group
+
+
+class CudaIpcTransport(SyncTransport):
+    """The source's buckets mapped into each destination on the same GPU (CUDA IPC) and copied there."""
+
+    name = "cuda_ipc"
+
+    def publish(self, value: Any) -> StateManifest | Any:
+        if not _tensor_trees(value):
+            return value
+        import torch
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        fields, slots, self._outbox = pack(value)
+        torch.cuda.current_stream().synchronize()  # the buckets are full before anyone maps them
+        handles = tuple(reduce_tensor(b) for b in self._outbox)
+        return StateManifest(self.name, fields, slots, tuple(b.numel() for b in self._outbox), handles)
+
+    def receive(self, message: Any) -> Any:
+        if not isinstance(message, StateManifest):
+            return message
+        import torch
+
+        mapped = [rebuild(*args) for rebuild, args in message.handles]
+        buckets = [m.clone() for m in mapped]  # ours: the source reuses its memory after this sync
+        torch.cuda.current_stream().synchronize()
+        del mapped
+        return unpack(message, buckets)
+
+
+TRANSPORTS: dict[Transport, type[SyncTransport]] = {
+    t.name: t for t in (ObjectStoreTransport, CollectiveTransport, CudaIpcTransport)
+}
+
+
+def transport_for(route: Route, device: str) -> SyncTransport:
+    return TRANSPORTS[route.transport](route, device)

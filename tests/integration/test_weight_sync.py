@@ -1,0 +1,37 @@
+"""Sync edges on the real Ray cluster: a broadcast in the edge's own gloo group delivers what the object
+store delivers; a transport the placement cannot carry stops the run before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+from m2flow.errors import PlanError
+from tests.workflows import pendulum_ppo
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
+
+
+def _workflow(tmp_path, transport: str) -> dict:
+    raw = pendulum_ppo(tmp_path, f"sync-{transport}", num_envs=2, horizon=32, run={"iterations": 3, "seed": 2})
+    raw["workers"]["env"]["replicas"] = 2
+    raw["workers"]["rollout"]["replicas"] = 2  # a group of three: the actor and two inference replicas
+    raw["flow"]["sync"][0]["transport"] = transport
+    return raw
+
+
+def test_weights_broadcast_in_a_gloo_group_train_exactly_as_through_the_object_store(tmp_path):
+    runs = {t: mf.run(spec_from_dict(_workflow(tmp_path, t))) for t in ("object_store", "collective")}
+    store, group = runs["object_store"], runs["collective"]
+    assert group.plan.transports == {"actor.weights -> rollout.load_weights": "collective"}
+    # the rollouts act with what they received: any bit lost would change the trajectories and the losses
+    for key in ("actor/loss", "actor/approx_kl", "actor/grad_norm"):
+        assert [h[key] for h in group.history] == [h[key] for h in store.history], key
+    assert group.last["actor/weights_version"] == 3.0
+    assert group.last["sync/bytes"] >= store.last["sync/bytes"] * 0.9  # the whole state went through the group
+
+
+def test_a_transport_the_placement_cannot_carry_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(PlanError, match=r"flow.sync\[0\].transport: cuda_ipc needs every destination replica"):
+        mf.run(spec_from_dict(_workflow(tmp_path, "cuda_ipc")))

@@ -1,0 +1,84 @@
+"""Sync edges' transports: chosen from the plan's devices, and a packed state rebuilt bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from m2flow.cluster import DeviceId
+from m2flow.errors import PlanError
+from m2flow.runtime.weight_sync import ALIGN, ObjectStoreTransport, Route, StateManifest, pack, unpack
+from m2flow.transfer import choose_transport
+
+GPU0, GPU1, GPU2 = (DeviceId(0, "gpu", i) for i in range(3))
+CPU0, CPU1 = DeviceId(0, "cpu", 0), DeviceId(0, "cpu", 1)
+
+
+@pytest.mark.parametrize(
+    ("source", "targets", "expected"),
+    [
+        (GPU0, [GPU0, GPU0], "cuda_ipc"),  # training and inference share the GPU: map its memory
+        (GPU0, [GPU1, GPU2], "collective"),  # one GPU each: NCCL
+        (CPU0, [CPU1], "collective"),  # CPU slots: gloo
+        (GPU0, [GPU0, GPU1], "object_store"),  # neither a shared GPU nor one rank per GPU
+        (GPU0, [CPU0], "object_store"),  # a CPU destination of a GPU source
+    ],
+)
+def test_auto_takes_the_fastest_transport_the_devices_allow(source, targets, expected):
+    assert choose_transport("auto", source, targets, same_process=False, where="flow.sync[0]") == expected
+
+
+def test_replicas_in_the_source_process_sync_through_the_object_store():
+    assert choose_transport("auto", GPU0, [GPU0], same_process=True, where="flow.sync[0]") == "object_store"
+
+
+@pytest.mark.parametrize(
+    ("requested", "source", "targets", "reason"),
+    [
+        ("cuda_ipc", GPU0, [GPU1], "needs every destination replica on the source's GPU n0/gpu0"),
+        ("collective", GPU0, [GPU0], "one GPU per member of the group"),
+        ("collective", GPU0, [CPU0], "one device kind"),
+    ],
+)
+def test_a_transport_the_devices_do_not_allow_is_refused_with_the_key_and_the_fix(requested, source, targets, reason):
+    with pytest.raises(PlanError, match=rf"flow.sync\[1\].transport: {requested} .*{reason}.*transport: auto"):
+        choose_transport(requested, source, targets, same_process=False, where="flow.sync[1]")
+
+
+def _state() -> dict:
+    torch.manual_seed(0)
+    return {
+        "version": 7,
+        "checksum": 1.5,
+        "scope": "all",
+        "state": {
+            "w": torch.randn(3, 5),
+            "b": torch.randn(5, dtype=torch.bfloat16),
+            "steps": torch.tensor(9, dtype=torch.int64),
+            "mask": torch.ones(7, dtype=torch.bool),
+            "strided": torch.randn(6, 4).t(),  # not contiguous
+        },
+    }
+
+
+@pytest.mark.parametrize("bucket_bytes", [1 << 20, 64])  # one bucket; a bucket per tensor
+def test_a_packed_state_unpacks_bit_for_bit_with_its_plain_fields(bucket_bytes):
+    value = _state()
+    fields, slots, buckets = pack(value, bucket_bytes)
+    assert fields == {"version": 7, "checksum": 1.5, "scope": "all"}
+    assert all(s.offset % ALIGN == 0 for s in slots)
+    assert len(buckets) == (1 if bucket_bytes > 1000 else len(value["state"]))
+    rebuilt = unpack(StateManifest("collective", fields, slots, tuple(b.numel() for b in buckets)), buckets)
+    assert rebuilt.keys() == value.keys() and rebuilt["state"].keys() == value["state"].keys()
+    for name, tensor in value["state"].items():
+        got = rebuilt["state"][name]
+        assert got.dtype == tensor.dtype and got.shape == tensor.shape
+        assert torch.equal(got, tensor), name
+
+
+def test_the_object_store_carries_host_copies_that_training_cannot_change():
+    value = _state()
+    sent = ObjectStoreTransport(Route("object_store"), "cpu").publish(value)
+    value["state"]["w"].add_(1.0)
+    assert sent["version"] == 7
+    assert not torch.equal(sent["state"]["w"], value["state"]["w"])
