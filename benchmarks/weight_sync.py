@@ -48,7 +48,7 @@ def workflow(transport: str, gpus: int, args: argparse.Namespace, out: Path) -> 
                 "then": ["data.trajectory -> actor.train"],
                 "sync": [{"edge": "actor.weights -> rollout.load_weights", "transport": transport}],
             },
-            "placement": {"mode": "shared" if gpus == 1 else "disaggregated", "offload": "never"},
+            "placement": {"mode": "shared" if gpus <= 1 else "disaggregated", "offload": "never"},
             "cluster": {"gpus": min(gpus, 2)} if gpus else {"gpus": 0, "cpus": 2},
             "run": {"iterations": args.iterations, "seed": 3, "output_dir": str(out), "progress": False},
         }
