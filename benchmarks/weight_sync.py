@@ -6,7 +6,7 @@ iteration, the bytes moved, and that the rollout loaded every version.
 
     python benchmarks/weight_sync.py [--size 100m] [--iterations 5]
 
-One GPU: actor and rollout share it (object_store vs cuda_ipc). Two or more: one GPU each (object_store
+One GPU: actor and rollout share it (object_store vs cuda_ipc). Two or more: GPU 0 and GPU 1 (object_store
 vs collective over NCCL). No GPU: two CPU slots (object_store vs collective over gloo).
 Last line: `weight sync <params>: <fast>/object_store <x>x (<ms> ms vs <ms> ms)`.
 """
@@ -48,11 +48,18 @@ def workflow(transport: str, gpus: int, args: argparse.Namespace, out: Path) -> 
                 "then": ["data.trajectory -> actor.train"],
                 "sync": [{"edge": "actor.weights -> rollout.load_weights", "transport": transport}],
             },
-            "placement": {"mode": "shared" if gpus <= 1 else "disaggregated", "offload": "never"},
+            "placement": placement(gpus),
             "cluster": {"gpus": min(gpus, 2)} if gpus else {"gpus": 0, "cpus": 2},
             "run": {"iterations": args.iterations, "seed": 3, "output_dir": str(out), "progress": False},
         }
     )
+
+
+def placement(gpus: int) -> dict:
+    """Actor and rollout share the GPU (or the CPU slots); with two GPUs or more, one GPU each."""
+    if gpus <= 1:
+        return {"mode": "shared", "offload": "never"}
+    return {"devices": {"data": 0, "actor": 0, "rollout": 1}, "offload": "never"}
 
 
 def measure(transport: str, gpus: int, args: argparse.Namespace, out: Path) -> dict:

@@ -79,7 +79,8 @@ def _receive_over_cuda_ipc(manifest, results) -> None:
     from m2flow.runtime.weight_sync import CudaIpcTransport, Route
 
     value = CudaIpcTransport(Route("cuda_ipc"), "cuda").receive(manifest)
-    results.put({"version": value["version"], **{k: v.cpu() for k, v in value["state"].items()}})
+    # numpy (bf16 widened exactly to fp32): tensors on a queue would outlive this process in shared memory
+    results.put({"version": value["version"], **{k: v.float().cpu().numpy() for k, v in value["state"].items()}})
 
 
 def test_cuda_ipc_hands_a_state_to_another_process_on_the_gpu_bit_for_bit():
@@ -98,4 +99,5 @@ def test_cuda_ipc_hands_a_state_to_another_process_on_the_gpu_bit_for_bit():
     got = results.get(timeout=120)
     receiver.join(60)
     assert got["version"] == 3
-    assert torch.equal(got["w"], state["w"].cpu()) and torch.equal(got["b"], state["b"].cpu())
+    assert torch.equal(torch.from_numpy(got["w"]), state["w"].cpu())
+    assert torch.equal(torch.from_numpy(got["b"]), state["b"].float().cpu())
