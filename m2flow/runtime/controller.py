@@ -23,7 +23,7 @@ from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, wait_all
-from m2flow.schedule import Phase, Plan
+from m2flow.schedule import Phase, Plan, ReplicaId
 from m2flow.spec import PortRef
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
@@ -41,6 +41,8 @@ class Measured:
 
     port_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     device_s: dict[DeviceId, float] = field(default_factory=lambda: defaultdict(float))
+    loop_s: float = 0.0  # the loop phases' wall time
+    loop_busy_s: dict[ReplicaId, dict[str, float]] = field(default_factory=dict)  # replica -> port -> seconds
     warming_up: bool = True  # the controller's first iteration: not counted
 
     def add(self, port: str, device: DeviceId, seconds: float) -> None:
@@ -142,9 +144,11 @@ class Controller:
         processes: dict[int, list[Replica]] = {}  # one loop program per process, for every replica it hosts
         for r in (r for w in loop.workers for r in self.launch.replicas[w]):
             processes.setdefault(id(r.process), []).append(r)
+        began = time.time()
         calls = [(group[0].process.run_loop.remote(program), group[0], "the loop") for group in processes.values()]
         self._stream(phase)
         per_process: list[dict[str, LoopStats]] = wait_all(calls, self._deadline("the interaction loop", "loop"))
+        self.measured.loop_s += time.time() - began
         sent = 0
         for group, by_worker in zip(processes.values(), per_process, strict=True):
             for r in group:
@@ -193,8 +197,10 @@ class Controller:
 
     def _record_loop(self, r: Replica, stats: LoopStats, program: LoopProgram) -> int:
         """Trace a replica's loop tasks (or one bar when not traced in detail); returns the bytes it sent."""
+        busy = self.measured.loop_busy_s.setdefault(r.id, defaultdict(float))
         for port, seconds in stats.seconds.items():
             self.measured.add(f"{r.worker}.{port}", r.device, seconds)
+            busy[port] += seconds
         for event in stats.events:
             self.trace.task(str(r.id), r.device, event, iteration=self._it)
         if not program.trace_steps and stats.seconds:

@@ -26,7 +26,7 @@ from m2flow.runtime.snapshots import Snapshots
 from m2flow.runtime.tracing import Trace
 from m2flow.schedule import Plan
 from m2flow.spec import WorkflowSpec
-from m2flow.viz.tables import comparison_table, drift_notes
+from m2flow.viz.tables import comparison_table, drift_notes, loop_table
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +212,10 @@ class Run:
             self.reporter.print(comparison_table(self.plan, measured.port_s, measured.device_s, len(ran), iteration_s))
             for line in drift_notes(self.plan, measured.port_s, len(ran), self.replanned):
                 self.reporter.print(line)
+            if measured.loop_busy_s:
+                table, verdict = loop_table(self.plan, measured.loop_busy_s, measured.loop_s)
+                self.reporter.print(table)
+                self.reporter.print(verdict)
 
     def close(self) -> None:
         """Stop the workers (the run's outputs stay); safe to call more than once."""

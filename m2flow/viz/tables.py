@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from m2flow.cluster import DeviceId
-from m2flow.schedule import Plan
+from m2flow.schedule import Plan, ReplicaId
 
 
 def placement_table(plan: Plan) -> Table:
@@ -136,3 +136,20 @@ def comparison_table(
         got = device_s.get(device, 0.0) / max(1e-9, iterations * iteration_s)
         table.add_row(f"busy {device.name}", f"{want:.0%}", f"{got:.0%}", f"{got / want:.2f}x" if want > 0 else "-")
     return table
+
+
+def loop_table(plan: Plan, busy_s: dict[ReplicaId, dict[str, float]], loop_s: float) -> tuple[Table, str]:
+    """Where the loop's time goes, replica by replica: each port's share of the loop's wall time and the
+    rest, spent waiting on its input (or on the channels); and which replica bounds the loop."""
+    table = Table(title=f"the loop, per replica (share of its {loop_s:.3g} s wall time over the measured iterations)")
+    for column in ("replica", "device", "busy", "waiting"):
+        table.add_column(column, justify="left" if column in ("replica", "device") else "right")
+    share = {r: sum(ports.values()) / max(loop_s, 1e-9) for r, ports in busy_s.items()}
+    for replica in sorted(busy_s, key=lambda r: (r.worker, r.replica)):
+        ports = ", ".join(f"{port} {s / max(loop_s, 1e-9):.0%}" for port, s in sorted(busy_s[replica].items()))
+        table.add_row(str(replica), plan.device_of(replica).name, ports, f"{max(0.0, 1 - share[replica]):.0%}")
+    bound, idle = max(share, key=share.get), min(share, key=share.get)
+    verdict = f"loop: bound by {bound} on {plan.device_of(bound).name} ({share[bound]:.0%} busy)"
+    if idle != bound:
+        verdict += f"; {idle} waits most ({max(0.0, 1 - share[idle]):.0%} of the loop)"
+    return table, verdict

@@ -281,3 +281,20 @@ def test_allocation_leaves_devices_idle_only_with_a_reason():
     plan = plan_of(raw)
     idle = [n for n in plan.notes if n.startswith("left idle")]
     assert idle and "more replicas of policy were predicted no faster" in idle[0]
+
+
+def test_the_loop_table_names_the_replica_that_bounds_the_loop_and_the_one_that_waits():
+    from rich.console import Console
+
+    from m2flow.schedule import ReplicaId
+    from m2flow.viz.tables import loop_table
+
+    plan = plan_of(workflow(cpus=2, mode="hybrid", stages=2))
+    busy = {ReplicaId("env", 0): {"step": 7.0, "obs": 0.5}, ReplicaId("policy", 0): {"act": 2.0}}
+    table, verdict = loop_table(plan, busy, loop_s=10.0)
+    env_device = plan.device_of(ReplicaId("env", 0)).name
+    assert verdict == f"loop: bound by env[0] on {env_device} (75% busy); policy[0] waits most (80% of the loop)"
+    console = Console(width=200, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "obs 5%, step 70%" in text and "act 20%" in text and "25%" in text
