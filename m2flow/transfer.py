@@ -82,7 +82,10 @@ def sync_transports(graph: MacroGraph, plan: Plan) -> dict[str, Transport]:
         src, dst = sync.edge.src, sync.edge.dst
         first = ReplicaId(src.worker, 0)
         targets = [ReplicaId(dst.worker, r) for r in range(len(plan.placements[dst.worker].replica_devices))]
-        same_process = any(first in group and any(t in group for t in targets) for group in plan.processes)
+        # a worker syncing itself, or replicas co-hosted with the sender: one process cannot meet itself
+        same_process = src.worker == dst.worker or any(
+            first in group and any(t in group for t in targets) for group in plan.processes
+        )
         chosen[str(sync.edge)] = choose_transport(
             sync.transport,
             plan.device_of(first),

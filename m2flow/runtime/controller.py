@@ -23,6 +23,7 @@ from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.runtime.weight_sync import TRANSPORTS
 from m2flow.schedule import Phase, Plan, ReplicaId
 from m2flow.spec import PortRef
 
@@ -117,17 +118,17 @@ class Controller:
             items = (
                 sum(self._items[ref] for ref in flat) if flat else own_items(self.graph, port.worker, r.index, phase.op)
             )
-            outputs.append(self._call_replica(r, port.port, [len(refs) for refs in mine], flat, items))
+            outputs.append(self._call_replica(r, port.port, [len(refs) for refs in mine], flat, items, phase))
         return gather(rule, outputs)
 
     def copy_state(self, port: PortRef, state: Any, phase: Phase) -> None:
-        for r in self.launch.replicas[port.worker]:
-            _, event = r.actor.copy_state.options(num_returns=2).remote(port.port, self._it, state)
-            self._calls.append((event, r, f"sync {port}"))
         (edge,) = phase.edges
-        if self.launch.transports[edge] == "collective":  # the source broadcasts while they receive
+        for r in self.launch.replicas[port.worker]:
+            _, event = r.actor.copy_state.options(num_returns=2).remote(str(edge), port.port, self._it, state)
+            self._calls.append((event, r, f"sync {port}"))
+        if TRANSPORTS[self.launch.transports[edge]].source_sends:  # e.g. a broadcast: it sends while they receive
             source = self.launch.replicas[edge.src.worker][0]
-            self._calls.append((source.actor.send_state.remote(edge.src.port, self._it), source, f"sync {edge} (send)"))
+            self._calls.append((source.actor.send_state.remote(str(edge), self._it), source, f"sync {edge} (send)"))
 
     def loop(self, phase: Phase) -> None:
         loop = self.graph.loop
@@ -171,9 +172,16 @@ class Controller:
             self._then_metrics(produced)
 
     # -- helpers -----------------------------------------------------------------------------------
-    def _call_replica(self, r: Replica, port: str, counts: list[int], refs: list[Any], items: float) -> Any:
-        """Call `port` on one replica; its output and its event count the env steps it works on."""
-        out, event = r.actor.call.options(num_returns=2).remote(port, self._it, counts, *refs)
+    def _call_replica(
+        self, r: Replica, port: str, counts: list[int], refs: list[Any], items: float, phase: Phase
+    ) -> Any:
+        """Call `port` on one replica; its output and its event count the env steps it works on. A sync
+        edge's source publishes its output by the edge's transport."""
+        if phase.op == "sync":
+            (edge,) = phase.edges
+            out, event = r.actor.publish_state.options(num_returns=2).remote(str(edge), port, self._it)
+        else:
+            out, event = r.actor.call.options(num_returns=2).remote(port, self._it, counts, *refs)
         self._calls.append((event, r, f"port {r.worker}.{port}"))
         self._producer[out] = r
         self._items[out] = self._items[event] = items
@@ -192,7 +200,7 @@ class Controller:
             shares = split(rule, self._streamed[edge.src], info.replicas, info.data_parallel)
             for r in self.launch.replicas[edge.dst.worker]:
                 for ref in shares[r.index]:
-                    self._call_replica(r, part_port(edge).port, [1], [ref], self._items[ref])
+                    self._call_replica(r, part_port(edge).port, [1], [ref], self._items[ref], then)
         self._stream_calls, self._calls = self._calls, []
 
     def _record_loop(self, r: Replica, stats: LoopStats, program: LoopProgram) -> int:

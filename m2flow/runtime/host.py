@@ -62,7 +62,8 @@ class WorkerHost:
         self.ctx = ctx
         self.me: PeerId = (ctx.worker, ctx.replica)
         self.mailbox: Mailbox | None = None
-        self.sync: dict[str, SyncTransport | None] = {}  # sync ports: their transport (None: output unread)
+        self.publishers: dict[str, SyncTransport | None] = {}  # by sync edge: None on a source's other replicas
+        self.receivers: dict[str, SyncTransport] = {}  # by sync edge
         if dist is not None:
             from m2flow.runtime.distributed import init_process_group
 
@@ -130,46 +131,54 @@ class WorkerHost:
             at += count
         start = time.time()
         outputs = [self._invoke(inst, port, args, f"iteration {iteration}") for inst in self.instances]
-        if port in self.sync:  # a sync source: the first output travels by the edge's transport
-            transport = self.sync[port]
-            outputs = [transport.publish(outputs[0]) if transport else None] + [None] * (len(outputs) - 1)
         items = sum(leading_size(a) for arg in args for a in arg) if args else 0
         return outputs, TaskEvent(port, "call", start, time.time(), items=items, bytes=payload_bytes(args))
 
     # -- sync edges ----------------------------------------------------------------------------
-    def set_sync(self, port: str, route: Route | None) -> None:
-        """`port` is a sync edge's source or destination here, moved by `route`'s transport; None: a
-        source replica whose output nobody reads (the first replica's stands for the group)."""
-        self.sync[port] = None if route is None else transport_for(route, self.ctx.device)
+    def set_sync(self, edge: str, role: str, route: Route | None) -> None:
+        """This replica's end of sync edge `edge`: its `source` (None: a source replica whose output nobody
+        reads, the first replica's stands for the group) or a `target`; meets the edge's group if any."""
+        transport = None if route is None else transport_for(route, self.ctx.device)
+        if role == "source":
+            self.publishers[edge] = transport
+        else:
+            self.receivers[edge] = transport
+        if transport is not None:
+            self._guarded(transport.connect, edge, "sync start-up")
 
-    def send_state(self, port: str, iteration: int) -> TaskEvent:
-        """The source's side of a collective transfer of what `port` last published."""
+    def publish_state(self, edge: str, port: str, iteration: int) -> tuple[list[Any], TaskEvent]:
+        """Call the sync source `port`; the first replica's output goes out by the edge's transport."""
         start = time.time()
-        try:
-            sent = self.sync[port].send()
-        except Exception:
-            raise PortFailed(
-                self.ctx.worker, self.ctx.replica, port, f"iteration {iteration}, sync send", traceback.format_exc()
-            ) from None
-        return TaskEvent(f"{port} (send)", "sync", start, time.time(), bytes=sent)
+        outputs = [self._invoke(inst, port, (), f"iteration {iteration}, sync") for inst in self.instances]
+        transport = self.publishers[edge]
+        first = (
+            self._guarded(lambda: transport.publish(outputs[0]), edge, f"iteration {iteration}") if transport else None
+        )
+        return [first] + [None] * (len(outputs) - 1), TaskEvent(port, "call", start, time.time())
 
-    def copy_state(self, port: str, iteration: int, produced: list[Any]) -> tuple[list[Any], TaskEvent]:
-        """Call `port` with the first output of a producer replica (a sync edge copies one state),
+    def send_state(self, edge: str, iteration: int) -> TaskEvent:
+        """The source's side of a transfer that needs it (a broadcast) of what it last published."""
+        start = time.time()
+        sent = self._guarded(self.publishers[edge].send, edge, f"iteration {iteration}, send")
+        return TaskEvent(f"{edge} (send)", "sync", start, time.time(), bytes=sent)
+
+    def copy_state(self, edge: str, port: str, iteration: int, produced: list[Any]) -> tuple[list[Any], TaskEvent]:
+        """Call `port` with the first output of the source's replicas (a sync edge copies one state),
         received by the edge's transport."""
-        value = produced[0]
         start = time.time()
         where = f"iteration {iteration}, sync"
-        transport = self.sync.get(port)
-        if transport is not None:
-            try:
-                value = transport.receive(value)
-            except Exception:
-                raise PortFailed(
-                    self.ctx.worker, self.ctx.replica, port, f"{where} receive", traceback.format_exc()
-                ) from None
+        message = produced[0]
+        value = self._guarded(lambda: self.receivers[edge].receive(message), edge, f"{where}, receive")
         outputs = [self._invoke(inst, port, (value,), where) for inst in self.instances]
-        sent = produced[0].nbytes if isinstance(produced[0], StateManifest) else payload_bytes(value)
+        sent = message.nbytes if isinstance(message, StateManifest) else payload_bytes(value)
         return outputs, TaskEvent(port, "sync", start, time.time(), bytes=sent)
+
+    def _guarded(self, work: Any, edge: str, where: str) -> Any:
+        """A transport's step; a failure names this replica and the edge."""
+        try:
+            return work()
+        except Exception:
+            raise PortFailed(self.ctx.worker, self.ctx.replica, f"sync {edge}", where, traceback.format_exc()) from None
 
     def swap(self, op: str) -> TaskEvent:
         """`offload` or `onload` every instance (when the class defines it); traced either way."""

@@ -18,11 +18,11 @@ from m2flow.kinds import KINDS
 from m2flow.planners.processes import same_process
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
-from m2flow.runtime.weight_sync import Route
+from m2flow.runtime.weight_sync import TRANSPORTS, Route
 from m2flow.schedule import Plan, ReplicaId
 from m2flow.sharding import owner
 from m2flow.spec import ClusterSpec, Edge
-from m2flow.transfer import Transport
+from m2flow.transfer import Transport, sync_transports
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +112,8 @@ class Launch:
     def start(self) -> None:
         """Reserve the plan's devices, start a host per replica (or per shared process), wait until every
         worker is built, check each runs where the plan put it, and connect the loop's channels."""
-        self.transports = {
-            sync.edge: self.plan.transports.get(str(sync.edge), "object_store") for sync in self.graph.sync
-        }
+        chosen = self.plan.transports or sync_transports(self.graph, self.plan)  # a plan.json from before transports
+        self.transports = {sync.edge: chosen[str(sync.edge)] for sync in self.graph.sync}
         self._reserve_devices()
         self.rendezvous = {name: self._rendezvous(name) for name in self.plan.placements}
         hosts = [self._host_args(name, r) for name in self.plan.placements for r in range(self._replicas(name))]
@@ -270,24 +269,25 @@ class Launch:
             ) from None
 
     def _route_syncs(self) -> None:
-        """Tell each sync edge's replicas their transport: the source's first replica publishes (and, for a
-        collective, is rank 0 of the edge's group), its other replicas' outputs are dropped, every
-        destination replica receives."""
+        """Give each sync edge's replicas their end of its transport, all at once (a group meets now): the
+        source's first replica publishes (rank 0 of a group), its other replicas' outputs are dropped, every
+        destination replica receives. Every replica sees the edges in one order, so groups meet in turn."""
         calls = []
         for sync in self.graph.sync:
             edge, transport = sync.edge, self.transports[sync.edge]
             sources, targets = self.replicas[edge.src.worker], self.replicas[edge.dst.worker]
-            meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if transport == "collective" else {}
+            meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if TRANSPORTS[transport].meets else {}
             route = partial(
                 Route, transport, world=len(targets) + 1, timeout_s=self.timeouts.ceiling_s, edge=str(edge), **meet
             )
             for r in sources:
-                calls.append(
-                    (r.actor.set_sync.remote(edge.src.port, route(rank=0) if r.index == 0 else None), r, "sync route")
-                )
+                first = route(rank=0) if r.index == 0 else None
+                calls.append((r.actor.set_sync.remote(str(edge), "source", first), r, f"sync {edge}: start"))
             for r in targets:
-                calls.append((r.actor.set_sync.remote(edge.dst.port, route(rank=r.index + 1)), r, "sync route"))
-        wait_all(calls, Deadline(self.timeouts.start_s, "sync routes to be set"))
+                calls.append(
+                    (r.actor.set_sync.remote(str(edge), "target", route(rank=r.index + 1)), r, f"sync {edge}: start")
+                )
+        wait_all(calls, Deadline(self.timeouts.start_s, "sync edges to start (their groups to meet)"))
 
     def _wire_loop(self) -> None:
         """Open a mailbox on every loop replica and connect each to the peers it sends to."""

@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from m2flow.cluster import Cluster
+from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.planners import device_kinds, make_plan, profile_of
 from m2flow.planners.cache import save_cached, save_calibration
@@ -99,9 +100,13 @@ def replan(graph: MacroGraph, cluster: Cluster, running: Running, events: list[d
     """Plan again on the measured costs; switch only for a clear gain. The reason is logged either way."""
     current = running.plan
     profile = refit(graph, cluster, events, running).profile
-    best = make_plan(graph, cluster, profile)
     now, tasks = simulate(graph, current.placements, current.pipeline_stages, profile, current.phases)
     now.cost_sources = dict(profile.source)
+    try:
+        best = make_plan(graph, cluster, profile)
+    except PlanError as exc:  # e.g. a sync transport the workflow asks for that the better layout cannot carry
+        why = f"replan: keeping {current.mode} S={current.pipeline_stages}: the best alternative is refused: {exc}"
+        return Decision(replace(current, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = (best.mode, best.pipeline_stages) == (current.mode, current.pipeline_stages)
     if same or new_s > now_s * (1 - REPLAN_GAIN):

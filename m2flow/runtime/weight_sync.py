@@ -40,7 +40,6 @@ class StateManifest:
     """What a destination needs to rebuild the source's value: its plain entries, where each tensor
     sits, the bucket sizes (and, for `cuda_ipc`, the handles that map the source's buckets)."""
 
-    transport: Transport
     fields: dict[str, Any]
     slots: tuple[Slot, ...]
     bucket_bytes: tuple[int, ...]
@@ -77,9 +76,9 @@ def _tensor_trees(value: Any) -> dict[str, dict[str, Any]]:
     }
 
 
-def pack(value: dict[str, Any], bucket_bytes: int = BUCKET_BYTES) -> tuple[dict, tuple[Slot, ...], list]:
-    """(plain fields, slots, uint8 buckets on the tensors' device): every tensor of `value`'s tensor
-    dicts copied into flat buckets, in order."""
+def pack(value: dict[str, Any], device: str = "cpu", bucket_bytes: int = BUCKET_BYTES) -> tuple[dict, tuple, list]:
+    """(plain fields, slots, uint8 buckets on `device`): every tensor of `value`'s tensor dicts copied
+    into flat buckets, in order."""
     import torch
 
     trees = _tensor_trees(value)
@@ -97,7 +96,6 @@ def pack(value: dict[str, Any], bucket_bytes: int = BUCKET_BYTES) -> tuple[dict,
         slots.append(
             Slot(key, name, len(sizes) - 1, offset, nbytes, str(t.dtype).removeprefix("torch."), tuple(t.shape))
         )
-    device = tensors[0][2].device if tensors else torch.device("cpu")
     buckets = [torch.empty(size, dtype=torch.uint8, device=device) for size in sizes]
     for slot, (_, _, t) in zip(slots, tensors, strict=True):
         buckets[slot.bucket][slot.offset : slot.offset + slot.nbytes].copy_(
@@ -118,14 +116,20 @@ def unpack(manifest: StateManifest, buckets: list) -> dict[str, Any]:
 
 
 class SyncTransport(ABC):
-    """One replica's end of a sync edge: `publish` on the source, `send` on its first replica while the
-    destinations `receive`."""
+    """One replica's end of one sync edge: `publish` on the source's first replica, `send` there too when
+    the transport needs the source's part (`source_sends`), `receive` on each destination replica."""
 
     name: ClassVar[Transport]
+    source_sends: ClassVar[bool] = False
+    meets: ClassVar[bool] = False  # a group that meets at a rendezvous on the source's node
 
     def __init__(self, route: Route, device: str):
         self.route, self.device = route, device
-        self._outbox: list = []  # the last published buckets, alive until the next publish
+        self._outbox: list = []  # the buckets of the last publish, until they have been taken
+
+    def connect(self) -> None:
+        """Meet the edge's other replicas (every member calls it at once, at start-up)."""
+        return None
 
     @abstractmethod
     def publish(self, value: Any) -> Any:
@@ -139,6 +143,11 @@ class SyncTransport(ABC):
     def receive(self, message: Any) -> Any:
         """The value the destination's port is called with."""
 
+    def _pack(self, value: dict[str, Any]) -> tuple[dict, tuple[Slot, ...]]:
+        self._outbox = []  # the previous buckets go before the new ones are made
+        fields, slots, self._outbox = pack(value, self.device)
+        return fields, slots
+
 
 class ObjectStoreTransport(SyncTransport):
     """The value itself through Ray's object store, its tensors on the host (any destination reads them)."""
@@ -147,6 +156,8 @@ class ObjectStoreTransport(SyncTransport):
 
     def publish(self, value: Any) -> Any:
         trees = _tensor_trees(value)
+        if not trees:
+            return value
         return {
             **value,
             **{k: {n: t.detach().to("cpu", copy=True) for n, t in tree.items()} for k, tree in trees.items()},
@@ -157,48 +168,18 @@ class ObjectStoreTransport(SyncTransport):
 
 
 class CollectiveTransport(SyncTransport):
-    """A broadcast from rank 0 in a process group of the edge's own (NCCL on CUDA, gloo on CPU), made on
-    first use; every wait bounded by the route's timeout."""
+    """A broadcast from rank 0 in a process group of the edge's own (NCCL on CUDA, gloo on CPU), made at
+    start-up; every wait bounded by the route's timeout."""
 
     name = "collective"
+    source_sends = True
+    meets = True
 
     def __init__(self, route: Route, device: str):
         super().__init__(route, device)
         self._group = None
 
-    def publish(self, value: Any) -> StateManifest | Any:
-        if not _tensor_trees(value):
-            return value
-        fields, slots, self._outbox = pack(value)
-        return StateManifest(self.name, fields, slots, tuple(b.numel() for b in self._outbox))
-
-    def send(self) -> int:
-        for bucket in self._outbox:
-            self._broadcast(bucket)
-        return sum(b.numel() for b in self._outbox)
-
-    def receive(self, message: Any) -> Any:
-        if not isinstance(message, StateManifest):
-            return message
-        import torch
-
-        buckets = [torch.empty(n, dtype=torch.uint8, device=self.device) for n in message.bucket_bytes]
-        for bucket in buckets:
-            self._broadcast(bucket)
-        return unpack(message, buckets)
-
-    def _broadcast(self, bucket) -> None:
-        import torch.distributed as dist
-
-        options = dist.BroadcastOptions()
-        options.rootRank = 0
-        work = self._process_group().broadcast([bucket], options)
-        if not work.wait(datetime.timedelta(seconds=self.route.timeout_s)):
-            raise WorkerError(f"sync {self.route.edge}: the broadcast did not finish within {self.route.timeout_s:g}s")
-
-    def _process_group(self):
-        if self._group is not None:
-            return self._group
+    def connect(self) -> None:
         import torch
         import torch.distributed as dist
 
@@ -217,24 +198,56 @@ class CollectiveTransport(SyncTransport):
             self._group = dist.ProcessGroupNCCL(store, r.rank, r.world, options)
         else:
             self._group = dist.ProcessGroupGloo(store, r.rank, r.world, timeout)
-        return self._group
+
+    def publish(self, value: Any) -> StateManifest | Any:
+        self._outbox = []
+        if not _tensor_trees(value):
+            return value
+        fields, slots = self._pack(value)
+        return StateManifest(fields, slots, tuple(b.numel() for b in self._outbox))
+
+    def send(self) -> int:
+        sent = sum(b.numel() for b in self._outbox)
+        for bucket in self._outbox:
+            self._broadcast(bucket)
+        self._outbox = []  # sent: the destinations hold their own copies
+        return sent
+
+    def receive(self, message: Any) -> Any:
+        if not isinstance(message, StateManifest):
+            return message
+        import torch
+
+        buckets = [torch.empty(n, dtype=torch.uint8, device=self.device) for n in message.bucket_bytes]
+        for bucket in buckets:
+            self._broadcast(bucket)
+        return unpack(message, buckets)
+
+    def _broadcast(self, bucket) -> None:
+        import torch.distributed as dist
+
+        options = dist.BroadcastOptions()
+        options.rootRank = 0
+        self._group.broadcast([bucket], options).wait(datetime.timedelta(seconds=self.route.timeout_s))
 
 
 class CudaIpcTransport(SyncTransport):
-    """The source's buckets mapped into each destination on the same GPU (CUDA IPC) and copied there."""
+    """The source's buckets mapped into each destination on the same GPU (CUDA IPC) and copied there. The
+    source keeps its buckets until its next publish: the destinations may still be copying."""
 
     name = "cuda_ipc"
 
     def publish(self, value: Any) -> StateManifest | Any:
+        self._outbox = []
         if not _tensor_trees(value):
             return value
         import torch
         from torch.multiprocessing.reductions import reduce_tensor
 
-        fields, slots, self._outbox = pack(value)
+        fields, slots = self._pack(value)
         torch.cuda.current_stream().synchronize()  # the buckets are full before anyone maps them
         handles = tuple(reduce_tensor(b) for b in self._outbox)
-        return StateManifest(self.name, fields, slots, tuple(b.numel() for b in self._outbox), handles)
+        return StateManifest(fields, slots, tuple(b.numel() for b in self._outbox), handles)
 
     def receive(self, message: Any) -> Any:
         if not isinstance(message, StateManifest):

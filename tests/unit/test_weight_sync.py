@@ -7,7 +7,15 @@ import torch
 
 from m2flow.cluster import DeviceId
 from m2flow.errors import PlanError
-from m2flow.runtime.weight_sync import ALIGN, ObjectStoreTransport, Route, StateManifest, pack, unpack
+from m2flow.runtime.weight_sync import (
+    ALIGN,
+    CollectiveTransport,
+    ObjectStoreTransport,
+    Route,
+    StateManifest,
+    pack,
+    unpack,
+)
 from m2flow.transfer import choose_transport
 
 GPU0, GPU1, GPU2 = (DeviceId(0, "gpu", i) for i in range(3))
@@ -24,7 +32,7 @@ CPU0, CPU1 = DeviceId(0, "cpu", 0), DeviceId(0, "cpu", 1)
         (GPU0, [CPU0], "object_store"),  # a CPU destination of a GPU source
     ],
 )
-def test_auto_takes_the_fastest_transport_the_devices_allow(source, targets, expected):
+def test_auto_prefers_ipc_then_a_group_then_the_object_store_as_the_devices_allow(source, targets, expected):
     assert choose_transport("auto", source, targets, same_process=False, where="flow.sync[0]") == expected
 
 
@@ -64,11 +72,11 @@ def _state() -> dict:
 @pytest.mark.parametrize("bucket_bytes", [1 << 20, 64])  # one bucket; a bucket per tensor
 def test_a_packed_state_unpacks_bit_for_bit_with_its_plain_fields(bucket_bytes):
     value = _state()
-    fields, slots, buckets = pack(value, bucket_bytes)
+    fields, slots, buckets = pack(value, "cpu", bucket_bytes)
     assert fields == {"version": 7, "checksum": 1.5, "scope": "all"}
     assert all(s.offset % ALIGN == 0 for s in slots)
     assert len(buckets) == (1 if bucket_bytes > 1000 else len(value["state"]))
-    rebuilt = unpack(StateManifest("collective", fields, slots, tuple(b.numel() for b in buckets)), buckets)
+    rebuilt = unpack(StateManifest(fields, slots, tuple(b.numel() for b in buckets)), buckets)
     assert rebuilt.keys() == value.keys() and rebuilt["state"].keys() == value["state"].keys()
     for name, tensor in value["state"].items():
         got = rebuilt["state"][name]
@@ -82,3 +90,48 @@ def test_the_object_store_carries_host_copies_that_training_cannot_change():
     value["state"]["w"].add_(1.0)
     assert sent["version"] == 7
     assert not torch.equal(sent["state"]["w"], value["state"]["w"])
+
+
+def test_a_sync_port_returning_no_tensors_goes_through_unchanged():
+    for value in ({"version": 3}, [1, 2], 7):
+        assert ObjectStoreTransport(Route("object_store"), "cpu").publish(value) == value
+        assert CollectiveTransport(Route("collective"), "cpu").publish(value) == value
+
+
+def _sync_workflow(edges: list[str], cpus: int = 2) -> dict:
+    spin = {"kind": "inference", "class": "m2flow.workers.synthetic.SpinPolicy"}
+    return {
+        "name": "syncs",
+        "workers": {
+            "trainer": {"kind": "training", "class": "m2flow.workers.synthetic.SpinTrainer"},
+            "policy": spin,
+            "shadow": spin,
+        },
+        "flow": {"sync": [{"edge": edge} for edge in edges]},
+        "placement": {"mode": "shared"},
+        "cluster": {"cpus": cpus, "gpus": 0},
+    }
+
+
+def test_the_plan_names_a_transport_for_every_sync_edge_even_two_from_one_port():
+    plan = _plan(_sync_workflow(["trainer.weights -> policy.load_weights", "trainer.weights -> shadow.load_weights"]))
+    assert plan.transports == {
+        "trainer.weights -> policy.load_weights": "collective",
+        "trainer.weights -> shadow.load_weights": "collective",
+    }
+    assert "sync: trainer.weights -> shadow.load_weights moves by collective" in plan.notes
+
+
+def test_a_worker_syncing_itself_uses_the_object_store_since_one_process_cannot_meet_itself():
+    raw = _sync_workflow(["policy.act -> policy.load_weights"])
+    assert _plan(raw).transports == {"policy.act -> policy.load_weights": "object_store"}
+
+
+def _plan(raw: dict):
+    from m2flow.cluster import Cluster
+    from m2flow.config import spec_from_dict
+    from m2flow.graph import build_graph
+    from m2flow.planners import make_plan
+
+    spec = spec_from_dict(raw)
+    return make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
