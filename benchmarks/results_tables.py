@@ -24,7 +24,7 @@ BACKENDS = ["gpu5/backends.json", "gpu9/backends.json", "gpu10/backends.json"]
 OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
 ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu11/hf_policy.json"
 LEARNING = "learning_halfcheetah.json"
-SYNC_H200, SYNC_X2 = "gpu12/weight_sync_h200.json", "gpu12/weight_sync_x2.json"
+SYNC_CPU, SYNC_H200, SYNC_X2 = "weight_sync_cpu.json", "gpu12/weight_sync_h200.json", "gpu12/weight_sync_x2.json"
 HF_X2_256, HF_X2_1024 = "gpu12/multigpu_hf_256.json", "gpu12/multigpu_hf_1024.json"
 
 
@@ -341,15 +341,16 @@ def weight_sync(rels: list[str], res: Results) -> Block:
         for r in data["rows"]:
             where = ", ".join(f"{w} {'+'.join(d)}" for w, d in r["devices"].items() if w != "data")
             rows.append(
-                [f"{data['gpus']} GPU(s)", where, r["transport"], f"{r['sync_s'] * 1e3:,.1f}"]
+                [f"{data['gpus']} GPU(s)" if data["gpus"] else "2 CPU cores", data["size"], where, r["transport"]]
+                + [f"{r['sync_s'] * 1e3:,.1f}"]
                 + [times(base / r["sync_s"], 1), f"{r['sync_share']:.1%}", f"{r['bytes'] / 2**20:,.0f}"]
             )
     caption = (
-        "*ViT 100m policy (fp32) synced actor -> rollout every iteration; median over iterations 2-5 of the sync"
+        "*a ViT policy (fp32) synced actor -> rollout every iteration; median over iterations 2-5 of the sync"
         " phase (`actor.weights`, the transfer, `rollout.load_weights` with its checksum check)*"
     )
-    header = ["machine", "placement", "transport", "ms / sync", "vs object store", "of the iteration", "MiB"]
-    return Block([caption, "", *table(header, rows, "lllrrrr")], rels)
+    header = ["machine", "policy", "placement", "transport", "ms / sync", "vs object store", "of the iteration", "MiB"]
+    return Block([caption, "", *table(header, rows, "llllrrrr")], rels)
 
 
 TABLES: dict[str, Callable[[Results], Block]] = {
@@ -375,7 +376,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
     "hf_policy_h200": hf_policy,
     "learning": learning,
-    "weight_sync": partial(weight_sync, [SYNC_H200, SYNC_X2]),
+    "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
     "multigpu_hf_x2_256": partial(multigpu, HF_X2_256),
     "multigpu_hf_x2_1024": partial(multigpu, HF_X2_1024),
 }
