@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--work-ms", type=float, nargs="+", default=[0.0, 2.0])
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
-    ray.init(include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
     rows = []
     for work_ms in args.work_ms:
         row = {"work_ms": work_ms}

@@ -120,7 +120,7 @@ def main() -> None:
 
     import ray
 
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

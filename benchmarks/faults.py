@@ -111,7 +111,7 @@ def main() -> None:
 
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     out = Path(args.out)
     rng = random.Random(args.seed)
     rows = []

@@ -6,6 +6,8 @@ the planner's predicted iteration time, the measured one, env steps/s, the ratio
 pipeline efficiency (the bound horizon * max(stage) over the measured loop time).
 
     python benchmarks/modes.py [--horizon 128] [--iterations 6] [--step-ms 4] [--act-ms 4] [--act-fixed-frac 0.1]
+    python benchmarks/modes.py --workload camera [--policy vit --size 100m] [--modes shared:1,hybrid:2]
+        [--transport object_store]   # the weight sync's transport (default: what the placement allows)
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def spin_workflow(args: argparse.Namespace, mode: str, stages: int | str, out: P
         "flow": {
             "loop": {"horizon": args.horizon, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]},
             "then": ["env.trajectory -> trainer.train"],
-            "sync": [{"edge": "trainer.weights -> policy.load_weights"}],
+            "sync": [{"edge": "trainer.weights -> policy.load_weights", "transport": args.transport}],
         },
         "placement": {"mode": mode, "pipeline_stages": stages},
         "run": run_settings(args, out),
@@ -60,9 +62,15 @@ def spin_workflow(args: argparse.Namespace, mode: str, stages: int | str, out: P
 
 
 def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) -> dict:
-    """Simulators with a rendered camera on CPU cores; a CNN policy and PPO on the GPU when there is one."""
+    """Simulators with a rendered camera on CPU cores; a CNN policy (or a ViT preset, trained in bf16) and PPO
+    on the GPU when there is one."""
     view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [84, 84]}
     policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [256], "observation": view}
+    training = {"num_minibatches": 4, "update_epochs": 2}
+    if args.policy == "vit":
+        policy = {"env_id": "HalfCheetah-v5", "model": "vit", "size": args.size, "patch": 12, "causal": True}
+        policy["observation"] = view
+        training = {"num_minibatches": 2, "update_epochs": 1, "precision": "bf16"}
     return {
         "name": f"modes-camera-{mode}-{stages}",
         "workers": {
@@ -76,13 +84,13 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
             "actor": {
                 "kind": "training",
                 "class": "m2flow.workers.actor.PPO",
-                "args": {**policy, "num_minibatches": 4, "update_epochs": 2},
+                "args": {**policy, **training},
             },
         },
         "flow": {
             "loop": {"horizon": args.horizon, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
             "then": ["env.trajectory -> actor.train"],
-            "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
+            "sync": [{"edge": "actor.weights -> rollout.load_weights", "transport": args.transport}],
         },
         "placement": {"mode": mode, "pipeline_stages": stages, "offload": args.offload},
         "run": run_settings(args, out),
@@ -90,6 +98,7 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
 
 
 WORKLOADS = {"spin": spin_workflow, "camera": camera_workflow}
+MODES = ("shared:1", "disaggregated:1", "hybrid:1", "hybrid:2", "hybrid:4", "auto:auto")
 
 
 def run_settings(args: argparse.Namespace, out: Path) -> dict:
@@ -115,6 +124,7 @@ def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
     rows = result.history[1:]
     iteration = statistics.median(h["time/iteration_s"] for h in rows)
     loop = statistics.median(h["time/loop_s"] for h in rows)
+    sync = statistics.median(h.get("time/sync_s", 0.0) for h in rows)
     bound = args.horizon * max(args.step_ms, args.act_ms) / 1e3 if args.workload == "spin" else float("nan")
     return {
         "mode": result.plan.mode,
@@ -123,6 +133,9 @@ def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
         "measured_s": iteration,
         "env_steps_per_s": result.history[-1]["env_steps"] / len(result.history) / iteration,
         "pipeline_efficiency": bound / loop,
+        "loop_s": loop,
+        "sync_s": sync,
+        "transport": next(iter(result.plan.transports.values()), None),
     }
 
 
@@ -138,12 +151,17 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=4, help="camera workload: simulator processes")
     parser.add_argument("--offload", default="auto", choices=["auto", "always", "never"])
     parser.add_argument("--measure", action="store_true", help="run `m2flow profile` first and plan with it")
+    parser.add_argument("--policy", choices=["cnn", "vit"], default="cnn", help="camera workload: the policy")
+    parser.add_argument("--size", default="100m", help="camera workload with --policy vit: the ViT preset")
+    parser.add_argument("--transport", default="auto", help="the weight sync edge's transport")
+    parser.add_argument("--modes", default=",".join(MODES), help="mode:stages pairs, comma-separated")
+    parser.add_argument("--name", help="results file name (default modes_<workload>)")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
 
     import ray
 
-    ray.init(include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
     out = Path(args.out)
     args.profile = None
     if args.measure:
@@ -155,14 +173,8 @@ def main() -> None:
         )
         print(f"measured profile: {args.profile}", flush=True)
     rows = []
-    for mode, stages in [
-        ("shared", 1),
-        ("disaggregated", 1),
-        ("hybrid", 1),
-        ("hybrid", 2),
-        ("hybrid", 4),
-        ("auto", "auto"),
-    ]:
+    for mode, stages in (pair.split(":") for pair in args.modes.split(",")):
+        stages = int(stages) if stages.isdigit() else stages
         label = f"{mode} S={stages}"
         try:
             row = measure(workflow(args, mode, stages, out / "tmp"), args)
@@ -172,10 +184,11 @@ def main() -> None:
             continue
         row["label"] = label if mode != "auto" else f"auto -> {row['mode']} S={row['stages']}"
         rows.append(row)
-    shared = next(r for r in rows if r.get("mode") == "shared" and "measured_s" in r)
+    ran = [r for r in rows if "measured_s" in r]
+    shared = next((r for r in ran if r["mode"] == "shared"), ran[0])  # the baseline: shared, if it ran
     print(
         f"\n{'mode':24s} {'predicted s':>11s} {'measured s':>10s} {'error':>7s} {'steps/s':>8s} {'vs shared':>9s}"
-        f" {'pipeline eff':>12s}"
+        f" {'pipeline eff':>12s} {'loop s':>7s} {'sync s':>7s} transport"
     )
     for row in rows:
         if "measured_s" not in row:
@@ -185,18 +198,23 @@ def main() -> None:
         print(
             f"{row['label']:24s} {row['predicted_s']:11.3f} {row['measured_s']:10.3f} {row['error']:+7.1%}"
             f" {row['env_steps_per_s']:8.0f} {row['vs_shared']:8.2f}x {row['pipeline_efficiency']:12.2f}"
+            f" {row['loop_s']:7.3f} {row['sync_s']:7.3f} {row['transport']}"
         )
-    save_result(f"modes_{args.workload}", {"args": {**vars(args), "profile": str(args.profile)}, "rows": rows}, out)
+    name = args.name or f"modes_{args.workload}"
+    save_result(name, {"args": {**vars(args), "profile": str(args.profile)}, "rows": rows}, out)
     measured = [r for r in rows if "measured_s" in r and not r["label"].startswith("auto")]
     fastest = min(measured, key=lambda r: r["measured_s"])
-    auto = next(r for r in rows if r.get("label", "").startswith("auto"))
-    best_hybrid = max((r for r in measured if r["mode"] == "hybrid"), key=lambda r: r["vs_shared"])
-    picked = "fastest" if (auto["mode"], auto["stages"]) == (fastest["mode"], fastest["stages"]) else "not fastest"
-    print(f"\nauto picked {auto['mode']} S={auto['stages']} ({picked}: fastest measured {fastest['label']})")
-    print(
-        f"hybrid/shared: {best_hybrid['vs_shared']:.2f}x ({best_hybrid['label']}, prediction error"
-        f" {best_hybrid['error']:+.1%})"
-    )
+    auto = next((r for r in rows if r.get("label", "").startswith("auto")), None)
+    if auto is not None:
+        same = (auto["mode"], auto["stages"]) == (fastest["mode"], fastest["stages"])
+        picked = "fastest" if same else "not fastest"
+        print(f"\nauto picked {auto['mode']} S={auto['stages']} ({picked}: fastest measured {fastest['label']})")
+    hybrids = [r for r in measured if r["mode"] == "hybrid"]
+    if hybrids:
+        best = max(hybrids, key=lambda r: r["vs_shared"])
+        print(f"hybrid/shared: {best['vs_shared']:.2f}x ({best['label']}, prediction error {best['error']:+.1%})")
+    else:
+        print(f"{fastest['label']}: {fastest['measured_s']:.3f} s/iteration, sync {fastest['sync_s']:.3f} s")
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ def main() -> None:
 
     import ray
 
-    ray.init(include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
     out = Path(args.out)
     results, previous = [], None
     print(f"{args.task}: {args.envs} envs, {args.chunks} chunks of {args.chunk} actions per iteration", flush=True)
