@@ -353,6 +353,25 @@ def weight_sync(rels: list[str], res: Results) -> Block:
     return Block([caption, "", *table(header, rows, "llllrrrr")], rels)
 
 
+def camera_vit_sync(rels: list[str], res: Results) -> Block:
+    """The camera workload with the 100M ViT on one H200, by the weight sync's transport and the mode."""
+    rows = [r for rel in rels for r in res.rows(rel) if "measured_s" in r]
+    base = next(r for r in rows if r["transport"] == "object_store")["measured_s"]
+    cells = [
+        [r["label"], r["transport"], fixed(r["measured_s"]), fixed(r["loop_s"]), fixed(r["sync_s"])]
+        + [count(r["env_steps_per_s"]), times(base / r["measured_s"])]
+        for r in sorted(rows, key=lambda r: r["transport"] != "object_store")
+    ]
+    args = res.json(rels[0])["args"]
+    caption = (
+        f"*{args['replicas']} camera simulator processes x 8 envs (84x84 RGB + proprioception, EGL on the GPU),"
+        f" ViT {args['size']} policy (patch 12, causal), PPO in bf16 (1 epoch, 2 minibatches); horizon"
+        f" {args['horizon']}, {args['iterations']} iterations, medians after the first; no costs declared*"
+    )
+    header = ["mode", "weight sync", "iteration s", "loop s", "sync s", "env steps/s", "vs object store"]
+    return Block([caption, "", *table(header, cells, "llrrrrr")], rels)
+
+
 TABLES: dict[str, Callable[[Results], Block]] = {
     "engine_overhead": engine_overhead,
     "modes_spin": partial(modes_table, SPIN),
@@ -377,6 +396,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "hf_policy_h200": hf_policy,
     "learning": learning,
     "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
+    "camera_vit_sync_h200": partial(camera_vit_sync, ["gpu12/modes_camera_vit_store.json", "gpu12/modes_camera_vit.json"]),
     "multigpu_hf_x2_256": partial(multigpu, HF_X2_256),
     "multigpu_hf_x2_1024": partial(multigpu, HF_X2_1024),
 }
