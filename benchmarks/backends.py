@@ -15,12 +15,12 @@ import argparse
 import gc
 import json
 import platform
-import time
 import traceback
 from pathlib import Path
 
 import torch
 from results_io import save_result
+from update_timing import seconds_per_update
 
 from m2flow.context import WorkerContext, set_context
 from m2flow.workers.actor import PPO
@@ -75,16 +75,7 @@ def measure(device: str, backend: str, size: str, data: dict, repeats: int, **op
     cuda = device.startswith("cuda")
     trainer = ppo(device, backend, size, **options)
     params = sum(p.numel() for p in trainer.model.parameters())
-    trainer.train([data])  # warm-up: kernels, allocator, optimizer state
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    began = time.perf_counter()
-    for _ in range(repeats):
-        trainer.train([data])
-    if cuda:
-        torch.cuda.synchronize()
-    seconds = (time.perf_counter() - began) / repeats
+    seconds = seconds_per_update(trainer, data, repeats, cuda)
     samples = data["reward"].size
     row = {
         "backend": backend,

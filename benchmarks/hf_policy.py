@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from results_io import save_result
+from update_timing import seconds_per_update
 
 from m2flow.context import WorkerContext, set_context
 from m2flow.workers.actor import PPO
@@ -50,16 +51,7 @@ def measure(folder: Path, size: str, data: dict, repeats: int, device: str, row:
     )
     params = sum(p.numel() for p in trainer.model.parameters())
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    trainer.train([data])  # warm-up
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    began = time.perf_counter()
-    for _ in range(repeats):
-        trainer.train([data])
-    if cuda:
-        torch.cuda.synchronize()
-    seconds = (time.perf_counter() - began) / repeats
+    seconds = seconds_per_update(trainer, data, repeats, cuda)
     result = {
         "precision": row["precision"],
         "options": "lora" if "hf" in row else ("activation_checkpointing" if len(options) > 1 else "-"),

@@ -26,6 +26,7 @@ ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accur
 LEARNING = "learning_halfcheetah.json"
 SYNC_CPU, SYNC_H200, SYNC_X2 = "weight_sync_cpu.json", "gpu12/weight_sync_h200.json", "gpu12/weight_sync_x2.json"
 HF_X2_256, HF_X2_1024 = "gpu12/multigpu_hf_256.json", "gpu12/multigpu_hf_1024.json"
+CAMERA_VIT_STORE, CAMERA_VIT = "gpu12/modes_camera_vit_store.json", "gpu12/modes_camera_vit.json"
 
 
 @dataclass
@@ -396,7 +397,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "hf_policy_h200": hf_policy,
     "learning": learning,
     "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
-    "camera_vit_sync_h200": partial(camera_vit_sync, ["gpu12/modes_camera_vit_store.json", "gpu12/modes_camera_vit.json"]),
+    "camera_vit_sync_h200": partial(camera_vit_sync, [CAMERA_VIT_STORE, CAMERA_VIT]),
     "multigpu_hf_x2_256": partial(multigpu, HF_X2_256),
     "multigpu_hf_x2_1024": partial(multigpu, HF_X2_1024),
 }
