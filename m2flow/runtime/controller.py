@@ -168,10 +168,19 @@ class Controller:
         self._record(events, calls)
         if phase.op == "sync":
             self._result.metrics["sync/bytes"] = float(events[-1].bytes)
+            self._release(phase)
         if phase.op == "then":
             self._then_metrics(produced)
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _release(self, phase: Phase) -> None:
+        """A transport whose destinations read the source's buffers: every copy is made, they go."""
+        (edge,) = phase.edges
+        if TRANSPORTS[self.launch.transports[edge]].source_holds:
+            source = self.launch.replicas[edge.src.worker][0]
+            calls = [(source.actor.release_state.remote(str(edge)), source, f"sync {edge} (release)")]
+            self._record(wait_all(calls, self._deadline(f"sync {edge}: release", "sync")), calls)
+
     def _call_replica(
         self, r: Replica, port: str, counts: list[int], refs: list[Any], items: float, phase: Phase
     ) -> Any:

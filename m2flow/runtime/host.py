@@ -135,25 +135,33 @@ class WorkerHost:
         return outputs, TaskEvent(port, "call", start, time.time(), items=items, bytes=payload_bytes(args))
 
     # -- sync edges ----------------------------------------------------------------------------
-    def set_sync(self, edge: str, role: str, route: Route | None) -> None:
-        """This replica's end of sync edge `edge`: its `source` (None: a source replica whose output nobody
-        reads, the first replica's stands for the group) or a `target`; meets the edge's group if any."""
-        transport = None if route is None else transport_for(route, self.ctx.device)
-        if role == "source":
-            self.publishers[edge] = transport
-        else:
-            self.receivers[edge] = transport
-        if transport is not None:
-            self._guarded(transport.connect, edge, "sync start-up")
+    def set_source(self, edge: str, route: Route | None) -> None:
+        """This replica is sync edge `edge`'s source (None: a source replica whose output nobody reads, the
+        first replica's stands for the group); meets the edge's group if it has one."""
+        self.publishers[edge] = None if route is None else self._connected(edge, route)
+
+    def set_target(self, edge: str, route: Route) -> None:
+        """This replica receives sync edge `edge`; meets the edge's group if it has one."""
+        self.receivers[edge] = self._connected(edge, route)
+
+    def _connected(self, edge: str, route: Route) -> SyncTransport:
+        transport = transport_for(route, self.ctx.device)
+        self._guarded(transport.connect, edge, "sync start-up")
+        return transport
+
+    def release_state(self, edge: str) -> TaskEvent:
+        """Every destination has its copy of what the source last published: its buckets go."""
+        start = time.time()
+        self.publishers[edge].release()
+        return TaskEvent(f"{edge} (release)", "sync", start, time.time())
 
     def publish_state(self, edge: str, port: str, iteration: int) -> tuple[list[Any], TaskEvent]:
         """Call the sync source `port`; the first replica's output goes out by the edge's transport."""
         start = time.time()
         outputs = [self._invoke(inst, port, (), f"iteration {iteration}, sync") for inst in self.instances]
         transport = self.publishers[edge]
-        first = (
-            self._guarded(lambda: transport.publish(outputs[0]), edge, f"iteration {iteration}") if transport else None
-        )
+        where = f"iteration {iteration}, publish"
+        first = self._guarded(lambda: transport.publish(outputs[0]), edge, where) if transport else None
         return [first] + [None] * (len(outputs) - 1), TaskEvent(port, "call", start, time.time())
 
     def send_state(self, edge: str, iteration: int) -> TaskEvent:

@@ -22,7 +22,7 @@ from m2flow.runtime.weight_sync import TRANSPORTS, Route
 from m2flow.schedule import Plan, ReplicaId
 from m2flow.sharding import owner
 from m2flow.spec import ClusterSpec, Edge
-from m2flow.transfer import Transport, sync_transports
+from m2flow.transfer import Transport
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +111,9 @@ class Launch:
 
     def start(self) -> None:
         """Reserve the plan's devices, start a host per replica (or per shared process), wait until every
-        worker is built, check each runs where the plan put it, and connect the loop's channels."""
-        chosen = self.plan.transports or sync_transports(self.graph, self.plan)  # a plan.json from before transports
-        self.transports = {sync.edge: chosen[str(sync.edge)] for sync in self.graph.sync}
+        worker is built, check each runs where the plan put it, connect the loop's channels, and give each
+        sync edge's replicas their transport (its group, if any, meets)."""
+        self.transports = {sync.edge: self.plan.transports[str(sync.edge)] for sync in self.graph.sync}
         self._reserve_devices()
         self.rendezvous = {name: self._rendezvous(name) for name in self.plan.placements}
         hosts = [self._host_args(name, r) for name in self.plan.placements for r in range(self._replicas(name))]
@@ -277,16 +277,13 @@ class Launch:
             edge, transport = sync.edge, self.transports[sync.edge]
             sources, targets = self.replicas[edge.src.worker], self.replicas[edge.dst.worker]
             meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if TRANSPORTS[transport].meets else {}
-            route = partial(
-                Route, transport, world=len(targets) + 1, timeout_s=self.timeouts.ceiling_s, edge=str(edge), **meet
-            )
+            timeouts = {"timeout_s": self.timeouts.ceiling_s, "meet_s": self.timeouts.start_s}
+            route = partial(Route, transport, world=len(targets) + 1, edge=str(edge), **timeouts, **meet)
             for r in sources:
                 first = route(rank=0) if r.index == 0 else None
-                calls.append((r.actor.set_sync.remote(str(edge), "source", first), r, f"sync {edge}: start"))
+                calls.append((r.actor.set_source.remote(str(edge), first), r, f"sync {edge}: start"))
             for r in targets:
-                calls.append(
-                    (r.actor.set_sync.remote(str(edge), "target", route(rank=r.index + 1)), r, f"sync {edge}: start")
-                )
+                calls.append((r.actor.set_target.remote(str(edge), route(rank=r.index + 1)), r, f"sync {edge}: start"))
         wait_all(calls, Deadline(self.timeouts.start_s, "sync edges to start (their groups to meet)"))
 
     def _wire_loop(self) -> None:

@@ -60,7 +60,8 @@ class Route:
     world: int = 1
     address: str = ""
     port: int = 0
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # a transfer
+    meet_s: float = 60.0  # the group meeting at start-up
     edge: str = ""
 
 
@@ -122,10 +123,11 @@ class SyncTransport(ABC):
     name: ClassVar[Transport]
     source_sends: ClassVar[bool] = False
     meets: ClassVar[bool] = False  # a group that meets at a rendezvous on the source's node
+    source_holds: ClassVar[bool] = False  # the destinations read the source's buckets: `release` after them
 
     def __init__(self, route: Route, device: str):
         self.route, self.device = route, device
-        self._outbox: list = []  # the buckets of the last publish, until they have been taken
+        self._outbox: list = []  # the buckets of the last publish, until sent or released
 
     def connect(self) -> None:
         """Meet the edge's other replicas (every member calls it at once, at start-up)."""
@@ -139,13 +141,16 @@ class SyncTransport(ABC):
         """The source's part of the transfer after `publish` (bytes sent)."""
         return 0
 
+    def release(self) -> None:
+        """Every destination has its copy: the source's buckets go."""
+        self._outbox = []
+
     @abstractmethod
     def receive(self, message: Any) -> Any:
         """The value the destination's port is called with."""
 
     def _pack(self, value: dict[str, Any]) -> tuple[dict, tuple[Slot, ...]]:
-        self._outbox = []  # the previous buckets go before the new ones are made
-        fields, slots, self._outbox = pack(value, self.device)
+        fields, slots, self._outbox = pack(value, self.device)  # the previous buckets went at publish
         return fields, slots
 
 
@@ -168,8 +173,9 @@ class ObjectStoreTransport(SyncTransport):
 
 
 class CollectiveTransport(SyncTransport):
-    """A broadcast from rank 0 in a process group of the edge's own (NCCL on CUDA, gloo on CPU), made at
-    start-up; every wait bounded by the route's timeout."""
+    """A broadcast from rank 0 in a process group of the edge's own (NCCL on CUDA, gloo on CPU), met at
+    start-up (NCCL forms its communicator at the first broadcast); every wait bounded by the route's
+    timeouts."""
 
     name = "collective"
     source_sends = True
@@ -186,11 +192,12 @@ class CollectiveTransport(SyncTransport):
         r = self.route
         timeout = datetime.timedelta(seconds=r.timeout_s)
         try:
-            store = dist.TCPStore(r.address, r.port, r.world, is_master=r.rank == 0, timeout=timeout)
+            meet = datetime.timedelta(seconds=r.meet_s)
+            store = dist.TCPStore(r.address, r.port, r.world, is_master=r.rank == 0, timeout=meet)
         except (RuntimeError, TimeoutError) as exc:
             raise WorkerError(
                 f"sync {r.edge}: rank {r.rank} of {r.world} could not meet the group at {r.address}:{r.port} within"
-                f" {r.timeout_s:g}s ({exc}); did the source or a destination replica fail to start?"
+                f" {r.meet_s:g}s ({exc}); did the source or a destination replica fail to start?"
             ) from None
         if torch.device(self.device).type == "cuda":
             options = dist.ProcessGroupNCCL.Options()
@@ -200,7 +207,7 @@ class CollectiveTransport(SyncTransport):
             self._group = dist.ProcessGroupGloo(store, r.rank, r.world, timeout)
 
     def publish(self, value: Any) -> StateManifest | Any:
-        self._outbox = []
+        self.release()
         if not _tensor_trees(value):
             return value
         fields, slots = self._pack(value)
@@ -210,7 +217,7 @@ class CollectiveTransport(SyncTransport):
         sent = sum(b.numel() for b in self._outbox)
         for bucket in self._outbox:
             self._broadcast(bucket)
-        self._outbox = []  # sent: the destinations hold their own copies
+        self.release()  # sent: the destinations hold their own copies
         return sent
 
     def receive(self, message: Any) -> Any:
@@ -228,17 +235,19 @@ class CollectiveTransport(SyncTransport):
 
         options = dist.BroadcastOptions()
         options.rootRank = 0
-        self._group.broadcast([bucket], options).wait(datetime.timedelta(seconds=self.route.timeout_s))
+        if not self._group.broadcast([bucket], options).wait(datetime.timedelta(seconds=self.route.timeout_s)):
+            raise WorkerError(f"sync {self.route.edge}: the broadcast was aborted (a member of the group failed?)")
 
 
 class CudaIpcTransport(SyncTransport):
-    """The source's buckets mapped into each destination on the same GPU (CUDA IPC) and copied there. The
-    source keeps its buckets until its next publish: the destinations may still be copying."""
+    """The source's buckets mapped into each destination on the same GPU (CUDA IPC) and copied there; the
+    source keeps them until every destination has its copy (`release`)."""
 
     name = "cuda_ipc"
+    source_holds = True
 
     def publish(self, value: Any) -> StateManifest | Any:
-        self._outbox = []
+        self.release()
         if not _tensor_trees(value):
             return value
         import torch
