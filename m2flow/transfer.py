@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Literal
 
 from m2flow.cluster import DeviceId
 from m2flow.errors import PlanError
+from m2flow.schedule import Plan, ReplicaId
 from m2flow.spec import TransportRequest
 
 if TYPE_CHECKING:
     from m2flow.graph import MacroGraph
-    from m2flow.schedule import Plan
 
 Transport = Literal["object_store", "collective", "cuda_ipc"]
 
@@ -56,13 +56,15 @@ def choose_transport(
     """The transport of one sync edge: the one requested if the devices allow it, else the first of
     `PREFERENCE` they allow. Replicas hosted in the source's process (`placement.colocate`) use the
     object store: a group or an IPC mapping needs two processes."""
+
+    def why_not(transport: Transport) -> str | None:
+        if same_process and transport != "object_store":
+            return "needs the source and its destinations in separate processes"
+        return NEEDS[transport](source, targets)
+
     if requested == "auto":
-        if same_process:
-            return "object_store"
-        return next(t for t in PREFERENCE if NEEDS[t](source, targets) is None)
-    why = "needs the source and its destinations in separate processes" if same_process else None
-    why = why if requested != "object_store" else None
-    why = why or NEEDS[requested](source, targets)
+        return next(t for t in PREFERENCE if why_not(t) is None)
+    why = why_not(requested)
     if why:
         on = ", ".join(str(t) for t in targets)
         raise PlanError(
@@ -75,8 +77,6 @@ def choose_transport(
 def sync_transports(graph: MacroGraph, plan: Plan) -> dict[str, Transport]:
     """Each sync edge's transport (by the edge as written), from where the plan put the source's first
     replica (it sends for the group) and every destination replica."""
-    from m2flow.schedule import ReplicaId
-
     chosen = {}
     for i, sync in enumerate(graph.sync):
         src, dst = sync.edge.src, sync.edge.dst

@@ -23,9 +23,9 @@ from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, wait_all
-from m2flow.runtime.weight_sync import TRANSPORTS
+from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
 from m2flow.schedule import Phase, Plan, ReplicaId
-from m2flow.spec import PortRef
+from m2flow.spec import Edge, PortRef
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
 
@@ -122,13 +122,14 @@ class Controller:
         return gather(rule, outputs)
 
     def copy_state(self, port: PortRef, state: Any, phase: Phase) -> None:
-        (edge,) = phase.edges
+        edge, transport = self._sync_edge(phase)
         for r in self.launch.replicas[port.worker]:
             _, event = r.actor.copy_state.options(num_returns=2).remote(str(edge), port.port, self._it, state)
             self._calls.append((event, r, f"sync {port}"))
-        if TRANSPORTS[self.launch.transports[edge]].source_sends:  # e.g. a broadcast: it sends while they receive
+        if transport.source_sends:  # e.g. a broadcast: it sends while they receive
             source = self.launch.replicas[edge.src.worker][0]
-            self._calls.append((source.actor.send_state.remote(str(edge), self._it), source, f"sync {edge} (send)"))
+            sending = source.actor.send_state.remote(str(edge), edge.src.port, self._it)
+            self._calls.append((sending, source, f"sync {edge} (send)"))
 
     def loop(self, phase: Phase) -> None:
         loop = self.graph.loop
@@ -173,12 +174,17 @@ class Controller:
             self._then_metrics(produced)
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:
+        """A sync phase's edge and the transport the plan gave it."""
+        (edge,) = phase.edges
+        return edge, TRANSPORTS[self.launch.transports[edge]]
+
     def _release(self, phase: Phase) -> None:
         """A transport whose destinations read the source's buffers: every copy is made, they go."""
-        (edge,) = phase.edges
-        if TRANSPORTS[self.launch.transports[edge]].source_holds:
+        edge, transport = self._sync_edge(phase)
+        if transport.source_holds:
             source = self.launch.replicas[edge.src.worker][0]
-            calls = [(source.actor.release_state.remote(str(edge)), source, f"sync {edge} (release)")]
+            calls = [(source.actor.release_state.remote(str(edge), edge.src.port), source, f"sync {edge} (release)")]
             self._record(wait_all(calls, self._deadline(f"sync {edge}: release", "sync")), calls)
 
     def _call_replica(
@@ -187,7 +193,7 @@ class Controller:
         """Call `port` on one replica; its output and its event count the env steps it works on. A sync
         edge's source publishes its output by the edge's transport."""
         if phase.op == "sync":
-            (edge,) = phase.edges
+            edge, _ = self._sync_edge(phase)
             out, event = r.actor.publish_state.options(num_returns=2).remote(str(edge), port, self._it)
         else:
             out, event = r.actor.call.options(num_returns=2).remote(port, self._it, counts, *refs)

@@ -149,11 +149,11 @@ class WorkerHost:
         self._guarded(transport.connect, edge, "sync start-up")
         return transport
 
-    def release_state(self, edge: str) -> TaskEvent:
-        """Every destination has its copy of what the source last published: its buckets go."""
+    def release_state(self, edge: str, port: str) -> TaskEvent:
+        """Every destination has its copy of what `port` last published on `edge`: its buckets go."""
         start = time.time()
         self.publishers[edge].release()
-        return TaskEvent(f"{edge} (release)", "sync", start, time.time())
+        return TaskEvent(f"{port} (release)", "sync", start, time.time())
 
     def publish_state(self, edge: str, port: str, iteration: int) -> tuple[list[Any], TaskEvent]:
         """Call the sync source `port`; the first replica's output goes out by the edge's transport."""
@@ -164,11 +164,11 @@ class WorkerHost:
         first = self._guarded(lambda: transport.publish(outputs[0]), edge, where) if transport else None
         return [first] + [None] * (len(outputs) - 1), TaskEvent(port, "call", start, time.time())
 
-    def send_state(self, edge: str, iteration: int) -> TaskEvent:
-        """The source's side of a transfer that needs it (a broadcast) of what it last published."""
+    def send_state(self, edge: str, port: str, iteration: int) -> TaskEvent:
+        """The source's side of a transfer that needs it (a broadcast) of what `port` last published."""
         start = time.time()
         sent = self._guarded(self.publishers[edge].send, edge, f"iteration {iteration}, send")
-        return TaskEvent(f"{edge} (send)", "sync", start, time.time(), bytes=sent)
+        return TaskEvent(f"{port} (send)", "sync", start, time.time(), bytes=sent)
 
     def copy_state(self, edge: str, port: str, iteration: int, produced: list[Any]) -> tuple[list[Any], TaskEvent]:
         """Call `port` with the first output of the source's replicas (a sync edge copies one state),
