@@ -43,24 +43,11 @@ class Evaluation:
 
 
 def evaluate_run(run_dir: str | Path, episodes: int = 10, video: bool = False) -> Evaluation:
-    from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint
-
     run_dir = Path(run_dir)
-    spec = load_spec(run_dir / "workflow.yaml")
-    graph = build_graph(spec, str(run_dir / "workflow.yaml"))
-    checkpoint = latest_checkpoint(run_dir / "checkpoints")
-    if checkpoint is None:
-        raise SpecError(
-            [f"{run_dir}: no complete checkpoint under checkpoints/; run longer or set run.checkpoint_every"]
-        )
-    state, _ = load_checkpoint(checkpoint)
+    graph, checkpoint, state = _finished(run_dir)
     simulator, trainer, weights_port, policy = _roles(graph)
     with tempfile.TemporaryDirectory(prefix="m2flow-eval-") as scratch:
-        actor = _build(graph, trainer, 0, scratch)
-        if hasattr(actor, "load_checkpoint") and (checkpoint / trainer).is_dir():
-            actor.load_checkpoint(str(checkpoint / trainer))
-        elif hasattr(actor, "load_state_dict") and trainer in state:
-            actor.load_state_dict(state[trainer][0][0])
+        actor = _restored(graph, trainer, checkpoint, state, scratch)
         weights = getattr(actor, weights_port)()
         args = copy.deepcopy(graph.workers[simulator].args)
         evaluation = {"policy": graph.workers[policy].args, "seed": EVALUATION_SEED, **args.get("evaluation", {})}
@@ -72,6 +59,40 @@ def evaluate_run(run_dir: str | Path, episodes: int = 10, video: bool = False) -
             env.load_state_dict(state[simulator][0][0])  # what it normalises observations with
         env.evaluate(weights)
         return Evaluation(checkpoint, episodes, env.metrics())
+
+
+def export_run(run_dir: str | Path, to: str | Path) -> Path:
+    """The training worker of the run's latest checkpoint writes its policy with its `export` hook."""
+    run_dir = Path(run_dir)
+    graph, checkpoint, state = _finished(run_dir)
+    trainers = [name for name, info in graph.info.items() if info.kind == "training" and "export" in info.ports]
+    if not trainers:
+        raise SpecError([f"{run_dir}: no training worker with an `export` port (PPO over model: hf has one)"])
+    with tempfile.TemporaryDirectory(prefix="m2flow-export-") as scratch:
+        return Path(_restored(graph, trainers[0], checkpoint, state, scratch).export(str(to)))
+
+
+def _finished(run_dir: Path) -> tuple[MacroGraph, Path, dict]:
+    """A run's workflow, its latest complete checkpoint and the state saved there."""
+    from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint
+
+    graph = build_graph(load_spec(run_dir / "workflow.yaml"), str(run_dir / "workflow.yaml"))
+    checkpoint = latest_checkpoint(run_dir / "checkpoints")
+    if checkpoint is None:
+        raise SpecError(
+            [f"{run_dir}: no complete checkpoint under checkpoints/; run longer or set run.checkpoint_every"]
+        )
+    return graph, checkpoint, load_checkpoint(checkpoint)[0]
+
+
+def _restored(graph: MacroGraph, name: str, checkpoint: Path, state: dict, scratch: str) -> Any:
+    """Worker `name` built on the CPU and restored from the checkpoint."""
+    worker = _build(graph, name, 0, scratch)
+    if hasattr(worker, "load_checkpoint") and (checkpoint / name).is_dir():
+        worker.load_checkpoint(str(checkpoint / name))
+    elif hasattr(worker, "load_state_dict") and name in state:
+        worker.load_state_dict(state[name][0][0])
+    return worker
 
 
 def _roles(graph: MacroGraph) -> tuple[str, str, str, str]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT
@@ -111,8 +112,9 @@ def test_the_camera_configs_run_an_iteration(config, tmp_path):
     assert result.last["accounting/steps_produced"] > 0
 
 
-def test_the_hf_tiny_config_trains_three_iterations(tmp_path):
-    """configs/ppo_hf_tiny.yaml after its setup step (the tiny VLM written to a folder): PPO over a VLM."""
+def test_the_hf_tiny_config_trains_three_iterations_and_m2flow_export_writes_a_policy_that_loads(tmp_path):
+    """configs/ppo_hf_tiny.yaml after its setup step (the tiny VLM written to a folder): PPO over a VLM;
+    then `m2flow export` of the run, loaded again as an inference worker's policy."""
     import m2flow as mf
     from m2flow.workers.models.hf_tiny import make_tiny_vlm
 
@@ -126,3 +128,13 @@ def test_the_hf_tiny_config_trains_three_iterations(tmp_path):
     assert [h["iteration"] for h in result.history] == [0, 1, 2]
     assert all(math.isfinite(h["actor/loss"]) for h in result.history)
     assert result.last["actor/weights_version"] == 3.0
+    from m2flow.cli import main
+    from m2flow.context import WorkerContext, set_context
+    from m2flow.workers.rollout import TorchPolicy
+
+    assert main(["export", str(result.run_dir), "--to", str(tmp_path / "exported")]) == 0
+    policy = {**spec.workers["rollout"].args}
+    policy["hf"] = {**policy["hf"], "path": str(tmp_path / "exported")}
+    set_context(WorkerContext(worker="rollout", kind="inference", seed=1))
+    actions = TorchPolicy(**policy).act({"rgb": np.zeros((2, 1, 32, 32, 3), np.uint8), "env_id": np.arange(2)})
+    assert np.isfinite(actions["action"]).all()

@@ -131,6 +131,15 @@ def test_an_export_loads_again_and_acts_the_same(folder, tmp_path, hf):
     torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
 
 
+def test_an_export_reloaded_with_other_head_settings_is_refused_naming_them(folder, tmp_path):
+    actor, _ = pair(folder, head="tokens", action_bins=32, instruction="open the drawer")
+    actor.export(str(tmp_path / "exported"))
+    with pytest.raises(
+        ValueError, match="was exported with head: 'tokens', action_bins: 32, instruction: 'open the drawer'"
+    ):
+        TorchPolicy.Config(**policy_args(tmp_path / "exported"))
+
+
 def test_the_memory_estimate_comes_from_the_config_alone(folder):
     config = TorchPolicy.Config(**policy_args(folder))
     estimate = TorchPolicy.memory_estimate_gb(config) * 2**30

@@ -316,6 +316,14 @@ class PPO:
 
         root = Path(path)
         state = self.backend.sharded_state(self.model, self.optimizer)  # the layout to fill in, for this run
+        # parameters that never had a gradient (an unused layer of a loaded model) have no optimizer state
+        saved = dcp.FileSystemReader(str(root / "shards")).read_metadata().state_dict_metadata
+        stepped = {
+            key.removeprefix("optimizer.state.").rsplit(".", 1)[0]
+            for key in saved
+            if key.startswith("optimizer.state.")
+        }
+        state["optimizer"]["state"] = {p: s for p, s in state["optimizer"]["state"].items() if p in stepped}
         with _single_process_is_fine():
             dcp.load(state, checkpoint_id=root / "shards")
         self.backend.load_sharded_state(self.model, self.optimizer, state)

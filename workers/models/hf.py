@@ -94,6 +94,15 @@ def check_folder(options: HFOptions) -> None:
         raise ValueError(f"path: {folder} has no tokenizer: save the processor there too (processor.save_pretrained)")
     if not (folder / "processor_config.json").exists() and not (folder / "preprocessor_config.json").exists():
         raise ValueError(f"path: {folder} has no image processor config: save the processor there too")
+    exported = folder / HEADS_FILE
+    if exported.exists():  # `m2flow export` wrote it: its heads were trained for these settings
+        settings = json.loads(exported.read_text())
+        wrong = {k: settings[k] for k in ("head", "action_bins", "instruction") if getattr(options, k) != settings[k]}
+        if wrong:
+            raise ValueError(
+                f"path: {folder} was exported with {', '.join(f'{k}: {v!r}' for k, v in wrong.items())}; set the"
+                " same (its heads were trained for them)"
+            )
     vocab = config.text_config.vocab_size
     if options.head == "tokens" and options.action_bins >= vocab // 2:
         raise ValueError(
