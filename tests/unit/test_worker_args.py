@@ -45,6 +45,12 @@ def test_a_wrong_type_names_the_key_and_the_value():
     assert "workers.env.args.num_envs: Input should be a valid integer" in message and "'eight'" in message
 
 
+def test_an_image_size_without_pixels_is_named_by_its_key():
+    raw = yaml.safe_load((ROOT / "configs" / "ppo_camera.yaml").read_text())
+    raw["workers"]["env"]["args"]["observation"] = {**raw["workers"]["env"]["args"]["observation"], "size": [0, 84]}
+    assert "workers.env.args.observation.size.0: Input should be greater than or equal to 1" in problems_of(raw)
+
+
 def test_an_env_id_gymnasium_does_not_know_is_refused_before_anything_starts():
     message = problems_of(with_args("env", env_id="NoSuchEnv-v0"))
     assert "workers.env.args.env_id: gymnasium has no environment 'NoSuchEnv-v0'" in message

@@ -23,7 +23,7 @@ from m2flow.workers.env.env_ids import make_env, registered
 from m2flow.workers.env.evaluation import Evaluated, Evaluator
 from m2flow.workers.env.mujoco_state import load_simulator_state, simulator_state
 from m2flow.workers.env.recording import Recorder
-from m2flow.workers.env.rendering import CameraRenderer
+from m2flow.workers.env.rendering import CameraRenderer, ImageSize
 from m2flow.workers.env.video import EpisodeVideo
 
 Modality = Literal["rgb", "depth", "segmentation", "proprio"]
@@ -34,7 +34,7 @@ class CameraObservation(BaseModel):
 
     cameras: list[str] = Field(min_length=1)
     modalities: list[Modality] = Field(default_factory=lambda: ["rgb"], min_length=1)
-    size: tuple[int, int] = (84, 84)
+    size: ImageSize = (84, 84)
 
 
 class CameraEnvConfig(m2flow.WorkerConfig, Evaluated):

@@ -13,7 +13,7 @@ import mujoco
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from m2flow.workers.env.rendering import CameraRenderer
+from m2flow.workers.env.rendering import CameraRenderer, ImageSize
 
 
 class VideoConfig(BaseModel):
@@ -21,7 +21,7 @@ class VideoConfig(BaseModel):
 
     save: bool = False
     camera: str | None = Field(None, description="default: the first observed camera")
-    size: tuple[int, int] = (240, 320)
+    size: ImageSize = (240, 320)
     format: Literal["mp4", "gif"] = "mp4"
     fps: int = Field(30, ge=1)
     overlay: bool = True
