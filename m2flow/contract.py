@@ -5,7 +5,8 @@ declarations beside it:
 - `Config`: a pydantic model of its constructor's arguments (`workers.<w>.args`), best derived from
   `m2flow.WorkerConfig` (unknown keys are errors; `items_field` names the field holding the items one
   replica serves). Without one, the arguments are checked against the constructor's signature.
-- `memory_estimate_gb(config) -> float`: device memory of one replica, for the planner.
+- `memory_estimate_gb(config, samples) -> float`: device memory of one replica computing on `samples` at
+  once (a training rank's share of an iteration, an inference replica's share of a loop step), for the planner.
 - `data_parallel_size(config, replicas, backend) -> int`: how many of its ranks hold distinct data
   (default: all of them; tensor-parallel ranks share theirs); a ValueError reads "<key>: <problem>".
 """

@@ -62,6 +62,15 @@ class MacroGraph:
         entry = self.info[self.loop.entry.worker]
         return self.loop.horizon * entry.replicas * entry.items_per_replica
 
+    def samples_per_call(self, worker: str) -> int:
+        """The most samples one replica of `worker` computes on at once (its memory estimate's batch): a
+        training rank's data-parallel share of an iteration's env steps, else its share of a loop step's."""
+        info = self.info[worker]
+        if info.kind == "training":
+            return -(-self.loop_steps // max(1, info.data_parallel))
+        per_step = self.loop_steps // self.loop.horizon if self.loop else 1
+        return -(-per_step // info.replicas)
+
     def outputs(self, port: PortRef) -> int:
         """How many outputs a call of `port` hands downstream (one per replica, or the group's one)."""
         info = self.info[port.worker]

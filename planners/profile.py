@@ -3,7 +3,7 @@
 A call of a port costs `fixed_s + per_item_s * items`; for a simulator, items are the envs stepped.
 Precedence: declared in the workflow (`workers.<w>.profile`, `resources.memory_gb`) > measured
 (`m2flow profile`, a profile.json) > cached (what earlier runs of the same worker measured, `cache.py`) >
-estimated (a worker class's `memory_estimate_gb(config)`) > defaults by worker kind. A port whose cost
+estimated (a worker class's `memory_estimate_gb(config, samples)`) > defaults by worker kind. A port whose cost
 is a default is *unknown*: `m2flow run` measures it in its first iterations and re-plans.
 """
 
@@ -89,7 +89,7 @@ class Profile:
 
 
 def _memory(graph: MacroGraph, name: str) -> tuple[float, str]:
-    """Declared memory, else the worker class's `memory_estimate_gb(config)`, else none."""
+    """Declared memory, else the worker class's `memory_estimate_gb(config, samples)`, else none."""
     declared = graph.workers[name].resources.memory_gb
     if declared > 0:
         return declared, "declared"
@@ -98,7 +98,7 @@ def _memory(graph: MacroGraph, name: str) -> tuple[float, str]:
     if not callable(estimate):
         return 0.0, "default"
     try:
-        return float(estimate(info.config)), "estimated"
+        return float(estimate(info.config, graph.samples_per_call(name))), "estimated"
     except Exception as exc:  # noqa: BLE001 - any failure of user code here is a planning error to report
         raise PlanError(
             f"workers.{name}: {info.spec.cls}.memory_estimate_gb failed: {type(exc).__name__}: {exc}."

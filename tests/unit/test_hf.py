@@ -16,8 +16,10 @@ from m2flow.context import WorkerContext, set_context
 from m2flow.errors import SpecError
 from m2flow.graph import build_graph
 from m2flow.workers.actor import PPO
+from m2flow.workers.models.activations import activation_bytes
 from m2flow.workers.models.hf_tiny import make_tiny_vlm
 from m2flow.workers.rollout import TorchPolicy
+from tests.autograd_memory import saved_for_backward
 
 VIEW = {"cameras": ["track"], "modalities": ["rgb"], "size": (32, 32)}
 
@@ -142,10 +144,74 @@ def test_an_export_reloaded_with_other_head_settings_is_refused_naming_them(fold
 
 def test_the_memory_estimate_comes_from_the_config_alone(folder):
     config = TorchPolicy.Config(**policy_args(folder))
-    estimate = TorchPolicy.memory_estimate_gb(config) * 2**30
+    estimate = TorchPolicy.memory_estimate_gb(config, 64) * 2**30
     set_context(WorkerContext(worker="rollout", kind="inference"))
     built = TorchPolicy(**policy_args(folder)).model.state_dict()
     assert estimate == pytest.approx(sum(t.numel() * t.element_size() for t in built.values()), rel=0.01)
+
+
+@pytest.mark.parametrize("hf", [{"head": "gaussian"}, {"head": "tokens", "action_bins": 32}])
+def test_the_activation_estimate_is_within_15_percent_of_what_a_vlm_forward_keeps(folder, hf):
+    args = PPO.Config(**policy_args(folder, instruction="run forward", **hf))
+    set_context(WorkerContext(worker="actor", kind="training", seed=1, iterations=1))
+    model = args.build().train()
+    n = 32
+    obs = {"rgb": torch.tensor(observation(n)["rgb"])}
+    estimate = activation_bytes(args.stacks(), n, checkpointing=False, value_bytes=4)
+    assert estimate == pytest.approx(saved_for_backward(model, obs), rel=0.15)
+
+
+def test_the_decoder_token_count_of_the_estimate_is_the_prompt_the_policy_builds(folder):
+    args = PPO.Config(**policy_args(folder, instruction="open the red drawer"))
+    set_context(WorkerContext(worker="actor", kind="training", seed=1, iterations=1))
+    assert args.stacks()[1].tokens == args.build().template.shape[1]
+
+
+def trajectory(n: int = 8, act_dim: int = 6) -> dict:
+    rng = np.random.default_rng(0)
+    rgb = observation(n)["rgb"]
+    return {
+        "obs": {"rgb": rgb[None]},
+        "action": rng.uniform(-1, 1, (1, n, act_dim)).astype(np.float32),
+        "logprob": np.zeros((1, n), np.float32),
+        "value": np.zeros((1, n), np.float32),
+        "reward": rng.normal(size=(1, n)).astype(np.float32),
+        "done": np.zeros((1, n), np.float32),
+        "next_obs": {"rgb": rgb},
+        "next_done": np.zeros(n, np.float32),
+        "env_ids": np.arange(n),
+    }
+
+
+def test_activation_checkpointing_keeps_less_for_backward_and_trains_the_same(folder):
+    runs = {}
+    for checkpointing in (False, True):
+        set_context(WorkerContext(worker="actor", kind="training", seed=1, iterations=1))
+        actor = PPO(
+            **policy_args(folder),
+            num_minibatches=1,
+            update_epochs=1,
+            normalize_reward=False,
+            activation_checkpointing=checkpointing,
+        )
+        obs = {"rgb": torch.tensor(observation(8)["rgb"])}
+        saved = saved_for_backward(actor.model, obs)
+        actor.model.zero_grad()
+        runs[checkpointing] = (saved, actor.train([trajectory()])["actor/loss"])
+    assert runs[True][0] < runs[False][0] / 2
+    assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-5)
+
+
+def test_an_action_chunk_policy_acts_and_trains_on_chunk_x_action_size(folder):
+    set_context(WorkerContext(worker="actor", kind="training", seed=1, iterations=1))
+    chunked = {**policy_args(folder, head="tokens", action_bins=32), "chunk": 4}
+    actor = PPO(**chunked, num_minibatches=1, update_epochs=1, normalize_reward=False)
+    set_context(WorkerContext(worker="rollout", kind="inference", seed=1))
+    rollout = TorchPolicy(**chunked)
+    rollout.load_weights(actor.weights())
+    out = rollout.act(observation())
+    assert out["action"].shape == (4, 24)  # 4 actions of HalfCheetah's 6 per call
+    assert np.isfinite(actor.train([trajectory(act_dim=24)])["actor/loss"])
 
 
 def problems(folder, **hf) -> str:
@@ -182,6 +248,40 @@ def test_every_bad_model_folder_is_named_before_anything_starts(folder, tmp_path
     for name in ("config.json", "model.safetensors"):
         shutil.copy(folder / name, weights_only / name)
     assert "has no tokenizer" in problems(weights_only)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(folder / name, weights_only / name)
+    assert "has no image processor config" in problems(weights_only)
+    assert "a deterministic (regression) head cannot be trained by PPO or GRPO" in problems(folder, head="regression")
+
+
+def custom_code_folder(folder, tmp_path):
+    """The tiny VLM under a model type of its own, whose config and model classes are code in the folder."""
+    remote = tmp_path / "remote"
+    shutil.copytree(folder, remote)
+    (remote / "configuration_m2test.py").write_text(
+        "from transformers import LlavaConfig\n\n\nclass M2TestConfig(LlavaConfig):\n    model_type = 'm2test_llava'\n"
+    )
+    (remote / "modeling_m2test.py").write_text(
+        "from transformers import LlavaForConditionalGeneration\n\nfrom .configuration_m2test import M2TestConfig\n\n\n"
+        "class M2TestLlava(LlavaForConditionalGeneration):\n    config_class = M2TestConfig\n"
+    )
+    config = json.loads((remote / "config.json").read_text())
+    config["model_type"] = "m2test_llava"
+    config["auto_map"] = {
+        "AutoConfig": "configuration_m2test.M2TestConfig",
+        "AutoModelForImageTextToText": "modeling_m2test.M2TestLlava",
+    }
+    (remote / "config.json").write_text(json.dumps(config))
+    return remote
+
+
+def test_a_folder_with_its_own_code_needs_trust_remote_code_and_then_runs_that_code(folder, tmp_path):
+    remote = custom_code_folder(folder, tmp_path)
+    assert "brings its own model code (config.json's auto_map); set trust_remote_code: true" in problems(remote)
+    set_context(WorkerContext(worker="rollout", kind="inference", seed=1))
+    policy = TorchPolicy(**policy_args(remote, trust_remote_code=True))
+    assert type(policy.model.backbone).__name__ == "M2TestLlava"
+    assert policy.act(observation())["action"].shape == (4, 6)
 
 
 def _fsdp_rank(rank: int, port: int, folder: str, dtype: str, results) -> None:
@@ -240,3 +340,9 @@ def test_fsdp2_shards_every_vision_and_decoder_layer_and_the_ranks_agree(folder,
     assert all(r["dtypes"] == {"torch.float32"} and np.isfinite(r["loss"]) for r in ranks)
     assert all(r["steps"] == 8 for r in ranks)  # each rank trained on its 4 envs; the group on all 8
     assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-9)  # one model after the update
+
+
+def test_the_training_estimate_counts_gradients_and_adam_only_for_what_lora_trains(folder):
+    full = PPO.memory_estimate_gb(PPO.Config(**policy_args(folder)), 64)
+    adapters = PPO.memory_estimate_gb(PPO.Config(**policy_args(folder, lora={"r": 4})), 64)
+    assert adapters < 0.5 * full

@@ -10,6 +10,8 @@ import torch
 from m2flow.context import WorkerContext
 from m2flow.workers.actor import PPO, BackendOptions, get_backend
 from m2flow.workers.models import PolicyArgs, state_bytes
+from m2flow.workers.models.activations import activation_bytes
+from tests.autograd_memory import saved_for_backward
 
 VIEW = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": (32, 32)}
 
@@ -34,9 +36,34 @@ def test_width_depth_heads_override_the_preset():
 
 def test_memory_estimate_shrinks_with_cpu_offload():
     args = {"env_id": "HalfCheetah-v5", "model": "vit", "observation": VIEW, "size": "10m"}
-    on_device = PPO.memory_estimate_gb(PPO.Config(**args))
-    offloaded = PPO.memory_estimate_gb(PPO.Config(**args, cpu_offload=True))
-    assert offloaded < on_device / 20
+    on_device = PPO.memory_estimate_gb(PPO.Config(**args), 64)
+    offloaded = PPO.memory_estimate_gb(PPO.Config(**args, cpu_offload=True), 64)
+    assert offloaded < on_device / 10  # the state leaves (~one block of six stays), the activations do not
+
+
+def test_the_activation_estimate_is_within_15_percent_of_what_a_vit_forward_keeps():
+    args = PolicyArgs(env_id="HalfCheetah-v5", model="vit", observation={**VIEW, "size": (64, 64)}, size="1m")
+    model = args.build().train()
+    n = 32
+    rng = np.random.default_rng(0)
+    obs = {
+        "rgb": torch.tensor(rng.integers(0, 255, (n, 1, 64, 64, 3), dtype=np.uint8)),
+        "proprio": torch.randn(n, 17),
+    }
+    estimate = activation_bytes(args.stacks(), n, checkpointing=False, value_bytes=4)
+    assert estimate == pytest.approx(saved_for_backward(model, obs), rel=0.15)
+    # with checkpointing each block keeps its input, and one block's activations live while it recomputes
+    assert activation_bytes(args.stacks(), n, checkpointing=True, value_bytes=4) < estimate / 2
+
+
+def test_the_training_memory_estimate_counts_a_minibatch_of_activations():
+    config = PPO.Config(env_id="HalfCheetah-v5", model="vit", observation=VIEW, size="10m", num_minibatches=4)
+    weights_only = PPO.memory_estimate_gb(config, 4)
+    assert PPO.memory_estimate_gb(config, 4096) > 10 * weights_only  # 1,024 samples' activations per minibatch
+    checkpointed = config.model_copy(update={"activation_checkpointing": True})
+    assert PPO.memory_estimate_gb(checkpointed, 4096) < PPO.memory_estimate_gb(config, 4096) / 2
+    bf16 = config.model_copy(update={"precision": "bf16"})
+    assert PPO.memory_estimate_gb(bf16, 4096) < PPO.memory_estimate_gb(config, 4096)
 
 
 def observation(n: int = 6) -> dict[str, torch.Tensor]:

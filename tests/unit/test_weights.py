@@ -60,9 +60,9 @@ def test_an_incomplete_update_is_refused(pair):
 
 
 def test_memory_estimates_come_from_the_meta_device_and_scale_with_the_model():
-    small = TorchPolicy.memory_estimate_gb(TorchPolicy.Config(**ARGS))
-    large = TorchPolicy.memory_estimate_gb(TorchPolicy.Config(**{**ARGS, "hidden": [1024, 1024]}))
+    small = TorchPolicy.memory_estimate_gb(TorchPolicy.Config(**ARGS), 64)
+    large = TorchPolicy.memory_estimate_gb(TorchPolicy.Config(**{**ARGS, "hidden": [1024, 1024]}), 64)
     assert 0 < small < large
     # each MLP (actor mean, critic) has one 1024x1024 layer of float32 that dominates: ~8.4 MB in all
     assert large * 2**30 == pytest.approx(2 * 1024 * 1024 * 4, rel=0.05)
-    assert PPO.memory_estimate_gb(PPO.Config(**ARGS)) == pytest.approx(4 * small, rel=0.01)
+    assert PPO.memory_estimate_gb(PPO.Config(**ARGS), 2048) == pytest.approx(4 * small, rel=0.01)  # no stacks

@@ -33,6 +33,7 @@ from m2flow.workers.algorithms import (
 )
 from m2flow.workers.algorithms.moments import across_ranks
 from m2flow.workers.models import PolicyArgs, state_bytes, state_checksum
+from m2flow.workers.models.activations import activation_bytes
 from m2flow.workers.models.placement import move_module, move_optimizer
 
 TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done", "truncated", "final_value")
@@ -88,12 +89,18 @@ class PPO:
         self._parts: list[dict[str, Any]] = []  # parts of this iteration's batch that arrived early
 
     @staticmethod
-    def memory_estimate_gb(cfg: PPOConfig) -> float:
-        """Weights, gradients and Adam's two moments: four copies of the policy's state on the device;
-        with `cpu_offload` they live on the host and the device holds about one block at a time."""
+    def memory_estimate_gb(cfg: PPOConfig, samples: int) -> float:
+        """The policy's state, and for what training changes (all of it, or LoRA's adapters and the heads)
+        its gradients and Adam's two moments; with `cpu_offload` all of it lives on the host and the device
+        holds about one block's at a time. Plus the activations a minibatch of this rank's `samples` keeps
+        for backward."""
         if cfg.cpu_offload:
-            return state_bytes(cfg) / cfg.blocks() / 2**30
-        return 4 * state_bytes(cfg) / 2**30
+            state = state_bytes(cfg) / cfg.blocks()
+        else:
+            state = state_bytes(cfg) + 3 * state_bytes(cfg, trainable_only=True)
+        value_bytes = 2 if cfg.precision == "bf16" else 4
+        minibatch = cfg.minibatch_of(max(1, samples))
+        return (state + activation_bytes(cfg.stacks(), minibatch, cfg.activation_checkpointing, value_bytes)) / 2**30
 
     @staticmethod
     def data_parallel_size(cfg: PPOConfig, replicas: int, backend: str | None) -> int:

@@ -20,15 +20,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch import nn
 from torch.distributions import Categorical
 
 from m2flow.errors import MissingDependency
+from m2flow.workers.models.activations import Stack
 from m2flow.workers.models.vision import VisionActorCritic, VisionInputs, image_planes
 
 HEADS_FILE = "m2flow_policy.json"  # what `m2flow export` adds beside the backbone: the heads' settings...
@@ -57,6 +58,17 @@ class HFOptions(BaseModel):
     trust_remote_code: bool = Field(False, description="run the model folder's own code (only for folders you trust)")
     lora: LoraOptions | None = Field(None, description="train low-rank adapters instead of the backbone")
 
+    @field_validator("head", mode="before")
+    @classmethod
+    def _stochastic(cls, head: Any) -> Any:
+        if head in ("regression", "deterministic", "l1", "mse"):
+            raise ValueError(
+                f"{head!r}: a deterministic (regression) head cannot be trained by PPO or GRPO, which need the"
+                " probability of the action taken; use head: gaussian (the regressed mean with a learnable"
+                " log-std, as OpenVLA-OFT's head under RL) or head: tokens"
+            )
+        return head
+
     @model_validator(mode="after")
     def _checked(self) -> HFOptions:
         check_folder(self)
@@ -83,6 +95,11 @@ def check_folder(options: HFOptions) -> None:
     if not (folder / "config.json").exists():
         raise ValueError(
             f"path: {folder} has no config.json: not a transformers checkpoint (save_pretrained writes one)"
+        )
+    if "auto_map" in json.loads((folder / "config.json").read_text()) and not options.trust_remote_code:
+        raise ValueError(
+            f"path: {folder} brings its own model code (config.json's auto_map); set trust_remote_code: true to"
+            " run it, only for a folder you trust"
         )
     config = AutoConfig.from_pretrained(folder, trust_remote_code=options.trust_remote_code)
     if getattr(config, "vision_config", None) is None or getattr(config, "text_config", None) is None:
@@ -111,6 +128,41 @@ def check_folder(options: HFOptions) -> None:
         )
 
 
+def hf_stacks(options: HFOptions, act_dim: int) -> list[Stack]:
+    """The vision tower's and the decoder's layers over one sample's tokens, from the folder's config and
+    tokenizer: the image's patches (+ a class token in the tower); in the decoder the prompt as the policy
+    builds it, the image's tokens in place of its placeholder, and the tokens head's action positions."""
+    lib = transformers()
+    remote = options.trust_remote_code
+    config = lib.AutoConfig.from_pretrained(options.path, trust_remote_code=remote)
+    tokenizer = lib.AutoTokenizer.from_pretrained(options.path, trust_remote_code=remote)
+    vision, text = config.vision_config, config.text_config
+    patches = (vision.image_size // vision.patch_size) ** 2
+    image_tokens = patches + (getattr(config, "vision_feature_select_strategy", "default") == "full")
+    placeholder = tokenizer.convert_ids_to_tokens(config.image_token_index)
+    ids = tokenizer(prompt(placeholder, options.instruction))["input_ids"]
+    actions = act_dim if options.head == "tokens" else 0
+    decoder_tokens = len(ids) - ids.count(config.image_token_index) + image_tokens + actions
+    heads = text.num_attention_heads
+    kv = getattr(text, "num_key_value_heads", None) or heads
+    return [
+        Stack(vision.num_hidden_layers, patches + 1, vision.hidden_size, vision.intermediate_size, vision.hidden_size),
+        Stack(
+            text.num_hidden_layers,
+            decoder_tokens,
+            text.hidden_size,
+            text.intermediate_size,
+            text.hidden_size * kv // heads,
+            style="llama" if getattr(text, "hidden_act", "") == "silu" else "vit",  # SwiGLU decoders: LLaMA-style
+        ),
+    ]
+
+
+def prompt(image_token: str, instruction: str) -> str:
+    """The policy's prompt: the image, then the task's instruction."""
+    return f"{image_token} {instruction}".strip()
+
+
 class HFPolicy(VisionActorCritic):
     """A policy over a Hugging Face VLM; reads the first camera's RGB (and proprioception, if any)."""
 
@@ -122,7 +174,6 @@ class HFPolicy(VisionActorCritic):
         self._blocks = _layers(self.backbone)  # not registered twice: the backbone holds them
         text = self._model().config.text_config
         width = text.hidden_size + inputs.proprio_dim
-        self.activation_checkpointing = False
         self.critic = nn.Linear(width, 1)
         if options.head == "gaussian":
             self.actor_mean = nn.Linear(width, inputs.act_dim)
@@ -138,11 +189,33 @@ class HFPolicy(VisionActorCritic):
             from safetensors.torch import load_file
 
             self.load_state_dict(load_file(heads), strict=False)
+        self.train()  # from_pretrained hands the backbone over in eval mode
+
+    def train(self, mode: bool = True) -> HFPolicy:
+        """Layers in training mode (activation checkpointing recomputes only there), dropout never: the policy
+        is the same function when it acts and when PPO rates its actions."""
+        super().train(mode)
+        for module in self.modules():
+            if isinstance(module, nn.Dropout):
+                module.eval()
+        return self
 
     @property
     def blocks(self) -> list[nn.Module]:
         """The transformer blocks FSDP2 shards one by one: the vision tower's and the decoder's layers."""
         return self._blocks
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        """Whether each vision and decoder layer recomputes its activations in backward (set by the backend)."""
+        return self._model().is_activation_checkpointing
+
+    @activation_checkpointing.setter
+    def activation_checkpointing(self, on: bool) -> None:
+        if on:  # non-reentrant: gradients reach the layers' weights even when their inputs need none (LoRA)
+            self._model().activation_checkpointing_enable({"use_reentrant": False})
+        else:
+            self._model().activation_checkpointing_disable()
 
     def _model(self) -> nn.Module:
         """The transformers model (under peft's wrapper when LoRA is on)."""
@@ -155,12 +228,14 @@ class HFPolicy(VisionActorCritic):
         ids = self.template.to(pixels.device).expand(n, -1)
         if extra:
             ids = torch.cat([ids, torch.full((n, extra), self.bin_tokens, dtype=ids.dtype, device=ids.device)], 1)
-        model = self._model()
-        if self.activation_checkpointing and not getattr(model, "is_activation_checkpointing", False):
-            model.gradient_checkpointing_enable()
-            model.is_activation_checkpointing = True  # the flag older transformers lack
         dtype = next(self.backbone.parameters()).dtype
-        return self.backbone(input_ids=ids, pixel_values=pixels.to(dtype), output_hidden_states=True)
+        return self.backbone(
+            input_ids=ids,
+            pixel_values=pixels.to(dtype),
+            output_hidden_states=True,
+            logits_to_keep=max(extra, 1),  # only the action positions' logits: not [n, tokens, vocab]
+            use_cache=False,
+        )
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self._with_proprio(self._decode(obs).hidden_states[-1][:, -1], obs)
@@ -260,9 +335,9 @@ def _load(options: HFOptions) -> _Loaded:
     images = processor.image_processor
     size = images.crop_size or images.size
     dummy = np.zeros((size["height"], size["width"], 3), np.uint8)
-    prompt = f"{getattr(processor, 'image_token', '<image>')} {options.instruction}".strip()
+    text = prompt(getattr(processor, "image_token", "<image>"), options.instruction)
     with torch.device("cpu"):  # token ids, also when the model is built on the meta device
-        template = processor(text=prompt, images=dummy, return_tensors="pt")["input_ids"]
+        template = processor(text=text, images=dummy, return_tensors="pt")["input_ids"]
     return _Loaded(backbone, template, list(images.image_mean), list(images.image_std))
 
 

@@ -10,8 +10,9 @@ from torch import nn
 import m2flow
 from m2flow.workers.env.camera_env import CameraObservation
 from m2flow.workers.env.env_ids import registered
+from m2flow.workers.models.activations import Stack
 from m2flow.workers.models.cnn import CNNPolicy
-from m2flow.workers.models.hf import HFOptions, HFPolicy
+from m2flow.workers.models.hf import HFOptions, HFPolicy, hf_stacks
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
 from m2flow.workers.models.vision import VisionInputs
 from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape
@@ -51,6 +52,11 @@ class PolicyArgs(m2flow.WorkerConfig):
     def blocks(self) -> int:
         """Transformer blocks of the model (1 for models without)."""
         return vit_shape(self.size, self.width, self.depth, self.heads)[1] if self.model == "vit" else 1
+
+    def stacks(self) -> list[Stack]:
+        """The model's transformer stacks (none for MLP and CNN policies), for its activation memory."""
+        shape = STACKS.get(self.model)
+        return shape(self) if shape else []
 
 
 def _mlp(args: PolicyArgs) -> nn.Module:
@@ -92,10 +98,30 @@ def _hf(args: PolicyArgs) -> nn.Module:
 MODELS = {"mlp": _mlp, "cnn": _cnn, "vit": _vit, "hf": _hf}
 
 
-def state_bytes(args: PolicyArgs) -> int:
-    """Bytes of the policy's parameters and buffers, sized on the meta device (nothing allocated)."""
+def _vit_stacks(args: PolicyArgs) -> list[Stack]:
+    width, depth, _ = vit_shape(args.size, args.width, args.depth, args.heads)
+    inputs = _camera_inputs(args)
+    tokens = (inputs.size[0] // args.patch) * (inputs.size[1] // args.patch) + (1 if inputs.proprio_dim else 0) + 1
+    return [Stack(depth, tokens, width, 4 * width, width)]
+
+
+def _hf_stacks(args: PolicyArgs) -> list[Stack]:
+    return hf_stacks(args.hf, _camera_inputs(args).act_dim)
+
+
+STACKS = {"vit": _vit_stacks, "hf": _hf_stacks}
+
+
+def state_bytes(args: PolicyArgs, trainable_only: bool = False) -> int:
+    """Bytes of the policy's parameters and buffers (only the parameters training changes, if asked: with
+    LoRA the adapters and heads), sized on the meta device (nothing allocated)."""
     import torch
 
     with torch.device("meta"):
         model = args.build()
-    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    tensors = (
+        [p for p in model.parameters() if p.requires_grad]
+        if trainable_only
+        else [*model.parameters(), *model.buffers()]
+    )
+    return sum(t.numel() * t.element_size() for t in tensors)

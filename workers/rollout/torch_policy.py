@@ -47,8 +47,8 @@ class TorchPolicy:
         self.version = -1
 
     @staticmethod
-    def memory_estimate_gb(config: TorchPolicyConfig) -> float:
-        """The model's weights (the planner's memory estimate; activations of a batch are negligible here)."""
+    def memory_estimate_gb(config: TorchPolicyConfig, samples: int) -> float:
+        """The model's weights: acting keeps no activations for a backward (one layer's at a time)."""
         return state_bytes(config) / 2**30
 
     @torch.no_grad()
