@@ -4,7 +4,8 @@
 # `bash benchmarks/gpu_session.sh modes` runs only the placement-modes benchmark; `backends [option]` the training
 # backends benchmark (only the rows with that option); `vit` a ViT PPO run on the Megatron GPT trunk, resumed under FSDP from its checkpoint; `check` the camera
 # PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores;
-# `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes.
+# `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
+# `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport.
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
 # gets one beside it, <stem>.meta.json, which render_results.py reads.
 set -u
@@ -18,6 +19,13 @@ cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmark
 if [ "${1:-all}" = backends ]; then
   timeout 500 python3 benchmarks/backends.py ${2:+--only $2} ${SIZES:+--sizes $SIZES} --out "$OUT/backends.json" 2>&1 | grep -v "WARN\|INFO\|warn" | tee "$OUT/backends.txt"
   exit 0
+fi
+if [ "${1:-all}" = hf ]; then
+  python3 -c "import transformers, peft, accelerate; print('transformers', transformers.__version__, 'peft', peft.__version__, 'accelerate', accelerate.__version__)" | tee -a "$OUT/gpu.txt"
+  cp -r "$OLDPWD/tests" . && timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py 2>&1 | tail -5 | tee "$OUT/gpu_tests.txt"
+  timeout 300 python3 benchmarks/hf_policy.py --size 0.7b --steps 8 --envs 16 --out "$OUT" 2>&1 | grep -E "^\{|^loop|^hf policy|Error" | tee "$OUT/hf_policy.txt"
+  timeout 200 python3 benchmarks/weight_sync.py --size 100m --iterations 5 --out "$OUT" 2>&1 | grep -v "WARN\|INFO" | tail -6 | tee "$OUT/weight_sync.txt"
+  rm -rf "$OUT/tmp"; exit 0
 fi
 if [ "${1:-all}" = multigpu ]; then  # on nvidia-h200-x2 (or x4)
   nvidia-smi --query-gpu=index,name --format=csv | tee -a "$OUT/gpu.txt"

@@ -172,6 +172,7 @@ class HFPolicy(VisionActorCritic):
         loaded = _load(options)
         self.backbone, self.template = loaded.backbone, loaded.template
         self._blocks = _layers(self.backbone)  # not registered twice: the backbone holds them
+        self._checkpointing = False
         text = self._model().config.text_config
         width = text.hidden_size + inputs.proprio_dim
         self.critic = nn.Linear(width, 1)
@@ -207,15 +208,20 @@ class HFPolicy(VisionActorCritic):
 
     @property
     def activation_checkpointing(self) -> bool:
-        """Whether each vision and decoder layer recomputes its activations in backward (set by the backend)."""
-        return self._model().is_activation_checkpointing
+        """Whether each vision and decoder layer recomputes its activations in backward (the backend sets it)."""
+        return self._checkpointing
 
     @activation_checkpointing.setter
     def activation_checkpointing(self, on: bool) -> None:
-        if on:  # non-reentrant: gradients reach the layers' weights even when their inputs need none (LoRA)
-            self._model().activation_checkpointing_enable({"use_reentrant": False})
-        else:
-            self._model().activation_checkpointing_disable()
+        model = self._model()
+        if on and not self._checkpointing:  # non-reentrant: gradients reach layers whose inputs need none (LoRA)
+            # transformers renamed it in 5.x; the older name still works there with a warning
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable({"use_reentrant": False})
+        elif not on and self._checkpointing:
+            disable = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
+            disable()
+        self._checkpointing = on
 
     def _model(self) -> nn.Module:
         """The transformers model (under peft's wrapper when LoRA is on)."""
