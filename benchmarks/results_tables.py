@@ -22,9 +22,9 @@ METAWORLD, PPO_H200 = "ppo_metaworld_camera_metrics.jsonl", "gpu/ppo_camera_metr
 CHANNELS = ["channels.json", "gpu4/channels.json"]
 BACKENDS = ["gpu5/backends.json", "gpu9/backends.json", "gpu10/backends.json"]
 OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
-ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu11/hf_policy.json"
+ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu13/hf_policy.json"
 LEARNING = "learning_halfcheetah.json"
-SYNC_CPU, SYNC_H200, SYNC_X2 = "weight_sync_cpu.json", "gpu12/weight_sync_h200.json", "gpu12/weight_sync_x2.json"
+SYNC_CPU, SYNC_H200, SYNC_X2 = "weight_sync_cpu.json", "gpu13/weight_sync.json", "gpu12/weight_sync_x2.json"
 HF_X2_256, HF_X2_1024 = "gpu12/multigpu_hf_256.json", "gpu12/multigpu_hf_1024.json"
 CAMERA_VIT_STORE, CAMERA_VIT = "gpu12/modes_camera_vit_store.json", "gpu12/modes_camera_vit.json"
 
@@ -282,23 +282,39 @@ def hf_policy(res: Results) -> Block:
         [
             r["precision"],
             r["options"],
-            f"{r['params_m']:.0f}M",
+            str(r["minibatch"]),
             f"{r['trainable_m']:.1f}M",
             fixed(r["update_s"]),
             fixed(r["samples_per_s"], 1),
             fixed(r["peak_gib"], 1),
+            fixed(r["estimate_gib"], 1),
+            pct(r["estimate_gib"] / r["peak_gib"] - 1),
             fixed(r["weights_mib"], 1),
         ]
         for r in data["rows"]
         if "update_s" in r
     ]
-    act = data["act"]
+    loop = data["loop"]
+    params = next(r["params_m"] for r in data["rows"] if "params_m" in r)
     caption = (
-        f"*one PPO update of {data['args']['steps'] * data['args']['envs']} samples (4 minibatches, 1 epoch);"
-        f" the inference worker's act() on {act['envs']} envs: {act['act_ms']:.0f} ms; `{data['summary']}`*"
+        f"*a {params:.0f}M-parameter VLM policy; one PPO update (1 epoch) of a real camera rollout:"
+        f" {loop['envs']} HalfCheetahs x {loop['steps']} steps rendered by MuJoCo on the GPU, the inference"
+        f" worker's act() {loop['act_ms']:.0f} ms per step (fp32); peak memory beside the planner's estimate;"
+        f" `{data['summary']}`*"
     )
-    header = ["precision", "options", "params", "trained", "update s", "samples/s", "peak GiB", "synced MiB"]
-    return Block([caption, "", *table(header, rows, "llrrrrrr")], [HF_H200])
+    header = [
+        "precision",
+        "options",
+        "minibatch",
+        "trained",
+        "update s",
+        "samples/s",
+        "peak GiB",
+        "estimate GiB",
+        "estimate error",
+        "synced MiB",
+    ]
+    return Block([caption, "", *table(header, rows, "llrrrrrrrr")], [HF_H200])
 
 
 def learning(res: Results) -> Block:
