@@ -22,20 +22,20 @@ import m2flow as mf
 from m2flow.config import spec_from_dict
 from m2flow.errors import PlanError
 
-ENVS = 8
+SPIN_ENVS = 8
 
 
 def spin_workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) -> dict:
-    step_per_env = args.step_ms / 1e3 / ENVS
+    step_per_env = args.step_ms / 1e3 / SPIN_ENVS
     act_fixed = args.act_ms / 1e3 * args.act_fixed_frac
-    act_per_env = args.act_ms / 1e3 * (1 - args.act_fixed_frac) / ENVS
+    act_per_env = args.act_ms / 1e3 * (1 - args.act_fixed_frac) / SPIN_ENVS
     return {
         "name": f"modes-{mode}-{stages}",
         "workers": {
             "env": {
                 "kind": "simulator",
                 "class": "m2flow.workers.synthetic.SpinSimulator",
-                "args": {"num_envs": ENVS, "per_env_s": step_per_env},
+                "args": {"num_envs": SPIN_ENVS, "per_env_s": step_per_env},
                 "profile": {"step": {"per_item_s": step_per_env}, "obs": {"fixed_s": 1e-4}},
             },
             "policy": {
@@ -62,15 +62,15 @@ def spin_workflow(args: argparse.Namespace, mode: str, stages: int | str, out: P
 
 
 def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) -> dict:
-    """Simulators with a rendered camera on CPU cores; a CNN policy (or a ViT preset, trained in bf16) and PPO
-    on the GPU when there is one."""
+    """Simulators with a rendered camera on CPU cores; a CNN policy (or a ViT preset, acting and trained in
+    bf16) and PPO on the GPU when there is one."""
     view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [84, 84]}
     policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [256], "observation": view}
     training = {"num_minibatches": 4, "update_epochs": 2}
     if args.policy == "vit":
-        policy = {"env_id": "HalfCheetah-v5", "model": "vit", "size": args.size, "patch": 12, "causal": True}
-        policy["observation"] = view
-        training = {"num_minibatches": 2, "update_epochs": 1, "precision": "bf16"}
+        vit = {"model": "vit", "size": args.size, "patch": 12, "causal": True, "precision": "bf16"}
+        policy = {"env_id": "HalfCheetah-v5", **vit, "observation": view}
+        training = {"num_minibatches": 2, "update_epochs": 1}
     return {
         "name": f"modes-camera-{mode}-{stages}",
         "workers": {
@@ -78,7 +78,7 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
                 "kind": "simulator",
                 "class": "m2flow.workers.env.CameraEnv",
                 "replicas": args.replicas,
-                "args": {"env_id": "HalfCheetah-v5", "num_envs": ENVS, "observation": view},
+                "args": {"env_id": "HalfCheetah-v5", "num_envs": args.envs, "observation": view},
             },
             "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": policy},
             "actor": {
@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--train-ms", type=float, default=20.0)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="spin")
     parser.add_argument("--replicas", type=int, default=4, help="camera workload: simulator processes")
+    parser.add_argument("--envs", type=int, default=8, help="camera workload: envs per simulator process")
     parser.add_argument("--offload", default="auto", choices=["auto", "always", "never"])
     parser.add_argument("--measure", action="store_true", help="run `m2flow profile` first and plan with it")
     parser.add_argument("--policy", choices=["cnn", "vit"], default="cnn", help="camera workload: the policy")

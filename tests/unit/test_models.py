@@ -176,3 +176,19 @@ def test_megatron_vit_policies_need_cuda_and_say_so():
         SpecError, match="workers.actor.backend: megatron runs a vit policy on megatron-core's GPTModel"
     ):
         backend.wrap(vit_args(causal=True).build())
+
+
+def test_bf16_inference_acts_within_bf16_rounding_of_fp32_and_hands_back_float32():
+    from m2flow.context import set_context
+    from m2flow.workers.rollout import TorchPolicy
+
+    obs = {k: v.numpy() for k, v in observation(8).items()} | {"env_id": np.arange(8)}
+    outputs = {}
+    for precision in ("fp32", "bf16"):
+        set_context(WorkerContext(worker="rollout", kind="inference", seed=1))
+        policy = TorchPolicy(env_id="HalfCheetah-v5", model="vit", observation=VIEW, size="1m", precision=precision)
+        outputs[precision] = policy.act(obs)
+    for key in ("action", "logprob", "value"):
+        assert outputs["bf16"][key].dtype == np.float32
+        np.testing.assert_allclose(outputs["bf16"][key], outputs["fp32"][key], rtol=0.05, atol=0.05)
+    assert not np.array_equal(outputs["bf16"]["value"], outputs["fp32"]["value"])  # it did compute in bf16

@@ -12,8 +12,9 @@ BLAS libraries and GPUs may need another multiple.)
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ ROW_MULTIPLE = 4
 
 class TorchPolicyConfig(PolicyArgs):
     deterministic: bool = Field(False, description="act with the mean action (evaluation), no exploration noise")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: act under bf16 autocast, as a training worker with `precision: bf16` computes"
+    )
 
 
 class TorchPolicy:
@@ -41,6 +45,8 @@ class TorchPolicy:
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.model = self.args.build().to(self.device).eval()
+        bf16 = cfg.precision == "bf16"
+        self._compute = (lambda: torch.autocast(self.device.type, torch.bfloat16)) if bf16 else contextlib.nullcontext
         self._frozen = {name for name, p in self.model.named_parameters() if not p.requires_grad}
         self.act_dim, self.seed = self.model.act_dim, ctx.seed
         self.env_rngs: dict[int, np.random.Generator] = {}
@@ -60,15 +66,13 @@ class TorchPolicy:
         pad = -rows % ROW_MULTIPLE
         x = _pad(x, pad)
         if self.deterministic:
-            return {"action": self.model.mean_action(x)[:rows].cpu().numpy()}
+            with self._compute():
+                return {"action": _rows(self.model.mean_action(x), rows)}
         env_ids = batch.get("env_id") if isinstance(batch, dict) else None
         noise = _pad(self._noise(env_ids, rows), pad) if env_ids is not None else None
-        action, logprob, _, value = self.model.get_action_and_value(x, noise=noise)
-        return {
-            "action": action[:rows].cpu().numpy(),
-            "logprob": logprob[:rows].cpu().numpy(),
-            "value": value[:rows].cpu().numpy(),
-        }
+        with self._compute():
+            action, logprob, _, value = self.model.get_action_and_value(x, noise=noise)
+        return {"action": _rows(action, rows), "logprob": _rows(logprob, rows), "value": _rows(value, rows)}
 
     def _noise(self, env_ids: np.ndarray, n: int) -> torch.Tensor:
         draws = np.empty((n, self.act_dim), dtype=np.float32)
@@ -121,6 +125,11 @@ class TorchPolicy:
         self.model.load_state_dict(state, strict=weights.get("scope") != "trainable")
         self.version = version
         return version
+
+
+def _rows(x: torch.Tensor, rows: int) -> np.ndarray:
+    """The first `rows` rows (the padding dropped) as float32 numpy."""
+    return x[:rows].float().cpu().numpy()
 
 
 def _pad(x: torch.Tensor | dict[str, torch.Tensor], rows: int) -> torch.Tensor | dict[str, torch.Tensor]:
