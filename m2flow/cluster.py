@@ -16,6 +16,8 @@ from typing import Literal
 
 from m2flow.spec import ClusterSpec
 
+DEFAULT_GPU_MEMORY_GB = 80.0  # an H100/A100-80G, where the GPUs' memory is neither given nor visible here
+
 DeviceKind = Literal["gpu", "cpu"]
 _NAME = re.compile(r"^n(\d+)/(gpu|cpu)(\d+)$")
 
@@ -82,7 +84,7 @@ class Cluster:
         cpus = spec.cpus if spec.cpus is not None else (os.cpu_count() or 1) * spec.nodes
         cpu_memory = spec.cpu_memory_gb if spec.cpu_memory_gb is not None else local_memory_gb() / max(1, cpus)
         devices: dict[DeviceId, float] = {}
-        for kind, total, memory in (("gpu", gpus, spec.gpu_memory_gb), ("cpu", cpus, cpu_memory)):
+        for kind, total, memory in (("gpu", gpus, gpu_memory_gb(spec)), ("cpu", cpus, cpu_memory)):
             per_node = -(-total // spec.nodes) if total else 0
             devices.update({DeviceId(i // per_node, kind, i): memory for i in range(total)})
         return cls(devices, spec.nodes)
@@ -93,13 +95,26 @@ def local_gpu_count() -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
+    return sum(1 for line in _nvidia_smi("-L") if line.startswith("GPU "))
+
+
+def gpu_memory_gb(spec: ClusterSpec) -> float:
+    """Memory of each GPU: the spec's, else the smallest of this machine's GPUs, else `DEFAULT_GPU_MEMORY_GB`."""
+    if spec.gpu_memory_gb is not None:
+        return spec.gpu_memory_gb
+    mib = [float(line) for line in _nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits")]
+    return min(mib) / 1024 if mib else DEFAULT_GPU_MEMORY_GB
+
+
+def _nvidia_smi(*args: str) -> list[str]:
+    """nvidia-smi's output lines, or none where it is missing or fails."""
     if shutil.which("nvidia-smi") is None:
-        return 0
+        return []
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
 def local_memory_gb() -> float:

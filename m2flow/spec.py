@@ -236,7 +236,7 @@ class ClusterSpec(_Strict):
     gpus: int | None = Field(None, ge=0, le=1_000_000)
     cpus: int | None = Field(None, ge=1, le=10_000_000)
     nodes: int = Field(1, ge=1, le=100_000)
-    gpu_memory_gb: float = Field(80.0, gt=0)
+    gpu_memory_gb: float | None = Field(None, gt=0, description="unset: this machine's GPUs' (nvidia-smi), else 80")
     cpu_memory_gb: float | None = Field(None, gt=0)
     address: str | None = Field(None, description="Ray cluster to join, e.g. 'auto' or 'host:6379'")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from m2flow.cluster import Cluster, DeviceId
+from m2flow.cluster import Cluster, DeviceId, gpu_memory_gb
 from m2flow.context import WorkerContext
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
@@ -58,7 +58,7 @@ def cluster_from_ray(spec: ClusterSpec) -> Cluster:
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     devices: dict[DeviceId, float] = {}
-    for kind, key, memory in (("gpu", "GPU", spec.gpu_memory_gb), ("cpu", "CPU", None)):
+    for kind, key, memory in (("gpu", "GPU", gpu_memory_gb(spec)), ("cpu", "CPU", None)):
         index = 0
         for node_index, node in enumerate(nodes):
             count = int(node["Resources"].get(key, 0))

@@ -298,3 +298,16 @@ def test_the_loop_table_names_the_replica_that_bounds_the_loop_and_the_one_that_
     console.print(table)
     text = console.export_text()
     assert "obs 5%, step 70%" in text and "act 20%" in text and "25%" in text
+
+
+def test_gpu_memory_is_the_spec_s_else_the_smallest_local_gpu_s_else_80(tmp_path, monkeypatch):
+    from m2flow.cluster import DEFAULT_GPU_MEMORY_GB, gpu_memory_gb
+    from m2flow.spec import ClusterSpec
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi here
+    assert gpu_memory_gb(ClusterSpec()) == DEFAULT_GPU_MEMORY_GB == 80
+    smi = tmp_path / "nvidia-smi"  # what nvidia-smi prints for an H200 and an 80 GB GPU (MiB)
+    smi.write_text("#!/bin/sh\nprintf '143771\\n81559\\n'\n")
+    smi.chmod(0o755)
+    assert gpu_memory_gb(ClusterSpec()) == pytest.approx(81559 / 1024)
+    assert gpu_memory_gb(ClusterSpec(gpu_memory_gb=24)) == 24
