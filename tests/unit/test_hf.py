@@ -150,15 +150,16 @@ def test_the_memory_estimate_comes_from_the_config_alone(folder):
     assert estimate == pytest.approx(sum(t.numel() * t.element_size() for t in built.values()), rel=0.01)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("hf", [{"head": "gaussian"}, {"head": "tokens", "action_bins": 32}])
-def test_the_activation_estimate_is_within_15_percent_of_what_a_vlm_forward_keeps(folder, hf):
+def test_the_activation_estimate_is_within_15_percent_of_what_a_vlm_forward_keeps(folder, hf, bf16):
     args = PPO.Config(**policy_args(folder, instruction="run forward", **hf))
     set_context(WorkerContext(worker="actor", kind="training", seed=1, iterations=1))
     model = args.build().train()
     n = 32
     obs = {"rgb": torch.tensor(observation(n)["rgb"])}
-    estimate = activation_bytes(args.stacks(), n, checkpointing=False, value_bytes=4)
-    assert estimate == pytest.approx(saved_for_backward(model, obs), rel=0.15)
+    estimate = activation_bytes(args.stacks(), n, checkpointing=False, bf16=bf16)
+    assert estimate == pytest.approx(saved_for_backward(model, obs, bf16), rel=0.15)
 
 
 def test_the_decoder_token_count_of_the_estimate_is_the_prompt_the_policy_builds(folder):

@@ -41,7 +41,8 @@ def test_memory_estimate_shrinks_with_cpu_offload():
     assert offloaded < on_device / 10  # the state leaves (~one block of six stays), the activations do not
 
 
-def test_the_activation_estimate_is_within_15_percent_of_what_a_vit_forward_keeps():
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_activation_estimate_is_within_15_percent_of_what_a_vit_forward_keeps(bf16):
     args = PolicyArgs(env_id="HalfCheetah-v5", model="vit", observation={**VIEW, "size": (64, 64)}, size="1m")
     model = args.build().train()
     n = 32
@@ -50,10 +51,10 @@ def test_the_activation_estimate_is_within_15_percent_of_what_a_vit_forward_keep
         "rgb": torch.tensor(rng.integers(0, 255, (n, 1, 64, 64, 3), dtype=np.uint8)),
         "proprio": torch.randn(n, 17),
     }
-    estimate = activation_bytes(args.stacks(), n, checkpointing=False, value_bytes=4)
-    assert estimate == pytest.approx(saved_for_backward(model, obs), rel=0.15)
+    estimate = activation_bytes(args.stacks(), n, checkpointing=False, bf16=bf16)
+    assert estimate == pytest.approx(saved_for_backward(model, obs, bf16), rel=0.15)
     # with checkpointing each block keeps its input, and one block's activations live while it recomputes
-    assert activation_bytes(args.stacks(), n, checkpointing=True, value_bytes=4) < estimate / 2
+    assert activation_bytes(args.stacks(), n, checkpointing=True, bf16=bf16) < estimate / 2
 
 
 def test_the_training_memory_estimate_counts_a_minibatch_of_activations():

@@ -98,9 +98,9 @@ class PPO:
             state = state_bytes(cfg) / cfg.blocks()
         else:
             state = state_bytes(cfg) + 3 * state_bytes(cfg, trainable_only=True)
-        value_bytes = 2 if cfg.precision == "bf16" else 4
         minibatch = cfg.minibatch_of(max(1, samples))
-        return (state + activation_bytes(cfg.stacks(), minibatch, cfg.activation_checkpointing, value_bytes)) / 2**30
+        bf16 = cfg.precision == "bf16"
+        return (state + activation_bytes(cfg.stacks(), minibatch, cfg.activation_checkpointing, bf16)) / 2**30
 
     @staticmethod
     def data_parallel_size(cfg: PPOConfig, replicas: int, backend: str | None) -> int:
