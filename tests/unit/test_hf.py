@@ -347,3 +347,20 @@ def test_the_training_estimate_counts_gradients_and_adam_only_for_what_lora_trai
     full = PPO.memory_estimate_gb(PPO.Config(**policy_args(folder)), 64)
     adapters = PPO.memory_estimate_gb(PPO.Config(**policy_args(folder, lora={"r": 4})), 64)
     assert adapters < 0.5 * full
+
+
+def test_a_model_loaded_in_bf16_trains_fp32_master_weights_on_one_rank_as_on_several(folder):
+    set_context(WorkerContext(worker="actor", kind="training", seed=1, iterations=1))
+    full = PPO(**policy_args(folder, dtype="bf16"), num_minibatches=1, update_epochs=1, normalize_reward=False)
+    assert {p.dtype for p in full.model.parameters()} == {torch.float32}
+    set_context(WorkerContext(worker="actor", kind="training", seed=1, iterations=1))
+    adapters = PPO(**policy_args(folder, dtype="bf16", lora={"r": 4}), num_minibatches=1, normalize_reward=False)
+    trained = {p.dtype for p in adapters.model.parameters() if p.requires_grad}
+    frozen = {p.dtype for p in adapters.model.parameters() if not p.requires_grad}
+    assert trained == {torch.float32} and frozen == {torch.bfloat16}  # the frozen base stays as loaded
+    assert np.isfinite(adapters.train([trajectory()])["actor/loss"])
+    # the planner counts what trains as fp32 masters, however it loaded; a frozen base as loaded
+    as_fp32 = PPO.memory_estimate_gb(PPO.Config(**policy_args(folder)), 64)
+    assert PPO.memory_estimate_gb(PPO.Config(**policy_args(folder, dtype="bf16")), 64) == pytest.approx(as_fp32)
+    lora_fp32 = PPO.memory_estimate_gb(PPO.Config(**policy_args(folder, lora={"r": 4})), 64)
+    assert PPO.memory_estimate_gb(PPO.Config(**policy_args(folder, dtype="bf16", lora={"r": 4})), 64) < lora_fp32

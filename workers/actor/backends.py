@@ -156,6 +156,9 @@ class FSDPBackend(TrainingBackend):
     name = "fsdp"
 
     def _wrap(self, model: nn.Module) -> nn.Module:
+        for p in model.parameters():  # what trains keeps fp32 master weights, whatever dtype it loaded in
+            if p.requires_grad and p.is_floating_point() and p.dtype != torch.float32:
+                p.data = p.data.float()
         offload = self.options.cpu_offload and self.device.type == "cuda"
         if self.world_size == 1 and not offload:
             return model

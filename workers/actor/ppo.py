@@ -32,9 +32,10 @@ from m2flow.workers.algorithms import (
     ppo_loss,
 )
 from m2flow.workers.algorithms.moments import across_ranks
-from m2flow.workers.models import PolicyArgs, state_bytes, state_checksum
+from m2flow.workers.models import PolicyArgs, state_checksum
 from m2flow.workers.models.activations import activation_bytes
 from m2flow.workers.models.placement import move_module, move_optimizer
+from m2flow.workers.models.policy import state_size
 
 TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done", "truncated", "final_value")
 
@@ -90,14 +91,15 @@ class PPO:
 
     @staticmethod
     def memory_estimate_gb(cfg: PPOConfig, samples: int) -> float:
-        """The policy's state, and for what training changes (all of it, or LoRA's adapters and the heads)
-        its gradients and Adam's two moments; with `cpu_offload` all of it lives on the host and the device
-        holds about one block's at a time. Plus the activations a minibatch of this rank's `samples` keeps
-        for backward."""
+        """The policy's state as loaded, with what training changes (all of it, or LoRA's adapters and the
+        heads) as fp32 master weights, their gradients and Adam's two moments; with `cpu_offload` all of it
+        lives on the host and the device holds about one block's at a time. Plus the activations a
+        minibatch of this rank's `samples` keeps for backward."""
+        size = state_size(cfg)
         if cfg.cpu_offload:
-            state = state_bytes(cfg) / cfg.blocks()
+            state = size.bytes / cfg.blocks()
         else:
-            state = state_bytes(cfg) + 3 * state_bytes(cfg, trainable_only=True)
+            state = size.bytes - size.trainable_bytes + 4 * 4 * size.trainable
         minibatch = cfg.minibatch_of(max(1, samples))
         bf16 = cfg.precision == "bf16"
         return (state + activation_bytes(cfg.stacks(), minibatch, cfg.activation_checkpointing, bf16)) / 2**30

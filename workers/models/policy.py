@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -112,16 +113,28 @@ def _hf_stacks(args: PolicyArgs) -> list[Stack]:
 STACKS = {"vit": _vit_stacks, "hf": _hf_stacks}
 
 
-def state_bytes(args: PolicyArgs, trainable_only: bool = False) -> int:
-    """Bytes of the policy's parameters and buffers (only the parameters training changes, if asked: with
-    LoRA the adapters and heads), sized on the meta device (nothing allocated)."""
+@dataclass(frozen=True)
+class StateSize:
+    """A policy's state, sized on the meta device (nothing allocated)."""
+
+    bytes: int  # parameters and buffers, in the dtypes they load in
+    trainable: int  # how many parameters training changes (all, or with LoRA the adapters and heads)
+    trainable_bytes: int  # those, in the dtypes they load in
+
+
+def state_size(args: PolicyArgs) -> StateSize:
     import torch
 
     with torch.device("meta"):
         model = args.build()
-    tensors = (
-        [p for p in model.parameters() if p.requires_grad]
-        if trainable_only
-        else [*model.parameters(), *model.buffers()]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return StateSize(
+        bytes=sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()]),
+        trainable=sum(p.numel() for p in trainable),
+        trainable_bytes=sum(p.numel() * p.element_size() for p in trainable),
     )
-    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def state_bytes(args: PolicyArgs) -> int:
+    """Bytes of the policy's parameters and buffers, sized on the meta device (nothing allocated)."""
+    return state_size(args).bytes
