@@ -99,8 +99,24 @@ def test_a_grpo_update_moves_action_token_log_probs_the_advantages_way(folder):
     assert change[0] > 0 > change[3], change
 
 
+def test_the_tokens_head_reads_the_bins_of_a_full_forward_at_the_action_positions(folder):
+    actor, _ = pair(folder, head="tokens", action_bins=32)
+    model = actor.model
+    obs = model.inputs(observation(), actor.device)
+    with torch.no_grad():
+        ids, pixels = model.prompt_inputs(obs, extra=model.act_dim)
+        full = model.backbone(input_ids=ids, pixel_values=pixels).logits  # every position, every token
+        torch.testing.assert_close(
+            model.bin_logits(model._decode(obs, extra=model.act_dim)), full[:, -model.act_dim :, model.bin_tokens :]
+        )
+
+
 def test_lora_trains_and_syncs_only_the_adapters_and_heads(folder):
     actor, rollout = pair(folder, lora={"r": 4})
+    with torch.no_grad():  # "trained": without it the adapters' zero init would make the sync unobservable
+        for p in actor.model.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
     update = actor.weights()
     assert update["scope"] == "trainable"
     keys = set(update["state"])
@@ -140,6 +156,9 @@ def test_an_export_reloaded_with_other_head_settings_is_refused_naming_them(fold
         ValueError, match="was exported with head: 'tokens', action_bins: 32, instruction: 'open the drawer'"
     ):
         TorchPolicy.Config(**policy_args(tmp_path / "exported"))
+    settings = {"head": "tokens", "action_bins": 32, "instruction": "open the drawer"}
+    with pytest.raises(ValueError, match="was exported for 6 action values per call; this policy emits 24"):
+        TorchPolicy.Config(**{**policy_args(tmp_path / "exported", **settings), "chunk": 4})
 
 
 def test_the_memory_estimate_comes_from_the_config_alone(folder):
@@ -241,6 +260,10 @@ def test_every_bad_model_folder_is_named_before_anything_starts(folder, tmp_path
         LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=64)
     ).save_pretrained(tmp_path / "text-only")
     assert "holds a 'llama' model" in problems(tmp_path / "text-only")
+    from transformers import PaliGemmaConfig
+
+    PaliGemmaConfig().save_pretrained(tmp_path / "paligemma")  # a VLM of another family: its config is enough
+    assert "holds a 'paligemma' model; m2flow's hf policies take LLaVA models" in problems(tmp_path / "paligemma")
     assert "action_bins: 300 bins need a vocabulary of more than 600 tokens" in problems(
         folder, head="tokens", action_bins=300
     )
@@ -364,3 +387,19 @@ def test_a_model_loaded_in_bf16_trains_fp32_master_weights_on_one_rank_as_on_sev
     assert PPO.memory_estimate_gb(PPO.Config(**policy_args(folder, dtype="bf16")), 64) == pytest.approx(as_fp32)
     lora_fp32 = PPO.memory_estimate_gb(PPO.Config(**policy_args(folder, lora={"r": 4})), 64)
     assert PPO.memory_estimate_gb(PPO.Config(**policy_args(folder, dtype="bf16", lora={"r": 4})), 64) < lora_fp32
+
+
+def test_a_checkpoint_with_dropout_acts_and_trains_as_one_function(folder, tmp_path):
+    dropping = tmp_path / "dropout"
+    shutil.copytree(folder, dropping)
+    config = json.loads((dropping / "config.json").read_text())
+    config["text_config"]["attention_dropout"] = config["vision_config"]["attention_dropout"] = 0.5
+    (dropping / "config.json").write_text(json.dumps(config))
+    actor, rollout = pair(dropping)
+    obs = observation()
+    out = rollout.act(obs)  # eval mode
+    with torch.no_grad():  # the training worker's model is in train mode
+        _, logprob, _, _ = actor.model.get_action_and_value(
+            actor.model.inputs(obs, actor.device), torch.tensor(out["action"])
+        )
+    np.testing.assert_allclose(logprob.numpy(), out["logprob"], rtol=1e-5, atol=1e-5)

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch import nn
 from torch.distributions import Categorical
@@ -41,7 +42,6 @@ class LoraOptions(BaseModel):
 
     r: int = Field(8, ge=1, description="the adapters' rank")
     alpha: int = Field(16, ge=1)
-    dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
 
 
@@ -102,10 +102,11 @@ def check_folder(options: HFOptions) -> None:
             " run it, only for a folder you trust"
         )
     config = AutoConfig.from_pretrained(folder, trust_remote_code=options.trust_remote_code)
-    if getattr(config, "vision_config", None) is None or getattr(config, "text_config", None) is None:
+    if not isinstance(config, transformers().LlavaConfig):
         raise ValueError(
-            f"path: {folder} holds a {config.model_type!r} model; m2flow's hf policies take image-text-to-text"
-            " models with a vision tower and a text decoder (LLaVA-style)"
+            f"path: {folder} holds a {config.model_type!r} model; m2flow's hf policies take LLaVA models"
+            " (model_type llava, or a config class derived from LlavaConfig): one image through a vision tower"
+            " of fixed image and patch size, a projector and a decoder"
         )
     if not any((folder / name).exists() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise ValueError(f"path: {folder} has no tokenizer: save the processor there too (processor.save_pretrained)")
@@ -125,6 +126,18 @@ def check_folder(options: HFOptions) -> None:
         raise ValueError(
             f"action_bins: {options.action_bins} bins need a vocabulary of more than {2 * options.action_bins}"
             f" tokens (the last ones become bins); this model has {vocab}"
+        )
+
+
+def check_exported_actions(options: HFOptions, act_dim: int) -> None:
+    """An exported policy's heads emit the actions they were trained for: ValueError if this policy's
+    (the env's action size x chunk) differ."""
+    exported = Path(options.path) / HEADS_FILE
+    trained = json.loads(exported.read_text()).get("act_dim") if exported.exists() else None
+    if trained is not None and trained != act_dim:
+        raise ValueError(
+            f"hf.path: {options.path} was exported for {trained} action values per call; this policy emits"
+            f" {act_dim} (the env's action size x chunk): use the env and chunk it was trained with"
         )
 
 
@@ -190,16 +203,8 @@ class HFPolicy(VisionActorCritic):
             from safetensors.torch import load_file
 
             self.load_state_dict(load_file(heads), strict=False)
-        self.train()  # from_pretrained hands the backbone over in eval mode
-
-    def train(self, mode: bool = True) -> HFPolicy:
-        """Layers in training mode (activation checkpointing recomputes only there), dropout never: the policy
-        is the same function when it acts and when PPO rates its actions."""
-        super().train(mode)
-        for module in self.modules():
-            if isinstance(module, nn.Dropout):
-                module.eval()
-        return self
+        _without_dropout(self.backbone)
+        self.train()  # from_pretrained hands the backbone over in eval mode, where no layer recomputes
 
     @property
     def blocks(self) -> list[nn.Module]:
@@ -227,24 +232,31 @@ class HFPolicy(VisionActorCritic):
         """The transformers model (under peft's wrapper when LoRA is on)."""
         return self.backbone.get_base_model() if hasattr(self.backbone, "get_base_model") else self.backbone
 
-    def _decode(self, obs: dict[str, torch.Tensor], extra: int = 0):
-        """The model's output for the prompt (+ `extra` placeholder tokens): logits and hidden states."""
+    def prompt_inputs(self, obs: dict[str, torch.Tensor], extra: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backbone's inputs: the prompt's token ids (+ `extra` placeholder positions), and the first
+        camera's image normalised as the processor would, in the backbone's dtype."""
         pixels = (image_planes({"rgb": obs["rgb"][:, :1]}) - self.pixel_mean) / self.pixel_std
         n = pixels.shape[0]
         ids = self.template.to(pixels.device).expand(n, -1)
         if extra:
             ids = torch.cat([ids, torch.full((n, extra), self.bin_tokens, dtype=ids.dtype, device=ids.device)], 1)
-        dtype = next(self.backbone.parameters()).dtype
-        return self.backbone(
-            input_ids=ids,
-            pixel_values=pixels.to(dtype),
-            output_hidden_states=True,
-            logits_to_keep=max(extra, 1),  # only the action positions' logits: not [n, tokens, vocab]
-            use_cache=False,
-        )
+        return ids, pixels.to(next(self.backbone.parameters()).dtype)
+
+    def _decode(self, obs: dict[str, torch.Tensor], extra: int = 0) -> torch.Tensor:
+        """The decoder's last hidden state at every position: [n, tokens, width] (the other layers' are not
+        kept, nor logits over the whole vocabulary)."""
+        ids, pixels = self.prompt_inputs(obs, extra)
+        return self._model().base_model(input_ids=ids, pixel_values=pixels, use_cache=False).last_hidden_state
+
+    def bin_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The action bins' logits at the last `act_dim` positions: [n, act_dim, bins] (fp32), from only the
+        bins' rows of the output embedding."""
+        head = self._model().get_output_embeddings()
+        bias = None if head.bias is None else head.bias[self.bin_tokens :]
+        return F.linear(hidden[:, -self.act_dim :], head.weight[self.bin_tokens :], bias).float()
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self._with_proprio(self._decode(obs).hidden_states[-1][:, -1], obs)
+        return self._with_proprio(self._decode(obs)[:, -1], obs)
 
     def _with_proprio(self, features: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """The heads' input in the heads' dtype: fp32, or bf16 while FSDP2 computes in bf16."""
@@ -255,12 +267,11 @@ class HFPolicy(VisionActorCritic):
     def forward(self, obs, action=None, noise=None, value_only=False):
         if self.options.head == "gaussian":
             return super().forward(obs, action, noise, value_only)
-        out = self._decode(obs, extra=self.act_dim)
-        last_prompt = out.hidden_states[-1][:, -self.act_dim - 1]
-        value = self.critic(self._with_proprio(last_prompt, obs)).squeeze(-1).float().clone()
+        hidden = self._decode(obs, extra=self.act_dim)
+        value = self.critic(self._with_proprio(hidden[:, -self.act_dim - 1], obs)).squeeze(-1).float().clone()
         if value_only:
             return value
-        dist = Categorical(logits=out.logits[:, -self.act_dim :, self.bin_tokens :].float())  # [n, act_dim, bins]
+        dist = Categorical(logits=self.bin_logits(hidden))  # [n, act_dim, bins]
         if action is None:
             index = dist.sample() if noise is None else _inverse_cdf(dist.probs, noise)
             action = self.bins[index]
@@ -271,8 +282,7 @@ class HFPolicy(VisionActorCritic):
         """The deterministic action: the Gaussian's mean, or each dimension's most likely bin."""
         if self.options.head == "gaussian":
             return super().mean_action(obs)
-        logits = self._decode(obs, extra=self.act_dim).logits[:, -self.act_dim :, self.bin_tokens :]
-        return self.bins[logits.argmax(-1)]
+        return self.bins[self.bin_logits(self._decode(obs, extra=self.act_dim)).argmax(-1)]
 
     def trainable_keys(self) -> set[str]:
         """The state names training changes: everything, or with LoRA the adapters and the heads."""
@@ -333,9 +343,7 @@ def _load(options: HFOptions) -> _Loaded:
         from peft import LoraConfig, get_peft_model
 
         lora = options.lora
-        adapters = LoraConfig(
-            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
-        )
+        adapters = LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=lora.target_modules)
         backbone = get_peft_model(backbone, adapters)
     processor = AutoProcessor.from_pretrained(folder, trust_remote_code=remote)
     images = processor.image_processor
@@ -345,6 +353,17 @@ def _load(options: HFOptions) -> _Loaded:
     with torch.device("cpu"):  # token ids, also when the model is built on the meta device
         template = processor(text=text, images=dummy, return_tensors="pt")["input_ids"]
     return _Loaded(backbone, template, list(images.image_mean), list(images.image_std))
+
+
+def _without_dropout(backbone: nn.Module) -> None:
+    """No dropout anywhere (modules, and the attention's functional rate): the policy is the same function
+    when it acts (eval mode) and when PPO rates its actions (train mode)."""
+    for module in backbone.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+        for rate in ("attention_dropout", "dropout"):
+            if isinstance(getattr(module, rate, None), float):
+                setattr(module, rate, 0.0)
 
 
 def _layers(backbone: nn.Module) -> list[nn.Module]:

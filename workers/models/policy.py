@@ -13,7 +13,7 @@ from m2flow.workers.env.camera_env import CameraObservation
 from m2flow.workers.env.env_ids import registered
 from m2flow.workers.models.activations import Stack
 from m2flow.workers.models.cnn import CNNPolicy
-from m2flow.workers.models.hf import HFOptions, HFPolicy, hf_stacks
+from m2flow.workers.models.hf import HFOptions, HFPolicy, check_exported_actions, hf_stacks
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
 from m2flow.workers.models.vision import VisionInputs
 from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape
@@ -41,10 +41,12 @@ class PolicyArgs(m2flow.WorkerConfig):
 
     @model_validator(mode="after")
     def _hf_has_its_options(self) -> PolicyArgs:
-        if self.model == "hf" and (self.hf is None or self.observation is None):
-            raise ValueError(
-                "model: hf needs `hf: {path: <a local transformers checkpoint>}` and the camera `observation`"
-            )
+        if self.model == "hf":
+            if self.hf is None or self.observation is None:
+                raise ValueError(
+                    "model: hf needs `hf: {path: <a local transformers checkpoint>}` and the camera `observation`"
+                )
+            check_exported_actions(self.hf, _camera_inputs(self).act_dim)
         return self
 
     def build(self) -> nn.Module:
@@ -52,7 +54,7 @@ class PolicyArgs(m2flow.WorkerConfig):
 
     def blocks(self) -> int:
         """Transformer blocks of the model (1 for models without)."""
-        return vit_shape(self.size, self.width, self.depth, self.heads)[1] if self.model == "vit" else 1
+        return max(1, sum(stack.layers for stack in self.stacks()))
 
     def stacks(self) -> list[Stack]:
         """The model's transformer stacks (none for MLP and CNN policies), for its activation memory."""
