@@ -101,3 +101,21 @@ def test_cuda_ipc_hands_a_state_to_another_process_on_the_gpu_bit_for_bit():
     assert got["version"] == 3
     assert torch.equal(torch.from_numpy(got["w"]), state["w"].cpu())
     assert torch.equal(torch.from_numpy(got["b"]), state["b"].float().cpu())
+
+
+def test_an_hf_backbone_loads_straight_onto_the_worker_s_gpu_and_acts_there(tmp_path):
+    import numpy as np
+
+    from m2flow.workers.models import PolicyArgs
+    from m2flow.workers.models.hf_tiny import make_tiny_vlm
+
+    folder = make_tiny_vlm(tmp_path / "vlm")
+    view = {"cameras": ["track"], "modalities": ["rgb"], "size": (32, 32)}
+    args = {"env_id": "HalfCheetah-v5", "model": "hf", "observation": view, "hf": {"path": str(folder)}}
+    on_cuda("inference")
+    built = PolicyArgs(**args).build()
+    assert {p.device.type for p in built.backbone.parameters()} == {"cuda"}  # not through host memory
+    policy = TorchPolicy(**args, precision="bf16")
+    rgb = np.random.default_rng(0).integers(0, 255, (4, 1, 32, 32, 3), dtype=np.uint8)
+    out = policy.act({"rgb": rgb, "env_id": np.arange(4)})
+    assert out["action"].shape == (4, 6) and np.isfinite(out["logprob"]).all()

@@ -403,3 +403,17 @@ def test_a_checkpoint_with_dropout_acts_and_trains_as_one_function(folder, tmp_p
             actor.model.inputs(obs, actor.device), torch.tensor(out["action"])
         )
     np.testing.assert_allclose(logprob.numpy(), out["logprob"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_lora_checkpoint_holds_only_the_adapters_and_heads_and_resumes_them(folder, tmp_path):
+    from m2flow.workers.actor.ppo import read_checkpoint
+
+    actor, _ = pair(folder, lora={"r": 4})
+    actor.train([trajectory()])
+    actor.save_checkpoint(str(tmp_path / "ckpt"))
+    saved = read_checkpoint(tmp_path / "ckpt")["model"]
+    assert saved.keys() == actor.model.trainable_keys()  # no base weight: those come from the folder
+    resumed, _ = pair(folder, lora={"r": 4})
+    resumed.load_checkpoint(str(tmp_path / "ckpt"))
+    for key, value in resumed.model.state_dict().items():
+        torch.testing.assert_close(value, actor.model.state_dict()[key], msg=key)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from torch import nn
 from torch.distributions import Categorical
 
+import m2flow
 from m2flow.errors import MissingDependency
 from m2flow.workers.models.activations import Stack
 from m2flow.workers.models.vision import VisionActorCritic, VisionInputs, image_planes
@@ -331,11 +332,13 @@ def _load(options: HFOptions) -> _Loaded:
     folder = Path(options.path)
     dtype = torch.bfloat16 if options.dtype == "bf16" else torch.float32
     remote = options.trust_remote_code
-    device = torch.get_default_device()
-    if device.type == "meta":
+    if torch.get_default_device().type == "meta":
         config = AutoConfig.from_pretrained(folder, trust_remote_code=remote)
         backbone = AutoModelForImageTextToText.from_config(config, dtype=dtype, trust_remote_code=remote)
-    else:
+    else:  # straight onto the worker's device, once (the heads are built on the host, then moved with the rest)
+        device = torch.device(m2flow.context().device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         backbone = AutoModelForImageTextToText.from_pretrained(
             folder, dtype=dtype, device_map={"": str(device)}, trust_remote_code=remote
         )
