@@ -5,7 +5,8 @@
 # backends benchmark (only the rows with that option); `vit` a ViT PPO run on the Megatron GPT trunk, resumed under FSDP from its checkpoint; `check` the camera
 # PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores;
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
-# `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport.
+# `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
+# `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second.
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
 # gets one beside it, <stem>.meta.json, which render_results.py reads.
 set -u
@@ -25,6 +26,16 @@ if [ "${1:-all}" = hf ]; then
   cp -r "$OLDPWD/tests" . && timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py 2>&1 | tail -5 | tee "$OUT/gpu_tests.txt"
   timeout 300 python3 benchmarks/hf_policy.py --size 0.7b --steps 8 --envs 16 --out "$OUT" 2>&1 | grep -E "^\{|^loop|^hf policy|Error" | tee "$OUT/hf_policy.txt"
   timeout 200 python3 benchmarks/weight_sync.py --size 100m --iterations 5 --out "$OUT" 2>&1 | grep -v "WARN\|INFO" | tail -6 | tee "$OUT/weight_sync.txt"
+  rm -rf "$OUT/tmp"; exit 0
+fi
+if [ "${1:-all}" = pipeline ]; then
+  nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 1 > "$OUT/gpu_util.csv" &
+  sampler=$!
+  timeout 480 python3 benchmarks/modes.py --workload camera --policy vit --size 100m --replicas 12 --envs 16 --horizon 64 \
+    --iterations 4 --modes "${MODES:-shared:1,disaggregated:1,hybrid:2,hybrid:4,auto:auto}" --name modes_camera_vit_bf16 \
+    --out "$OUT" > "$OUT/modes_camera_vit_bf16.log" 2>&1
+  kill "$sampler"
+  grep -v "WARN\|INFO\|warn" "$OUT/modes_camera_vit_bf16.log" | grep -E "render:|bound by|^(shared|hybrid|disagg|auto|mode)" | tail -24
   rm -rf "$OUT/tmp"; exit 0
 fi
 if [ "${1:-all}" = multigpu ]; then  # on nvidia-h200-x2 (or x4)

@@ -61,9 +61,10 @@ class Cluster:
     def count(self, kind: DeviceKind) -> int:
         return len(self.of_kind(kind))
 
-    def core_on_node(self, ref: DeviceId) -> int:
-        """The node-local position of a CPU slot: the core a replica placed there is pinned to."""
-        return sum(1 for d in self.memory_gb if d.kind == "cpu" and d.node == ref.node and d.index < ref.index)
+    def on_node(self, ref: DeviceId) -> int:
+        """The node-local position of a device among its node's devices of its kind: the core a replica on a
+        CPU slot is pinned to, the GPU's index on its host."""
+        return sum(1 for d in self.memory_gb if d.kind == ref.kind and d.node == ref.node and d.index < ref.index)
 
     def to_dict(self) -> dict:
         return {

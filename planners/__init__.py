@@ -11,6 +11,7 @@ from m2flow.planners.cache import load_cached, load_calibration
 from m2flow.planners.fit import load_profile
 from m2flow.planners.manual import ManualPlanner
 from m2flow.planners.profile import Profile
+from m2flow.planners.render import render_notes
 from m2flow.transfer import sync_transports
 
 __all__ = [
@@ -60,6 +61,7 @@ def make_plan(graph, cluster, profile=None, mode: str | None = None):
         plan = Allocation(graph, cluster, profile, get_planner(mode or graph.spec.placement.mode).plan).best()
     plan.transports = sync_transports(graph, plan)
     plan.notes += [f"sync: {edge} moves by {transport}" for edge, transport in plan.transports.items()]
+    plan.notes += render_notes(graph, plan)
     return plan
 
 

@@ -16,6 +16,7 @@ from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners.processes import same_process
+from m2flow.planners.render import render_gpus
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
@@ -91,6 +92,7 @@ class _HostArgs:
     replica: Replica
     args: tuple
     resources: dict[str, float]
+    env_vars: dict[str, str]  # the process's own: the GPU a simulator renders on
 
 
 class Launch:
@@ -116,6 +118,7 @@ class Launch:
         self.transports = {sync.edge: self.plan.transports[str(sync.edge)] for sync in self.graph.sync}
         self._reserve_devices()
         self.rendezvous = {name: self._rendezvous(name) for name in self.plan.placements}
+        self.render_on = render_gpus(self.graph, self.plan)
         hosts = [self._host_args(name, r) for name in self.plan.placements for r in range(self._replicas(name))]
         self._start_hosts(hosts)
         self._await_start()
@@ -170,11 +173,15 @@ class Launch:
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
         dist = _with_timeout(self.rendezvous[name], self.timeouts.ceiling_s)
         args = (info.target, info.spec.args, ctx, instances, dist, self._core(device))
-        return _HostArgs(Replica(name, r, device, None), args, resources)
+        render = self.render_on.get(ReplicaId(name, r))
+        env_vars = {}
+        if render is not None and "MUJOCO_EGL_DEVICE_ID" not in os.environ:  # one the user set is left alone
+            # MuJoCo's EGL device index: the GPU's position on its host, in the order the driver lists them
+            env_vars["MUJOCO_EGL_DEVICE_ID"] = str(self.plan.cluster.on_node(render))
+        return _HostArgs(Replica(name, r, device, None), args, resources, env_vars)
 
     def _start_hosts(self, hosts: list[_HostArgs]) -> None:
         """A `WorkerHost` actor per replica; replicas the plan co-hosts share one `ProcessHost` actor."""
-        env = worker_env()
         together = same_process(self.plan.processes)
         shared: dict[int, list[_HostArgs]] = {}
         for host in hosts:
@@ -183,13 +190,14 @@ class Launch:
             if replica.id in together:
                 shared.setdefault(together[replica.id], []).append(host)
             else:
+                label, env = f"{replica.worker}:{replica.index}", worker_env(host.env_vars)
                 replica.actor = replica.process = self._actor(
-                    WorkerHost, f"{replica.worker}:{replica.index}", replica.device, env, host.resources, *host.args
+                    WorkerHost, label, replica.device, env, host.resources, *host.args
                 )
         for members in shared.values():
             label = "+".join(f"{m.replica.worker}:{m.replica.index}" for m in members)
             resources = {key: sum(m.resources[key] for m in members) for key in members[0].resources}
-            first = members[0].replica
+            first, env = members[0].replica, worker_env(members[0].env_vars)  # co-hosted: one process, one GPU
             process = self._actor(ProcessHost, label, first.device, env, resources, [m.args for m in members])
             for member in members:
                 member.replica.process = process
@@ -239,7 +247,7 @@ class Launch:
         """The node-local core a CPU-placed replica is pinned to, so shared CPU slots really are shared."""
         if device.kind != "cpu" or not self.graph.spec.placement.pin_cpus:
             return None
-        return self.plan.cluster.core_on_node(device)
+        return self.plan.cluster.on_node(device)
 
     def _rendezvous(self, name: str) -> dict | None:
         """Process-group rendezvous for a multi-rank group worker (None for any other)."""
@@ -349,10 +357,11 @@ def _with_timeout(dist: dict | None, timeout_s: float) -> dict | None:
     return None if dist is None else {**dist, "timeout_s": timeout_s}
 
 
-def worker_env() -> dict:
-    """Workers import user modules the way the driver does: from its working directory too."""
+def worker_env(env_vars: dict[str, str]) -> dict:
+    """A worker process's Ray runtime env: `env_vars`, and user modules imported the way the driver does
+    (from its working directory too)."""
     paths = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), **env_vars}}
 
 
 def _link(senders: dict, src: str, dst: str, graph: MacroGraph) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -157,3 +159,20 @@ def test_evaluation_refuses_torn_weights_and_video_needs_an_evaluation():
         env.evaluate(weights)
     with pytest.raises(ValueError, match="video.save films evaluation episodes"):
         cheetah(video={"save": True})
+
+
+def test_an_egl_device_that_cannot_be_opened_is_explained_with_what_egl_needs():
+    import subprocess
+    import sys
+
+    code = (
+        "from m2flow.workers.env.rendering import CameraRenderer\n"
+        "from m2flow.workers.env.env_ids import make_env\n"
+        "CameraRenderer(make_env('HalfCheetah-v5').unwrapped.model, ['track'], ['rgb'], (16, 16), 'fast')\n"
+    )
+    env = {**os.environ, "MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "MUJOCO_EGL_DEVICE_ID": "99"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode != 0
+    assert "MuJoCo could not make a GL context (MUJOCO_GL=egl)" in out.stderr
+    assert "on EGL device 99 (MUJOCO_EGL_DEVICE_ID, the GPU the plan chose for rendering)" in out.stderr
+    assert "EGL's vendor files here:" in out.stderr and "10_nvidia.json" in out.stderr

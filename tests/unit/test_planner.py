@@ -311,3 +311,31 @@ def test_gpu_memory_is_the_spec_s_else_the_smallest_local_gpu_s_else_80(tmp_path
     smi.chmod(0o755)
     assert gpu_memory_gb(ClusterSpec()) == pytest.approx(81559 / 1024)
     assert gpu_memory_gb(ClusterSpec(gpu_memory_gb=24)) == 24
+
+
+def camera_plan(gpus: int, mode: str):
+    from m2flow.config import load_spec
+    from tests.conftest import ROOT
+
+    overrides = [f"cluster.gpus={gpus}", "cluster.cpus=8", "cluster.gpu_memory_gb=80", f"placement.mode={mode}"]
+    spec = load_spec(ROOT / "configs/ppo_camera.yaml", [*overrides, "placement.pipeline_stages=1"])
+    graph = build_graph(spec)
+    return graph, make_plan(graph, Cluster.from_spec(spec.cluster))
+
+
+def test_simulators_render_on_the_gpus_no_inference_replica_uses_and_the_plan_says_so():
+    from m2flow.planners.render import render_gpus
+
+    graph, plan = camera_plan(gpus=2, mode="disaggregated")
+    acting = {d.name for d in plan.placements["rollout"].replica_devices}
+    chosen = render_gpus(graph, plan)
+    assert len(chosen) == len(plan.placements["env"].replica_devices) and {r.worker for r in chosen} == {"env"}
+    assert {gpu.name for gpu in chosen.values()} == {"n0/gpu0", "n0/gpu1"} - acting
+    assert any(
+        note.startswith("render: env's cameras (EGL) on") and "no loop worker uses" in note for note in plan.notes
+    )
+    graph, plan = camera_plan(gpus=1, mode="shared")  # one GPU: rendering shares it, and the plan says so
+    assert {gpu.name for gpu in render_gpus(graph, plan).values()} == {"n0/gpu0"}
+    assert any("shared with the loop's GPU workers" in note for note in plan.notes)
+    graph, plan = camera_plan(gpus=0, mode="shared")  # no GPU: nothing to choose
+    assert not render_gpus(graph, plan) and not any(note.startswith("render:") for note in plan.notes)
