@@ -14,7 +14,7 @@ import heapq
 from m2flow.cluster import DeviceId
 from m2flow.dispatch import gather, split
 from m2flow.graph import MacroGraph
-from m2flow.planners.processes import process_groups, same_process
+from m2flow.planners.processes import Processes, same_process
 from m2flow.planners.profile import Profile
 from m2flow.program import own_items, run_phase
 from m2flow.schedule import Phase, Placement, Prediction, ReplicaId, Task
@@ -81,11 +81,16 @@ class _Schedule:
 
 
 def simulate(
-    graph: MacroGraph, placements: dict[str, Placement], stages: int, profile: Profile, phases: list[Phase]
+    graph: MacroGraph,
+    placements: dict[str, Placement],
+    stages: int,
+    profile: Profile,
+    phases: list[Phase],
+    processes: Processes,
 ) -> tuple[Prediction, list[Task]]:
-    """Predict one steady-state iteration of `phases` (the plan's program) on `placements`: the summary
-    and the micro schedule of tasks."""
-    run = _Simulation(graph, placements, stages, profile)
+    """Predict one steady-state iteration of `phases` (the plan's program) on `placements`, the replicas
+    in `processes` sharing theirs: the summary and the micro schedule of tasks."""
+    run = _Simulation(graph, placements, stages, profile, processes)
     for phase in phases:
         run_phase(phase, run)
     return run.prediction(), run.sched.tasks
@@ -94,8 +99,11 @@ def simulate(
 class _Simulation:
     """The program's interpreter that predicts: handles are task ids, each carrying its items."""
 
-    def __init__(self, graph: MacroGraph, placements: dict[str, Placement], stages: int, profile: Profile):
+    def __init__(
+        self, graph: MacroGraph, placements: dict[str, Placement], stages: int, profile: Profile, processes: Processes
+    ):
         self.graph, self.placements, self.stages, self.profile = graph, placements, stages, profile
+        self.together = same_process(processes)
         self.devices = {w: p.replica_devices for w, p in placements.items()}
         self.sched = _Schedule(self.devices)
         self.items: dict[int, float] = {}  # task id -> items (env steps) its output carries
@@ -135,8 +143,7 @@ class _Simulation:
             self.sched.add(port.worker, r, port.port, self.profile.call_s(port.worker, port.port, 1), phase.op, [state])
 
     def loop(self, phase: Phase) -> None:
-        together = same_process(process_groups(self.graph, self.placements))
-        self.loop_items, self.steps = _simulate_loop(self.graph, self.stages, self.profile, self.sched, together)
+        self.loop_items, self.steps = _simulate_loop(self.graph, self.stages, self.profile, self.sched, self.together)
         end_simulated = self.sched.run(self.clock, self.first)
         per_step = self.step_s = _steady_step_s(_step_ends(self.sched.tasks[self.first :], self.steps), self.clock)
         loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)

@@ -11,6 +11,7 @@ faster than the current one under the same refit profile.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from m2flow.cluster import Cluster
@@ -67,10 +68,10 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
     plan = running.plan
 
     def predicted() -> Prediction:
-        return simulate(graph, plan.placements, plan.pipeline_stages, profile, plan.phases)[0]
+        return simulate(graph, plan.placements, plan.pipeline_stages, profile, plan.phases, plan.processes)[0]
 
     loops = controller_seconds(trace, "loop", running.since + 1)
-    if graph.loop is not None and loops:
+    if graph.loop is not None and loops and _has_hops(profile, predicted):
         measured, low, high = statistics.median(loops), 0.0, MAX_HOP_S
         for _ in range(24):  # the loop's predicted time grows with the hop cost: bisect to the measured one
             profile.hop_s = (low + high) / 2
@@ -79,6 +80,18 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
     if iterations:
         profile.controller_s = 0.0
         profile.controller_s = max(0.0, statistics.median(iterations) - predicted().iteration_s)
+
+
+def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
+    """Whether the running plan's loop sends messages between processes at all (co-hosted replicas do
+    not): only then does its loop time say what a hop costs; otherwise the hop keeps its prior value."""
+    prior = profile.hop_s
+    profile.hop_s = 0.0
+    without = predicted().phase_s["loop"]
+    profile.hop_s = MAX_HOP_S
+    with_hops = predicted().phase_s["loop"]
+    profile.hop_s = prior
+    return with_hops > without
 
 
 def remember(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running) -> None:
@@ -100,7 +113,9 @@ def replan(graph: MacroGraph, cluster: Cluster, running: Running, events: list[d
     """Plan again on the measured costs; switch only for a clear gain. The reason is logged either way."""
     current = running.plan
     profile = refit(graph, cluster, events, running).profile
-    now, tasks = simulate(graph, current.placements, current.pipeline_stages, profile, current.phases)
+    now, tasks = simulate(
+        graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
+    )
     now.cost_sources = dict(profile.source)
     try:
         best = make_plan(graph, cluster, profile)

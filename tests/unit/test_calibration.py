@@ -32,7 +32,7 @@ def test_the_hop_and_the_controller_time_are_what_make_the_prediction_match_the_
     plan = make_plan(graph, cluster)
     truth = profile_of(graph, cluster)
     truth.hop_s, truth.controller_s = 0.002, 0.05
-    measured = simulate(graph, plan.placements, plan.pipeline_stages, truth, plan.phases)[0]
+    measured = simulate(graph, plan.placements, plan.pipeline_stages, truth, plan.phases, plan.processes)[0]
     trace = {
         "traceEvents": [
             controller_event(name, it, seconds)
@@ -44,6 +44,20 @@ def test_the_hop_and_the_controller_time_are_what_make_the_prediction_match_the_
     calibrate_run(graph, Running(plan, since=0), profile, trace)
     assert profile.hop_s == pytest.approx(0.002, rel=1e-3)
     assert profile.controller_s == pytest.approx(0.05, rel=1e-3)
+
+
+def test_a_co_hosted_loop_says_nothing_about_the_hop_so_the_hop_keeps_its_prior():
+    raw = workflow(env_s=1e-4, policy_s=1e-4, cpus=1, mode="shared")
+    raw["placement"]["colocate"] = True
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    assert plan.processes  # env and policy share a process: no message between processes in the loop
+    slow = [controller_event("loop", it, 10 * plan.predicted.phase_s["loop"]) for it in range(4)]
+    profile = profile_of(graph, cluster)
+    prior = profile.hop_s
+    calibrate_run(graph, Running(plan, since=0), profile, {"traceEvents": slow})
+    assert profile.hop_s == prior  # not the bisection's bound, which would price every pipelined plan out
 
 
 def test_cached_costs_are_used_where_nothing_is_declared():

@@ -66,6 +66,22 @@ def test_colocated_replicas_share_a_process_and_pay_no_channel_hop():
     assert plan_of(disjoint).processes == []  # nothing shares a device: nothing to put together
 
 
+def test_auto_colocates_where_the_hops_it_saves_are_worth_5_percent_and_says_which_it_chose():
+    # each step: env and policy 0.1 ms each, two channel hops of 0.1 ms saved by sharing a process
+    cheap = workflow(env_s=1e-4, policy_s=1e-4, cpus=1, mode="shared")
+    plan = plan_of(cheap)
+    assert plan.processes == [[("env", 0), ("policy", 0)]]
+    assert any(n.startswith("colocate: auto co-hosts replicas on one device: predicted") for n in plan.notes)
+    # 20 ms a step: the same hops are ~1%, not worth a crash taking its neighbours along
+    costly = plan_of(workflow(env_s=0.01, policy_s=0.01, cpus=1, mode="shared"))
+    assert costly.processes == []
+    kept = "colocate: auto keeps a process per replica: co-hosting is predicted"
+    assert any(n.startswith(kept) for n in costly.notes)
+    cheap["placement"]["colocate"] = False  # asked for: no weighing, no note
+    plan = plan_of(cheap)
+    assert plan.processes == [] and not any(n.startswith("colocate:") for n in plan.notes)
+
+
 def test_then_edges_stream_into_ports_that_take_parts_unless_a_swap_comes_first():
     plain = plan_of(workflow(mode="shared"))
     assert next(p for p in plain.phases if p.op == "then").streamed == []
@@ -239,7 +255,7 @@ def test_disjoint_modes_try_several_device_splits_and_keep_the_fastest():
         {n: disjoint(graph, cluster, list(graph.workers), w) for n, w in split_weights(graph, profile).items()}
     )
     assert len(options) >= 2
-    times = {n: simulate(graph, p, 1, profile, build_phases(graph))[0].iteration_s for n, p in options.items()}
+    times = {n: simulate(graph, p, 1, profile, build_phases(graph), [])[0].iteration_s for n, p in options.items()}
     plan = DisaggregatedPlanner().plan(graph, cluster, profile)
     assert plan.predicted.iteration_s == pytest.approx(min(times.values()))
     assert f"best of {len(options)} splits" in plan.notes[0]
