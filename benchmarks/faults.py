@@ -20,6 +20,7 @@ from results_io import save_result
 import m2flow as mf
 from m2flow.config import spec_from_dict
 from m2flow.runtime.checkpoint import load_checkpoint
+from m2flow.runtime.launch import replica_process
 
 ITERATIONS = 8
 VICTIMS = ["env:0", "env:1", "rollout:0", "actor:0", "actor:1"]
@@ -76,7 +77,7 @@ def one_run(out: Path, index: int, rng: random.Random) -> dict:
         while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
             time.sleep(0.02)
         time.sleep(delay)
-        actor = ray.get_actor(f"m2flow:{name}:{victim}")
+        actor = replica_process(name, victim)
         record["killed_at"] = time.time()  # before the kill: the run may notice it before ray.kill returns
         ray.kill(actor, no_restart=True)
 

@@ -357,6 +357,18 @@ def _with_timeout(dist: dict | None, timeout_s: float) -> dict | None:
     return None if dist is None else {**dist, "timeout_s": timeout_s}
 
 
+def replica_process(workflow: str, replica: str) -> Any:
+    """The Ray actor (the process) hosting `replica` ("env:0") of a running workflow, alone or co-hosted
+    with others (`placement.colocate`): for fault injection and inspection."""
+    import ray
+
+    prefix = f"m2flow:{workflow}:"
+    for name in ray.util.list_named_actors():
+        if name.startswith(prefix) and replica in name.removeprefix(prefix).split("+"):
+            return ray.get_actor(name)
+    raise ValueError(f"no running process hosts {replica} of workflow {workflow}")
+
+
 def worker_env(env_vars: dict[str, str]) -> dict:
     """A worker process's Ray runtime env: `env_vars`, and user modules imported the way the driver does
     (from its working directory too)."""

@@ -14,6 +14,7 @@ import m2flow as mf
 from m2flow.config import spec_from_dict
 from m2flow.errors import WorkerError
 from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from m2flow.runtime.launch import replica_process
 from tests.conftest import ROOT
 from tests.workflows import pendulum_ppo
 
@@ -41,8 +42,8 @@ def ppo_spec(tmp_path, name: str, actor_replicas: int = 1, iterations: int = 6, 
     return spec_from_dict(raw)
 
 
-def kill_later(actor_name: str, metrics, after_iteration: int, delay_s: float) -> dict:
-    """Kill a worker's actor (a real process kill) once `after_iteration` has been logged."""
+def kill_later(workflow: str, replica: str, metrics, after_iteration: int, delay_s: float) -> dict:
+    """Kill the process hosting a worker replica (a real process kill) once `after_iteration` has been logged."""
     import ray
 
     record: dict = {}
@@ -55,7 +56,7 @@ def kill_later(actor_name: str, metrics, after_iteration: int, delay_s: float) -
                 break
             time.sleep(0.05)
         time.sleep(delay_s)
-        actor = ray.get_actor(actor_name)
+        actor = replica_process(workflow, replica)  # env:0 may share its process with rollout:0 (colocate)
         record["killed_at"] = time.time()  # before the kill: the run may notice it before ray.kill returns
         ray.kill(actor, no_restart=True)
 
@@ -76,7 +77,7 @@ def assert_complete(result, iterations: int) -> None:
 def test_a_killed_worker_is_detected_and_the_run_recovers(tmp_path, victim, ranks):
     name = f"kill-{victim.replace(':', '')}"
     spec = ppo_spec(tmp_path, name, actor_replicas=ranks)
-    record = kill_later(f"m2flow:{name}:{victim}", tmp_path / name / "metrics.jsonl", after_iteration=1, delay_s=0.1)
+    record = kill_later(name, victim, tmp_path / name / "metrics.jsonl", after_iteration=1, delay_s=0.1)
     result = mf.run(spec)
     assert "killed_at" in record, "the test did not get to kill the worker"
     assert len(result.failures) == 1
