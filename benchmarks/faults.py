@@ -52,7 +52,7 @@ def job(out: Path, name: str) -> mf.WorkflowSpec:
                 "then": ["env.trajectory -> actor.train"],
                 "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
             },
-            "placement": {"mode": "shared"},
+            "placement": {"mode": "shared", "colocate": False},  # each victim a process of its own
             "run": {
                 "iterations": ITERATIONS,
                 "output_dir": str(out),

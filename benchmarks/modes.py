@@ -56,7 +56,7 @@ def spin_workflow(args: argparse.Namespace, mode: str, stages: int | str, out: P
             "then": ["env.trajectory -> trainer.train"],
             "sync": [{"edge": "trainer.weights -> policy.load_weights", "transport": args.transport}],
         },
-        "placement": {"mode": mode, "pipeline_stages": stages},
+        "placement": {"mode": mode, "pipeline_stages": stages, "colocate": False},  # as the recorded runs
         "run": run_settings(args, out),
     }
 
@@ -93,7 +93,7 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
             "then": ["env.trajectory -> actor.train"],
             "sync": [{"edge": "actor.weights -> rollout.load_weights", "transport": args.transport}],
         },
-        "placement": {"mode": mode, "pipeline_stages": stages, "offload": args.offload},
+        "placement": {"mode": mode, "pipeline_stages": stages, "offload": args.offload, "colocate": False},
         "run": run_settings(args, out),
     }
 

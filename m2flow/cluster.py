@@ -103,7 +103,8 @@ def gpu_memory_gb(spec: ClusterSpec) -> float:
     """Memory of each GPU: the spec's, else the smallest of this machine's GPUs, else `DEFAULT_GPU_MEMORY_GB`."""
     if spec.gpu_memory_gb is not None:
         return spec.gpu_memory_gb
-    mib = [float(line) for line in _nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits")]
+    lines = _nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits")
+    mib = [float(line) for line in lines if line.replace(".", "", 1).isdigit()]  # "[N/A]" on some GPUs
     return min(mib) / 1024 if mib else DEFAULT_GPU_MEMORY_GB
 
 

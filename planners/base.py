@@ -192,10 +192,10 @@ def choose_processes(
     apart, together = (best_stages(graph, placements, profile, phases, o)[1].iteration_s for o in options)
     gain = apart / together - 1 if together > 0 else 0.0
     if gain >= COLOCATE_GAIN:
-        return options[1], f"colocate: auto co-hosts replicas on one device: predicted {gain:.0%} faster without hops"
+        return options[1], f"colocate: auto co-hosts replicas on one device: predicted {gain:.1%} faster without hops"
     return options[0], (
-        f"colocate: auto keeps a process per replica: co-hosting is predicted {gain:.0%} faster, under the"
-        f" {COLOCATE_GAIN:.0%} that would outweigh losing a crashed worker's neighbours with it"
+        f"colocate: auto keeps a process per replica: co-hosting is predicted {gain:.1%} faster, under the"
+        f" {COLOCATE_GAIN:.0%} it must gain to be worth a process that hides which worker crashed"
     )
 
 

@@ -5,7 +5,8 @@ between them become direct calls — no pickling, no channel hop, no process wak
 hand-written loop pays. Multi-rank training groups keep a process per rank (their process groups).
 Each process holds at most one replica of a worker. `colocate: auto` (the default) co-hosts them only
 where that is predicted at least `COLOCATE_GAIN` faster: a crash in a co-hosted worker takes its process
-neighbours with it, so a small gain does not buy away that isolation.
+neighbours with it and the failure names the process rather than the worker, and a small predicted gain
+is within the cost model's error.
 """
 
 from __future__ import annotations

@@ -175,7 +175,9 @@ class Launch:
         args = (info.target, info.spec.args, ctx, instances, dist, self._core(device))
         render = self.render_on.get(ReplicaId(name, r))
         env_vars = {}
-        if render is not None and "MUJOCO_EGL_DEVICE_ID" not in os.environ:  # one the user set is left alone
+        # a GPU-placed simulator sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES; EGL lists that one); a
+        # MUJOCO_EGL_DEVICE_ID set by the user is left alone
+        if render is not None and device.kind == "cpu" and "MUJOCO_EGL_DEVICE_ID" not in os.environ:
             # MuJoCo's EGL device index: the GPU's position on its host, in the order the driver lists them
             env_vars["MUJOCO_EGL_DEVICE_ID"] = str(self.plan.cluster.on_node(render))
         return _HostArgs(Replica(name, r, device, None), args, resources, env_vars)
@@ -197,7 +199,8 @@ class Launch:
         for members in shared.values():
             label = "+".join(f"{m.replica.worker}:{m.replica.index}" for m in members)
             resources = {key: sum(m.resources[key] for m in members) for key in members[0].resources}
-            first, env = members[0].replica, worker_env(members[0].env_vars)  # co-hosted: one process, one GPU
+            first = members[0].replica
+            env = worker_env({k: v for m in members for k, v in m.env_vars.items()})  # the simulator's, if any
             process = self._actor(ProcessHost, label, first.device, env, resources, [m.args for m in members])
             for member in members:
                 member.replica.process = process

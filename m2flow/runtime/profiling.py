@@ -71,6 +71,7 @@ def _profiling_spec(graph: MacroGraph, size: int, out: str) -> WorkflowSpec:
         "pipeline_stages": 1,
         "offload": "always",
         "profile": None,
+        "colocate": False,  # a process per replica: the hop measured between env and policy is a real one
     }
     raw["run"].update(
         iterations=PROFILE_ITERATIONS,

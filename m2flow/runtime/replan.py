@@ -82,6 +82,15 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
         profile.controller_s = max(0.0, statistics.median(iterations) - predicted().iteration_s)
 
 
+def _label(plan: Plan) -> str:
+    return f"{plan.mode} S={plan.pipeline_stages}" + (" (co-hosted replicas)" if plan.processes else "")
+
+
+def _layout(plan: Plan) -> tuple:
+    """What a switch would change: the mode, the stages, where replicas run and which share a process."""
+    return plan.mode, plan.pipeline_stages, plan.placements, plan.processes
+
+
 def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
     """Whether the running plan's loop sends messages between processes at all (co-hosted replicas do
     not): only then does its loop time say what a hop costs; otherwise the hop keeps its prior value."""
@@ -120,21 +129,19 @@ def replan(graph: MacroGraph, cluster: Cluster, running: Running, events: list[d
     try:
         best = make_plan(graph, cluster, profile)
     except PlanError as exc:  # e.g. a sync transport the workflow asks for that the better layout cannot carry
-        why = f"replan: keeping {current.mode} S={current.pipeline_stages}: the best alternative is refused: {exc}"
+        why = f"replan: keeping {_label(current)}: the best alternative is refused: {exc}"
         return Decision(replace(current, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
-    same = (best.mode, best.pipeline_stages) == (current.mode, current.pipeline_stages)
+    same = _layout(best) == _layout(current)
     if same or new_s > now_s * (1 - REPLAN_GAIN):
         kept = replace(current, predicted=now, tasks=tasks)
         why = (
-            f"replan: keeping {current.mode} S={current.pipeline_stages}: with the measured costs it is"
-            f" predicted {now_s:.3g} s/iteration, the best alternative {best.mode}"
-            f" S={best.pipeline_stages} {new_s:.3g} s"
+            f"replan: keeping {_label(current)}: with the measured costs it is predicted {now_s:.3g} s/iteration,"
+            f" the best alternative {_label(best)} {new_s:.3g} s"
         )
         return Decision(kept, False, why)
     why = (
-        f"replan: switching {current.mode} S={current.pipeline_stages} -> {best.mode}"
-        f" S={best.pipeline_stages}: with the measured costs {now_s:.3g} -> {new_s:.3g} s/iteration"
-        f" ({now_s / new_s:.2f}x)"
+        f"replan: switching {_label(current)} -> {_label(best)}: with the measured costs {now_s:.3g} ->"
+        f" {new_s:.3g} s/iteration ({now_s / new_s:.2f}x)"
     )
     return Decision(best, True, why)

@@ -77,3 +77,14 @@ def test_cached_costs_are_used_where_nothing_is_declared():
     assert profile.source["env.step"] == "cached" and profile.costs["env.step"].fixed_s == 0.001
     assert profile.source["policy.act"] == "declared"  # what the workflow declares wins over the cache
     assert make_plan(graph, cluster).predicted.cost_sources["env.step"] == "cached"
+
+
+def test_profiling_runs_a_process_per_replica_so_the_hop_it_measures_is_real(tmp_path):
+    from m2flow.runtime.profiling import _profiling_spec
+
+    graph = build_graph(spec_from_dict(workflow(env_s=1e-4, policy_s=1e-4, cpus=1, mode="shared")))
+    assert make_plan(graph, Cluster.from_spec(graph.spec.cluster)).processes  # the workflow itself would co-host
+    spec = _profiling_spec(graph, 2, str(tmp_path))
+    profiled = build_graph(spec)
+    assert spec.placement.colocate is False
+    assert make_plan(profiled, Cluster.from_spec(spec.cluster)).processes == []

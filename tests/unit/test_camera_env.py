@@ -174,5 +174,5 @@ def test_an_egl_device_that_cannot_be_opened_is_explained_with_what_egl_needs():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode != 0
     assert "MuJoCo could not make a GL context (MUJOCO_GL=egl)" in out.stderr
-    assert "on EGL device 99 (MUJOCO_EGL_DEVICE_ID, the GPU the plan chose for rendering)" in out.stderr
+    assert "on EGL device 99 (MUJOCO_EGL_DEVICE_ID: the plan's render GPU, or yours)" in out.stderr
     assert "EGL's vendor files here:" in out.stderr and "10_nvidia.json" in out.stderr

@@ -276,6 +276,9 @@ def test_every_bad_model_folder_is_named_before_anything_starts(folder, tmp_path
         shutil.copy(folder / name, weights_only / name)
     assert "has no image processor config" in problems(weights_only)
     assert "a deterministic (regression) head cannot be trained by PPO or GRPO" in problems(folder, head="regression")
+    assert "lm_head: the action bins are read from the output embedding's weights directly" in problems(
+        folder, lora={"target_modules": ["q_proj", "lm_head"]}
+    )
 
 
 def custom_code_folder(folder, tmp_path):
@@ -351,8 +354,8 @@ def _fsdp_rank(rank: int, port: int, folder: str, dtype: str, results) -> None:
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_fsdp2_shards_every_vision_and_decoder_layer_and_the_ranks_agree(folder, dtype):
-    """bf16: the backbone loaded in bf16 under fp32 heads is sharded as fp32 master weights (FSDP2 shards
-    groups of one dtype), computed in bf16."""
+    """bf16: the backbone loaded in bf16 under fp32 heads is sharded as fp32 master weights, as on one rank
+    (what trains keeps fp32 masters; FSDP2 shards groups of one dtype)."""
     import torch.multiprocessing as mp
 
     from m2flow.runtime.distributed import free_port

@@ -149,9 +149,10 @@ class TrainingBackend(ABC):
 class FSDPBackend(TrainingBackend):
     """FSDP2 (`fully_shard`): each transformer block (if any), then the root, sharded over one mesh
     dimension; bf16 parameters in compute with fp32 gradient reduction; parameters and optimizer
-    state on the host between uses with `cpu_offload` (CUDA). A model loaded in mixed dtypes (a bf16
-    backbone under fp32 heads) is sharded as fp32 master weights computed in bf16: FSDP2 shards groups
-    of one dtype."""
+    state on the host between uses with `cpu_offload` (CUDA). What trains is held as fp32 master weights
+    however it was loaded; a model left in mixed dtypes (a frozen bf16 base under fp32 adapters) is sharded
+    all in fp32, as FSDP2 shards groups of one dtype. `precision` alone decides the compute dtype, on one
+    rank as on several."""
 
     name = "fsdp"
 
@@ -170,7 +171,7 @@ class FSDPBackend(TrainingBackend):
         loaded = {p.dtype for p in model.parameters()}
         if len(loaded) > 1:
             model.float()
-        bf16 = self.options.precision == "bf16" or torch.bfloat16 in loaded
+        bf16 = self.options.precision == "bf16"
         kwargs = {
             "mesh": mesh,
             "offload_policy": CPUOffloadPolicy() if offload else OffloadPolicy(),

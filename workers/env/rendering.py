@@ -83,6 +83,8 @@ VENDOR_DIRS = ("/usr/share/glvnd/egl_vendor.d", "/etc/glvnd/egl_vendor.d", "/usr
 def _renderer(model: mujoco.MjModel, size: tuple[int, int]) -> mujoco.Renderer:
     try:
         return mujoco.Renderer(model, *size)
+    except ValueError:  # an image larger than the model's offscreen buffer: MuJoCo's message says so
+        raise
     except Exception as exc:  # noqa: BLE001 - EGL/OSMesa fail in many ways; each is explained the same way
         raise RuntimeError(_no_gl_context(exc)) from None
 
@@ -94,7 +96,7 @@ def _no_gl_context(exc: Exception) -> str:
     if backend != "egl":
         return f"{problem}. Install OSMesa (Debian: libosmesa6) or use MUJOCO_GL=egl"
     device = os.environ.get("MUJOCO_EGL_DEVICE_ID")
-    where = f" on EGL device {device} (MUJOCO_EGL_DEVICE_ID, the GPU the plan chose for rendering)" if device else ""
+    where = f" on EGL device {device} (MUJOCO_EGL_DEVICE_ID: the plan's render GPU, or yours)" if device else ""
     named = os.environ.get("__EGL_VENDOR_LIBRARY_FILENAMES")
     vendors = named.split(":") if named else sorted(f for d in VENDOR_DIRS for f in glob.glob(f"{d}/*.json"))
     return (

@@ -45,6 +45,16 @@ class LoraOptions(BaseModel):
     alpha: int = Field(16, ge=1)
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
 
+    @field_validator("target_modules")
+    @classmethod
+    def _not_the_output_head(cls, modules: list[str]) -> list[str]:
+        if "lm_head" in modules:
+            raise ValueError(
+                "lm_head: the action bins are read from the output embedding's weights directly, so an adapter"
+                " there would do nothing; adapt the decoder's projections instead"
+            )
+        return modules
+
 
 class HFOptions(BaseModel):
     """`model: hf` settings of a policy (its args)."""
@@ -113,9 +123,8 @@ def check_folder(options: HFOptions) -> None:
         raise ValueError(f"path: {folder} has no tokenizer: save the processor there too (processor.save_pretrained)")
     if not (folder / "processor_config.json").exists() and not (folder / "preprocessor_config.json").exists():
         raise ValueError(f"path: {folder} has no image processor config: save the processor there too")
-    exported = folder / HEADS_FILE
-    if exported.exists():  # `m2flow export` wrote it: its heads were trained for these settings
-        settings = json.loads(exported.read_text())
+    settings = exported_settings(options)
+    if settings is not None:  # `m2flow export` wrote the folder: its heads were trained for these settings
         wrong = {k: settings[k] for k in ("head", "action_bins", "instruction") if getattr(options, k) != settings[k]}
         if wrong:
             raise ValueError(
@@ -130,11 +139,16 @@ def check_folder(options: HFOptions) -> None:
         )
 
 
+def exported_settings(options: HFOptions) -> dict[str, Any] | None:
+    """The heads' settings `m2flow export` wrote beside the backbone, or None for a folder it did not write."""
+    exported = Path(options.path) / HEADS_FILE
+    return json.loads(exported.read_text()) if exported.exists() else None
+
+
 def check_exported_actions(options: HFOptions, act_dim: int) -> None:
     """An exported policy's heads emit the actions they were trained for: ValueError if this policy's
     (the env's action size x chunk) differ."""
-    exported = Path(options.path) / HEADS_FILE
-    trained = json.loads(exported.read_text()).get("act_dim") if exported.exists() else None
+    trained = (exported_settings(options) or {}).get("act_dim")
     if trained is not None and trained != act_dim:
         raise ValueError(
             f"hf.path: {options.path} was exported for {trained} action values per call; this policy emits"
@@ -362,11 +376,11 @@ def _without_dropout(backbone: nn.Module) -> None:
     """No dropout anywhere (modules, and the attention's functional rate): the policy is the same function
     when it acts (eval mode) and when PPO rates its actions (train mode)."""
     for module in backbone.modules():
-        if isinstance(module, nn.Dropout):
+        if isinstance(module, nn.modules.dropout._DropoutNd):
             module.p = 0.0
-        for rate in ("attention_dropout", "dropout"):
-            if isinstance(getattr(module, rate, None), float):
-                setattr(module, rate, 0.0)
+        for name, value in list(vars(module).items()):  # rates the forward reads as numbers (attention_dropout)
+            if isinstance(value, float) and ("dropout" in name or "pdrop" in name):
+                setattr(module, name, 0.0)
 
 
 def _layers(backbone: nn.Module) -> list[nn.Module]:

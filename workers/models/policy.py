@@ -13,7 +13,7 @@ from m2flow.workers.env.camera_env import CameraObservation
 from m2flow.workers.env.env_ids import registered
 from m2flow.workers.models.activations import Stack
 from m2flow.workers.models.cnn import CNNPolicy
-from m2flow.workers.models.hf import HFOptions, HFPolicy, check_exported_actions, hf_stacks
+from m2flow.workers.models.hf import HFOptions, HFPolicy, check_exported_actions, exported_settings, hf_stacks
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
 from m2flow.workers.models.vision import VisionInputs
 from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape
@@ -46,7 +46,8 @@ class PolicyArgs(m2flow.WorkerConfig):
                 raise ValueError(
                     "model: hf needs `hf: {path: <a local transformers checkpoint>}` and the camera `observation`"
                 )
-            check_exported_actions(self.hf, _camera_inputs(self).act_dim)
+            if exported_settings(self.hf) is not None:  # sizing the actions builds the env: only when needed
+                check_exported_actions(self.hf, _camera_inputs(self).act_dim)
         return self
 
     def build(self) -> nn.Module:
