@@ -75,8 +75,7 @@ class PlacementPlanner(Planner):
                 reasons.append(str(exc))
                 continue
             phases = with_swaps(build_phases(graph), offloaded)
-            processes, why = choose_processes(graph, placements, profile, phases)
-            stages, prediction, tasks = best_stages(graph, placements, profile, phases, processes)
+            processes, why, (stages, prediction, tasks) = choose_processes(graph, placements, profile, phases)
             if best is None or prediction.iteration_s < best[3].iteration_s:
                 best = (name, placements, offloaded, prediction, stages, phases, tasks, processes, why)
         if best is None:
@@ -184,19 +183,23 @@ def best_stages(
 
 def choose_processes(
     graph: MacroGraph, placements: dict[str, Placement], profile: Profile, phases: list[Phase]
-) -> tuple[Processes, str]:
-    """The process layout (`placement.colocate`) and, when auto weighed two, why it chose this one."""
+) -> tuple[Processes, str, tuple[int, Prediction, list[Task]]]:
+    """The process layout (`placement.colocate`), why auto chose it when it weighed two (else ""), and its
+    best stage count with that count's prediction and micro schedule."""
     options = process_options(graph, placements)
+    results = [best_stages(graph, placements, profile, phases, o) for o in options]
     if len(options) == 1:
-        return options[0], ""
-    apart, together = (best_stages(graph, placements, profile, phases, o)[1].iteration_s for o in options)
+        return options[0], "", results[0]
+    apart, together = (r[1].iteration_s for r in results)
     gain = apart / together - 1 if together > 0 else 0.0
     if gain >= COLOCATE_GAIN:
-        return options[1], f"colocate: auto co-hosts replicas on one device: predicted {gain:.1%} faster without hops"
-    return options[0], (
+        why = f"colocate: auto co-hosts replicas on one device: predicted {gain:.1%} faster without hops"
+        return options[1], why, results[1]
+    why = (
         f"colocate: auto keeps a process per replica: co-hosting is predicted {gain:.1%} faster, under the"
         f" {COLOCATE_GAIN:.0%} it must gain to be worth a process that hides which worker crashed"
     )
+    return options[0], why, results[0]
 
 
 def spread(

@@ -16,8 +16,7 @@ from m2flow.schedule import Plan, ReplicaId
 
 def render_gpus(graph: MacroGraph, plan: Plan) -> dict[ReplicaId, DeviceId]:
     """The GPU each simulator replica renders on (none where its node has no GPU)."""
-    loop = set(graph.loop.workers) if graph.loop else set()
-    acting = {d for name in loop if name in plan.placements for d in plan.placements[name].replica_devices}
+    acting = _loop_devices(graph, plan)
     turns: dict[int, int] = defaultdict(int)
     chosen = {}
     for name, placement in plan.placements.items():
@@ -41,10 +40,15 @@ def render_notes(graph: MacroGraph, plan: Plan) -> list[str]:
     by_worker: dict[str, set[str]] = defaultdict(set)
     for replica, gpu in render_gpus(graph, plan).items():
         by_worker[replica.worker].add(gpu.name)
-    loop = set(graph.loop.workers) if graph.loop else set()
-    acting = {d.name for name in loop if name in plan.placements for d in plan.placements[name].replica_devices}
+    acting = {d.name for d in _loop_devices(graph, plan)}
     notes = []
     for worker, gpus in sorted(by_worker.items()):
         why = "the GPUs no loop worker uses" if not gpus & acting else "shared with the loop's GPU workers"
         notes.append(f"render: {worker}'s cameras (EGL) on {', '.join(sorted(gpus))}: {why}")
     return notes
+
+
+def _loop_devices(graph: MacroGraph, plan: Plan) -> set[DeviceId]:
+    """Every device a loop worker's replica runs on."""
+    loop = graph.loop.workers if graph.loop else []
+    return {d for name in loop if name in plan.placements for d in plan.placements[name].replica_devices}
