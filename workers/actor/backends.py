@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -22,6 +22,7 @@ from torch import nn
 
 from m2flow.context import WorkerContext
 from m2flow.errors import SpecError
+from m2flow.workers.models.precision import Precision, compute_in
 
 _BACKENDS: dict[str, type[TrainingBackend]] = {}
 
@@ -31,7 +32,7 @@ class BackendOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Precision = "fp32"
     activation_checkpointing: bool = False
     cpu_offload: bool = False
 
@@ -90,9 +91,7 @@ class TrainingBackend(ABC):
 
     def compute(self) -> contextlib.AbstractContextManager:
         """The forward/backward context: bf16 autocast when asked (master weights stay fp32)."""
-        if self.options.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return compute_in(self.device, self.options.precision)
 
     @abstractmethod
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:

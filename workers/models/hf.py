@@ -32,6 +32,7 @@ from torch.distributions import Categorical
 import m2flow
 from m2flow.errors import MissingDependency
 from m2flow.workers.models.activations import Stack
+from m2flow.workers.models.precision import Precision
 from m2flow.workers.models.vision import VisionActorCritic, VisionInputs, image_planes
 
 HEADS_FILE = "m2flow_policy.json"  # what `m2flow export` adds beside the backbone: the heads' settings...
@@ -65,7 +66,7 @@ class HFOptions(BaseModel):
     head: Literal["gaussian", "tokens"] = "gaussian"
     action_bins: int = Field(256, ge=2, description="tokens head: the last N vocabulary tokens are the bins")
     instruction: str = Field("", description="the task's instruction, after the image in the prompt")
-    dtype: Literal["fp32", "bf16"] = Field("fp32", description="the backbone's weights as loaded")
+    dtype: Precision = Field("fp32", description="the backbone's weights as loaded")
     trust_remote_code: bool = Field(False, description="run the model folder's own code (only for folders you trust)")
     lora: LoraOptions | None = Field(None, description="train low-rank adapters instead of the backbone")
 

@@ -16,7 +16,7 @@ from m2flow.workers.models.cnn import CNNPolicy
 from m2flow.workers.models.hf import HFOptions, HFPolicy, check_exported_actions, exported_settings, hf_stacks
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
 from m2flow.workers.models.vision import VisionInputs
-from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape
+from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape, vit_tokens
 
 
 class PolicyArgs(m2flow.WorkerConfig):
@@ -104,9 +104,7 @@ MODELS = {"mlp": _mlp, "cnn": _cnn, "vit": _vit, "hf": _hf}
 
 def _vit_stacks(args: PolicyArgs) -> list[Stack]:
     width, depth, _ = vit_shape(args.size, args.width, args.depth, args.heads)
-    inputs = _camera_inputs(args)
-    tokens = (inputs.size[0] // args.patch) * (inputs.size[1] // args.patch) + (1 if inputs.proprio_dim else 0) + 1
-    return [Stack(depth, tokens, width, 4 * width, width)]
+    return [Stack(depth, vit_tokens(_camera_inputs(args), args.patch), width, 4 * width, width)]
 
 
 def _hf_stacks(args: PolicyArgs) -> list[Stack]:

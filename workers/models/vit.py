@@ -48,7 +48,7 @@ class ViTPolicy(VisionActorCritic):
             raise ValueError(f"image size {size} must be a multiple of the patch size {patch}")
         self.activation_checkpointing = False
         self.patchify = nn.Conv2d(image_channels(inputs.modalities, inputs.cameras), width, patch, stride=patch)
-        tokens = (size[0] // patch) * (size[1] // patch) + (1 if proprio_dim else 0) + 1
+        tokens = vit_tokens(inputs, patch)
         self.proprio = nn.Linear(proprio_dim, width) if proprio_dim else None
         self.readout = nn.Parameter(torch.zeros(1, 1, width))
         self.position = nn.Parameter(torch.randn(1, tokens, width) * 0.02)
@@ -82,3 +82,8 @@ class ViTPolicy(VisionActorCritic):
 def vit_shape(size: str, width: int | None, depth: int | None, heads: int | None) -> tuple[int, int, int]:
     preset = VIT_SIZES[size]
     return width or preset[0], depth or preset[1], heads or preset[2]
+
+
+def vit_tokens(inputs: VisionInputs, patch: int) -> int:
+    """Tokens per sample: the image's patches, a proprioception token (if any) and the readout token."""
+    return (inputs.size[0] // patch) * (inputs.size[1] // patch) + (1 if inputs.proprio_dim else 0) + 1

@@ -12,9 +12,8 @@ BLAS libraries and GPUs may need another multiple.)
 
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,13 +23,14 @@ import m2flow
 from m2flow.errors import WorkerError
 from m2flow.workers.models import PolicyArgs, state_bytes, state_checksum
 from m2flow.workers.models.placement import move_module
+from m2flow.workers.models.precision import Precision, compute_in
 
 ROW_MULTIPLE = 4
 
 
 class TorchPolicyConfig(PolicyArgs):
     deterministic: bool = Field(False, description="act with the mean action (evaluation), no exploration noise")
-    precision: Literal["fp32", "bf16"] = Field(
+    precision: Precision = Field(
         "fp32", description="bf16: act under bf16 autocast, as a training worker with `precision: bf16` computes"
     )
 
@@ -45,8 +45,6 @@ class TorchPolicy:
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.model = self.args.build().to(self.device).eval()
-        bf16 = cfg.precision == "bf16"
-        self._compute = (lambda: torch.autocast(self.device.type, torch.bfloat16)) if bf16 else contextlib.nullcontext
         self._frozen = {name for name, p in self.model.named_parameters() if not p.requires_grad}
         self.act_dim, self.seed = self.model.act_dim, ctx.seed
         self.env_rngs: dict[int, np.random.Generator] = {}
@@ -66,11 +64,11 @@ class TorchPolicy:
         pad = -rows % ROW_MULTIPLE
         x = _pad(x, pad)
         if self.deterministic:
-            with self._compute():
+            with compute_in(self.device, self.args.precision):
                 return {"action": _rows(self.model.mean_action(x), rows)}
         env_ids = batch.get("env_id") if isinstance(batch, dict) else None
         noise = _pad(self._noise(env_ids, rows), pad) if env_ids is not None else None
-        with self._compute():
+        with compute_in(self.device, self.args.precision):
             action, logprob, _, value = self.model.get_action_and_value(x, noise=noise)
         return {"action": _rows(action, rows), "logprob": _rows(logprob, rows), "value": _rows(value, rows)}
 
