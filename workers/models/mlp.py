@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
-from torch.distributions.normal import Normal
+
+from m2flow.workers.models.gaussian import gaussian_head
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -84,12 +85,8 @@ class GaussianMLP(nn.Module):
         x = obs
         if value_only:
             return self._value(x)
-        mean = self.actor_mean(x)
-        std = self.actor_logstd.expand_as(mean).exp()
-        dist = Normal(mean, std)
-        if action is None:
-            action = mean + std * (torch.randn_like(mean) if noise is None else noise)
-        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self._value(x)
+        action, logprob, entropy = gaussian_head(self.actor_mean(x), self.actor_logstd, action, noise)
+        return action, logprob, entropy, self._value(x)
 
     def _value(self, x: torch.Tensor) -> torch.Tensor:
         """A fresh tensor, not a view: FSDP2's backward hook must not see in-place edits of a view."""

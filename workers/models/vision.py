@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from torch.distributions.normal import Normal
+
+from m2flow.workers.models.gaussian import gaussian_head
 
 IMAGE_CHANNELS = {"rgb": 3, "depth": 1, "segmentation": 1}
 DEPTH_SCALE_M = 10.0
@@ -75,12 +76,8 @@ class VisionActorCritic(nn.Module):
         value = self.critic(x).squeeze(-1).float().clone()  # a fresh fp32 tensor, also under autocast
         if value_only:
             return value
-        mean = self.actor_mean(x).float()
-        std = self.actor_logstd.expand_as(mean).exp()
-        dist = Normal(mean, std)
-        if action is None:
-            action = mean + std * (torch.randn_like(mean) if noise is None else noise)
-        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), value
+        action, logprob, entropy = gaussian_head(self.actor_mean(x).float(), self.actor_logstd, action, noise)
+        return action, logprob, entropy, value
 
 
 def image_planes(obs: dict[str, torch.Tensor]) -> torch.Tensor:
