@@ -58,8 +58,9 @@ def m2flow_run(env_id: str, steps: int, seed: int, eval_every: int, out: Path) -
     for h in result.history:
         if "eval/return" in h:  # evaluated before the iteration's loop: the steps of the iterations before
             curve.append({"steps": h["env_steps"] - ENVS * HORIZON, "wall_s": wall, "return": h["eval/return"]})
+            wall -= h["time/sync_s"]  # the evaluation runs in the iteration's syncs: not training time
         wall += h["time/iteration_s"]
-    return {"implementation": "m2flow", "seed": seed, "curve": curve, "wall_s": wall}
+    return {"implementation": "m2flow", "seed": seed, "curve": curve, "wall_s": wall, "steps_per_s": steps / wall}
 
 
 SB3_SCRIPT = textwrap.dedent(
@@ -101,9 +102,10 @@ SB3_SCRIPT = textwrap.dedent(
 
     callback = Evaluate()
     model = PPO("MlpPolicy", env, seed=seed, verbose=0, **hp)
-    began = time.time()
     model.learn(steps + 1, callback=callback)
-    Path(out).write_text(json.dumps({"curve": callback.curve, "hyperparameters": {k: str(v) for k, v in hp.items()}}))
+    wall = time.time() - callback.start  # evaluations left out
+    hyperparameters = {k: str(v) for k, v in hp.items()}
+    Path(out).write_text(json.dumps({"curve": callback.curve, "wall_s": wall, "hyperparameters": hyperparameters}))
     """
 )
 
@@ -133,6 +135,8 @@ def sb3_run(python: Path, env_id: str, steps: int, seed: int, eval_every: int, o
         "implementation": "sb3-zoo",
         "seed": seed,
         "curve": data["curve"],
+        "wall_s": data["wall_s"],
+        "steps_per_s": steps / data["wall_s"],
         "hyperparameters": data["hyperparameters"],
     }
 
@@ -157,6 +161,7 @@ def summarise(runs: list[dict], steps: int) -> dict:
             "returns": returns,
             "time_to_1000_s": [time_to(r["curve"], 1000) for r in mine],
             "time_to_1500_s": [time_to(r["curve"], 1500) for r in mine],
+            "steps_per_s": statistics.mean(r["steps_per_s"] for r in mine),
         }
     return by
 
@@ -208,9 +213,9 @@ def main() -> None:
     name = f"learning_{args.env.split('-')[0].lower()}"
     plot(runs, RESULTS / f"{name}.png")
     mine, peer = summary["m2flow"], summary.get("sb3-zoo")
-    line = f"learning: m2flow {mine['return_mean']:.0f} ± {mine['return_std']:.0f}"
+    line = f"learning: m2flow {mine['return_mean']:.0f} ± {mine['return_std']:.0f} ({mine['steps_per_s']:.0f} steps/s)"
     if peer is not None:
-        line += f" vs sb3-zoo {peer['return_mean']:.0f} ± {peer['return_std']:.0f}"
+        line += f" vs sb3-zoo {peer['return_mean']:.0f} ± {peer['return_std']:.0f} ({peer['steps_per_s']:.0f} steps/s)"
         ours, theirs = mine["time_to_1500_s"], peer["time_to_1500_s"]
         if None not in ours and None not in theirs:
             line += f"; time to 1500: {statistics.mean(theirs) / statistics.mean(ours):.1f}x faster"
