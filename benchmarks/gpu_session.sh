@@ -6,7 +6,8 @@
 # PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores;
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
-# `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second.
+# `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second;
+# `tests` only the GPU tests (pytest -m gpu).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
 # gets one beside it, <stem>.meta.json, which render_results.py reads.
 set -u
@@ -19,6 +20,10 @@ python3 -c "import torch, ray, mujoco; print(torch.__version__, torch.cuda.is_av
 cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmarks" benchmarks
 if [ "${1:-all}" = backends ]; then
   timeout 500 python3 benchmarks/backends.py ${2:+--only $2} ${SIZES:+--sizes $SIZES} --out "$OUT/backends.json" 2>&1 | grep -v "WARN\|INFO\|warn" | tee "$OUT/backends.txt"
+  exit 0
+fi
+if [ "${1:-all}" = tests ]; then
+  cp -r "$OLDPWD/tests" . && timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py 2>&1 | tail -8 | tee "$OUT/gpu_tests.txt"
   exit 0
 fi
 if [ "${1:-all}" = hf ]; then
