@@ -8,6 +8,7 @@ settings are read from rl-zoo3's own hyperparams/ppo.yml. CleanRL 1.2.0 is not r
 gymnasium 0.29's API (NEXT_STEP autoreset, `final_observation` infos), not gymnasium 1.x.
 
     python benchmarks/learning.py [--env HalfCheetah-v5] [--steps 100000] [--seeds 1 2 3] [--eval-every 10000]
+        [--skip-peers] [--set workers.actor.args.minibatch_size=128 ...]
 
 Writes benchmarks/results/learning_<env>.json and learning_<env>.png (evaluation return against env steps
 and against wall time). Last line: `learning: m2flow <mean> ± <std> vs sb3-zoo <mean> ± <std>; time to 1500 (s):
@@ -35,7 +36,7 @@ PEERS = ["stable-baselines3==2.9.2", "rl-zoo3==2.9.2"]
 ENVS, HORIZON = 8, 64  # configs/ppo_mujoco.yaml: 512 env steps per iteration
 
 
-def m2flow_run(env_id: str, steps: int, seed: int, eval_every: int, out: Path) -> dict:
+def m2flow_run(env_id: str, steps: int, seed: int, eval_every: int, out: Path, overrides: list[str]) -> dict:
     iterations = steps // (ENVS * HORIZON)
     every = max(1, eval_every // (ENVS * HORIZON))
     policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
@@ -51,6 +52,7 @@ def m2flow_run(env_id: str, steps: int, seed: int, eval_every: int, out: Path) -
             "workers.env.args.evaluation.episodes=10",
             f"workers.env.args.env_id={env_id}",
             *[f"workers.{key}.env_id={env_id}" for key in policy],
+            *overrides,
         ],
     )
     result = mf.run(spec)
@@ -198,11 +200,13 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10_000)
     parser.add_argument("--peers-venv", default=str(Path(tempfile.gettempdir()) / "m2flow-peers"))
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of m2flow's config")
+    parser.add_argument("--name", help="the result's name (default learning_<env>)")
     args = parser.parse_args()
     runs = []
     with tempfile.TemporaryDirectory(prefix="m2flow-learning-") as tmp:
         for seed in args.seeds:
-            runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp)))
+            runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp), args.set))
             print(f"m2flow seed {seed}: {at(runs[-1]['curve'], args.steps):.0f} at {args.steps} steps", flush=True)
         if not args.skip_peers:
             python = peers_python(Path(args.peers_venv))
@@ -210,7 +214,7 @@ def main() -> None:
                 runs.append(sb3_run(python, args.env, args.steps, seed, args.eval_every, Path(tmp)))
                 print(f"sb3-zoo seed {seed}: {at(runs[-1]['curve'], args.steps):.0f} at {args.steps} steps", flush=True)
     summary = summarise(runs, args.steps)
-    name = f"learning_{args.env.split('-')[0].lower()}"
+    name = args.name or f"learning_{args.env.split('-')[0].lower()}"
     plot(runs, RESULTS / f"{name}.png")
     mine, peer = summary["m2flow"], summary.get("sb3-zoo")
     line = f"learning: m2flow {mine['return_mean']:.0f} ± {mine['return_std']:.0f} ({mine['steps_per_s']:.0f} steps/s)"

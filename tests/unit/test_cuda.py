@@ -3,6 +3,7 @@ elsewhere with the reason. The CPU-testable logic of each is tested in the other
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -63,6 +64,30 @@ def test_fsdp2_cpu_offload_trains_with_parameters_on_the_host():
     after = ppo.backend.full_state_dict(ppo.model)
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert torch.isfinite(torch.tensor(metrics["actor/loss"]))
+
+
+@pytest.mark.parametrize("clip_vloss", [True, False])
+def test_a_ppo_update_on_cuda_keeps_every_tensor_on_the_gpu(clip_vloss):
+    """One rank, no sharding: the update's statistics (some made inside the loss) are summed on the device."""
+    on_cuda("training", "fsdp")
+    ppo = PPO(env_id="HalfCheetah-v5", hidden=[32, 32], minibatch_size=16, update_epochs=2, clip_vloss=clip_vloss)
+    rng = np.random.default_rng(0)
+    steps, envs = 8, 4
+    batch = {
+        "obs": {"obs": rng.normal(size=(steps, envs, 17)).astype(np.float32)},
+        "action": rng.normal(size=(steps, envs, 6)).astype(np.float32),
+        "logprob": rng.normal(-5, 0.5, size=(steps, envs)).astype(np.float32),
+        "value": rng.normal(size=(steps, envs)).astype(np.float32),
+        "reward": rng.normal(size=(steps, envs)).astype(np.float32),
+        "done": np.zeros((steps, envs), np.float32),
+        "next_obs": {"obs": rng.normal(size=(envs, 17)).astype(np.float32)},
+        "next_done": np.zeros(envs, np.float32),
+    }
+    before = [p.detach().clone() for p in ppo.model.parameters()]
+    metrics = ppo.train([batch])
+    assert all(p.device.type == "cuda" for p in ppo.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, ppo.model.parameters(), strict=True))
+    assert all(np.isfinite(v) for k, v in metrics.items() if k.startswith("actor/"))
 
 
 def test_bf16_computes_in_bf16_on_cuda():

@@ -51,7 +51,7 @@ def ppo_loss(
             value_clip_ratio = (v_loss_clipped > v_loss_unclipped).float().mean()
     else:
         v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-        value_clip_ratio = torch.zeros(())
+        value_clip_ratio = newvalue.new_zeros(())
 
     entropy_loss = entropy.mean()
     loss = pg_loss - cfg.ent_coef * entropy_loss + v_loss * cfg.vf_coef
