@@ -264,10 +264,19 @@ class RunSpec(_Strict):
     progress: bool = True
     trace_detail_iterations: int = Field(2, ge=0, description="iterations traced per micro task")
     timeouts: TimeoutSpec = Field(default_factory=TimeoutSpec)
-    on_failure: Literal["stop", "restart"] = Field(
-        "stop", description="restart: recreate the workers, restore the last checkpoint, continue"
+    on_failure: Literal["stop", "restart", "replace"] = Field(
+        "stop",
+        description="restart: recreate the workers, restore the last checkpoint, continue; replace: a simulator"
+        " replica that dies or hangs in the loop is replaced in place and only its part of the iteration is"
+        " redone (any other failure restarts)",
     )
     max_restarts: int = Field(3, ge=0, description="restarts allowed before the run stops with its failure history")
+    max_replacements: int = Field(20, ge=0, description="on_failure: replace: in-place replacements allowed per run")
+    replacement_state: Literal["reset", "checkpoint"] = Field(
+        "reset",
+        description="a replaced simulator replica's envs start new episodes (reset) or resume from its state in"
+        " the last checkpoint (checkpoint)",
+    )
 
 
 class WorkflowSpec(_Strict):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
@@ -10,6 +14,7 @@ from pydantic import Field
 import m2flow
 from m2flow.sharding import shard_groups
 from m2flow.workers.actor import PPO
+from m2flow.workers.env.gym_env import GymEnv, GymEnvConfig
 from m2flow.workers.rollout import TorchPolicy
 from m2flow.workers.synthetic import env_block
 
@@ -179,3 +184,30 @@ class WholeBatchPPO(PPO):
     """PPO that takes no parts: its then-edge waits for the whole loop (the reference for streaming)."""
 
     train_part = None
+
+
+class FaultyGymEnvConfig(GymEnvConfig):
+    fault: Literal["kill", "stop"] = "kill"  # SIGKILL (a crash) or SIGSTOP (a hang) of its own process
+    fault_replica: int = 0
+    fault_at_step: int = Field(10, ge=1, description="the replica's step (counted over the run) it strikes at")
+    marker: str = Field(description="a file the fault writes its time to: it strikes once, not in the replacement")
+
+
+class FaultyGymEnv(GymEnv):
+    """A GymEnv whose `fault_replica` kills or stops its own process once, at a given step of the run."""
+
+    Config = FaultyGymEnvConfig
+
+    def __init__(self, **args):
+        self.fault = FaultyGymEnvConfig(**args)
+        super().__init__(**{k: v for k, v in args.items() if k in GymEnvConfig.model_fields})
+        self.replica, self.steps = m2flow.context().replica, 0
+
+    def step(self, policy_out):
+        self.steps += 1
+        marker = Path(self.fault.marker)
+        mine = self.replica == self.fault.fault_replica and self.steps == self.fault.fault_at_step
+        if mine and not marker.exists():
+            marker.write_text(f"{time.time()}\n")
+            os.kill(os.getpid(), signal.SIGKILL if self.fault.fault == "kill" else signal.SIGSTOP)
+        return super().step(policy_out)

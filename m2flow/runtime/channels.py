@@ -100,6 +100,13 @@ class Mailbox:
             missing = ", ".join(_name(p) for p in peers if p not in self.inbound)
             raise WaitTimeout(f"{_name(self.me)}: peers never connected within {timeout_s:g}s: {missing}")
 
+    def forget(self, peer: PeerId) -> None:
+        """Close both channels with `peer` (replaced by a new process that will connect afresh)."""
+        with self._arrived:
+            for conn in (self.inbound.pop(peer, None), self.outbound.pop(peer, None)):
+                if conn is not None:
+                    conn.close()
+
     def send(self, peer: PeerId, header: tuple, payload: Any) -> int:
         data = pickle.dumps((header, payload), protocol=pickle.HIGHEST_PROTOCOL)
         try:

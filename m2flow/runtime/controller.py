@@ -8,8 +8,10 @@ planner's simulator; this module issues the calls, waits for them and records wh
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,18 +24,36 @@ from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
-from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.runtime.waits import Deadline, get, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
 from m2flow.schedule import Phase, Plan, ReplicaId
+from m2flow.sharding import shard_groups
 from m2flow.spec import Edge, PortRef
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A simulator replica replaced in place during the loop, and the part of the iteration it redid."""
+
+    replica: ReplicaId
+    iteration: int
+    why: str
+    state: str  # what its envs started from
+    steps_redone: int
+    detected_at: float  # when the controller learnt of the failure (time.time())
+    seconds: float  # from then to the end of the redo
 
 
 @dataclass
 class IterationResult:
     metrics: dict[str, float] = field(default_factory=dict)
     env_steps: int = 0
+    replacements: list[Replacement] = field(default_factory=list)
+
+
+RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says from what
 
 
 @dataclass
@@ -54,7 +74,16 @@ class Measured:
 class Controller:
     """Runs iterations of the plan's program (the `m2flow.program.Interpreter` that executes)."""
 
-    def __init__(self, graph: MacroGraph, plan: Plan, launch: Launch, trace: Trace, trace_until: int):
+    def __init__(
+        self,
+        graph: MacroGraph,
+        plan: Plan,
+        launch: Launch,
+        trace: Trace,
+        trace_until: int,
+        replacements_left: int = 0,
+        restore: RestoreReplica | None = None,
+    ):
         self.graph = graph
         self.plan = plan
         self.launch = launch
@@ -69,6 +98,9 @@ class Controller:
         self._producer: dict[Any, Replica] = {}  # output reference -> the replica whose output it is
         self._streamed: dict[PortRef, list[Any]] = {}  # then-sources produced while the loop ran
         self._stream_calls: list[Call] = []
+        self._consumes: dict[Any, Any] = {}  # a streamed part call's event -> the output it was given
+        self.replacements_left = replacements_left  # simulator replicas that may still be replaced in place
+        self.restore = restore
 
     def adopt(self, plan: Plan) -> None:
         """The same placement with a new prediction (measured costs): its deadlines follow."""
@@ -142,25 +174,121 @@ class Controller:
             iteration=self._it,
             channel_timeout_s=self.deadlines.channel_s,
             trace_steps=self._it < self.trace_until,
+            replaceable=self.replacements_left > 0,
         )
-        processes: dict[int, list[Replica]] = {}  # one loop program per process, for every replica it hosts
-        for r in (r for w in loop.workers for r in self.launch.replicas[w]):
-            processes.setdefault(id(r.process), []).append(r)
+        processes = self._loop_processes()
         began = time.time()
-        calls = [(group[0].process.run_loop.remote(program), group[0], "the loop") for group in processes.values()]
+        calls = [(group[0].process.run_loop.remote(program), group[0], "the loop") for group in processes]
         self._stream(phase)
-        per_process: list[dict[str, LoopStats]] = wait_all(calls, self._deadline("the interaction loop", "loop"))
+        per_process, failed = self._await_loop(calls, processes)
         self.measured.loop_s += time.time() - began
         sent = 0
-        for group, by_worker in zip(processes.values(), per_process, strict=True):
-            for r in group:
+        for group, by_worker in zip(processes, per_process, strict=True):
+            for r in group if by_worker is not None else []:
                 sent += self._record_loop(r, by_worker[r.worker], program)
+        if failed:
+            sent += self._replace([(r, *failed[i]) for i in failed for r in processes[i]], program)
         self._result.metrics["loop/bytes_sent"] = float(sent)
+
+    def _loop_processes(self, shards: set[int] | None = None) -> list[list[Replica]]:
+        """The loop's processes, each with the replicas it hosts (only those serving `shards`, if given)."""
+        loop = self.graph.loop
+        n_shards = self.graph.workers[loop.entry.worker].count
+        processes: dict[int, list[Replica]] = {}
+        for r in (r for w in loop.workers for r in self.launch.replicas[w]):
+            serves = set(shard_groups(n_shards, self.graph.workers[r.worker].count)[r.index])
+            if shards is None or serves & shards:
+                processes.setdefault(id(r.process), []).append(r)
+        return list(processes.values())
+
+    def _await_loop(
+        self, calls: list[Call], processes: list[list[Replica]]
+    ) -> tuple[list[dict[str, LoopStats] | None], dict[int, tuple[str, float]]]:
+        """Each process's loop stats, or None for a replaceable one that failed: one that raised or died,
+        or one whose peers dropped every replica it hosts (hung); those are killed. Any other failure
+        raises at once, as `wait_all` does."""
+        import ray
+
+        deadline = self._deadline("the interaction loop", "loop")
+        results: list[dict[str, LoopStats] | None] = [None] * len(calls)
+        failed: dict[int, tuple[str, float]] = {}  # process -> (why, when the controller learnt of it)
+        pending = {ref: i for i, (ref, _, _) in enumerate(calls)}
+        while pending:
+            lost = self._lost(results)
+            for ref, i in list(pending.items()):
+                if self._replaceable(processes[i]) and all(r.id in lost for r in processes[i]):
+                    failed[i] = (lost[processes[i][0].id], time.time())
+                    ray.kill(processes[i][0].process, no_restart=True)
+                    del pending[ref]
+            ready, _ = (
+                ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline.left())) if pending else ([], [])
+            )
+            if pending and not ready:
+                wait_all([calls[i] for i in pending.values()], deadline)  # raises the usual timeout, naming them
+            for ref in ready:
+                i = pending.pop(ref)
+                try:
+                    results[i] = get(ref, calls[i][1], calls[i][2])
+                except WorkerError as exc:
+                    if not self._replaceable(processes[i]):
+                        raise
+                    failed[i] = (str(exc).splitlines()[0], time.time())
+                    ray.kill(processes[i][0].process, no_restart=True)  # its peers see the channel close
+        return results, failed
+
+    def _lost(self, results: list[dict[str, LoopStats] | None]) -> dict[ReplicaId, str]:
+        """Simulator replicas that peers dropped from the loop, with the first reason given."""
+        entry = self.graph.loop.entry.worker
+        lost: dict[ReplicaId, str] = {}
+        for by_worker in filter(None, results):
+            for stats in by_worker.values():
+                for index, why in stats.lost.items():
+                    lost.setdefault(ReplicaId(entry, index), why)
+        return lost
+
+    def _replaceable(self, group: list[Replica]) -> bool:
+        """A process that may be replaced in place: it hosts one simulator replica and nothing else."""
+        entry = self.graph.loop.entry.worker
+        return (
+            self.replacements_left >= len(group)
+            and all(r.worker == entry for r in group)
+            and all(self.launch.replaceable(r.id) is None for r in group)
+        )
+
+    def _replace(self, failed: list[tuple[Replica, str, float]], program: LoopProgram) -> int:
+        """New processes for the failed simulator replicas (replica, why, when detected), each restored or
+        reset, and their part of this iteration's loop redone, the other replicas' kept; returns the bytes
+        the redo sent."""
+        states = {}
+        for replica, _, _ in failed:
+            new = self.launch.replace(replica.id)
+            states[replica.id] = self.restore(new) if self.restore is not None else "its envs reset"
+            self.replacements_left -= 1
+        entry = self.graph.loop.entry.worker
+        owned = shard_groups(program.shards, program.replicas[entry])
+        shards = {b for replica, _, _ in failed for b in owned[replica.index]}
+        redo = dataclasses.replace(program, replaceable=False, only_shards=tuple(sorted(shards)))
+        groups = self._loop_processes(shards)
+        calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
+        per_process = wait_all(calls, self._deadline("the redone part of the loop", "loop"))
+        steps_before, sent = self._result.env_steps, 0
+        for group, by_worker in zip(groups, per_process, strict=True):
+            for r in group:
+                sent += self._record_loop(r, by_worker[r.worker], redo)
+        redone = self._result.env_steps - steps_before
+        for replica, why, detected in failed:
+            share = redone * len(owned[replica.index]) // len(shards)
+            replacement = Replacement(
+                replica.id, self._it, why, states[replica.id], share, detected, time.time() - detected
+            )
+            self._result.replacements.append(replacement)
+        self._restream([replica for replica, _, _ in failed])
+        return sent
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:
         produced, self._streamed = self._streamed, {}
         self._calls += self._stream_calls
-        self._stream_calls = []
+        self._stream_calls, self._consumes = [], {}
         return produced
 
     def end_phase(self, phase: Phase, produced: dict[PortRef, list[Any]]) -> None:
@@ -202,10 +330,11 @@ class Controller:
         self._items[out] = self._items[event] = items
         return out
 
-    def _stream(self, loop_phase: Phase) -> None:
+    def _stream(self, loop_phase: Phase, only: set[ReplicaId] | None = None) -> None:
         """Streamed then-edges, submitted with the loop: each loop replica's output port is queued behind
         its own loop, and its part goes to the destination replicas that own it (`<port>_part`) as soon
-        as it exists, while other replicas still step. The then-phase waits for these calls."""
+        as it exists, while other replicas still step. The then-phase waits for these calls. `only`: the
+        parts of these replicas' outputs (replacements), the rest already sent."""
         then = next((p for p in self.plan.phases if p.op == "then"), None)
         for edge in then.streamed if then is not None else []:
             if edge.src not in self._streamed:
@@ -215,8 +344,30 @@ class Controller:
             shares = split(rule, self._streamed[edge.src], info.replicas, info.data_parallel)
             for r in self.launch.replicas[edge.dst.worker]:
                 for ref in shares[r.index]:
-                    self._call_replica(r, part_port(edge).port, [1], [ref], self._items[ref], then)
-        self._stream_calls, self._calls = self._calls, []
+                    if only is None or self._producer[ref].id in only:
+                        self._call_replica(r, part_port(edge).port, [1], [ref], self._items[ref], then)
+                        self._consumes[self._calls[-1][0]] = ref  # the part call's event
+        self._stream_calls += self._calls
+        self._calls = []
+
+    def _restream(self, replaced: list[Replica]) -> None:
+        """Streamed outputs of replaced replicas: the calls that died with them (and the part calls given
+        their outputs) are dropped; their replacements' outputs are streamed instead."""
+        then = next((p for p in self.plan.phases if p.op == "then"), None)
+        if then is None or not self._streamed:
+            return
+        gone = {id(r) for r in replaced}
+        dead = {ref for ref, r in self._producer.items() if id(r) in gone}
+        self._stream_calls = [
+            c for c in self._stream_calls if id(c[1]) not in gone and self._consumes.get(c[0]) not in dead
+        ]
+        for src, refs in self._streamed.items():
+            for i, ref in enumerate(refs):
+                if ref in dead:
+                    new = self.launch.replicas[src.worker][self._producer[ref].index]
+                    items = own_items(self.graph, src.worker, new.index, then.op)
+                    refs[i] = self._call_replica(new, src.port, [], [], items, then)
+        self._stream(then, only={r.id for r in replaced})
 
     def _record_loop(self, r: Replica, stats: LoopStats, program: LoopProgram) -> int:
         """Trace a replica's loop tasks (or one bar when not traced in detail); returns the bytes it sent."""

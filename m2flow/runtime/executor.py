@@ -3,7 +3,8 @@
 A worker that raises, dies or hangs ends the iteration with an error naming it. With
 `run.on_failure: restart` the run recreates every worker, restores the last checkpoint and goes on
 from the iteration after it, at most `run.max_restarts` times; past that it stops with the history
-of its failures.
+of its failures. With `run.on_failure: replace` a simulator replica that fails in the loop is replaced
+in place instead (the controller redoes its part of the iteration); any other failure restarts.
 """
 
 from __future__ import annotations
@@ -128,7 +129,12 @@ class Run:
         self.launch.start()
         self.result.nodes = {str(replica): node for replica, node in self.launch.nodes.items()}
         self.result.pids = {str(replica): pid for replica, pid in self.launch.pids.items()}
-        self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until)
+        replacements_left = 0
+        if self.spec.run.on_failure == "replace":
+            replacements_left = self.spec.run.max_replacements - sum(1 for f in self.result.failures if f["replaced"])
+        self.controller = Controller(
+            self.graph, self.plan, self.launch, self.trace, self.trace_until, replacements_left, self._restore
+        )
         self.measured_since = self.next_iteration
         self.snapshots = Snapshots(self.graph, self.launch, self.spec.run.timeouts.start_s)
         if self.restore_from is not None:
@@ -144,12 +150,37 @@ class Run:
         outcome = self.controller.iteration(it)
         self.env_steps += outcome.env_steps
         metrics = {**outcome.metrics, "time/iteration_s": time.time() - began}
+        if outcome.replacements:
+            metrics["failures/replaced"] = float(len(outcome.replacements))
+            metrics["failures/steps_redone"] = float(sum(r.steps_redone for r in outcome.replacements))
+        for r in outcome.replacements:
+            self.result.failures.append(
+                {
+                    "iteration": it,
+                    "error": r.why,
+                    "detected_at": r.detected_at,
+                    "replaced": str(r.replica),
+                    "steps_redone": r.steps_redone,
+                }
+            )
+            self.reporter.print(
+                f"m2flow: {r.replica} failed in iteration {it} ({r.why}); replaced in place ({r.state}), its"
+                f" {r.steps_redone} steps redone in {r.seconds:.1f}s, the other replicas kept theirs"
+            )
         self.reporter.log(it, self.env_steps, metrics)
         self.result.history.append({"iteration": it, "env_steps": self.env_steps, **metrics})
         self.result.iterations = self.next_iteration = it + 1
         every = self.spec.run.checkpoint_every
         if (every and (it + 1) % every == 0) or it + 1 == self.spec.run.iterations:
             self._checkpoint()
+
+    def _restore(self, replica) -> str:
+        """A replacement simulator replica's state, as `run.replacement_state` asks; says what it was."""
+        checkpoint = latest_checkpoint(self.run_dir / "checkpoints")
+        if self.spec.run.replacement_state == "reset" or checkpoint is None:
+            return "its envs reset"
+        self.snapshots.restore_replica(checkpoint, replica)
+        return f"its envs restored from {checkpoint.name}"
 
     def _checkpoint(self) -> Path:
         """A checkpoint of the last finished iteration."""
@@ -158,12 +189,19 @@ class Run:
 
     def recover(self, exc: Exception) -> None:
         """Restart every worker from the last checkpoint, or re-raise with the failure history."""
-        failure = {"iteration": self.next_iteration, "error": str(exc).splitlines()[0], "detected_at": time.time()}
+        failure = {
+            "iteration": self.next_iteration,
+            "error": str(exc).splitlines()[0],
+            "detected_at": time.time(),
+            "replaced": None,
+        }
         self.result.failures.append(failure)
-        restarts = len(self.result.failures)
-        if self.spec.run.on_failure != "restart" or restarts > self.spec.run.max_restarts:
+        restarts = sum(1 for f in self.result.failures if not f["replaced"])
+        if self.spec.run.on_failure == "stop" or restarts > self.spec.run.max_restarts:
             if restarts > 1:
-                history = "\n".join(f"  - iteration {f['iteration']}: {f['error']}" for f in self.result.failures)
+                history = "\n".join(
+                    f"  - iteration {f['iteration']}: {f['error']}" for f in self.result.failures if not f["replaced"]
+                )
                 raise WorkerError(
                     f"stopping after {restarts - 1} restart(s) (run.max_restarts="
                     f"{self.spec.run.max_restarts}); failures:\n{history}\nlast: {exc}"

@@ -101,6 +101,9 @@ class WorkerHost:
     def await_peers(self, peers: list[PeerId], timeout_s: float) -> None:
         self.mailbox.wait_inbound([tuple(p) for p in peers], timeout_s)
 
+    def forget_peer(self, peer: PeerId) -> None:
+        self.mailbox.forget(tuple(peer))
+
     # -- phases --------------------------------------------------------------------------------
     def run_loop(self, program: LoopProgram) -> dict[str, LoopStats]:
         """Stats by worker name (one here; several in a `ProcessHost`)."""

@@ -110,6 +110,12 @@ class Launch:
         self.bundle_of: dict[DeviceId, int] = {}
         self.rendezvous: dict[str, dict | None] = {}
         self.transports: dict[Edge, Transport] = {}
+        # what a replacement of one replica needs: how it was built, the loop's channels, its sync routes
+        self.host_args: dict[ReplicaId, _HostArgs] = {}
+        self.authkey = b""
+        self.addresses: dict[ReplicaId, dict[str, Any]] = {}
+        self.senders: dict[ReplicaId, set[ReplicaId]] = {}
+        self.sync_setup: dict[ReplicaId, list[tuple[str, Edge, Route | None]]] = {}  # (method, edge, route)
 
     def start(self) -> None:
         """Reserve the plan's devices, start a host per replica (or per shared process), wait until every
@@ -120,6 +126,7 @@ class Launch:
         self.rendezvous = {name: self._rendezvous(name) for name in self.plan.placements}
         self.render_on = render_gpus(self.graph, self.plan)
         hosts = [self._host_args(name, r) for name in self.plan.placements for r in range(self._replicas(name))]
+        self.host_args = {host.replica.id: host for host in hosts}
         self._start_hosts(hosts)
         self._await_start()
         self._check_nodes()
@@ -290,50 +297,124 @@ class Launch:
             meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if TRANSPORTS[transport].meets else {}
             timeouts = {"timeout_s": self.timeouts.ceiling_s, "meet_s": self.timeouts.start_s}
             route = partial(Route, transport, world=len(targets) + 1, edge=str(edge), **timeouts, **meet)
-            for r in sources:
-                first = route(rank=0) if r.index == 0 else None
-                calls.append((r.actor.set_source.remote(str(edge), first), r, f"sync {edge}: start"))
-            for r in targets:
-                calls.append((r.actor.set_target.remote(str(edge), route(rank=r.index + 1)), r, f"sync {edge}: start"))
+            setup = [(r, "set_source", route(rank=0) if r.index == 0 else None) for r in sources]
+            setup += [(r, "set_target", route(rank=r.index + 1)) for r in targets]
+            for r, method, end in setup:
+                self.sync_setup.setdefault(r.id, []).append((method, edge, end))
+                calls.append((getattr(r.actor, method).remote(str(edge), end), r, f"sync {edge}: start"))
         wait_all(calls, Deadline(self.timeouts.start_s, "sync edges to start (their groups to meet)"))
 
     def _wire_loop(self) -> None:
         """Open a mailbox on every loop replica and connect each to the peers it sends to."""
-        import ray
 
         loop = self.graph.loop
         if loop is None:
             return
         timeouts = self.timeouts
-        authkey = secrets.token_bytes(16)
-        kinds = ["unix", "tcp"] if self.plan.cluster.nodes > 1 else ["unix"]
+        self.authkey = secrets.token_bytes(16)
         members = [r for w in loop.workers for r in self.replicas[w]]
-        addresses = dict(
-            zip(
-                [r.id for r in members],
-                ray.get([r.actor.open_channels.remote(authkey, kinds) for r in members], timeout=timeouts.start_s),
-                strict=True,
-            )
-        )
-        senders: dict[tuple, set] = {}
+        self.addresses = self._open_channels(members)
+        self.senders = {}
         ports = loop.ports
         for j in range(1, len(ports)):
-            _link(senders, ports[j - 1].worker, ports[j].worker, self.graph)
-        _link(senders, ports[-1].worker, ports[1].worker, self.graph)
-        calls = []
-        for r in members:
-            peers = [(peer, addresses[peer][self._channel_kind(r, peer)]) for peer in sorted(senders.get(r.id, ()))]
-            calls.append((r.actor.connect.remote(peers, timeouts.start_s), r, "connect channels"))
-        wait_all(calls, Deadline(timeouts.start_s, "channels to connect"))
-        receivers: dict[tuple, list] = {}
-        for sender, peers in senders.items():
-            for peer in peers:
-                receivers.setdefault(peer, []).append(sender)
+            _link(self.senders, ports[j - 1].worker, ports[j].worker, self.graph)
+        _link(self.senders, ports[-1].worker, ports[1].worker, self.graph)
         calls = [
-            (r.actor.await_peers.remote(receivers.get(r.id, []), timeouts.start_s), r, "accept channels")
+            (
+                r.actor.connect.remote(self._peer_addresses(r, self.senders.get(r.id, ())), timeouts.start_s),
+                r,
+                "connect channels",
+            )
+            for r in members
+        ]
+        wait_all(calls, Deadline(timeouts.start_s, "channels to connect"))
+        calls = [
+            (r.actor.await_peers.remote(self._senders_to(r.id), timeouts.start_s), r, "accept channels")
             for r in members
         ]
         wait_all(calls, Deadline(timeouts.start_s, "channels to be accepted"))
+
+    def _open_channels(self, members: list[Replica]) -> dict[ReplicaId, dict[str, Any]]:
+        import ray
+
+        kinds = ["unix", "tcp"] if self.plan.cluster.nodes > 1 else ["unix"]
+        opened = ray.get(
+            [r.actor.open_channels.remote(self.authkey, kinds) for r in members], timeout=self.timeouts.start_s
+        )
+        return dict(zip([r.id for r in members], opened, strict=True))
+
+    def _peer_addresses(self, sender: Replica, peers) -> list[tuple[ReplicaId, Any]]:
+        return [(peer, self.addresses[peer][self._channel_kind(sender, peer)]) for peer in sorted(peers)]
+
+    def _senders_to(self, peer: ReplicaId) -> list[ReplicaId]:
+        return sorted(sender for sender, peers in self.senders.items() if peer in peers)
+
+    def replaceable(self, replica: ReplicaId) -> str | None:
+        """Why `replica` cannot be replaced in place (None: it can): it must run in a process of its own and
+        take part in no sync edge whose group meets (a new member cannot join a formed group)."""
+        r = self.replicas[replica.worker][replica.replica]
+        if isinstance(r.actor, MemberHandle):
+            return f"{replica} shares its process with other workers (placement.colocate)"
+        for _, edge, _ in self.sync_setup.get(replica, []):
+            if TRANSPORTS[self.transports[edge]].meets:
+                return f"{replica} is in sync edge {edge}'s process group"
+        return None
+
+    def replace(self, replica: ReplicaId) -> Replica:
+        """A new process for `replica` where the plan put it (the old one killed if it still runs), its
+        channels wired to the same peers and its sync routes set as at start."""
+        import ray
+
+        old = self.replicas[replica.worker][replica.replica]
+        ray.kill(old.process, no_restart=True)
+        host = self.host_args[replica]
+        new = Replica(old.worker, old.index, old.device, None)
+        label = f"{replica.worker}:{replica.index}"
+        new.actor = new.process = self._actor(
+            WorkerHost, label, new.device, worker_env(host.env_vars), host.resources, *host.args
+        )
+        self.replicas[replica.worker][replica.replica] = new
+        deadline = Deadline(self.timeouts.start_s, f"the replacement of {replica} to start")
+        info = wait_all([(new.actor.info.remote(), new, "start-up")], deadline)[0]
+        self.nodes[replica], self.pids[replica] = info["node"], info["pid"]
+        if replica in self.addresses:
+            self._rewire(new)
+        calls = [
+            (getattr(new.actor, method).remote(str(edge), end), new, f"sync {edge}: start")
+            for method, edge, end in self.sync_setup.get(replica, [])
+        ]
+        wait_all(calls, Deadline(self.timeouts.start_s, f"the replacement of {replica}: its sync routes"))
+        return new
+
+    def _rewire(self, new: Replica) -> None:
+        """The loop's channels of a replaced replica: its peers drop the old ones and connect afresh."""
+        start_s = self.timeouts.start_s
+        self.addresses.update(self._open_channels([new]))
+        upstream = [self._replica(p) for p in self._senders_to(new.id)]
+        downstream = [self._replica(p) for p in sorted(self.senders.get(new.id, ()))]
+        peers = {p.id: p for p in upstream + downstream}.values()
+        wait_all(
+            [(p.actor.forget_peer.remote(new.id), p, "forget a replaced peer") for p in peers],
+            Deadline(start_s, f"peers of {new.id} to drop its old channels"),
+        )
+        calls = [
+            (p.actor.connect.remote(self._peer_addresses(p, [new.id]), start_s), p, "connect channels")
+            for p in upstream
+        ]
+        calls.append(
+            (
+                new.actor.connect.remote(self._peer_addresses(new, [p.id for p in downstream]), start_s),
+                new,
+                "connect channels",
+            )
+        )
+        wait_all(calls, Deadline(start_s, f"channels of {new.id} to connect"))
+        calls = [(p.actor.await_peers.remote([new.id], start_s), p, "accept channels") for p in downstream]
+        calls.append((new.actor.await_peers.remote([p.id for p in upstream], start_s), new, "accept channels"))
+        wait_all(calls, Deadline(start_s, f"channels of {new.id} to be accepted"))
+
+    def _replica(self, replica: ReplicaId) -> Replica:
+        return self.replicas[replica.worker][replica.replica]
 
     def _channel_kind(self, sender: Replica, peer: ReplicaId) -> str:
         """Unix sockets between replicas on one node, TCP between nodes."""

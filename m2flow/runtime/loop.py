@@ -4,6 +4,10 @@ The batch is cut into `shards` (one per replica of the loop's first worker) and 
 `stages` slices. Every replica walks the same global order (step, port, slice), so the messages on
 each channel arrive in the order they are awaited; with several slices, a worker computes slice s
 while its peer already works on slice s+1 — pipelining falls out of the dataflow.
+
+With `replaceable`, a replica of the first worker (a simulator) whose channel breaks or stays silent past
+its deadline is dropped: its peers go on with the other shards and report it `lost`; the controller
+replaces it and runs a program of `only_shards` to redo its part.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.batching import concat, split
-from m2flow.runtime.channels import Mailbox
+from m2flow.runtime.channels import Mailbox, PeerId
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.sharding import owner, shard_groups
 
@@ -29,6 +34,8 @@ class LoopProgram:
     iteration: int
     channel_timeout_s: float
     trace_steps: bool
+    replaceable: bool = False  # a first-worker replica that fails is dropped, not fatal (see the module doc)
+    only_shards: tuple[int, ...] | None = None  # a redo: only these shards step
 
 
 @dataclass
@@ -39,6 +46,7 @@ class LoopStats:
     events: list[TaskEvent] = field(default_factory=list)
     sent_bytes: int = 0
     start: float = 0.0
+    lost: dict[int, str] = field(default_factory=dict)  # first-worker replica dropped -> why
 
     def add(
         self, port: str, start: float, end: float, items: int, step: int, stage: int, sent: int, trace: bool
@@ -84,8 +92,12 @@ class _LoopRun:
         self.sent_before = {(m.worker, m.replica): m.mailbox.sent_bytes for m in members}
         self.local: dict[tuple, tuple[Any, list[int]]] = {}  # (worker, replica, port, slice) -> its own output
         self.inbox: dict[tuple, dict[int, Any]] = {}  # (to, from, step, port, slice) -> shards from a member here
+        only = set(range(prog.shards) if prog.only_shards is None else prog.only_shards)
         self.mine = {
-            (m.worker, m.replica): shard_groups(prog.shards, prog.replicas[m.worker])[m.replica] for m in members
+            (m.worker, m.replica): [
+                b for b in shard_groups(prog.shards, prog.replicas[m.worker])[m.replica] if b in only
+            ]
+            for m in members
         }
         self._routes: dict[tuple, list[tuple[int, int]]] = {}
         self._peers: dict[tuple, list[int]] = {}
@@ -101,6 +113,8 @@ class _LoopRun:
                 for m in self._members_of(j):
                     for s in range(prog.stages):
                         value, sizes = self.gather(m, j, s, t)
+                        if not sizes:  # every shard it served was dropped
+                            continue
                         last = t == prog.horizon - 1 and j == k
                         self.call(
                             m, j, s, value, sizes, t, None if last else (j + 1 if j < k else 1, t if j < k else t + 1)
@@ -111,7 +125,30 @@ class _LoopRun:
         return [self.stats[(m.worker, m.replica)] for m in self.members]
 
     def _members_of(self, j: int) -> list[Member]:
-        return [m for m in self.members if m.worker == self.prog.ports[j][0]]
+        """The members here that run port j: those left with shards to serve."""
+        return [m for m in self.members if m.worker == self.prog.ports[j][0] and self.mine[(m.worker, m.replica)]]
+
+    def _timeout(self, m: Member) -> float:
+        """How long `m` waits for a message. Where simulator replicas may be dropped, a simulator waits
+        out its peers' deadline on each other simulator replica first (they wait on those in turn)."""
+        entry = self.prog.ports[0][0]
+        if self.prog.replaceable and m.worker == entry:
+            return self.prog.channel_timeout_s * (1 + self.prog.replicas[entry])
+        return self.prog.channel_timeout_s
+
+    def drop(self, m: Member, peer: PeerId, error: Exception) -> bool:
+        """Go on without `peer`, a first-worker replica that failed `m`'s channel, if the program allows:
+        its shards leave every member here. False: the failure is fatal."""
+        entry = self.prog.ports[0][0]
+        if not self.prog.replaceable or peer[0] != entry or m.worker == entry:
+            return False
+        gone = set(shard_groups(self.prog.shards, self.prog.replicas[entry])[peer[1]])
+        for key, shards in self.mine.items():
+            self.mine[key] = [b for b in shards if b not in gone]
+        self._routes.clear()
+        self._peers.clear()
+        self.stats[(m.worker, m.replica)].lost[peer[1]] = str(error).splitlines()[0]
+        return True
 
     def routes(self, m: Member, w_next: str) -> list[tuple[int, int]]:
         """(shard, replica of `w_next` that owns it) for each shard `m` holds."""
@@ -144,8 +181,12 @@ class _LoopRun:
         for peer, payload in by_peer.items():
             if (w_next, peer) in self.here:
                 self.inbox.setdefault(((w_next, peer), (m.worker, m.replica), t_next, j_next, s), {}).update(payload)
-            else:
+                continue
+            try:
                 sent += m.mailbox.send((w_next, peer), (t_next, j_next, s), payload)
+            except WorkerError as exc:
+                if not self.drop(m, (w_next, peer), exc):
+                    raise
         return sent
 
     def gather(self, m: Member, j: int, s: int, t: int) -> tuple[Any, list[int]]:
@@ -162,8 +203,13 @@ class _LoopRun:
                 continue
             port, source = prog.ports[j][1], prog.ports[upstream][1]
             what = f"{m.worker}.{port} input from {w_prev}.{source} (iteration {prog.iteration})"
-            pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), prog.channel_timeout_s, what))
-        return concat([pieces[b] for b in self.mine[(m.worker, m.replica)]])
+            try:
+                pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), self._timeout(m), what))
+            except (WorkerError, WaitTimeout) as exc:
+                if not self.drop(m, (w_prev, peer), exc):
+                    raise
+        shards = self.mine[(m.worker, m.replica)]
+        return concat([pieces[b] for b in shards]) if shards else (None, [])
 
     def call(self, m: Member, j: int, s: int, value: Any, sizes: list[int], step: int, after: tuple[int, int] | None):
         """Call port j on slice s, then deliver its output to `after` = (next port, its step), if any."""

@@ -30,6 +30,19 @@ class Snapshots:
         self._load_states(state)
         self._read_files(checkpoint)
 
+    def restore_replica(self, checkpoint: Path, replica: Replica) -> None:
+        """One replica's part of a checkpoint (a simulator replaced in place): its state and its files."""
+        state, _ = load_checkpoint(checkpoint)
+        per_replica = state.get(replica.worker)
+        calls = []
+        if per_replica:
+            value = per_replica[0 if self.graph.info[replica.worker].group else replica.index]
+            calls.append((replica.actor.hook_each.remote("load_state_dict", value), replica, "load_state_dict()"))
+        wait_all(calls, Deadline(self.timeout_s, f"load_state_dict() of the replacement of {replica.id}"))
+        if self._files(checkpoint, replica).is_dir():
+            what = f"load_checkpoint() of the replacement of {replica.id}"
+            self._hooks([replica], "load_checkpoint", what, checkpoint)
+
     def _hooks(self, replicas: list[Replica], hook: str, what: str, folder: Path | None = None) -> list[Any]:
         """Call `hook` on every replica (given `folder`, with the path of its files there)."""
         calls = [

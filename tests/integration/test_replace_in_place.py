@@ -1,0 +1,64 @@
+"""Recovery in place: a simulator replica killed (SIGKILL) or hung (SIGSTOP) in the middle of the loop is
+replaced on its planned device and only its part of the iteration is redone; the other replicas keep
+their steps, training sees a whole batch, and nothing restarts."""
+
+from __future__ import annotations
+
+import pytest
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+from tests.workflows import pendulum_ppo
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
+
+HORIZON, ENVS, ITERATIONS = 16, 2, 3
+CHANNEL_S = 4.0
+
+
+def faulty_ppo(tmp_path, fault: str, state: str) -> mf.WorkflowSpec:
+    """Two simulator replicas of 2 envs; replica 1 faults at step 6 of iteration 1."""
+    raw = pendulum_ppo(
+        tmp_path,
+        f"replace-{fault}",
+        num_envs=ENVS,
+        hidden=[16, 16],
+        horizon=HORIZON,
+        actor={"num_minibatches": 2, "update_epochs": 1},
+        run={
+            "iterations": ITERATIONS,
+            "seed": 3,
+            "checkpoint_every": 1,
+            "on_failure": "replace",
+            "replacement_state": state,
+            "timeouts": {"channel_s": CHANNEL_S},
+        },
+    )
+    env = raw["workers"]["env"]
+    env["class"] = "tests.workers_for_tests.FaultyGymEnv"
+    env["replicas"] = 2
+    env["args"].update(fault=fault, fault_replica=1, fault_at_step=HORIZON + 6, marker=str(tmp_path / "fault"))
+    raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
+    return spec_from_dict(raw)
+
+
+@pytest.mark.parametrize(("fault", "state"), [("kill", "reset"), ("stop", "checkpoint")])
+def test_a_failed_simulator_is_replaced_in_place_and_only_its_part_is_redone(tmp_path, fault, state):
+    result = mf.run(faulty_ppo(tmp_path, fault, state))
+    struck_at = float((tmp_path / "fault").read_text())
+
+    (failure,) = result.failures  # one failure, and it was not a restart (a restart records replaced: None)
+    assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
+    detection = failure["detected_at"] - struck_at
+    if fault == "kill":  # the channel closes at once
+        assert 0 <= detection < CHANNEL_S, f"detected after {detection:.1f}s"
+    else:  # a hang is silent: caught when its peer's channel deadline passes
+        assert CHANNEL_S <= detection < CHANNEL_S + 10, f"detected after {detection:.1f}s"
+
+    per_iteration = 2 * ENVS * HORIZON
+    assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
+    faulted = result.history[1]
+    assert faulted["failures/replaced"] == 1
+    assert faulted["failures/steps_redone"] == ENVS * HORIZON  # the replaced replica's share, no more
+    assert faulted["actor/steps_consumed"] == per_iteration  # training saw the whole batch
+    assert result.last["actor/weights_version"] == ITERATIONS  # one update per iteration: none repeated
