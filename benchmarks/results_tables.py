@@ -332,6 +332,7 @@ def learning(res: Results) -> Block:
             ", ".join(f"{r:,.0f}" for r in s["returns"]),
             seconds(s["time_to_1000_s"]),
             seconds(s["time_to_1500_s"]),
+            f"{s['steps_per_s']:,.0f}",
         ]
         for name, s in data["summary"].items()
     ]
@@ -339,8 +340,15 @@ def learning(res: Results) -> Block:
         f"*{data['args']['env']}, {steps:,} env steps, seeds {data['args']['seeds']}, 10 deterministic episodes every"
         f" {data['args']['eval_every']:,} steps; wall time is training time (evaluations left out); `{data['line']}`*"
     )
-    header = ["implementation", f"return at {steps:,} (mean ± std)", "per seed", "time to 1,000", "time to 1,500"]
-    return Block([caption, "", *table(header, rows, "lrrrr")], [LEARNING])
+    header = [
+        "implementation",
+        f"return at {steps:,} (mean ± std)",
+        "per seed",
+        "time to 1,000",
+        "time to 1,500",
+        "env steps/s (training)",
+    ]
+    return Block([caption, "", *table(header, rows, "lrrrrr")], [LEARNING])
 
 
 # --- registry ---------------------------------------------------------------------------------------------------

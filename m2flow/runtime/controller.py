@@ -8,6 +8,7 @@ planner's simulator; this module issues the calls, waits for them and records wh
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections import defaultdict
@@ -22,28 +23,16 @@ from m2flow.graph import MacroGraph
 from m2flow.program import own_items, part_port, run_phase
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
-from m2flow.runtime.loop import LoopProgram, LoopStats
+from m2flow.runtime.loop import Dropped, LoopProgram, LoopStats
+from m2flow.runtime.replace import Replacement, await_loop, droppable
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
-from m2flow.runtime.waits import Deadline, get, wait_all
+from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
 from m2flow.schedule import Phase, Plan, ReplicaId
 from m2flow.sharding import shard_groups
 from m2flow.spec import Edge, PortRef
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
-
-
-@dataclass(frozen=True)
-class Replacement:
-    """A simulator replica replaced in place during the loop, and the part of the iteration it redid."""
-
-    replica: ReplicaId
-    iteration: int
-    why: str
-    state: str  # what its envs started from
-    steps_redone: int
-    detected_at: float  # when the controller learnt of the failure (time.time())
-    seconds: float  # from then to the end of the redo
 
 
 @dataclass
@@ -53,7 +42,7 @@ class IterationResult:
     replacements: list[Replacement] = field(default_factory=list)
 
 
-RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says from what
+RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says what it is
 
 
 @dataclass
@@ -81,8 +70,8 @@ class Controller:
         launch: Launch,
         trace: Trace,
         trace_until: int,
-        replacements_left: int = 0,
-        restore: RestoreReplica | None = None,
+        replacements_left: int,
+        restore: RestoreReplica,
     ):
         self.graph = graph
         self.plan = plan
@@ -109,6 +98,7 @@ class Controller:
 
     def iteration(self, it: int) -> IterationResult:
         self._it, self._result, self._items, self._producer = it, IterationResult(), {}, {}
+        before = copy.deepcopy(self.measured)
         start = time.time()
         for phase in self.plan.phases:
             if not phase.runs_at(it):
@@ -119,6 +109,8 @@ class Controller:
             self.trace.task(CONTROLLER, CONTROLLER, TaskEvent(phase.op, "phase", began, time.time()), iteration=it)
         result = self._result
         result.metrics.update(self._worker_metrics())
+        if result.replacements:  # a wait on a hung replica and a redo: not what the plan's costs are
+            self.measured = before
         if self.measured.warming_up:  # the first iteration pays one-time costs (imports, lazy init, first calls)
             self.measured = Measured(warming_up=False)
         elapsed = time.time() - start
@@ -174,20 +166,23 @@ class Controller:
             iteration=self._it,
             channel_timeout_s=self.deadlines.channel_s,
             trace_steps=self._it < self.trace_until,
-            replaceable=self.replacements_left > 0,
+            droppable=droppable(self.launch, loop.entry.worker, self.replacements_left),
         )
         processes = self._loop_processes()
         began = time.time()
         calls = [(group[0].process.run_loop.remote(program), group[0], "the loop") for group in processes]
         self._stream(phase)
-        per_process, failed = self._await_loop(calls, processes)
+        # peers may first wait out each droppable simulator replica that hangs
+        waiting = self.deadlines.phase("loop") + len(program.droppable) * self.deadlines.channel_s
+        deadline = Deadline(waiting, f"the interaction loop (iteration {self._it}); {self.deadlines.explain}")
+        per_process, failed = await_loop(calls, processes, deadline, loop.entry.worker, program.droppable)
         self.measured.loop_s += time.time() - began
         sent = 0
         for group, by_worker in zip(processes, per_process, strict=True):
             for r in group if by_worker is not None else []:
                 sent += self._record_loop(r, by_worker[r.worker], program)
         if failed:
-            sent += self._replace([(r, *failed[i]) for i in failed for r in processes[i]], program)
+            sent += self._replace([(r, failed[i]) for i in failed for r in processes[i]], program)
         self._result.metrics["loop/bytes_sent"] = float(sent)
 
     def _loop_processes(self, shards: set[int] | None = None) -> list[list[Replica]]:
@@ -201,73 +196,21 @@ class Controller:
                 processes.setdefault(id(r.process), []).append(r)
         return list(processes.values())
 
-    def _await_loop(
-        self, calls: list[Call], processes: list[list[Replica]]
-    ) -> tuple[list[dict[str, LoopStats] | None], dict[int, tuple[str, float]]]:
-        """Each process's loop stats, or None for a replaceable one that failed: one that raised or died,
-        or one whose peers dropped every replica it hosts (hung); those are killed. Any other failure
-        raises at once, as `wait_all` does."""
-        import ray
-
-        deadline = self._deadline("the interaction loop", "loop")
-        results: list[dict[str, LoopStats] | None] = [None] * len(calls)
-        failed: dict[int, tuple[str, float]] = {}  # process -> (why, when the controller learnt of it)
-        pending = {ref: i for i, (ref, _, _) in enumerate(calls)}
-        while pending:
-            lost = self._lost(results)
-            for ref, i in list(pending.items()):
-                if self._replaceable(processes[i]) and all(r.id in lost for r in processes[i]):
-                    failed[i] = (lost[processes[i][0].id], time.time())
-                    ray.kill(processes[i][0].process, no_restart=True)
-                    del pending[ref]
-            ready, _ = (
-                ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline.left())) if pending else ([], [])
+    def _replace(self, failed: list[tuple[Replica, Dropped]], program: LoopProgram) -> int:
+        """New processes for the failed simulator replicas, each restored or reset, and their part of this
+        iteration's loop redone, the other replicas' kept; returns the bytes the redo sent. Past the run's
+        budget of replacements the failure is the iteration's, as without replacement."""
+        if len(failed) > self.replacements_left:
+            names = ", ".join(str(r.id) for r, _ in failed)
+            raise WorkerError(
+                f"{names} failed in the loop ({failed[0][1].why}); no in-place replacement left (run.max_replacements)"
             )
-            if pending and not ready:
-                wait_all([calls[i] for i in pending.values()], deadline)  # raises the usual timeout, naming them
-            for ref in ready:
-                i = pending.pop(ref)
-                try:
-                    results[i] = get(ref, calls[i][1], calls[i][2])
-                except WorkerError as exc:
-                    if not self._replaceable(processes[i]):
-                        raise
-                    failed[i] = (str(exc).splitlines()[0], time.time())
-                    ray.kill(processes[i][0].process, no_restart=True)  # its peers see the channel close
-        return results, failed
-
-    def _lost(self, results: list[dict[str, LoopStats] | None]) -> dict[ReplicaId, str]:
-        """Simulator replicas that peers dropped from the loop, with the first reason given."""
-        entry = self.graph.loop.entry.worker
-        lost: dict[ReplicaId, str] = {}
-        for by_worker in filter(None, results):
-            for stats in by_worker.values():
-                for index, why in stats.lost.items():
-                    lost.setdefault(ReplicaId(entry, index), why)
-        return lost
-
-    def _replaceable(self, group: list[Replica]) -> bool:
-        """A process that may be replaced in place: it hosts one simulator replica and nothing else."""
-        entry = self.graph.loop.entry.worker
-        return (
-            self.replacements_left >= len(group)
-            and all(r.worker == entry for r in group)
-            and all(self.launch.replaceable(r.id) is None for r in group)
-        )
-
-    def _replace(self, failed: list[tuple[Replica, str, float]], program: LoopProgram) -> int:
-        """New processes for the failed simulator replicas (replica, why, when detected), each restored or
-        reset, and their part of this iteration's loop redone, the other replicas' kept; returns the bytes
-        the redo sent."""
         states = {}
-        for replica, _, _ in failed:
-            new = self.launch.replace(replica.id)
-            states[replica.id] = self.restore(new) if self.restore is not None else "its envs reset"
+        for replica, _ in failed:
+            states[replica.id] = self.restore(self.launch.replace(replica.id))
             self.replacements_left -= 1
-        entry = self.graph.loop.entry.worker
-        owned = shard_groups(program.shards, program.replicas[entry])
-        shards = {b for replica, _, _ in failed for b in owned[replica.index]}
-        redo = dataclasses.replace(program, replaceable=False, only_shards=tuple(sorted(shards)))
+        shards = {replica.index for replica, _ in failed}  # a simulator replica holds its own shard
+        redo = dataclasses.replace(program, droppable=frozenset(), only_shards=tuple(sorted(shards)))
         groups = self._loop_processes(shards)
         calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
         per_process = wait_all(calls, self._deadline("the redone part of the loop", "loop"))
@@ -275,14 +218,12 @@ class Controller:
         for group, by_worker in zip(groups, per_process, strict=True):
             for r in group:
                 sent += self._record_loop(r, by_worker[r.worker], redo)
-        redone = self._result.env_steps - steps_before
-        for replica, why, detected in failed:
-            share = redone * len(owned[replica.index]) // len(shards)
-            replacement = Replacement(
-                replica.id, self._it, why, states[replica.id], share, detected, time.time() - detected
-            )
+        share = (self._result.env_steps - steps_before) // len(failed)
+        for replica, dropped in failed:
+            seconds = time.time() - dropped.at
+            replacement = Replacement(replica.id, self._it, dropped.why, states[replica.id], share, dropped.at, seconds)
             self._result.replacements.append(replacement)
-        self._restream([replica for replica, _, _ in failed])
+        self._restream([replica for replica, _ in failed])
         return sent
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:

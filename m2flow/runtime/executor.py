@@ -127,11 +127,14 @@ class Run:
         )
         self.launch = Launch(self.graph, self.plan, str(self.run_dir))
         self.launch.start()
-        self.result.nodes = {str(replica): node for replica, node in self.launch.nodes.items()}
-        self.result.pids = {str(replica): pid for replica, pid in self.launch.pids.items()}
+        self._note_processes()
         replacements_left = 0
         if self.spec.run.on_failure == "replace":
             replacements_left = self.spec.run.max_replacements - sum(1 for f in self.result.failures if f["replaced"])
+            for replica in self.launch.replicas[self.graph.loop.entry.worker] if self.graph.loop else []:
+                why = self.launch.replaceable(replica.id)
+                if why is not None:
+                    self.reporter.print(f"m2flow: run.on_failure: replace: {why}, so a failure of it restarts")
         self.controller = Controller(
             self.graph, self.plan, self.launch, self.trace, self.trace_until, replacements_left, self._restore
         )
@@ -154,25 +157,25 @@ class Run:
             metrics["failures/replaced"] = float(len(outcome.replacements))
             metrics["failures/steps_redone"] = float(sum(r.steps_redone for r in outcome.replacements))
         for r in outcome.replacements:
-            self.result.failures.append(
-                {
-                    "iteration": it,
-                    "error": r.why,
-                    "detected_at": r.detected_at,
-                    "replaced": str(r.replica),
-                    "steps_redone": r.steps_redone,
-                }
-            )
+            self.result.failures.append(_failure(it, r.why, r.detected_at, str(r.replica), r.steps_redone))
+            self.reporter.print(f"m2flow: {r.replica} failed in iteration {it}: {r.why}")
             self.reporter.print(
-                f"m2flow: {r.replica} failed in iteration {it} ({r.why}); replaced in place ({r.state}), its"
-                f" {r.steps_redone} steps redone in {r.seconds:.1f}s, the other replicas kept theirs"
+                f"m2flow: {r.replica} replaced in place ({r.state}); its {r.steps_redone} steps redone,"
+                f" {r.seconds:.1f}s after the failure was seen; the other replicas kept theirs"
             )
+        if outcome.replacements:
+            self._note_processes()
         self.reporter.log(it, self.env_steps, metrics)
         self.result.history.append({"iteration": it, "env_steps": self.env_steps, **metrics})
         self.result.iterations = self.next_iteration = it + 1
         every = self.spec.run.checkpoint_every
         if (every and (it + 1) % every == 0) or it + 1 == self.spec.run.iterations:
             self._checkpoint()
+
+    def _note_processes(self) -> None:
+        """Where each replica runs now (a replacement runs in a new process)."""
+        self.result.nodes = {str(replica): node for replica, node in self.launch.nodes.items()}
+        self.result.pids = {str(replica): pid for replica, pid in self.launch.pids.items()}
 
     def _restore(self, replica) -> str:
         """A replacement simulator replica's state, as `run.replacement_state` asks; says what it was."""
@@ -189,18 +192,15 @@ class Run:
 
     def recover(self, exc: Exception) -> None:
         """Restart every worker from the last checkpoint, or re-raise with the failure history."""
-        failure = {
-            "iteration": self.next_iteration,
-            "error": str(exc).splitlines()[0],
-            "detected_at": time.time(),
-            "replaced": None,
-        }
+        failure = _failure(self.next_iteration, str(exc).splitlines()[0], time.time())
         self.result.failures.append(failure)
         restarts = sum(1 for f in self.result.failures if not f["replaced"])
         if self.spec.run.on_failure == "stop" or restarts > self.spec.run.max_restarts:
             if restarts > 1:
                 history = "\n".join(
-                    f"  - iteration {f['iteration']}: {f['error']}" for f in self.result.failures if not f["replaced"]
+                    f"  - iteration {f['iteration']}: {f['error']}"
+                    + (f" (replaced {f['replaced']} in place)" if f["replaced"] else "")
+                    for f in self.result.failures
                 )
                 raise WorkerError(
                     f"stopping after {restarts - 1} restart(s) (run.max_restarts="
@@ -265,6 +265,19 @@ class Run:
     def shutdown(self) -> None:
         self.close()
         self.reporter.close()
+
+
+def _failure(
+    iteration: int, error: str, detected_at: float, replaced: str | None = None, steps_redone: int = 0
+) -> dict:
+    """One entry of `RunResult.failures`: `replaced` names the replica replaced in place (None: a restart)."""
+    return {
+        "iteration": iteration,
+        "error": error,
+        "detected_at": detected_at,
+        "replaced": replaced,
+        "steps_redone": steps_redone,
+    }
 
 
 def keep_previous(run_dir: Path) -> None:

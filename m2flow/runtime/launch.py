@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,8 +19,8 @@ from m2flow.planners.render import render_gpus
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
+from m2flow.runtime.wiring import LoopChannels
 from m2flow.schedule import Plan, ReplicaId
-from m2flow.sharding import owner
 from m2flow.spec import ClusterSpec, Edge
 from m2flow.transfer import Transport
 
@@ -112,10 +111,9 @@ class Launch:
         self.transports: dict[Edge, Transport] = {}
         # what a replacement of one replica needs: how it was built, the loop's channels, its sync routes
         self.host_args: dict[ReplicaId, _HostArgs] = {}
-        self.authkey = b""
-        self.addresses: dict[ReplicaId, dict[str, Any]] = {}
-        self.senders: dict[ReplicaId, set[ReplicaId]] = {}
+        self.channels: LoopChannels | None = None
         self.sync_setup: dict[ReplicaId, list[tuple[str, Edge, Route | None]]] = {}  # (method, edge, route)
+        self.generation: dict[ReplicaId, int] = {}  # processes a replica has had before its current one
 
     def start(self) -> None:
         """Reserve the plan's devices, start a host per replica (or per shared process), wait until every
@@ -305,55 +303,15 @@ class Launch:
         wait_all(calls, Deadline(self.timeouts.start_s, "sync edges to start (their groups to meet)"))
 
     def _wire_loop(self) -> None:
-        """Open a mailbox on every loop replica and connect each to the peers it sends to."""
-
-        loop = self.graph.loop
-        if loop is None:
+        if self.graph.loop is None:
             return
-        timeouts = self.timeouts
-        self.authkey = secrets.token_bytes(16)
-        members = [r for w in loop.workers for r in self.replicas[w]]
-        self.addresses = self._open_channels(members)
-        self.senders = {}
-        ports = loop.ports
-        for j in range(1, len(ports)):
-            _link(self.senders, ports[j - 1].worker, ports[j].worker, self.graph)
-        _link(self.senders, ports[-1].worker, ports[1].worker, self.graph)
-        calls = [
-            (
-                r.actor.connect.remote(self._peer_addresses(r, self.senders.get(r.id, ())), timeouts.start_s),
-                r,
-                "connect channels",
-            )
-            for r in members
-        ]
-        wait_all(calls, Deadline(timeouts.start_s, "channels to connect"))
-        calls = [
-            (r.actor.await_peers.remote(self._senders_to(r.id), timeouts.start_s), r, "accept channels")
-            for r in members
-        ]
-        wait_all(calls, Deadline(timeouts.start_s, "channels to be accepted"))
-
-    def _open_channels(self, members: list[Replica]) -> dict[ReplicaId, dict[str, Any]]:
-        import ray
-
-        kinds = ["unix", "tcp"] if self.plan.cluster.nodes > 1 else ["unix"]
-        opened = ray.get(
-            [r.actor.open_channels.remote(self.authkey, kinds) for r in members], timeout=self.timeouts.start_s
-        )
-        return dict(zip([r.id for r in members], opened, strict=True))
-
-    def _peer_addresses(self, sender: Replica, peers) -> list[tuple[ReplicaId, Any]]:
-        return [(peer, self.addresses[peer][self._channel_kind(sender, peer)]) for peer in sorted(peers)]
-
-    def _senders_to(self, peer: ReplicaId) -> list[ReplicaId]:
-        return sorted(sender for sender, peers in self.senders.items() if peer in peers)
+        self.channels = LoopChannels(self.graph, self.plan, self.timeouts.start_s)
+        self.channels.wire([r for w in self.graph.loop.workers for r in self.replicas[w]])
 
     def replaceable(self, replica: ReplicaId) -> str | None:
         """Why `replica` cannot be replaced in place (None: it can): it must run in a process of its own and
         take part in no sync edge whose group meets (a new member cannot join a formed group)."""
-        r = self.replicas[replica.worker][replica.replica]
-        if isinstance(r.actor, MemberHandle):
+        if isinstance(self._replica(replica).actor, MemberHandle):
             return f"{replica} shares its process with other workers (placement.colocate)"
         for _, edge, _ in self.sync_setup.get(replica, []):
             if TRANSPORTS[self.transports[edge]].meets:
@@ -365,11 +323,12 @@ class Launch:
         channels wired to the same peers and its sync routes set as at start."""
         import ray
 
-        old = self.replicas[replica.worker][replica.replica]
+        old = self._replica(replica)
         ray.kill(old.process, no_restart=True)
         host = self.host_args[replica]
         new = Replica(old.worker, old.index, old.device, None)
-        label = f"{replica.worker}:{replica.index}"
+        self.generation[replica] = generation = self.generation.get(replica, 0) + 1
+        label = f"{replica.worker}:{replica.replica}#{generation}"  # the old name may not be released yet
         new.actor = new.process = self._actor(
             WorkerHost, label, new.device, worker_env(host.env_vars), host.resources, *host.args
         )
@@ -377,8 +336,8 @@ class Launch:
         deadline = Deadline(self.timeouts.start_s, f"the replacement of {replica} to start")
         info = wait_all([(new.actor.info.remote(), new, "start-up")], deadline)[0]
         self.nodes[replica], self.pids[replica] = info["node"], info["pid"]
-        if replica in self.addresses:
-            self._rewire(new)
+        if self.channels is not None and replica in self.channels.addresses:
+            self.channels.rewire(new, {r.id: r for group in self.replicas.values() for r in group})
         calls = [
             (getattr(new.actor, method).remote(str(edge), end), new, f"sync {edge}: start")
             for method, edge, end in self.sync_setup.get(replica, [])
@@ -386,39 +345,8 @@ class Launch:
         wait_all(calls, Deadline(self.timeouts.start_s, f"the replacement of {replica}: its sync routes"))
         return new
 
-    def _rewire(self, new: Replica) -> None:
-        """The loop's channels of a replaced replica: its peers drop the old ones and connect afresh."""
-        start_s = self.timeouts.start_s
-        self.addresses.update(self._open_channels([new]))
-        upstream = [self._replica(p) for p in self._senders_to(new.id)]
-        downstream = [self._replica(p) for p in sorted(self.senders.get(new.id, ()))]
-        peers = {p.id: p for p in upstream + downstream}.values()
-        wait_all(
-            [(p.actor.forget_peer.remote(new.id), p, "forget a replaced peer") for p in peers],
-            Deadline(start_s, f"peers of {new.id} to drop its old channels"),
-        )
-        calls = [
-            (p.actor.connect.remote(self._peer_addresses(p, [new.id]), start_s), p, "connect channels")
-            for p in upstream
-        ]
-        calls.append(
-            (
-                new.actor.connect.remote(self._peer_addresses(new, [p.id for p in downstream]), start_s),
-                new,
-                "connect channels",
-            )
-        )
-        wait_all(calls, Deadline(start_s, f"channels of {new.id} to connect"))
-        calls = [(p.actor.await_peers.remote([new.id], start_s), p, "accept channels") for p in downstream]
-        calls.append((new.actor.await_peers.remote([p.id for p in upstream], start_s), new, "accept channels"))
-        wait_all(calls, Deadline(start_s, f"channels of {new.id} to be accepted"))
-
     def _replica(self, replica: ReplicaId) -> Replica:
         return self.replicas[replica.worker][replica.replica]
-
-    def _channel_kind(self, sender: Replica, peer: ReplicaId) -> str:
-        """Unix sockets between replicas on one node, TCP between nodes."""
-        return "unix" if sender.device.node == self.plan.device_of(peer).node else "tcp"
 
     def close(self) -> None:
         import ray
@@ -448,7 +376,8 @@ def replica_process(workflow: str, replica: str) -> Any:
 
     prefix = f"m2flow:{workflow}:"
     for name in ray.util.list_named_actors():
-        if name.startswith(prefix) and replica in name.removeprefix(prefix).split("+"):
+        hosted = [label.split("#")[0] for label in name.removeprefix(prefix).split("+")]  # "#n": a replacement
+        if name.startswith(prefix) and replica in hosted:
             return ray.get_actor(name)
     raise ValueError(f"no running process hosts {replica} of workflow {workflow}")
 
@@ -458,17 +387,6 @@ def worker_env(env_vars: dict[str, str]) -> dict:
     (from its working directory too)."""
     paths = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), **env_vars}}
-
-
-def _link(senders: dict, src: str, dst: str, graph: MacroGraph) -> None:
-    """Replicas of `src` send to the replicas of `dst` that own the same shards."""
-    if src == dst:
-        return
-    shards = graph.workers[graph.loop.entry.worker].count
-    for b in range(shards):
-        a = owner(b, shards, graph.workers[src].count)
-        z = owner(b, shards, graph.workers[dst].count)
-        senders.setdefault(ReplicaId(src, a), set()).add(ReplicaId(dst, z))
 
 
 def _share(occupants: int) -> float:

@@ -5,9 +5,10 @@ The batch is cut into `shards` (one per replica of the loop's first worker) and 
 each channel arrive in the order they are awaited; with several slices, a worker computes slice s
 while its peer already works on slice s+1 — pipelining falls out of the dataflow.
 
-With `replaceable`, a replica of the first worker (a simulator) whose channel breaks or stays silent past
-its deadline is dropped: its peers go on with the other shards and report it `lost`; the controller
-replaces it and runs a program of `only_shards` to redo its part.
+A `droppable` replica of the first worker (a simulator) whose channel breaks or stays silent past its
+deadline is dropped: its peers go on with the other shards and report it `lost`; the controller replaces
+it and runs a program of `only_shards` to redo its part. Everyone else then waits longer for its own
+peers, since those may be waiting out a silent simulator first.
 """
 
 from __future__ import annotations
@@ -34,8 +35,16 @@ class LoopProgram:
     iteration: int
     channel_timeout_s: float
     trace_steps: bool
-    replaceable: bool = False  # a first-worker replica that fails is dropped, not fatal (see the module doc)
+    droppable: frozenset[int] = frozenset()  # first-worker replicas whose failure is not fatal (module doc)
     only_shards: tuple[int, ...] | None = None  # a redo: only these shards step
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A first-worker replica a peer went on without: when, and why."""
+
+    at: float  # time.time()
+    why: str
 
 
 @dataclass
@@ -46,7 +55,7 @@ class LoopStats:
     events: list[TaskEvent] = field(default_factory=list)
     sent_bytes: int = 0
     start: float = 0.0
-    lost: dict[int, str] = field(default_factory=dict)  # first-worker replica dropped -> why
+    lost: dict[int, Dropped] = field(default_factory=dict)  # by first-worker replica
 
     def add(
         self, port: str, start: float, end: float, items: int, step: int, stage: int, sent: int, trace: bool
@@ -128,26 +137,29 @@ class _LoopRun:
         """The members here that run port j: those left with shards to serve."""
         return [m for m in self.members if m.worker == self.prog.ports[j][0] and self.mine[(m.worker, m.replica)]]
 
-    def _timeout(self, m: Member) -> float:
-        """How long `m` waits for a message. Where simulator replicas may be dropped, a simulator waits
-        out its peers' deadline on each other simulator replica first (they wait on those in turn)."""
-        entry = self.prog.ports[0][0]
-        if self.prog.replaceable and m.worker == entry:
-            return self.prog.channel_timeout_s * (1 + self.prog.replicas[entry])
-        return self.prog.channel_timeout_s
+    def _timeout(self, peer: PeerId) -> float:
+        """How long to wait for `peer`'s message: the channel deadline for a droppable replica; for any
+        other peer also the time it may spend waiting out each droppable replica before (in turn)."""
+        channel_s, droppable = self.prog.channel_timeout_s, self.prog.droppable
+        if not droppable or self._droppable(peer):
+            return channel_s
+        return channel_s * (1 + len(droppable))
+
+    def _droppable(self, peer: PeerId) -> bool:
+        return peer[0] == self.prog.ports[0][0] and peer[1] in self.prog.droppable
 
     def drop(self, m: Member, peer: PeerId, error: Exception) -> bool:
-        """Go on without `peer`, a first-worker replica that failed `m`'s channel, if the program allows:
-        its shards leave every member here. False: the failure is fatal."""
+        """Go on without `peer`, a droppable first-worker replica that failed `m`'s channel: its shards
+        leave every member here. False: the failure is fatal."""
         entry = self.prog.ports[0][0]
-        if not self.prog.replaceable or peer[0] != entry or m.worker == entry:
+        if not self._droppable(peer) or m.worker == entry:
             return False
         gone = set(shard_groups(self.prog.shards, self.prog.replicas[entry])[peer[1]])
         for key, shards in self.mine.items():
             self.mine[key] = [b for b in shards if b not in gone]
         self._routes.clear()
         self._peers.clear()
-        self.stats[(m.worker, m.replica)].lost[peer[1]] = str(error).splitlines()[0]
+        self.stats[(m.worker, m.replica)].lost[peer[1]] = Dropped(time.time(), str(error).splitlines()[0])
         return True
 
     def routes(self, m: Member, w_next: str) -> list[tuple[int, int]]:
@@ -204,7 +216,7 @@ class _LoopRun:
             port, source = prog.ports[j][1], prog.ports[upstream][1]
             what = f"{m.worker}.{port} input from {w_prev}.{source} (iteration {prog.iteration})"
             try:
-                pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), self._timeout(m), what))
+                pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), self._timeout((w_prev, peer)), what))
             except (WorkerError, WaitTimeout) as exc:
                 if not self.drop(m, (w_prev, peer), exc):
                     raise

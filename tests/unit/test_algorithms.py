@@ -200,3 +200,25 @@ def test_ppo_bootstraps_the_value_of_episodes_a_time_limit_cut():
         expected = ppo.model.get_value(torch.tensor(trajectory["final_obs"][1, 0][None]))[0]
     torch.testing.assert_close(part["final_value"][1, 0], expected)
     assert part["final_value"].shape == (steps, envs)
+
+
+def test_a_ppo_update_that_goes_non_finite_stops_with_a_clear_error():
+    from m2flow.context import WorkerContext, set_context
+    from m2flow.errors import WorkerError
+    from m2flow.workers.actor import PPO
+
+    set_context(WorkerContext(worker="actor", kind="training", iterations=1))
+    ppo = PPO(env_id="HalfCheetah-v5", hidden=[8], normalize_reward=False, minibatch_size=4, update_epochs=1)
+    steps, envs = 4, 2
+    trajectory = {
+        "obs": np.zeros((steps, envs, 17), np.float32),
+        "action": np.zeros((steps, envs, 6), np.float32),
+        "logprob": np.zeros((steps, envs), np.float32),
+        "value": np.zeros((steps, envs), np.float32),
+        "reward": np.full((steps, envs), np.nan, np.float32),  # a simulator that sent NaN rewards
+        "done": np.zeros((steps, envs), np.float32),
+        "next_obs": np.zeros((envs, 17), np.float32),
+        "next_done": np.zeros(envs, np.float32),
+    }
+    with pytest.raises(WorkerError, match="non-finite.*NaN or inf"):
+        ppo.train([trajectory])

@@ -67,7 +67,7 @@ def test_fsdp2_cpu_offload_trains_with_parameters_on_the_host():
 
 
 @pytest.mark.parametrize("clip_vloss", [True, False])
-def test_a_ppo_update_on_cuda_keeps_every_tensor_on_the_gpu(clip_vloss):
+def test_a_one_rank_ppo_update_runs_on_cuda_with_and_without_value_clipping(clip_vloss):
     """One rank, no sharding: the update's statistics (some made inside the loss) are summed on the device."""
     on_cuda("training", "fsdp")
     ppo = PPO(env_id="HalfCheetah-v5", hidden=[32, 32], minibatch_size=16, update_epochs=2, clip_vloss=clip_vloss)

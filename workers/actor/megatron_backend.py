@@ -264,12 +264,14 @@ class MegatronBackend(TrainingBackend):
 
 
 def _materialize(optimizer: torch.optim.Optimizer) -> None:
-    """Adam keeps no state before its first step; a checkpoint to load into needs it: zeros, like a fresh start."""
+    """Adam keeps no state before its first step; a checkpoint to load into needs it: zeros, like a fresh start
+    (the step count on the parameter's device where a fused or capturable Adam reads it there)."""
     for group in optimizer.param_groups:
+        on_device = group.get("fused") or group.get("capturable")
         for p in group["params"]:
             if not optimizer.state[p]:
                 optimizer.state[p] = {
-                    "step": torch.zeros((), dtype=torch.float32),
+                    "step": torch.zeros((), dtype=torch.float32, device=p.device if on_device else "cpu"),
                     "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                     "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
                 }

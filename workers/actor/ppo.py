@@ -188,7 +188,7 @@ class PPO:
         minibatch_size = cfg.minibatch_of(batch_size)
         samples = Samples(b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns)
         sums: torch.Tensor | None = None  # per-minibatch statistics, summed on the device (no sync per step)
-        grad_norms = torch.zeros((), dtype=torch.float64, device=self.device)
+        grad_norms: torch.Tensor | None = None  # on the norm's device (the host under CPU offload)
         count = 0
         for _ in range(cfg.update_epochs):
             order = torch.randperm(batch_size, generator=self.generator).to(self.device)
@@ -207,18 +207,23 @@ class PPO:
                 )
                 self.optimizer.zero_grad()
                 (loss * weight if weight != 1 else loss).backward()
-                grad_norm = self.backend.clip_grad_norm(self.model, cfg.max_grad_norm)
+                grad_norm = self.backend.clip_grad_norm(self.model, cfg.max_grad_norm).detach().double()
                 self.optimizer.step()
-                grad_norms += grad_norm.detach().to(grad_norms.device, torch.float64)
+                grad_norms = grad_norm if grad_norms is None else grad_norms + grad_norm
                 # means over the minibatch: this rank's weighted share (summed over ranks below)
-                names = ("loss", *stats)
                 weighted = torch.stack([loss.detach(), *stats.values()]).double() * weight
                 sums = weighted if sums is None else sums + weighted
                 count += 1
-            if cfg.target_kl is not None and float(stats["approx_kl"]) > cfg.target_kl:
+            del shuffled, mb  # this epoch's copy of the batch goes before the next is gathered
+            if cfg.target_kl is not None and self._minibatch_kl(stats["approx_kl"], weight) > cfg.target_kl:
                 break
-        per_minibatch = dict(zip(names, (sums / max(1, count)).tolist(), strict=True))
-        per_minibatch["grad_norm"] = float(grad_norms) / max(1, count)
+        per_minibatch = dict(zip(("loss", *stats), (sums / count).tolist(), strict=True))
+        per_minibatch["grad_norm"] = float(grad_norms) / count
+        if not all(np.isfinite(list(per_minibatch.values()))):
+            raise WorkerError(
+                f"PPO.train: the update went non-finite ({per_minibatch}); lower learning_rate or check the"
+                " observations and rewards the simulator sends (NaN or inf?)"
+            )
         self.version += 1
         self.updates += 1
         keys = sorted(per_minibatch)
@@ -251,6 +256,10 @@ class PPO:
             )
         return torch.arange(envs, device=self.device)
 
+    def _minibatch_kl(self, approx_kl: torch.Tensor, weight: float) -> float:
+        """The approximate KL over the whole last minibatch (every rank's share): all ranks stop alike."""
+        return float(self.backend.sum_data_ranks((approx_kl.double() * weight).reshape(1))) / self.backend.data_world
+
     def _normalize(self, advantages: torch.Tensor) -> torch.Tensor:
         """Advantages normalised over the whole minibatch, whose samples may sit on several ranks."""
         if self.backend.data_world == 1:
@@ -258,10 +267,10 @@ class PPO:
         local = torch.stack(
             [advantages.sum(), advantages.square().sum(), advantages.new_tensor(float(len(advantages)))]
         )
-        total, squares, n = self.backend.sum_data_ranks(local.double()).tolist()
+        total, squares, n = self.backend.sum_data_ranks(local.double()).unbind()  # on the device: no sync
         mean = total / n
-        std = max(0.0, (squares - n * mean * mean) / max(1.0, n - 1)) ** 0.5
-        return (advantages - mean) / (std + 1e-8)
+        var = ((squares - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0)
+        return ((advantages - mean) / (var.sqrt() + 1e-8)).to(advantages.dtype)
 
     def export(self, folder: str) -> str:
         """The trained policy as a Hugging Face checkpoint that `model: hf, path: <folder>` loads again."""
@@ -350,8 +359,7 @@ class Samples:
 
     def rows(self, start: int, end: int) -> Samples:
         """Rows start..end: views, no copies."""
-        cut = lambda x: x[start:end]  # noqa: E731
-        return Samples(_apply(self.obs, cut), *(cut(getattr(self, f.name)) for f in fields(self)[1:]))
+        return self._map(lambda x: x[start:end])
 
     def in_minibatches(self, rows: torch.Tensor, minibatch_size: int) -> tuple[Samples, list[tuple[int, int, int]]]:
         """One epoch's minibatches, gathered once: `rows` holds this rank's row of each sample of the whole
@@ -359,13 +367,15 @@ class Samples:
         per minibatch of the whole batch, (start, end) of its rows here and its size over all ranks."""
         held = rows >= 0
         minibatch = torch.arange(len(rows), device=rows.device) // minibatch_size
-        count = len(range(0, len(rows), minibatch_size))
-        ends = torch.bincount(minibatch[held], minlength=count).cumsum(0).tolist()
         sizes = [min(minibatch_size, len(rows) - start) for start in range(0, len(rows), minibatch_size)]
+        ends = torch.bincount(minibatch[held], minlength=len(sizes)).cumsum(0).tolist()
         bounds = list(zip([0, *ends[:-1]], ends, sizes, strict=True))
         mine = rows[held]
-        take = lambda x: x[mine]  # noqa: E731
-        return Samples(_apply(self.obs, take), *(take(getattr(self, f.name)) for f in fields(self)[1:])), bounds
+        return self._map(lambda x: x[mine]), bounds
+
+    def _map(self, fn: Any) -> Samples:
+        """`fn` applied to every field (to each observation tensor of a dict)."""
+        return Samples(_apply(self.obs, fn), *(fn(getattr(self, f.name)) for f in fields(self)[1:]))
 
 
 @contextlib.contextmanager

@@ -18,7 +18,8 @@ class PPOLossConfig:
 
 
 def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
-    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    """Zero mean, unit (sample) std; a minibatch of one sample is only centred."""
+    return (advantages - advantages.mean()) / (advantages.std(correction=min(1, len(advantages) - 1)) + 1e-8)
 
 
 def ppo_loss(

@@ -76,7 +76,7 @@ class VisionActorCritic(nn.Module):
         value = self.critic(x).squeeze(-1).float().clone()  # a fresh fp32 tensor, also under autocast
         if value_only:
             return value
-        action, logprob, entropy = gaussian_head(self.actor_mean(x).float(), self.actor_logstd, action, noise)
+        action, logprob, entropy = gaussian_head(self.actor_mean(x), self.actor_logstd, action, noise)
         return action, logprob, entropy, value
 
 

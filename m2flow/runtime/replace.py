@@ -1,0 +1,97 @@
+"""Simulator replicas replaced in place (`run.on_failure: replace`): which may be, and the wait on a loop
+that may lose some of them.
+
+Physics simulators crash and hang far more often than trainers; one that does should cost its own part
+of the iteration, not the job. A simulator replica is replaceable when it runs in a process of its own
+and takes part in no sync edge whose group meets (`Launch.replaceable`), while the run's budget of
+replacements lasts. Its peers drop it from the loop (`loop.py`); the controller replaces it and redoes
+its shards.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.runtime.launch import Launch, Replica
+from m2flow.runtime.loop import Dropped, LoopStats
+from m2flow.runtime.waits import Deadline, get, wait_all
+from m2flow.schedule import ReplicaId
+
+Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A simulator replica replaced in place during the loop, and the part of the iteration it redid."""
+
+    replica: ReplicaId
+    iteration: int
+    why: str
+    state: str  # what its envs started from
+    steps_redone: int
+    detected_at: float  # when its failure was seen (time.time())
+    seconds: float  # from then to the end of the redo
+
+
+def droppable(launch: Launch, simulator: str, budget: int) -> frozenset[int]:
+    """The replicas of the loop's simulator that may be replaced in place now."""
+    if budget <= 0:
+        return frozenset()
+    return frozenset(r.index for r in launch.replicas[simulator] if launch.replaceable(r.id) is None)
+
+
+def await_loop(
+    calls: list[Call], processes: list[list[Replica]], deadline: Deadline, simulator: str, droppable: frozenset[int]
+) -> tuple[list[dict[str, LoopStats] | None], dict[int, Dropped]]:
+    """Each process's loop stats, or None for a failed one that is replaced: one hosting only droppable
+    replicas that raised or died, or whose peers dropped all it hosts (it hangs). Those are killed (their
+    peers see the channel close) with when and why they failed. Any other failure raises at once, as
+    `wait_all` does."""
+    import ray
+
+    results: list[dict[str, LoopStats] | None] = [None] * len(calls)
+    failed: dict[int, Dropped] = {}
+    pending = {ref: i for i, (ref, _, _) in enumerate(calls)}
+
+    def replaceable(i: int) -> bool:
+        return all(r.worker == simulator and r.index in droppable for r in processes[i])
+
+    def fail(i: int, dropped: Dropped) -> None:
+        failed[i] = dropped
+        ray.kill(processes[i][0].process, no_restart=True)
+
+    while pending:
+        lost = _lost(results, simulator)
+        for ref, i in list(pending.items()):
+            if replaceable(i) and all(r.id in lost for r in processes[i]):
+                fail(i, lost[processes[i][0].id])
+                del pending[ref]
+        if not pending:
+            break
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline.left()))
+        if not ready:
+            wait_all([calls[i] for i in pending.values()], deadline)  # raises the usual timeout, naming them
+        for ref in ready:
+            i = pending.pop(ref)
+            try:
+                results[i] = get(ref, calls[i][1], calls[i][2])
+            except (WorkerError, WaitTimeout) as exc:
+                if not replaceable(i):
+                    raise
+                fail(i, Dropped(time.time(), str(exc).splitlines()[0]))
+    return results, failed
+
+
+def _lost(results: list[dict[str, LoopStats] | None], simulator: str) -> dict[ReplicaId, Dropped]:
+    """Simulator replicas that peers dropped from the loop, each with the first report of it."""
+    lost: dict[ReplicaId, Dropped] = {}
+    for by_worker in filter(None, results):
+        for stats in by_worker.values():
+            for index, dropped in stats.lost.items():
+                replica = ReplicaId(simulator, index)
+                if replica not in lost or dropped.at < lost[replica].at:
+                    lost[replica] = dropped
+    return lost
