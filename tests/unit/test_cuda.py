@@ -55,6 +55,19 @@ def test_the_megatron_gpt_trunk_computes_the_plain_vits_outputs():
     torch.testing.assert_close(value_b, value_a, rtol=1e-5, atol=1e-5)
 
 
+def test_a_megatron_checkpoint_loads_into_a_fused_adam_on_cuda_and_trains_on(tmp_path):
+    """Adam's state made before the load (to be filled in) lives where the fused CUDA kernel reads it."""
+    on_cuda("training", "megatron")
+    first = PPO(**VIT, num_minibatches=2, update_epochs=1, normalize_reward=False)
+    first.train([SyntheticBatch(4, 8, seed=1).trajectory()])
+    first.save_checkpoint(str(tmp_path / "actor"))
+    resumed = PPO(**VIT, num_minibatches=2, update_epochs=1, normalize_reward=False)
+    resumed.load_checkpoint(str(tmp_path / "actor"))
+    metrics = resumed.train([SyntheticBatch(4, 8, seed=2).trajectory()])
+    assert torch.isfinite(torch.tensor(metrics["actor/loss"]))
+    assert resumed.version == 2
+
+
 def test_fsdp2_cpu_offload_trains_with_parameters_on_the_host():
     on_cuda("training", "fsdp")
     ppo = PPO(**VIT, num_minibatches=2, update_epochs=1, cpu_offload=True, normalize_reward=False)
