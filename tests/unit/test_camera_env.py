@@ -148,6 +148,16 @@ def test_evaluation_episodes_are_filmed_and_leave_training_untouched(tmp_path, f
             np.testing.assert_array_equal(got["obs"][modality], want["obs"][modality], err_msg=modality)
 
 
+def test_evaluation_takes_weights_whose_checksum_was_summed_in_another_order():
+    """A training worker on a GPU sums the checksum there, in another order than the evaluator's CPU."""
+    view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [36, 36]}
+    policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [32], "chunk": 4, "observation": view}
+    env = cheetah(observation=view, evaluation={"policy": policy, "max_steps": 4})
+    weights = evaluation_weights(policy)
+    env.evaluate({**weights, "checksum": weights["checksum"] * (1 + 1e-12)})
+    assert "eval/return" in env.metrics()
+
+
 def test_evaluation_refuses_torn_weights_and_video_needs_an_evaluation():
     view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [36, 36]}
     policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [32], "chunk": 4, "observation": view}

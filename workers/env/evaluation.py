@@ -86,9 +86,9 @@ class Evaluator:
         self.clip_actions = clip_actions
 
     def run(self, weights: dict[str, Any]) -> dict[str, float]:
-        from m2flow.workers.models import state_checksum
+        from m2flow.workers.models import checksum_matches
 
-        if state_checksum(weights["state"]) != weights["checksum"]:
+        if not checksum_matches(weights["state"], weights["checksum"]):
             raise ValueError("evaluate: the weights do not match their checksum (a torn update); not evaluated")
         self.model.load_state_dict(weights["state"])
         results = [self._episode(weights["version"], e) for e in range(self.config.episodes)]

@@ -112,3 +112,9 @@ def state_checksum(state: dict[str, torch.Tensor]) -> float:
         weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device)
         total += (i + 1) * float((flat * weights).sum())
     return total
+
+
+def checksum_matches(state: dict[str, torch.Tensor], checksum: float) -> bool:
+    """`state` is what the sender summed into `checksum`: equal up to rounding, since the sender may sum on
+    another device (a GPU reduces in another order than a CPU)."""
+    return math.isclose(state_checksum(state), checksum, rel_tol=1e-9)

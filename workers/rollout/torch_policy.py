@@ -12,7 +12,6 @@ BLAS libraries and GPUs may need another multiple.)
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -21,7 +20,7 @@ from pydantic import Field
 
 import m2flow
 from m2flow.errors import WorkerError
-from m2flow.workers.models import PolicyArgs, state_bytes, state_checksum
+from m2flow.workers.models import PolicyArgs, checksum_matches, state_bytes
 from m2flow.workers.models.placement import move_module
 from m2flow.workers.models.precision import Precision, compute_in
 
@@ -118,7 +117,7 @@ class TorchPolicy:
                 f"load_weights: torn weights v{version}: missing {sorted(missing)[:3]},"
                 f" unexpected {sorted(extra)[:3]}, wrong shape {bad[:3]}"
             )
-        if "checksum" in weights and not math.isclose(state_checksum(state), weights["checksum"], rel_tol=1e-9):
+        if "checksum" in weights and not checksum_matches(state, weights["checksum"]):
             raise WorkerError(f"load_weights: torn weights v{version}: contents do not match their checksum")
         self.model.load_state_dict(state, strict=weights.get("scope") != "trainable")
         self.version = version
