@@ -276,7 +276,7 @@ class Controller:
         its own loop, and its part goes to the destination replicas that own it (`<port>_part`) as soon
         as it exists, while other replicas still step. The then-phase waits for these calls. `only`: the
         parts of these replicas' outputs (replacements), the rest already sent."""
-        then = next((p for p in self.plan.phases if p.op == "then"), None)
+        then = self._then_phase()
         for edge in then.streamed if then is not None else []:
             if edge.src not in self._streamed:
                 self._streamed[edge.src] = self.call(edge.src, [], then)
@@ -294,9 +294,9 @@ class Controller:
     def _restream(self, replaced: list[Replica]) -> None:
         """Streamed outputs of replaced replicas: the calls that died with them (and the part calls given
         their outputs) are dropped; their replacements' outputs are streamed instead."""
-        then = next((p for p in self.plan.phases if p.op == "then"), None)
-        if then is None or not self._streamed:
+        if not self._streamed:  # nothing streams in this plan
             return
+        then = self._then_phase()
         gone = {id(r) for r in replaced}
         dead = {ref for ref, r in self._producer.items() if id(r) in gone}
         self._stream_calls = [
@@ -309,6 +309,9 @@ class Controller:
                     items = own_items(self.graph, src.worker, new.index, then.op)
                     refs[i] = self._call_replica(new, src.port, [], [], items, then)
         self._stream(then, only={r.id for r in replaced})
+
+    def _then_phase(self) -> Phase | None:
+        return next((p for p in self.plan.phases if p.op == "then"), None)
 
     def _record_loop(self, r: Replica, stats: LoopStats, program: LoopProgram) -> int:
         """Trace a replica's loop tasks (or one bar when not traced in detail); returns the bytes it sent."""
