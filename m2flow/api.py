@@ -88,6 +88,11 @@ class Workflow:
         self._flow["sync"].append({"edge": str(edge), "every": every, "transport": transport})
         return self
 
+    def asynchronous(self, max_staleness: int = 1) -> Workflow:
+        """Training overlaps the next loops; each batch trains `max_staleness` policy versions late."""
+        self._flow["async"] = {"max_staleness": max_staleness}
+        return self
+
     def placement(self, **settings: Any) -> Workflow:
         self._placement.update(settings)
         return self

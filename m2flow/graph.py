@@ -149,6 +149,7 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
 
     then_order = _then_order(flow.then, problems)
     _check_loop_replicas(spec, loop, problems)
+    _check_asynchronous(spec, problems)
     if problems:
         raise SpecError(problems, source)
     macro = MacroGraph(spec, graph, loop, list(flow.then), then_order, list(flow.sync), info)
@@ -184,6 +185,29 @@ def _check_shard_splits(graph: MacroGraph) -> list[str]:
                 f" workers.{edge.src.worker}.replicas to {needed} or lower workers.{edge.dst.worker}.replicas"
             )
     return problems
+
+
+def _check_asynchronous(spec: WorkflowSpec, problems: list[str]) -> None:
+    """Training overlaps the loop: it needs both, and a loop worker's after-loop ports must be sources
+    (they are read right after its loop, before the next one starts)."""
+    flow = spec.flow
+    if flow.asynchronous is None:
+        return
+    if flow.loop is None or not flow.then:
+        problems.append("flow.async: overlaps the after-loop edges with the loop; declare flow.loop and flow.then")
+        return
+    if spec.placement.offload == "always":
+        problems.append(
+            "placement.offload: 'always' swaps workers out between phases, but under flow.async training runs"
+            " beside the loop; use offload: auto or never, or drop flow.async"
+        )
+    loop_workers = {ref.worker for edge in flow.loop.edges for ref in (edge.src, edge.dst)}
+    for i, edge in enumerate(flow.then):
+        if edge.dst.worker in loop_workers:
+            problems.append(
+                f"flow.then[{i}] '{edge}': under flow.async a loop worker's after-loop ports run right after its"
+                f" loop, so they cannot take inputs; send {edge.src} elsewhere or drop flow.async"
+            )
 
 
 def _loop_chain(edges: list[Edge], horizon: int, problems: list[str]) -> LoopChain | None:

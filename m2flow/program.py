@@ -77,13 +77,16 @@ def run_phase(phase: Phase, run: Interpreter) -> None:
 
 
 def build_phases(graph: MacroGraph) -> list[Phase]:
-    """Sync edges first (state copies before the loop that uses them), the loop, then the after-loop edges."""
+    """Sync edges first (state copies before the loop that uses them), the loop, then the after-loop edges.
+    In an asynchronous flow the after-loop edges come before the loop and run beside it, on a batch an
+    earlier loop collected (`m2flow.overlap`)."""
     phases = [Phase("sync", [sync.edge], sync.every) for sync in graph.sync]
-    if graph.loop is not None:
-        phases.append(Phase("loop", list(graph.spec.flow.loop.edges)))
-    if graph.then:
-        phases.append(Phase("then", list(graph.then), streamed=streamable(graph)))
-    return phases
+    loop = [Phase("loop", list(graph.spec.flow.loop.edges))] if graph.loop is not None else []
+    if not graph.then:
+        return phases + loop
+    if graph.spec.flow.asynchronous is not None:
+        return [*phases, Phase("then", list(graph.then), overlaps=True), *loop]
+    return [*phases, *loop, Phase("then", list(graph.then), streamed=streamable(graph))]
 
 
 def own_items(graph: MacroGraph, worker: str, replica: int, op: str) -> float:

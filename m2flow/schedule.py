@@ -83,7 +83,8 @@ class Phase:
 
     `offload` / `onload` name the workers swapped out of / into device memory just before it; a phase
     skipped this iteration (sync every k) skips its swaps too. `streamed`: the then-edges whose parts go
-    to their destination as each loop replica finishes, before the loop phase ends.
+    to their destination as each loop replica finishes, before the loop phase ends. `overlaps`: the phase
+    runs beside the loop that follows it (the then-phase of an asynchronous flow, on an earlier batch).
     """
 
     op: str
@@ -92,6 +93,7 @@ class Phase:
     offload: list[str] = field(default_factory=list)
     onload: list[str] = field(default_factory=list)
     streamed: list[Edge] = field(default_factory=list)
+    overlaps: bool = False
 
     @property
     def workers(self) -> set[str]:
@@ -109,12 +111,21 @@ class Phase:
             "offload": self.offload,
             "onload": self.onload,
             "streamed": [str(e) for e in self.streamed],
+            "overlaps": self.overlaps,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Phase:
         edges = {key: [Edge.model_validate(e) for e in data.get(key, [])] for key in ("edges", "streamed")}
-        return cls(data["op"], edges["edges"], data["every"], data["offload"], data["onload"], edges["streamed"])
+        return cls(
+            data["op"],
+            edges["edges"],
+            data["every"],
+            data["offload"],
+            data["onload"],
+            edges["streamed"],
+            data.get("overlaps", False),
+        )
 
 
 @dataclass
@@ -130,6 +141,7 @@ class Prediction:
     port_s: dict[str, float] = field(default_factory=dict)
     loop_step_s: float = 0.0
     cost_sources: dict[str, str] = field(default_factory=dict)
+    hidden_s: float = 0.0  # of the phases' seconds, those hidden behind the loop (asynchronous flows)
 
     @property
     def env_steps_per_s(self) -> float:

@@ -192,10 +192,22 @@ class SyncSpec(_Strict):
     )
 
 
+class AsyncSpec(_Strict):
+    """Training overlaps the loop: while the after-loop edges train on batch i, the loop already collects
+    batch i + `max_staleness` with the weights of the moment (one-step-off for 1). Every batch is trained
+    exactly `max_staleness` policy versions after the one that collected it (fewer right after a
+    checkpoint, where the loop waits for training to catch up); 0 is the synchronous flow."""
+
+    max_staleness: int = Field(1, ge=0, le=64, description="policy versions a batch may lag the one trained")
+
+
 class FlowSpec(_Strict):
     loop: LoopSpec | None = None
     then: list[Edge] = Field(default_factory=list)
     sync: list[SyncSpec] = Field(default_factory=list)
+    asynchronous: AsyncSpec | None = Field(
+        None, alias="async", description="overlap training with the next loops (off-policy by max_staleness)"
+    )
 
 
 class PlacementSpec(_Strict):

@@ -10,6 +10,7 @@ from m2flow.cluster import Cluster, DeviceId
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
+from m2flow.overlap import Overlap
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swaps
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
@@ -109,6 +110,10 @@ class PlacementPlanner(Planner):
 def streaming_notes(graph: MacroGraph, phases: list[Phase]) -> list[str]:
     """Why each then-edge streams or waits for the whole loop."""
     notes = []
+    if graph.spec.flow.asynchronous is not None:
+        run = graph.spec.run
+        segment = min(run.checkpoint_every or run.iterations, run.iterations)
+        return [Overlap(graph.spec.flow.asynchronous.max_staleness).explain(segment)]
     for phase in (p for p in phases if p.op == "then"):
         for edge in graph.then:
             if edge in phase.streamed:

@@ -70,11 +70,15 @@ def choose_offload(graph: MacroGraph, placements: dict[str, Placement], cluster:
     phases = build_phases(graph)
     candidates = sharing_workers(placements)
     options = {"never": [set()], "always": [candidates], "auto": [set(), candidates]}[policy]
+    if graph.spec.flow.asynchronous is not None:  # training runs beside the loop: nobody can swap out
+        options = [set()]
     for offloaded in options:
         if fits(placements, phases, offloaded, cluster, profile) is None:
             return offloaded
     reason = fits(placements, phases, options[-1], cluster, profile)
-    if policy == "never":
+    if graph.spec.flow.asynchronous is not None:
+        reason += "; under flow.async every worker stays resident (training overlaps the loop), or drop flow.async"
+    elif policy == "never":
         reason += "; or let workers swap out between phases: placement.offload=auto"
     raise OffloadInfeasible(reason)
 

@@ -111,6 +111,8 @@ class _Simulation:
         self.first = 0  # the current phase's first task
         self.phase_s: dict[str, float] = {}
         self.loop_items, self.steps, self.step_s = 0, 0, 0.0
+        self.beside: tuple[int, float] | None = None  # an overlapping phase's first task and its seconds
+        self.hidden_s = 0.0
 
     # -- the interpreter ---------------------------------------------------------------------------
     def swap(self, phase: Phase) -> None:
@@ -148,14 +150,32 @@ class _Simulation:
         per_step = self.step_s = _steady_step_s(_step_ends(self.sched.tasks[self.first :], self.steps), self.clock)
         loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
         self.phase_s["loop"] = loop_s
+        if self.beside is not None:  # training beside the loop: whichever is longer, or a device both load
+            together = max(loop_s, self.beside[1], max(self._busy_beside_loop().values(), default=0.0))
+            self.hidden_s = loop_s + self.beside[1] - together
+            loop_s = together
         self.clock += loop_s
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[int]]:
         return {}  # the overlap of streamed parts with the loop is not credited
 
     def end_phase(self, phase: Phase, produced: dict[PortRef, list[int]]) -> None:
-        if phase.op != "loop":
+        if phase.overlaps:  # it runs beside the loop that follows: timed with it, from the same clock
+            seconds = self.sched.run(self.clock, self.first) - self.clock
+            self.phase_s[phase.op] = seconds
+            self.beside = (self.first, seconds)
+        elif phase.op != "loop":
             self._advance(phase.op, self.first, 1.0 / phase.every)
+
+    def _busy_beside_loop(self) -> dict[DeviceId, float]:
+        """Per device, the seconds the overlapping phase and the whole loop keep it busy together."""
+        first, loop_first = self.beside[0], self.first
+        scale = self.graph.loop.horizon / self.steps if self.steps else 1.0
+        busy: dict[DeviceId, float] = {}
+        for task, seconds in zip(self.sched.tasks[first:], self.sched.duration[first:], strict=True):
+            weight = scale if task.id >= loop_first and task.step >= 0 else 1.0
+            busy[task.device] = busy.get(task.device, 0.0) + seconds * weight
+        return busy
 
     # -- bookkeeping -------------------------------------------------------------------------------
     def _advance(self, phase: str, first: int, weight: float = 1.0) -> None:
@@ -166,7 +186,7 @@ class _Simulation:
     def prediction(self) -> Prediction:
         sched, graph, steps = self.sched, self.graph, self.steps
         self.phase_s["controller"] = self.profile.controller_s
-        iteration_s = sum(self.phase_s.values())
+        iteration_s = sum(self.phase_s.values()) - self.hidden_s
         total_items = self.loop_items * (graph.loop.horizon if graph.loop else 1)
         scale = graph.loop.horizon / steps if graph.loop is not None and steps else 1.0
         busy: dict[DeviceId, float] = {}
@@ -179,7 +199,17 @@ class _Simulation:
         used = sorted(busy)
         device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
         bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0
-        return Prediction(iteration_s, self.phase_s, total_items, device_busy, bubble, steps, port_s, self.step_s)
+        return Prediction(
+            iteration_s,
+            self.phase_s,
+            total_items,
+            device_busy,
+            bubble,
+            steps,
+            port_s,
+            self.step_s,
+            hidden_s=self.hidden_s,
+        )
 
 
 def _simulate_loop(

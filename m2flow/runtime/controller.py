@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +20,7 @@ from m2flow.cluster import DeviceId
 from m2flow.dispatch import gather, split
 from m2flow.errors import WorkerError
 from m2flow.graph import MacroGraph
+from m2flow.overlap import Overlap
 from m2flow.program import own_items, part_port, run_phase
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
@@ -43,6 +44,24 @@ class IterationResult:
 
 
 RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says what it is
+
+
+@dataclass
+class Batch:
+    """A loop's outputs for the after-loop edges, waiting to train (asynchronous flows)."""
+
+    collected_at: int  # the iteration whose loop (and weights) collected it
+    produced: dict[PortRef, list[Any]]  # the loop workers' after-loop ports' outputs
+    env_steps: int
+
+
+@dataclass
+class Training:
+    """An after-loop phase issued beside the loop, awaited once the loop is done."""
+
+    calls: list[Call]
+    produced: dict[PortRef, list[Any]]
+    batch: Batch
 
 
 @dataclass
@@ -90,23 +109,35 @@ class Controller:
         self._consumes: dict[Any, Any] = {}  # a streamed part call's event -> the output it was given
         self.replacements_left = replacements_left  # simulator replicas that may still be replaced in place
         self.restore = restore
+        asynchronous = graph.spec.flow.asynchronous
+        self.overlap = Overlap(asynchronous.max_staleness) if asynchronous is not None else None
+        self._batches: deque[Batch] = deque()  # collected, not yet trained (asynchronous flows)
+        self._collected = 0  # the next batch's index: one batch per iteration, batch i trains in iteration i
+        self._training: Training | None = None
+        self._last = 0  # the last iteration of the current segment (no batch pending after it)
 
     def adopt(self, plan: Plan) -> None:
         """The same placement with a new prediction (measured costs): its deadlines follow."""
         self.plan = plan
         self.deadlines = Deadlines.from_plan(plan, self.graph.spec.run.timeouts)
 
-    def iteration(self, it: int) -> IterationResult:
-        self._it, self._result, self._items, self._producer = it, IterationResult(), {}, {}
+    def iteration(self, it: int, last: int | None = None) -> IterationResult:
+        """Run iteration `it`; `last` ends its segment (asynchronous flows: no batch pending after it)."""
+        self._it, self._result = it, IterationResult()
+        pending = {ref for b in self._batches for refs in b.produced.values() for ref in refs}
+        self._items = {ref: items for ref, items in self._items.items() if ref in pending}
+        self._producer = {ref: r for ref, r in self._producer.items() if ref in pending}
+        self._collected = max(self._collected, it)  # a restart or resume begins a segment
+        self._last = it if last is None else last
         before = copy.deepcopy(self.measured)
         start = time.time()
         for phase in self.plan.phases:
-            if not phase.runs_at(it):
-                continue
+            if phase.runs_at(it) and self._runs(phase):
+                self._run(phase)
+        if self._training is not None:
             began = time.time()
-            run_phase(phase, self)
-            self._add_time(f"time/{phase.op}_s", began)
-            self.trace.task(CONTROLLER, CONTROLLER, TaskEvent(phase.op, "phase", began, time.time()), iteration=it)
+            self._finish_training()
+            self._add_time("time/train_wait_s", began)
         result = self._result
         result.metrics.update(self._worker_metrics())
         if result.replacements:  # a wait on a hung replica and a redo: not what the plan's costs are
@@ -120,6 +151,26 @@ class Controller:
         if result.env_steps:
             result.metrics["env/steps_per_s"] = result.env_steps / elapsed
         return result
+
+    def _runs(self, phase: Phase) -> bool:
+        """Whether `phase` runs now. An asynchronous flow first fills its queue of batches before training,
+        and runs the loop beside training only while the segment needs more batches."""
+        if self.overlap is None:
+            return True
+        if phase.op == "then":
+            loop = next(p for p in self.plan.phases if p.op == "loop")
+            for _ in range(self.overlap.fills(self._it, self._collected, self._last)):
+                self._run(loop)
+            return True
+        if phase.op == "loop":
+            return self.overlap.prefetches(self._it, self._collected, self._last)
+        return True
+
+    def _run(self, phase: Phase) -> None:
+        began = time.time()
+        run_phase(phase, self)
+        self._add_time(f"time/{phase.op}_s", began)
+        self.trace.task(CONTROLLER, CONTROLLER, TaskEvent(phase.op, "phase", began, time.time()), iteration=self._it)
 
     # -- the interpreter ---------------------------------------------------------------------------
     def swap(self, phase: Phase) -> None:
@@ -169,6 +220,7 @@ class Controller:
             droppable=droppable(self.launch, loop.entry.worker, self.replacements_left),
         )
         processes = self._loop_processes()
+        steps_before = self._result.env_steps
         began = time.time()
         calls = [(group[0].process.run_loop.remote(program), group[0], "the loop") for group in processes]
         self._stream(phase)
@@ -183,7 +235,18 @@ class Controller:
                 sent += self._record_loop(r, by_worker[r.worker], program)
         if failed:
             sent += self._replace([(r, failed[i]) for i in failed for r in processes[i]], program)
-        self._result.metrics["loop/bytes_sent"] = float(sent)
+        self._result.metrics["loop/bytes_sent"] = self._result.metrics.get("loop/bytes_sent", 0.0) + sent
+        if self.overlap is not None:
+            self._collect(self._result.env_steps - steps_before)
+
+    def _collect(self, env_steps: int) -> None:
+        """An asynchronous flow's batch: the loop workers' after-loop ports, called before their next loop."""
+        then = self._then_phase()
+        loop_workers = set(self.graph.loop.workers)
+        sources = [port for port in self.graph.then_order if port.worker in loop_workers]
+        produced = {port: self.call(port, [], then) for port in sources}
+        self._batches.append(Batch(self._it, produced, env_steps))
+        self._collected += 1
 
     def _loop_processes(self, shards: set[int] | None = None) -> list[list[Replica]]:
         """The loop's processes, each with the replicas it hosts (only those serving `shards`, if given)."""
@@ -227,6 +290,8 @@ class Controller:
         return sent
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:
+        if phase.overlaps:  # the oldest batch collected, which this iteration trains
+            return dict(self._batches[0].produced)
         produced, self._streamed = self._streamed, {}
         self._calls += self._stream_calls
         self._stream_calls, self._consumes = [], {}
@@ -234,13 +299,37 @@ class Controller:
 
     def end_phase(self, phase: Phase, produced: dict[PortRef, list[Any]]) -> None:
         calls, self._calls = self._calls, []
+        if phase.overlaps:  # awaited after the loop it runs beside
+            self._training = Training(calls, produced, self._batches.popleft())
+            return
         events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
         self._record(events, calls)
         if phase.op == "sync":
             self._result.metrics["sync/bytes"] = float(events[-1].bytes)
             self._release(phase)
         if phase.op == "then":
-            self._then_metrics(produced)
+            self._then_metrics(produced, self._result.env_steps)
+
+    def _finish_training(self) -> None:
+        """Wait for the training issued beside the loop; its metrics are this iteration's."""
+        training, self._training = self._training, None
+        batch = training.batch
+        what = f"training on the batch the loop of iteration {batch.collected_at} collected"
+        events = wait_all(training.calls, self._deadline(what, "then"))
+        self._record(events, training.calls)
+        self._then_metrics(training.produced, batch.env_steps)
+        self._check_staleness()
+        self._result.metrics["async/collected_at"] = float(batch.collected_at)
+
+    def _check_staleness(self) -> None:
+        """Workers that record each sample's policy version report the oldest they trained on."""
+        bound = self.overlap.max_staleness
+        for key, value in self._result.metrics.items():
+            if key.endswith("/staleness_max") and value > bound:
+                raise WorkerError(
+                    f"iteration {self._it}: {key} is {value:g} policy versions, over flow.async.max_staleness"
+                    f" ({bound}); a sync edge into the loop with every > 1 holds older weights: sync every iteration"
+                )
 
     # -- helpers -----------------------------------------------------------------------------------
     def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:
@@ -337,25 +426,26 @@ class Controller:
             self._result.env_steps += stats.items.get(last.port, 0)
         return stats.sent_bytes
 
-    def _then_metrics(self, produced: dict[PortRef, list[Any]]) -> None:
-        """Terminal after-loop ports' outputs are the iteration's metrics; then the step accounting."""
+    def _then_metrics(self, produced: dict[PortRef, list[Any]], env_steps: int) -> None:
+        """Terminal after-loop ports' outputs are the iteration's metrics; then the step accounting against
+        the `env_steps` of the loop that collected the batch."""
         sources = {e.src for e in self.graph.then}
         for port in (p for p in self.graph.then_order if p not in sources):
             calls = [(ref, self._producer[ref], str(port)) for ref in produced[port]]
             outputs = wait_all(calls, self._deadline(str(port), "then"))
             self._result.metrics.update(_mean_of_dicts([item for per_replica in outputs for item in per_replica]))
-        self._account()
+        self._account(env_steps)
 
-    def _account(self) -> None:
+    def _account(self, env_steps: int) -> None:
         """Steps produced by the loop = steps consumed, for every consumer that reports `.../steps_consumed`."""
         if self.graph.loop is None:
             return
         result = self._result
-        result.metrics["accounting/steps_produced"] = float(result.env_steps)
+        result.metrics["accounting/steps_produced"] = float(env_steps)
         for key, steps in result.metrics.items():
-            if key.endswith("/steps_consumed") and int(steps) != result.env_steps:
+            if key.endswith("/steps_consumed") and int(steps) != env_steps:
                 raise WorkerError(
-                    f"iteration {self._it}: the loop produced {result.env_steps} env steps but {key} reports"
+                    f"iteration {self._it}: the loop produced {env_steps} env steps but {key} reports"
                     f" {int(steps)}: steps were lost or counted twice between the loop and training"
                 )
 

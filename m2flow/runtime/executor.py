@@ -150,7 +150,7 @@ class Run:
         if it == self.replan_at:
             self._replan()
         began = time.time()
-        outcome = self.controller.iteration(it)
+        outcome = self.controller.iteration(it, self._segment_end(it))
         self.env_steps += outcome.env_steps
         metrics = {**outcome.metrics, "time/iteration_s": time.time() - began}
         if outcome.replacements:
@@ -171,6 +171,17 @@ class Run:
         every = self.spec.run.checkpoint_every
         if (every and (it + 1) % every == 0) or it + 1 == self.spec.run.iterations:
             self._checkpoint()
+
+    def _segment_end(self, it: int) -> int:
+        """The last iteration before the next checkpoint (a re-plan writes one, as does the run's end):
+        an asynchronous flow's training has caught up with its loop by then."""
+        ends = [self.spec.run.iterations - 1]
+        every = self.spec.run.checkpoint_every
+        if every:
+            ends.append((it // every + 1) * every - 1)
+        if self.replan_at is not None and self.replan_at > it:
+            ends.append(self.replan_at - 1)
+        return min(ends)
 
     def _note_processes(self) -> None:
         """Where each replica runs now (a replacement runs in a new process)."""

@@ -32,6 +32,8 @@ def timeline_table(plan: Plan) -> Table:
     table.add_column("seconds", justify="right")
     for phase, seconds in predicted.phase_s.items():
         table.add_row(phase, f"{seconds:.4g}")
+    if predicted.hidden_s:
+        table.add_row("hidden beside the loop", f"-{predicted.hidden_s:.4g}")
     table.add_row("bubble fraction", f"{predicted.bubble_fraction:.2f}")
     for device, busy in predicted.device_busy.items():
         table.add_row(f"busy {device.name}", f"{busy:.0%}")

@@ -38,7 +38,7 @@ from m2flow.workers.models.activations import activation_bytes
 from m2flow.workers.models.placement import move_module, move_optimizer
 from m2flow.workers.models.policy import state_size
 
-TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done", "truncated", "final_value")
+TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done", "truncated", "final_value", "policy_version")
 
 
 class PPOConfig(PolicyArgs, BackendOptions):
@@ -62,6 +62,13 @@ class PPOConfig(PolicyArgs, BackendOptions):
     advantage: Literal["gae", "grpo"] = Field("gae", description="gae: critic-based; grpo: group-relative")
     group_size: int = Field(1, ge=1, description="GRPO: envs per group (adjacent env ids)")
     grpo_normalize_std: bool = Field(True, description="GRPO: divide by the group's return std")
+    off_policy: Literal["decoupled", "ratio"] = Field(
+        "decoupled",
+        description="samples an older policy acted on (flow.async): decoupled — values and log-probs recomputed"
+        " with the weights the update starts from, the ratio clipped against those and each sample weighted by"
+        " their ratio to the acting policy (decoupled PPO); ratio — PPO's ratio to the acting policy as is",
+    )
+    behavior_weight_cap: float = Field(2.0, gt=0, description="decoupled: the cap of each sample's weight")
 
     def minibatch_of(self, batch_size: int) -> int:
         return min(self.minibatch_size or max(1, batch_size // self.num_minibatches), batch_size)
@@ -160,6 +167,10 @@ class PPO:
         batch = {key: _cat([part[key] for part in parts], dim=1 if key in TIME_MAJOR else 0) for key in parts[0]}
         rewards, dones, values = batch["reward"], batch["done"], batch["value"]
         steps, envs = rewards.shape
+        staleness = self._staleness(batch)
+        proximal = None  # log-probs under the weights this update starts from, for samples older ones acted on
+        if staleness and staleness["actor/staleness_max"] > 0 and cfg.off_policy == "decoupled":
+            values, proximal = self._proximal(batch)
         env_ids = self._env_ids = self._global_env_ids(batch, envs)
         total_envs = int(self.backend.sum_data_ranks(torch.tensor(envs)))
         combine = across_ranks(self.backend.gather_data_ranks) if self.backend.data_world > 1 else None
@@ -173,7 +184,10 @@ class PPO:
         advantages, returns = ADVANTAGES[cfg.advantage](self, batch, rewards, values, dones)
         b_obs = _flatten(batch["obs"])
         b_actions = batch["action"].reshape(steps * envs, -1)
-        b_logprobs = batch["logprob"].reshape(-1)
+        b_logprobs = (proximal if proximal is not None else batch["logprob"]).reshape(-1)
+        behavior_weights = None
+        if proximal is not None:
+            behavior_weights = (proximal - batch["logprob"]).exp().clamp(max=cfg.behavior_weight_cap).reshape(-1)
         b_values = values.reshape(-1)
         b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
 
@@ -186,7 +200,7 @@ class PPO:
         mine = (torch.arange(steps, device=self.device)[:, None] * total_envs + env_ids[None, :]).reshape(-1)
         local_of[mine] = torch.arange(steps * envs, device=self.device)
         minibatch_size = cfg.minibatch_of(batch_size)
-        samples = Samples(b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns)
+        samples = Samples(b_obs, b_actions, b_logprobs, b_values, b_advantages, b_returns, behavior_weights)
         sums: torch.Tensor | None = None  # per-minibatch statistics, summed on the device (no sync per step)
         grad_norms: torch.Tensor | None = None  # on the norm's device (the host under CPU offload)
         count = 0
@@ -203,7 +217,15 @@ class PPO:
                 with self.backend.compute():
                     _, newlogprob, entropy, newvalue = self.model.get_action_and_value(mb.obs, mb.actions)
                 loss, stats = ppo_loss(
-                    newlogprob, entropy, newvalue, mb.logprobs, mb_advantages, mb.returns, mb.values, self.loss_cfg
+                    newlogprob,
+                    entropy,
+                    newvalue,
+                    mb.logprobs,
+                    mb_advantages,
+                    mb.returns,
+                    mb.values,
+                    self.loss_cfg,
+                    mb.behavior_weights,
                 )
                 self.optimizer.zero_grad()
                 (loss * weight if weight != 1 else loss).backward()
@@ -241,9 +263,46 @@ class PPO:
                 "actor/parts_streamed": float(len(parts) if streamed else 0),
                 "actor/weights_version": float(self.version),
                 "actor/steps_consumed": float(batch_size),
+                **(staleness or {}),
             }
         )
+        if behavior_weights is not None:
+            metrics["actor/behavior_weight_mean"] = float(self.backend.mean_across_ranks(behavior_weights.mean()))
         return metrics
+
+    def _staleness(self, batch: dict[str, Any]) -> dict[str, float] | None:
+        """How many updates behind this one the policy that acted on each sample is, over every rank's
+        samples (None when the inference worker does not record its version)."""
+        if "policy_version" not in batch:
+            return None
+        lag = (self.version - batch["policy_version"]).double()
+        local = torch.stack([lag.max(), lag.sum(), lag.new_tensor(float(lag.numel()))])
+        every = self.backend.gather_data_ranks(local.to(self.device))
+        total, count = every[:, 1].sum(), every[:, 2].sum()
+        return {"actor/staleness_max": float(every[:, 0].max()), "actor/staleness_mean": float(total / count)}
+
+    @torch.no_grad()
+    def _proximal(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The value and log-prob of every sample under the weights this update starts from, [T, envs],
+        in minibatch-sized chunks (as many on every rank: a forward is a collective under FSDP)."""
+        steps, envs = batch["reward"].shape
+        rows = steps * envs
+        obs, actions = _flatten(batch["obs"]), batch["action"].reshape(rows, -1)
+        chunk = self.cfg.minibatch_of(rows)
+        chunks = -(-rows // chunk)
+        if self.backend.data_world > 1:
+            chunks = int(self.backend.gather_data_ranks(torch.tensor(chunks, device=self.device)).max())
+        logprobs, values = [], []
+        for c in range(chunks):
+            start = min(c * chunk, rows - 1)  # a rank with fewer rows repeats its last one, then drops it
+            end = min(start + chunk, rows)
+            with self.backend.compute():
+                rows_of = lambda x: x[start:end]  # noqa: B023, E731 (used at once)
+                _, logprob, _, value = self.model.get_action_and_value(_apply(obs, rows_of), actions[start:end])
+            if c * chunk < rows:
+                logprobs.append(logprob.float())
+                values.append(value.float().reshape(-1))
+        return torch.cat(values).reshape(steps, envs), torch.cat(logprobs).reshape(steps, envs)
 
     def _global_env_ids(self, batch: dict[str, Any], envs: int) -> torch.Tensor:
         """The global index of each env column (simulators send `env_ids`; one rank may do without)."""
@@ -356,6 +415,7 @@ class Samples:
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    behavior_weights: torch.Tensor | None = None  # decoupled PPO's per-sample weights (None: on-policy)
 
     def rows(self, start: int, end: int) -> Samples:
         """Rows start..end: views, no copies."""
@@ -375,7 +435,8 @@ class Samples:
 
     def _map(self, fn: Any) -> Samples:
         """`fn` applied to every field (to each observation tensor of a dict)."""
-        return Samples(_apply(self.obs, fn), *(fn(getattr(self, f.name)) for f in fields(self)[1:]))
+        rest = (getattr(self, f.name) for f in fields(self)[1:])
+        return Samples(_apply(self.obs, fn), *(fn(x) if x is not None else None for x in rest))
 
 
 @contextlib.contextmanager

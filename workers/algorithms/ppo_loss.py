@@ -31,8 +31,12 @@ def ppo_loss(
     returns: torch.Tensor,
     values: torch.Tensor,
     cfg: PPOLossConfig,
+    behavior_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Loss of one minibatch (advantages already normalised if wanted) and its statistics."""
+    """Loss of one minibatch (advantages already normalised if wanted) and its statistics. Decoupled PPO
+    (Hilton et al. 2022) for samples an older policy acted on: `logprobs` are then the proximal policy's
+    (the one the update started from), and `behavior_weights` (proximal / acting policy, capped) weigh
+    each sample's clipped objective."""
     logratio = newlogprob - logprobs
     ratio = logratio.exp()
     with torch.no_grad():
@@ -41,7 +45,8 @@ def ppo_loss(
 
     pg_loss1 = -advantages * ratio
     pg_loss2 = -advantages * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+    pg_per_sample = torch.max(pg_loss1, pg_loss2)
+    pg_loss = (pg_per_sample * behavior_weights if behavior_weights is not None else pg_per_sample).mean()
 
     if cfg.clip_vloss:
         v_loss_unclipped = (newvalue - returns) ** 2

@@ -69,7 +69,12 @@ class TorchPolicy:
         noise = _pad(self._noise(env_ids, rows), pad) if env_ids is not None else None
         with compute_in(self.device, self.args.precision):
             action, logprob, _, value = self.model.get_action_and_value(x, noise=noise)
-        return {"action": _rows(action, rows), "logprob": _rows(logprob, rows), "value": _rows(value, rows)}
+        return {
+            "action": _rows(action, rows),
+            "logprob": _rows(logprob, rows),
+            "value": _rows(value, rows),
+            "policy_version": np.full(rows, self.version, dtype=np.int64),  # training measures staleness by it
+        }
 
     def _noise(self, env_ids: np.ndarray, n: int) -> torch.Tensor:
         draws = np.empty((n, self.act_dim), dtype=np.float32)

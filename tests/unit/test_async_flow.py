@@ -1,0 +1,80 @@
+"""Asynchronous flows without Ray: the schedule of loops beside training, the declaration, the prediction."""
+
+from __future__ import annotations
+
+import pytest
+
+from m2flow.config import dump_spec, parse_yaml, spec_from_dict
+from m2flow.errors import SpecError
+from m2flow.graph import build_graph
+from m2flow.overlap import Overlap
+from m2flow.schedule import Plan
+from tests.unit.test_planner import plan_of, workflow
+
+
+@pytest.mark.parametrize(
+    ("k", "lags"),
+    [(0, [0, 0, 0, 0, 0]), (1, [0, 1, 1, 1, 1]), (2, [0, 1, 2, 2, 2]), (9, [0, 1, 2, 3, 4])],
+)
+def test_each_batch_trains_at_most_max_staleness_versions_late_and_exactly_that_once_the_queue_is_full(k, lags):
+    assert Overlap(k).staleness(10, 14) == lags
+
+
+def test_a_segment_ends_with_no_batch_pending_and_the_next_fills_again():
+    overlap = Overlap(1)
+    # iteration 0 of a segment 0..2: fill batch 0, collect batch 1 beside training
+    assert (overlap.fills(0, 0, 2), overlap.prefetches(0, 1, 2)) == (1, True)
+    assert (overlap.fills(1, 2, 2), overlap.prefetches(1, 2, 2)) == (0, True)
+    assert (overlap.fills(2, 3, 2), overlap.prefetches(2, 3, 2)) == (0, False)  # batch 3 is the next segment's
+    assert overlap.fills(3, 3, 5) == 1
+    assert "mean 0.98 over a 49-iteration segment" in overlap.explain(49)
+
+
+def async_workflow(k: int = 1, **kwargs) -> dict:
+    raw = workflow(**kwargs)
+    raw["flow"]["async"] = {"max_staleness": k}
+    return raw
+
+
+def test_the_async_key_round_trips_through_yaml():
+    spec = spec_from_dict(async_workflow(2))
+    assert spec.flow.asynchronous.max_staleness == 2
+    text = dump_spec(spec)
+    assert "async:\n    max_staleness: 2" in text
+    assert spec_from_dict(parse_yaml(text, "round trip")) == spec
+
+
+def test_an_async_flow_refuses_a_loop_worker_port_with_after_loop_inputs_and_offload_always():
+    raw = async_workflow()
+    raw["flow"]["then"].append("learner.train -> env.obs")
+    raw["placement"]["offload"] = "always"
+    with pytest.raises(SpecError) as err:
+        build_graph(spec_from_dict(raw))
+    text = str(err.value)
+    assert "flow.then[1] 'learner.train -> env.obs': under flow.async a loop worker's after-loop ports" in text
+    assert "placement.offload: 'always' swaps workers out between phases" in text
+    raw = async_workflow()
+    raw["flow"].pop("then")
+    with pytest.raises(SpecError, match="flow.async: overlaps the after-loop edges with the loop"):
+        build_graph(spec_from_dict(raw))
+
+
+def test_training_on_its_own_device_hides_behind_the_loop_in_the_prediction():
+    # loop: 100 steps x (2 ms env + 2 ms policy) on two devices; training on a third
+    sync = plan_of(workflow(cpus=3, mode="disaggregated"))
+    overlapped = plan_of(async_workflow(cpus=3, mode="disaggregated"))
+    then = next(p for p in overlapped.phases if p.op == "then")
+    assert then.overlaps and [p.op for p in overlapped.phases] == ["then", "loop"]
+    loop_s, then_s = overlapped.predicted.phase_s["loop"], overlapped.predicted.phase_s["then"]
+    assert then_s == pytest.approx(sync.predicted.phase_s["then"])
+    assert overlapped.predicted.hidden_s == pytest.approx(min(loop_s, then_s))
+    assert sync.predicted.iteration_s - overlapped.predicted.iteration_s == pytest.approx(min(loop_s, then_s))
+    assert Plan.from_dict(overlapped.to_dict()).phases[0].overlaps
+    assert any(n.startswith("async: training overlaps the loop; each batch trains 1 policy") for n in overlapped.notes)
+
+
+def test_training_that_shares_the_loop_s_device_hides_nothing_it_cannot():
+    # one device: the loop and training take turns on it, so overlapping gains nothing
+    sync = plan_of(workflow(cpus=1, mode="shared"))
+    overlapped = plan_of(async_workflow(cpus=1, mode="shared"))
+    assert overlapped.predicted.iteration_s == pytest.approx(sync.predicted.iteration_s, rel=1e-6)
