@@ -7,7 +7,7 @@
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
 # `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second;
-# `tests` only the GPU tests (pytest -m gpu).
+# `tests` only the GPU tests (pytest -m gpu); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
 # gets one beside it, <stem>.meta.json, which render_results.py reads.
 set -u
@@ -24,6 +24,11 @@ if [ "${1:-all}" = backends ]; then
 fi
 if [ "${1:-all}" = tests ]; then
   cp -r "$OLDPWD/tests" . && timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py 2>&1 | tail -8 | tee "$OUT/gpu_tests.txt"
+  exit 0
+fi
+if [ "${1:-all}" = async ]; then
+  timeout 560 python3 benchmarks/async.py --steps "${STEPS:-50000}" --seeds ${SEEDS:-1 2} --name async_halfcheetah_h200 \
+    --out "$OUT" 2>&1 | grep -E "^(sync|[0-9]+-off) seed|^async:|Error" | tee "$OUT/async.txt"
   exit 0
 fi
 if [ "${1:-all}" = hf ]; then

@@ -36,7 +36,9 @@ PEERS = ["stable-baselines3==2.9.2", "rl-zoo3==2.9.2"]
 ENVS, HORIZON = 8, 64  # configs/ppo_mujoco.yaml: 512 env steps per iteration
 
 
-def m2flow_run(env_id: str, steps: int, seed: int, eval_every: int, out: Path, overrides: list[str]) -> dict:
+def m2flow_run(
+    env_id: str, steps: int, seed: int, eval_every: int, out: Path, overrides: list[str], label: str = "m2flow"
+) -> dict:
     iterations = steps // (ENVS * HORIZON)
     every = max(1, eval_every // (ENVS * HORIZON))
     policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
@@ -56,13 +58,14 @@ def m2flow_run(env_id: str, steps: int, seed: int, eval_every: int, out: Path, o
         ],
     )
     result = mf.run(spec)
-    curve, wall = [], 0.0
+    curve, wall, collected = [], 0.0, 0
     for h in result.history:
-        if "eval/return" in h:  # evaluated before the iteration's loop: the steps of the iterations before
-            curve.append({"steps": h["env_steps"] - ENVS * HORIZON, "wall_s": wall, "return": h["eval/return"]})
+        if "eval/return" in h:  # evaluated in the iteration's syncs, before its loops: the steps collected before
+            curve.append({"steps": collected, "wall_s": wall, "return": h["eval/return"]})
             wall -= h["time/sync_s"]  # the evaluation runs in the iteration's syncs: not training time
         wall += h["time/iteration_s"]
-    return {"implementation": "m2flow", "seed": seed, "curve": curve, "wall_s": wall, "steps_per_s": steps / wall}
+        collected = h["env_steps"]
+    return {"implementation": label, "seed": seed, "curve": curve, "wall_s": wall, "steps_per_s": collected / wall}
 
 
 SB3_SCRIPT = textwrap.dedent(
@@ -175,7 +178,8 @@ def plot(runs: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    colours = {"m2flow": "tab:blue", "sb3-zoo": "tab:orange"}
+    palette = iter(["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"])
+    colours = {name: next(palette) for name in dict.fromkeys(r["implementation"] for r in runs)}
     for run in runs:
         c = colours[run["implementation"]]
         label = f"{run['implementation']} seed {run['seed']}"
