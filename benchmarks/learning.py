@@ -1,18 +1,19 @@
-"""Time to return: m2flow's PPO against Stable-Baselines3's PPO with rl-zoo3's tuned settings, on the same
+"""Time to return: m2flow's PPO (or SAC) against Stable-Baselines3's with rl-zoo3's tuned settings, on the same
 machine, env, env-step budget and seeds, evaluated the same way (10 deterministic episodes on fresh seeds
 every `--eval-every` env steps, observations normalised with the training statistics of that moment).
 
 The peers are installed from PyPI into a virtualenv of their own (`--peers-venv`, created on first use:
 CPU torch 2.13.0 from this machine's wheel, stable-baselines3 and rl-zoo3 2.9.2 pinned); their tuned
-settings are read from rl-zoo3's own hyperparams/ppo.yml. CleanRL 1.2.0 is not run: its scripts target
+settings are read from rl-zoo3's own hyperparams/ppo.yml (sac.yml with `--algo sac`, m2flow running
+configs/sac_mujoco.yaml instead of configs/ppo_mujoco.yaml). CleanRL 1.2.0 is not run: its scripts target
 gymnasium 0.29's API (NEXT_STEP autoreset, `final_observation` infos), not gymnasium 1.x.
 
-    python benchmarks/learning.py [--env HalfCheetah-v5] [--steps 100000] [--seeds 1 2 3] [--eval-every 10000]
-        [--skip-peers] [--set workers.actor.args.minibatch_size=128 ...]
+    python benchmarks/learning.py [--algo ppo|sac] [--env HalfCheetah-v5] [--steps 100000] [--seeds 1 2 3]
+        [--eval-every 10000] [--skip-peers] [--set workers.actor.args.minibatch_size=128 ...]
 
-Writes benchmarks/results/learning_<env>.json and learning_<env>.png (evaluation return against env steps
-and against wall time). Last line: `learning: m2flow <mean> ± <std> vs sb3-zoo <mean> ± <std>; time to 1500 (s):
-m2flow [...], sb3-zoo [...] (None: not reached) at <N> steps (<k> seeds)`.
+Writes benchmarks/results/learning_<env>.json (learning_sac_<env>.json for SAC) and its .png (evaluation return
+against env steps and against wall time). Last line: `learning: m2flow <mean> ± <std> vs sb3-zoo <mean> ± <std>;
+time to 1500 (s): m2flow [...], sb3-zoo [...] (None: not reached) at <N> steps (<k> seeds)`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 from results_io import RESULTS, save_result
@@ -33,17 +35,33 @@ import m2flow as mf
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ["stable-baselines3==2.9.2", "rl-zoo3==2.9.2"]
-ENVS, HORIZON = 8, 64  # configs/ppo_mujoco.yaml: 512 env steps per iteration
+
+
+@dataclass(frozen=True)
+class Algo:
+    config: str  # m2flow's preset in configs/
+    steps_per_iteration: int  # its envs x horizon
+    sb3: str  # the Stable-Baselines3 class, whose RL Zoo settings are hyperparams/<name>.yml
+
+
+ALGOS = {"ppo": Algo("ppo_mujoco.yaml", 8 * 64, "PPO"), "sac": Algo("sac_mujoco.yaml", 4 * 32, "SAC")}
 
 
 def m2flow_run(
-    env_id: str, steps: int, seed: int, eval_every: int, out: Path, overrides: list[str], label: str = "m2flow"
+    env_id: str,
+    steps: int,
+    seed: int,
+    eval_every: int,
+    out: Path,
+    overrides: list[str],
+    label: str = "m2flow",
+    algo: Algo = ALGOS["ppo"],
 ) -> dict:
-    iterations = steps // (ENVS * HORIZON)
-    every = max(1, eval_every // (ENVS * HORIZON))
+    iterations = steps // algo.steps_per_iteration
+    every = max(1, eval_every // algo.steps_per_iteration)
     policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
     spec = mf.load_spec(
-        ROOT / "configs" / "ppo_mujoco.yaml",
+        ROOT / "configs" / algo.config,
         [
             f"run.iterations={iterations + 1}",  # the last sync runs an evaluation at `steps`
             f"run.seed={seed}",
@@ -73,23 +91,27 @@ SB3_SCRIPT = textwrap.dedent(
     import json, sys, time
     from pathlib import Path
     import numpy as np, yaml, rl_zoo3, gymnasium as gym
-    from stable_baselines3 import PPO
+    import stable_baselines3
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.callbacks import BaseCallback
     import torch.nn as nn
 
-    env_id, steps, seed, every, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-    zoo = yaml.safe_load((Path(rl_zoo3.__file__).parent / "hyperparams" / "ppo.yml").read_text())
+    env_id, steps, seed, every, out, algo = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5], sys.argv[6]
+    zoo = yaml.safe_load((Path(rl_zoo3.__file__).parent / "hyperparams" / f"{algo.lower()}.yml").read_text())
     key = env_id.replace("-v5", "-v4")
     hp = dict(zoo[key])
+    normalize = bool(hp.get("normalize", False))
     for k in ("n_timesteps", "policy", "normalize", "n_envs", "normalize_kwargs"):
         hp.pop(k, None)
     if isinstance(hp.get("policy_kwargs"), str):
         hp["policy_kwargs"] = eval(hp["policy_kwargs"], {"nn": nn, "dict": dict})
-    env = VecNormalize(make_vec_env(env_id, n_envs=zoo[key].get("n_envs", 1), seed=seed), gamma=hp.get("gamma", 0.99))
-    evaluation = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed + 10_000), training=False, norm_reward=False)
+    env = make_vec_env(env_id, n_envs=zoo[key].get("n_envs", 1), seed=seed)
+    evaluation = make_vec_env(env_id, n_envs=1, seed=seed + 10_000)
+    if normalize:
+        env = VecNormalize(env, gamma=hp.get("gamma", 0.99))
+        evaluation = VecNormalize(evaluation, training=False, norm_reward=False)
 
     class Evaluate(BaseCallback):
         def __init__(self):
@@ -98,7 +120,8 @@ SB3_SCRIPT = textwrap.dedent(
         def _on_step(self):
             if self.num_timesteps >= self.next:
                 wall = time.time() - self.start
-                sync_envs_normalization(self.training_env, evaluation)
+                if normalize:
+                    sync_envs_normalization(self.training_env, evaluation)
                 mean, _ = evaluate_policy(self.model, evaluation, n_eval_episodes=10, deterministic=True)
                 self.curve.append({"steps": self.num_timesteps, "wall_s": wall, "return": float(mean)})
                 self.start += time.time() - self.start - wall  # evaluation time is not training time
@@ -106,7 +129,7 @@ SB3_SCRIPT = textwrap.dedent(
             return True
 
     callback = Evaluate()
-    model = PPO("MlpPolicy", env, seed=seed, verbose=0, **hp)
+    model = getattr(stable_baselines3, algo)("MlpPolicy", env, seed=seed, verbose=0, **hp)
     model.learn(steps + 1, callback=callback)
     wall = time.time() - callback.start  # evaluations left out
     hyperparameters = {k: str(v) for k, v in hp.items()}
@@ -128,13 +151,12 @@ def peers_python(venv: Path) -> Path:
     return python
 
 
-def sb3_run(python: Path, env_id: str, steps: int, seed: int, eval_every: int, out: Path) -> dict:
+def sb3_run(python: Path, env_id: str, steps: int, seed: int, eval_every: int, out: Path, algo: Algo) -> dict:
     script, result = out / "sb3_zoo.py", out / f"sb3_{seed}.json"
     script.write_text(SB3_SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
-    subprocess.run(
-        [str(python), str(script), env_id, str(steps), str(seed), str(eval_every), str(result)], check=True, env=env
-    )
+    arguments = [env_id, str(steps), str(seed), str(eval_every), str(result), algo.sb3]
+    subprocess.run([str(python), str(script), *arguments], check=True, env=env)
     data = json.loads(result.read_text())
     return {
         "implementation": "sb3-zoo",
@@ -198,6 +220,7 @@ def plot(runs: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--algo", choices=sorted(ALGOS), default="ppo")
     parser.add_argument("--env", default="HalfCheetah-v5")
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -207,18 +230,20 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of m2flow's config")
     parser.add_argument("--name", help="the result's name (default learning_<env>)")
     args = parser.parse_args()
+    algo = ALGOS[args.algo]
     runs = []
     with tempfile.TemporaryDirectory(prefix="m2flow-learning-") as tmp:
         for seed in args.seeds:
-            runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp), args.set))
+            runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp), args.set, algo=algo))
             print(f"m2flow seed {seed}: {at(runs[-1]['curve'], args.steps):.0f} at {args.steps} steps", flush=True)
         if not args.skip_peers:
             python = peers_python(Path(args.peers_venv))
             for seed in args.seeds:
-                runs.append(sb3_run(python, args.env, args.steps, seed, args.eval_every, Path(tmp)))
+                runs.append(sb3_run(python, args.env, args.steps, seed, args.eval_every, Path(tmp), algo))
                 print(f"sb3-zoo seed {seed}: {at(runs[-1]['curve'], args.steps):.0f} at {args.steps} steps", flush=True)
     summary = summarise(runs, args.steps)
-    name = args.name or f"learning_{args.env.split('-')[0].lower()}"
+    algo_part = "" if args.algo == "ppo" else f"{args.algo}_"
+    name = args.name or f"learning_{algo_part}{args.env.split('-')[0].lower()}"
     plot(runs, RESULTS / f"{name}.png")
     mine, peer = summary["m2flow"], summary.get("sb3-zoo")
     line = f"learning: m2flow {mine['return_mean']:.0f} ± {mine['return_std']:.0f} ({mine['steps_per_s']:.0f} steps/s)"

@@ -23,7 +23,11 @@ CHANNELS = ["channels.json", "gpu4/channels.json"]
 BACKENDS = ["gpu5/backends.json", "gpu9/backends.json", "gpu10/backends.json"]
 OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
 ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu13/hf_policy.json"
-LEARNING = "learning_halfcheetah.json"
+LEARNING, ASYNC_CPU, ASYNC_H200 = (
+    "learning_halfcheetah.json",
+    "async_halfcheetah.json",
+    "gpu15/async_halfcheetah_h200.json",
+)
 SYNC_CPU, SYNC_H200, SYNC_X2 = "weight_sync_cpu.json", "gpu13/weight_sync.json", "gpu12/weight_sync_x2.json"
 HF_X2_256, HF_X2_1024 = "gpu12/multigpu_hf_256.json", "gpu12/multigpu_hf_1024.json"
 CAMERA_VIT_STORE, CAMERA_VIT = "gpu12/modes_camera_vit_store.json", "gpu12/modes_camera_vit.json"
@@ -317,8 +321,9 @@ def hf_policy(res: Results) -> Block:
     return Block([caption, "", *table(header, rows, "llrrrrrrrr")], [HF_H200])
 
 
-def learning(res: Results) -> Block:
-    data = res.json(LEARNING)
+def learning(rel: str, res: Results) -> Block:
+    """learning.py's and async.py's runs: one row per implementation or variant."""
+    data = res.json(rel)
     steps = data["args"]["steps"]
 
     def seconds(values: list) -> str:
@@ -348,7 +353,7 @@ def learning(res: Results) -> Block:
         "time to 1,500",
         "env steps/s (training)",
     ]
-    return Block([caption, "", *table(header, rows, "lrrrrr")], [LEARNING])
+    return Block([caption, "", *table(header, rows, "lrrrrr")], [rel])
 
 
 # --- registry ---------------------------------------------------------------------------------------------------
@@ -438,7 +443,9 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy": partial(planner_accuracy, ACCURACY),
     "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
     "hf_policy_h200": hf_policy,
-    "learning": learning,
+    "learning": partial(learning, LEARNING),
+    "async_cpu": partial(learning, ASYNC_CPU),
+    "async_h200": partial(learning, ASYNC_H200),
     "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
     "camera_vit_sync_h200": partial(camera_vit_sync, [CAMERA_VIT_STORE, CAMERA_VIT]),
     "camera_gpu_pipeline_h200": partial(camera_gpu_pipeline, "gpu13/modes_camera_vit_bf16.json"),

@@ -83,7 +83,13 @@ class MacroGraph:
         """Graphviz source: one box per worker, edges coloured by phase."""
         colours = {"loop": "#1f77b4", "then": "#2ca02c", "sync": "#d62728"}
         lines = [f'digraph "{self.spec.name}" {{', "  rankdir=LR;", '  node [shape=box, style="rounded,filled"];']
-        fill = {"simulator": "#dbeafe", "inference": "#fef3c7", "training": "#fee2e2", "function": "#e5e7eb"}
+        fill = {
+            "simulator": "#dbeafe",
+            "inference": "#fef3c7",
+            "training": "#fee2e2",
+            "buffer": "#dcfce7",
+            "function": "#e5e7eb",
+        }
         for name, worker in self.spec.workers.items():
             label = f"{name}\\n{worker.kind} x{worker.count}"
             lines.append(f'  "{name}" [label="{label}", fillcolor="{fill[worker.kind]}"];')
@@ -201,7 +207,26 @@ def _check_asynchronous(spec: WorkflowSpec, problems: list[str]) -> None:
             "placement.offload: 'always' swaps workers out between phases, but under flow.async training runs"
             " beside the loop; use offload: auto or never, or drop flow.async"
         )
+    if spec.placement.replan is True:
+        problems.append(
+            "placement.replan: true re-plans from costs measured while training runs beside the loop (they hold"
+            " its contention); leave it auto (no re-planning under flow.async) or drop flow.async"
+        )
+    every = spec.run.checkpoint_every
+    if every and every <= flow.asynchronous.max_staleness:
+        problems.append(
+            f"run.checkpoint_every: {every} ends a segment (training catches up, nothing pending) before the loop"
+            f" could run {flow.asynchronous.max_staleness} batch(es) ahead; raise it above"
+            " flow.async.max_staleness (or 0: only at the end)"
+        )
     loop_workers = {ref.worker for edge in flow.loop.edges for ref in (edge.src, edge.dst)}
+    for i, sync in enumerate(flow.sync):
+        worker = spec.workers.get(sync.edge.dst.worker)
+        if sync.every > 1 and sync.edge.dst.worker in loop_workers and worker and worker.kind == "inference":
+            problems.append(
+                f"flow.sync[{i}] '{sync.edge}': every {sync.every} keeps the loop's policy up to"
+                f" {sync.every - 1} version(s) older than flow.async.max_staleness allows; use every: 1"
+            )
     for i, edge in enumerate(flow.then):
         if edge.dst.worker in loop_workers:
             problems.append(
@@ -229,16 +254,26 @@ def _loop_chain(edges: list[Edge], horizon: int, problems: list[str]) -> LoopCha
 
 
 def _then_order(edges: list[Edge], problems: list[str]) -> list[PortRef]:
-    """Ports of the after-loop phase in dependency order; a cycle there is an error."""
+    """Ports of the after-loop phase in dependency order; a cycle there is an error. Ports of one worker
+    run in the order the edges first name them (`[env.trajectory -> buffer.add, buffer.sample -> ...]`
+    adds before it samples)."""
     dag = nx.DiGraph()
+    named: dict[str, list[str]] = {}  # worker -> its ports, in the order the edges first name them
     for edge in edges:
         dag.add_edge(str(edge.src), str(edge.dst))
+        for ref in (edge.src, edge.dst):
+            ports = named.setdefault(ref.worker, [])
+            if str(ref) not in ports:
+                ports.append(str(ref))
+    for ports in named.values():
+        dag.add_edges_from(zip(ports, ports[1:], strict=False))
     try:
         order = list(nx.topological_sort(dag))
     except nx.NetworkXUnfeasible:
         cycle = " -> ".join(src for src, _ in nx.find_cycle(dag))
         problems.append(
             f"flow.then: cycle {cycle} -> ...; only flow.loop may repeat, make the after-loop edges acyclic"
+            " (ports of one worker run in the order the edges first name them: reorder the edges if that is it)"
         )
         return []
     return [PortRef.model_validate(name) for name in order]

@@ -19,5 +19,6 @@ KINDS: dict[str, KindTraits] = {
     "simulator": KindTraits(Dispatch(), group=False, accelerator=False, slices=True),
     "inference": KindTraits(Dispatch(), group=False, accelerator=True, slices=False),
     "training": KindTraits(Dispatch(split="shard", gather="rank_zero"), group=True, accelerator=True, slices=False),
+    "buffer": KindTraits(Dispatch(), group=False, accelerator=False, slices=False),  # replay: host memory
     "function": KindTraits(Dispatch(), group=False, accelerator=False, slices=False),
 }

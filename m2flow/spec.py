@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-WorkerKind = Literal["simulator", "inference", "training", "function"]
+WorkerKind = Literal["simulator", "inference", "training", "buffer", "function"]
 PlacementMode = Literal["auto", "shared", "disaggregated", "hybrid"]
 
 MAX_REPLICAS = 100_000

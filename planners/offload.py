@@ -8,6 +8,8 @@ shares a device swaps); `auto` (swap only if the device would not hold everyone 
 
 from __future__ import annotations
 
+import dataclasses
+
 from m2flow.cluster import Cluster, DeviceId
 from m2flow.graph import MacroGraph
 from m2flow.planners.profile import Profile
@@ -42,7 +44,7 @@ def with_swaps(phases: list[Phase], offloaded: set[str]) -> list[Phase]:
             resident = (resident - set(swap_out)) | set(swap_in)
             if lap == 1:  # a context switch between the loop and the then-phase: nothing streams past it
                 streamed = [] if swap_out or swap_in else phase.streamed
-                out.append(Phase(phase.op, phase.edges, phase.every, swap_out, swap_in, streamed))
+                out.append(dataclasses.replace(phase, offload=swap_out, onload=swap_in, streamed=streamed))
     return out
 
 

@@ -20,6 +20,7 @@ DEFAULT_COST = {
     "simulator": PortCost(fixed_s=5e-5, per_item_s=2e-4),
     "inference": PortCost(fixed_s=3e-4, per_item_s=2e-5),
     "training": PortCost(fixed_s=1e-2, per_item_s=2e-5),
+    "buffer": PortCost(fixed_s=1e-4, per_item_s=1e-6),
     "function": PortCost(fixed_s=1e-4, per_item_s=0.0),
 }
 # Ports that only hand data on (a trajectory, weights): a fixed cost, whatever the worker's kind.

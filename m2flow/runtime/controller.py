@@ -22,6 +22,7 @@ from m2flow.errors import WorkerError
 from m2flow.graph import MacroGraph
 from m2flow.overlap import Overlap
 from m2flow.program import own_items, part_port, run_phase
+from m2flow.runtime.batches import Batch, Call, Training, check_staleness
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopProgram, LoopStats
@@ -33,8 +34,6 @@ from m2flow.schedule import Phase, Plan, ReplicaId
 from m2flow.sharding import shard_groups
 from m2flow.spec import Edge, PortRef
 
-Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
-
 
 @dataclass
 class IterationResult:
@@ -44,24 +43,6 @@ class IterationResult:
 
 
 RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says what it is
-
-
-@dataclass
-class Batch:
-    """A loop's outputs for the after-loop edges, waiting to train (asynchronous flows)."""
-
-    collected_at: int  # the iteration whose loop (and weights) collected it
-    produced: dict[PortRef, list[Any]]  # the loop workers' after-loop ports' outputs
-    env_steps: int
-
-
-@dataclass
-class Training:
-    """An after-loop phase issued beside the loop, awaited once the loop is done."""
-
-    calls: list[Call]
-    produced: dict[PortRef, list[Any]]
-    batch: Batch
 
 
 @dataclass
@@ -127,7 +108,7 @@ class Controller:
         pending = {ref for b in self._batches for refs in b.produced.values() for ref in refs}
         self._items = {ref: items for ref, items in self._items.items() if ref in pending}
         self._producer = {ref: r for ref, r in self._producer.items() if ref in pending}
-        self._collected = max(self._collected, it)  # a restart or resume begins a segment
+        self._collected = max(self._collected, it)  # a new controller (start, restart, resume) begins at `it`
         self._last = it if last is None else last
         before = copy.deepcopy(self.measured)
         start = time.time()
@@ -318,18 +299,8 @@ class Controller:
         events = wait_all(training.calls, self._deadline(what, "then"))
         self._record(events, training.calls)
         self._then_metrics(training.produced, batch.env_steps)
-        self._check_staleness()
+        check_staleness(self._result.metrics, self.overlap.max_staleness, self._it)
         self._result.metrics["async/collected_at"] = float(batch.collected_at)
-
-    def _check_staleness(self) -> None:
-        """Workers that record each sample's policy version report the oldest they trained on."""
-        bound = self.overlap.max_staleness
-        for key, value in self._result.metrics.items():
-            if key.endswith("/staleness_max") and value > bound:
-                raise WorkerError(
-                    f"iteration {self._it}: {key} is {value:g} policy versions, over flow.async.max_staleness"
-                    f" ({bound}); a sync edge into the loop with every > 1 holds older weights: sync every iteration"
-                )
 
     # -- helpers -----------------------------------------------------------------------------------
     def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:

@@ -64,9 +64,10 @@ class PPOConfig(PolicyArgs, BackendOptions):
     grpo_normalize_std: bool = Field(True, description="GRPO: divide by the group's return std")
     off_policy: Literal["decoupled", "ratio"] = Field(
         "decoupled",
-        description="samples an older policy acted on (flow.async): decoupled — values and log-probs recomputed"
-        " with the weights the update starts from, the ratio clipped against those and each sample weighted by"
-        " their ratio to the acting policy (decoupled PPO); ratio — PPO's ratio to the acting policy as is",
+        description="samples an older policy acted on (flow.async): their values are recomputed with the weights"
+        " the update starts from; decoupled — so are their log-probs, the ratio is clipped against those and each"
+        " sample weighted by their ratio to the acting policy (decoupled PPO); ratio — PPO's ratio to the acting"
+        " policy as is",
     )
     behavior_weight_cap: float = Field(2.0, gt=0, description="decoupled: the cap of each sample's weight")
 
@@ -169,8 +170,9 @@ class PPO:
         steps, envs = rewards.shape
         staleness = self._staleness(batch)
         proximal = None  # log-probs under the weights this update starts from, for samples older ones acted on
-        if staleness and staleness["actor/staleness_max"] > 0 and cfg.off_policy == "decoupled":
-            values, proximal = self._proximal(batch)
+        if staleness and staleness["actor/staleness_max"] > 0:  # the critic's values are the update's own too
+            values, current = self._proximal(batch)
+            proximal = current if cfg.off_policy == "decoupled" else None
         env_ids = self._env_ids = self._global_env_ids(batch, envs)
         total_envs = int(self.backend.sum_data_ranks(torch.tensor(envs)))
         combine = across_ranks(self.backend.gather_data_ranks) if self.backend.data_world > 1 else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import AfterValidator, Field, model_validator
 from torch import nn
 
@@ -15,6 +16,7 @@ from m2flow.workers.models.activations import Stack
 from m2flow.workers.models.cnn import CNNPolicy
 from m2flow.workers.models.hf import HFOptions, HFPolicy, check_exported_actions, exported_settings, hf_stacks
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
+from m2flow.workers.models.squashed import SquashedGaussianMLP
 from m2flow.workers.models.vision import VisionInputs
 from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape, vit_tokens
 
@@ -23,7 +25,10 @@ class PolicyArgs(m2flow.WorkerConfig):
     """The policy both inference and training workers build (their `args` share these fields)."""
 
     env_id: Annotated[str, AfterValidator(registered)]
-    model: Literal["mlp", "cnn", "vit", "hf"] = "mlp"
+    model: Literal["mlp", "cnn", "vit", "hf", "squashed"] = Field(
+        "mlp",
+        description="mlp: PPO's Gaussian actor-critic; squashed: SAC's tanh-Gaussian actor; cnn, vit, hf: cameras",
+    )
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [64, 64], min_length=1)
     size: Literal[tuple(VIT_SIZES)] = Field("1m", description="vit: preset by parameter count")
     width: int | None = Field(None, ge=8, description="vit: overrides the preset's width")
@@ -99,7 +104,22 @@ def _hf(args: PolicyArgs) -> nn.Module:
     return HFPolicy(_camera_inputs(args), args.hf)
 
 
-MODELS = {"mlp": _mlp, "cnn": _cnn, "vit": _vit, "hf": _hf}
+def _squashed(args: PolicyArgs) -> nn.Module:
+    import torch
+
+    from m2flow.workers.env.env_ids import make_env
+
+    env = make_env(args.env_id, **args.env_kwargs)
+    try:
+        space = env.action_space
+        obs_dim = int(np.prod(env.observation_space.shape))
+        low, high = torch.tensor(space.low, dtype=torch.float32), torch.tensor(space.high, dtype=torch.float32)
+    finally:
+        env.close()
+    return SquashedGaussianMLP(obs_dim, int(np.prod(space.shape)), args.hidden, low.flatten(), high.flatten())
+
+
+MODELS = {"mlp": _mlp, "cnn": _cnn, "vit": _vit, "hf": _hf, "squashed": _squashed}
 
 
 def _vit_stacks(args: PolicyArgs) -> list[Stack]:

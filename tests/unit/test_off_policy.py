@@ -1,0 +1,144 @@
+"""Off-policy pieces without Ray: decoupled PPO on stale samples, the replay buffer, SAC's update."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from m2flow.context import WorkerContext, set_context
+from m2flow.workers.algorithms import PPOLossConfig, ppo_loss
+from m2flow.workers.buffer import ReplayBuffer, transitions
+
+
+def test_decoupled_ppo_weighs_each_sample_s_clipped_objective_and_unit_weights_are_plain_ppo():
+    cfg = PPOLossConfig(clip_coef=0.2, ent_coef=0.0, vf_coef=0.5, clip_vloss=False)
+    new, old = torch.log(torch.tensor([1.5, 0.5])), torch.zeros(2)
+    args = (torch.zeros(2), torch.zeros(2), old, torch.tensor([1.0, -1.0]), torch.zeros(2), torch.zeros(2), cfg)
+    _, plain = ppo_loss(new, *args)
+    _, unit = ppo_loss(new, *args, torch.ones(2))
+    _, weighted = ppo_loss(new, *args, torch.tensor([2.0, 0.5]))
+    assert float(unit["pg_loss"]) == float(plain["pg_loss"]) == pytest.approx(-0.2)
+    assert float(weighted["pg_loss"]) == pytest.approx((2.0 * -1.2 + 0.5 * 0.8) / 2)  # per-sample terms -1.2, 0.8
+
+
+def trajectory(steps: int = 4, envs: int = 2, version: int = 0) -> dict:
+    rng = np.random.default_rng(0)
+    return {
+        "obs": rng.normal(size=(steps, envs, 17)).astype(np.float32),
+        "action": rng.normal(size=(steps, envs, 6)).astype(np.float32),
+        "logprob": np.full((steps, envs), -30.0, np.float32),
+        "value": np.zeros((steps, envs), np.float32),
+        "reward": rng.normal(size=(steps, envs)).astype(np.float32),
+        "done": np.zeros((steps, envs), np.float32),
+        "next_obs": rng.normal(size=(envs, 17)).astype(np.float32),
+        "next_done": np.zeros(envs, np.float32),
+        "policy_version": np.full((steps, envs), version, np.int64),
+    }
+
+
+@pytest.mark.parametrize(("off_policy", "weighted"), [("decoupled", True), ("ratio", False)])
+def test_ppo_measures_each_sample_s_staleness_and_corrects_stale_ones(off_policy, weighted):
+    from m2flow.workers.actor import PPO
+
+    set_context(WorkerContext(worker="actor", kind="training", iterations=2))
+    ppo = PPO(env_id="HalfCheetah-v5", hidden=[8], minibatch_size=4, update_epochs=1, off_policy=off_policy)
+    fresh = ppo.train([trajectory(version=0)])
+    assert (fresh["actor/staleness_max"], fresh["actor/staleness_mean"]) == (0.0, 0.0)
+    assert "actor/behavior_weight_mean" not in fresh
+    stale = ppo.train([trajectory(version=0)])  # acted on by version 0, trained at version 1
+    assert (stale["actor/staleness_max"], stale["actor/staleness_mean"]) == (1.0, 1.0)
+    assert ("actor/behavior_weight_mean" in stale) == weighted
+    if weighted:  # behaviour log-prob -30 is far below the policy's: every weight hits the cap
+        assert stale["actor/behavior_weight_mean"] == pytest.approx(ppo.cfg.behavior_weight_cap)
+
+
+def test_transitions_take_the_next_observation_the_final_one_at_a_time_limit_and_mask_real_endings():
+    obs = np.arange(3 * 1 * 2, dtype=np.float32).reshape(3, 1, 2)  # steps 0..2 of one env
+    final = np.zeros_like(obs)
+    final[1, 0] = [-1, -1]  # step 1 hit the time limit: its next state is this final observation
+    batch = transitions(
+        {
+            "obs": obs,
+            "action": np.zeros((3, 1, 1), np.float32),
+            "reward": np.array([[1.0], [2.0], [3.0]], np.float32),
+            "done": np.array([[0.0], [0.0], [1.0]], np.float32),  # step 2 begins an episode
+            "truncated": np.array([[0.0], [1.0], [0.0]], np.float32),
+            "final_obs": final,
+            "next_obs": np.array([[9.0, 9.0]], np.float32),
+            "next_done": np.array([1.0], np.float32),  # step 2's episode really ended
+        }
+    )
+    assert batch["next_obs"].tolist() == [[2, 3], [-1, -1], [9, 9]]
+    assert batch["terminal"].tolist() == [0.0, 0.0, 1.0]  # a time limit is not an ending: bootstrap from it
+    assert batch["reward"].tolist() == [1.0, 2.0, 3.0]
+
+
+def filled_buffer(**args) -> ReplayBuffer:
+    set_context(WorkerContext(worker="buffer", kind="buffer", seed=5))
+    buffer = ReplayBuffer(capacity=50, batch_size=4, learning_starts=10, **args)
+    rng = np.random.default_rng(1)
+    for _ in range(4):  # 4 x 8 steps x 2 envs = 64 transitions into 50 slots: the ring wraps
+        steps = {
+            "obs": rng.normal(size=(8, 2, 3)).astype(np.float32),
+            "action": rng.normal(size=(8, 2, 1)).astype(np.float32),
+            "reward": rng.normal(size=(8, 2)).astype(np.float32),
+            "done": np.zeros((8, 2), np.float32),
+            "next_obs": rng.normal(size=(2, 3)).astype(np.float32),
+            "next_done": np.zeros(2, np.float32),
+        }
+        buffer.add([steps])
+    return buffer
+
+
+def test_the_buffer_samples_updates_per_step_minibatches_once_it_holds_learning_starts():
+    set_context(WorkerContext(worker="buffer", kind="buffer"))
+    empty = ReplayBuffer(batch_size=4, learning_starts=100)
+    assert empty.sample()["index"].shape == (0, 4)
+    buffer = filled_buffer(updates_per_step=0.25)
+    assert buffer.size == 50 and buffer.position == 14
+    batch = buffer.sample()
+    assert batch["obs"].shape == (16, 4, 3) and batch["terminal"].shape == (16, 4)  # 64 steps x 0.25
+    assert buffer.sample()["index"].shape == (0, 4)  # nothing added since
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "prioritized"])
+def test_a_buffer_resumed_from_its_checkpoint_samples_exactly_what_the_uninterrupted_one_does(tmp_path, sampling):
+    original = filled_buffer(sampling=sampling)
+    original.update_priorities([{"index": np.array([3, 7]), "priority": np.array([5.0, 0.1])}])
+    original.save_checkpoint(str(tmp_path))
+    resumed = filled_buffer(sampling=sampling)
+    resumed.pending_steps, resumed.rng = 0, np.random.default_rng(99)  # state the checkpoint must overwrite
+    resumed.load_checkpoint(str(tmp_path))
+    a, b = original.sample(), resumed.sample()
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    if sampling == "prioritized":
+        assert "weight" in a and a["weight"].max() == 1.0
+
+
+def test_sac_trains_one_step_per_minibatch_and_hands_the_policy_to_inference():
+    from m2flow.workers.actor import SAC
+    from m2flow.workers.rollout import TorchPolicy
+
+    set_context(WorkerContext(worker="actor", kind="training", seed=2))
+    sac = SAC(env_id="Pendulum-v1", hidden=[16, 16])
+    rng = np.random.default_rng(0)
+    batch = {
+        "obs": rng.normal(size=(3, 8, 3)).astype(np.float32),
+        "action": rng.uniform(-2, 2, size=(3, 8, 1)).astype(np.float32),
+        "reward": rng.normal(size=(3, 8)).astype(np.float32),
+        "next_obs": rng.normal(size=(3, 8, 3)).astype(np.float32),
+        "terminal": np.zeros((3, 8), np.float32),
+        "index": np.arange(24).reshape(3, 8),
+    }
+    metrics = sac.train([batch])
+    assert metrics["actor/updates"] == 3.0 and sac.updates == 3 and sac.version == 1
+    assert sac.priorities()["priority"].shape == (3, 8)
+    assert sac.train([{k: v[:0] for k, v in batch.items()}]) == {"actor/updates": 0.0}  # the buffer still fills
+    set_context(WorkerContext(worker="rollout", kind="inference", seed=2))
+    policy = TorchPolicy(env_id="Pendulum-v1", model="squashed", hidden=[16, 16])
+    assert policy.load_weights(sac.weights()) == 1
+    acted = policy.act({"obs": batch["obs"][0], "env_id": np.arange(8)})
+    assert acted["action"].shape == (8, 1) and np.abs(acted["action"]).max() <= 2.0  # Pendulum's bounds

@@ -1,0 +1,189 @@
+"""Soft actor-critic training worker (Haarnoja et al. 2018): twin Q-networks with Polyak-averaged targets,
+a tanh-squashed Gaussian policy, the entropy temperature tuned to a target entropy — CleanRL's
+`sac_continuous_action.py` update, fed by a replay buffer worker (`m2flow.workers.buffer.ReplayBuffer`).
+
+`train(minibatches)` runs one gradient step per minibatch the buffer sampled this iteration (none while the
+buffer fills); `weights()` is the policy for the inference worker (`TorchPolicy` with `model: squashed`);
+`priorities()` the new priorities (|TD error|) of the transitions it trained on, for prioritised replay.
+One rank: SAC's networks are small and its updates sequential.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+from torch import nn
+
+import m2flow
+from m2flow.errors import WorkerError
+from m2flow.workers.models import PolicyArgs, state_checksum
+from m2flow.workers.models.squashed import relu_mlp
+
+
+class SACConfig(PolicyArgs):
+    """CleanRL's `sac_continuous_action.py` arguments (its defaults); the policy is `model: squashed`."""
+
+    model: str = Field("squashed", description="SAC's policy: the tanh-squashed Gaussian (model: squashed)")
+    hidden: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
+    gamma: float = Field(0.99, ge=0, le=1, description="discount factor")
+    tau: float = Field(0.005, gt=0, le=1, description="Polyak step of the target Q-networks")
+    policy_lr: float = Field(3e-4, gt=0, description="Adam's learning rate for the policy")
+    q_lr: float = Field(1e-3, gt=0, description="Adam's learning rate for the Q-networks")
+    policy_frequency: int = Field(2, ge=1, description="Q-updates per policy update (TD3's delay, as CleanRL)")
+    target_network_frequency: int = Field(1, ge=1, description="Q-updates per target update")
+    alpha: float = Field(0.2, gt=0, description="the entropy temperature (its start, with autotune)")
+    autotune: bool = Field(True, description="tune the temperature towards an entropy of -action size")
+
+    @model_validator(mode="after")
+    def _squashed_only(self) -> SACConfig:
+        if self.model != "squashed":
+            raise ValueError(f"SAC's policy is model: squashed, not '{self.model}'")
+        return self
+
+
+class QNetwork(nn.Module):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int]):
+        super().__init__()
+        self.net = relu_mlp([obs_dim + act_dim, *hidden], 1)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
+
+
+class SAC:
+    Config = SACConfig
+
+    def __init__(self, **args: Any):
+        ctx = m2flow.context()
+        if ctx.world_size > 1:
+            raise WorkerError(f"SAC trains on one rank; set workers.{ctx.worker}.replicas: 1")
+        self.cfg = cfg = SACConfig(**args)
+        torch.manual_seed(ctx.seed)
+        self.device = torch.device(ctx.device)
+        self.actor = cfg.build().to(self.device)
+        obs_dim, act_dim = self.actor.trunk[0].in_features, self.actor.act_dim
+        self.q1, self.q2 = (QNetwork(obs_dim, act_dim, cfg.hidden).to(self.device) for _ in range(2))
+        self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
+        self.q_optimizer = torch.optim.Adam([*self.q1.parameters(), *self.q2.parameters()], lr=cfg.q_lr)
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr)
+        self.target_entropy = -float(act_dim)
+        self.log_alpha = torch.tensor(np.log(cfg.alpha), dtype=torch.float32, device=self.device, requires_grad=True)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.q_lr)
+        self.version = 0
+        self.updates = 0
+        self._priorities: dict[str, np.ndarray] = {}
+
+    def weights(self) -> dict[str, Any]:
+        state = {k: v.detach().clone() for k, v in self.actor.state_dict().items()}
+        return {"version": self.version, "state": state, "checksum": state_checksum(state), "scope": "all"}
+
+    def train(self, minibatches: list[dict[str, np.ndarray]]) -> dict[str, float]:
+        """One gradient step per minibatch: `minibatches` holds each buffer replica's [updates, batch, ...]."""
+        batch = {k: np.concatenate([m[k] for m in minibatches]) for k in minibatches[0]}
+        updates = len(batch["reward"])
+        if not updates:
+            return {"actor/updates": 0.0}
+        tensors = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items() if k != "index"}
+        sums: dict[str, torch.Tensor] = {}
+        counts: dict[str, int] = {}  # the policy's statistics come from every policy_frequency-th update
+        td_errors = []
+        for u in range(updates):
+            stats, td = self._update({k: v[u] for k, v in tensors.items()})
+            td_errors.append(td)
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + value
+                counts[key] = counts.get(key, 0) + 1
+        metrics = {f"actor/{k}": float(v) / counts[k] for k, v in sums.items()}
+        if not all(np.isfinite(list(metrics.values()))):
+            raise WorkerError(f"SAC.train: the update went non-finite ({metrics}); lower the learning rates")
+        self._priorities = {"index": batch["index"], "priority": torch.stack(td_errors).cpu().numpy()}
+        self.version += 1
+        metrics.update({"actor/updates": float(updates), "actor/weights_version": float(self.version)})
+        return metrics
+
+    def priorities(self) -> dict[str, np.ndarray]:
+        """|TD error| of each transition the last `train` sampled, for `ReplayBuffer.update_priorities`."""
+        return self._priorities
+
+    def _update(self, mb: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        cfg = self.cfg
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            next_action, next_logprob = self.actor.sample(mb["next_obs"])
+            next_q = torch.min(self.q1_target(mb["next_obs"], next_action), self.q2_target(mb["next_obs"], next_action))
+            target = mb["reward"] + cfg.gamma * (1 - mb["terminal"]) * (next_q - alpha * next_logprob)
+        q1, q2 = self.q1(mb["obs"], mb["action"]), self.q2(mb["obs"], mb["action"])
+        weight = mb.get("weight")  # prioritised replay's importance weights
+        errors = (q1 - target).square() + (q2 - target).square()
+        q_loss = (errors * weight).mean() if weight is not None else errors.mean()
+        self.q_optimizer.zero_grad()
+        q_loss.backward()
+        self.q_optimizer.step()
+        stats = {"q_loss": q_loss.detach() / 2, "q_value": q1.detach().mean(), "alpha": alpha}
+        if self.updates % cfg.policy_frequency == 0:
+            for _ in range(cfg.policy_frequency):  # CleanRL: the delayed updates, made up at once
+                action, logprob = self.actor.sample(mb["obs"])
+                q = torch.min(self.q1(mb["obs"], action), self.q2(mb["obs"], action))
+                policy_loss = (alpha * logprob - q).mean()
+                self.actor_optimizer.zero_grad()
+                policy_loss.backward()
+                self.actor_optimizer.step()
+                if cfg.autotune:
+                    alpha_loss = (-self.log_alpha.exp() * (logprob.detach() + self.target_entropy)).mean()
+                    self.alpha_optimizer.zero_grad()
+                    alpha_loss.backward()
+                    self.alpha_optimizer.step()
+                    alpha = self.log_alpha.exp().detach()
+            stats.update(policy_loss=policy_loss.detach(), entropy=-logprob.detach().mean())
+        if self.updates % cfg.target_network_frequency == 0:
+            with torch.no_grad():
+                for net, target_net in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
+                    for p, tp in zip(net.parameters(), target_net.parameters(), strict=True):
+                        tp.lerp_(p, cfg.tau)
+        self.updates += 1
+        return stats, (q1 - target).detach().abs()
+
+    def _modules(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor,
+            "q1": self.q1,
+            "q2": self.q2,
+            "q1_target": self.q1_target,
+            "q2_target": self.q2_target,
+            "q_optimizer": self.q_optimizer,
+            "actor_optimizer": self.actor_optimizer,
+            "alpha_optimizer": self.alpha_optimizer,
+        }
+
+    def save_checkpoint(self, path: str) -> None:
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        state = {name: module.state_dict() for name, module in self._modules().items()}
+        state.update(
+            log_alpha=self.log_alpha.detach().cpu(),
+            version=self.version,
+            updates=self.updates,
+            rng=torch.get_rng_state(),
+            cuda_rng=torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+        )
+        with open(root / "sac.pt", "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def load_checkpoint(self, path: str) -> None:
+        state = torch.load(Path(path) / "sac.pt", map_location=self.device, weights_only=False)
+        for name, module in self._modules().items():
+            module.load_state_dict(state[name])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.version, self.updates = int(state["version"]), int(state["updates"])
+        torch.set_rng_state(state["rng"].cpu())
+        if state["cuda_rng"] is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu())

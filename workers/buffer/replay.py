@@ -1,0 +1,157 @@
+"""A replay buffer worker: transitions from the simulators' trajectories in, minibatches for off-policy
+training out.
+
+Ports: `add(trajectories)` takes the time-major trajectories simulator workers send (`GymEnv.trajectory()`:
+obs [T, envs, ...], action, reward, done = "this step began an episode", truncated / final_obs for episodes
+a time limit cut, next_obs / next_done after the last step) and stores one transition (s, a, r, s', terminal)
+per env step; `sample()` returns the minibatches the training worker's updates of this iteration read:
+`updates_per_step` x the env steps added since the last call, each `batch_size` transitions, drawn uniformly
+or in proportion to priorities (prioritised replay, Schaul et al. 2016, with its importance weights);
+`update_priorities(...)` takes the training worker's new priorities for the transitions it sampled.
+
+The buffer is a ring of fixed capacity; its contents, write position and random stream are checkpointed
+(`save_checkpoint` writes one .npz), so a resumed run samples exactly what the uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+import m2flow
+
+FIELDS = ("obs", "action", "reward", "next_obs", "terminal")
+
+
+class ReplayBufferConfig(m2flow.WorkerConfig):
+    capacity: int = Field(1_000_000, ge=1, description="transitions kept; the oldest are overwritten")
+    batch_size: int = Field(256, ge=1, description="transitions per minibatch")
+    updates_per_step: float = Field(1.0, gt=0, description="minibatches sampled per env step added (the UTD ratio)")
+    learning_starts: int = Field(5_000, ge=0, description="transitions held before the first minibatch")
+    sampling: Literal["uniform", "prioritized"] = Field("uniform", description="how transitions are drawn")
+    alpha: float = Field(0.6, ge=0, description="prioritized: priority exponent")
+    beta: float = Field(0.4, ge=0, le=1, description="prioritized: importance-weight exponent")
+
+
+class ReplayBuffer:
+    Config = ReplayBufferConfig
+
+    def __init__(self, **args: Any):
+        self.cfg = ReplayBufferConfig(**args)
+        ctx = m2flow.context()
+        self.rng = np.random.default_rng([ctx.seed, 4711])
+        self.storage: dict[str, np.ndarray] = {}
+        self.size = 0  # transitions held
+        self.position = 0  # the next write
+        self.pending_steps = 0  # env steps added since the last sample()
+        self.priorities = np.zeros(self.cfg.capacity, dtype=np.float64)
+        self.max_priority = 1.0
+
+    @staticmethod
+    def memory_estimate_gb(config: ReplayBufferConfig, samples: int) -> float:
+        return 0.0  # host memory only, allocated on the first add
+
+    def add(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:
+        added = 0
+        for trajectory in trajectories:
+            batch = transitions(trajectory)
+            self._store(batch)
+            added += len(batch["reward"])
+        return {"buffer/size": float(self.size), "buffer/steps_consumed": float(added)}
+
+    def sample(self) -> dict[str, np.ndarray]:
+        """This iteration's minibatches, [updates, batch_size, ...] per field (plus `index` and, for
+        prioritised replay, `weight`); none (`updates` 0) until `learning_starts` transitions are held."""
+        added, self.pending_steps = self.pending_steps, 0
+        updates = int(round(added * self.cfg.updates_per_step)) if self.size >= self.cfg.learning_starts else 0
+        shape = (updates, self.cfg.batch_size)
+        if self.cfg.sampling == "prioritized" and updates:
+            scaled = self.priorities[: self.size] ** self.cfg.alpha
+            p = scaled / scaled.sum()
+            index = self.rng.choice(self.size, size=shape, p=p)
+            weight = (self.size * p[index]) ** -self.cfg.beta
+            batch = {"weight": (weight / weight.max()).astype(np.float32)}
+        else:
+            index = self.rng.integers(0, max(self.size, 1), size=shape)
+            batch = {}
+        batch.update({name: self.storage[name][index] for name in FIELDS if name in self.storage})
+        batch["index"] = index
+        return batch
+
+    def update_priorities(self, updates: list[dict[str, np.ndarray]]) -> None:
+        """New priorities (|TD error|) for the transitions a training worker sampled: `{index, priority}`."""
+        for update in updates:
+            if update and self.cfg.sampling == "prioritized":
+                priority = np.asarray(update["priority"], dtype=np.float64) + 1e-6
+                self.priorities[np.asarray(update["index"]).reshape(-1)] = priority.reshape(-1)
+                self.max_priority = max(self.max_priority, float(priority.max()))
+
+    def _store(self, batch: dict[str, np.ndarray]) -> None:
+        n = len(batch["reward"])
+        if not self.storage:
+            self.storage = {
+                name: np.zeros((self.cfg.capacity, *value.shape[1:]), dtype=value.dtype)
+                for name, value in batch.items()
+            }
+        rows = (self.position + np.arange(n)) % self.cfg.capacity
+        for name, value in batch.items():
+            self.storage[name][rows] = value
+        self.priorities[rows] = self.max_priority
+        self.position = int((self.position + n) % self.cfg.capacity)
+        self.size = min(self.size + n, self.cfg.capacity)
+        self.pending_steps += n
+
+    def save_checkpoint(self, path: str) -> None:
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        scalars = np.array([self.size, self.position, self.pending_steps], dtype=np.int64)
+        arrays = {f"storage_{k}": v[: self.size] for k, v in self.storage.items()}
+        rng = np.frombuffer(repr(self.rng.bit_generator.state).encode(), dtype=np.uint8)
+        with open(folder / "buffer.npz", "wb") as fh:
+            np.savez(fh, scalars=scalars, priorities=self.priorities[: self.size], rng=rng, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def load_checkpoint(self, path: str) -> None:
+        import ast
+
+        with np.load(Path(path) / "buffer.npz") as saved:
+            self.size, self.position, self.pending_steps = (int(x) for x in saved["scalars"])
+            self.priorities[: self.size] = saved["priorities"]
+            self.max_priority = float(self.priorities[: self.size].max(initial=1.0))
+            self.rng.bit_generator.state = ast.literal_eval(saved["rng"].tobytes().decode())
+            for key in saved.files:
+                if key.startswith("storage_"):
+                    value = saved[key]
+                    self.storage[key.removeprefix("storage_")] = np.zeros(
+                        (self.cfg.capacity, *value.shape[1:]), dtype=value.dtype
+                    )
+                    self.storage[key.removeprefix("storage_")][: self.size] = value
+
+
+def transitions(trajectory: dict[str, Any]) -> dict[str, np.ndarray]:
+    """One (s, a, r, s', terminal) per env step of a time-major trajectory, flattened [T * envs, ...].
+
+    The next state of step t is the observation of step t + 1, unless an episode ended at t: then it is the
+    final observation a time limit cut (`final_obs`, bootstrapped from) or, for a real ending, anything
+    (`terminal` masks it). The last step's next state is `next_obs`."""
+    obs = np.asarray(trajectory["obs"], dtype=np.float32)
+    steps, envs = obs.shape[:2]
+    began = np.concatenate([np.asarray(trajectory["done"])[1:], np.asarray(trajectory["next_done"])[None]])
+    truncated = np.asarray(trajectory.get("truncated", np.zeros((steps, envs))), dtype=bool)
+    next_obs = np.concatenate([obs[1:], np.asarray(trajectory["next_obs"], dtype=np.float32)[None]])
+    if "final_obs" in trajectory:
+        next_obs = np.where(truncated[..., None], np.asarray(trajectory["final_obs"], dtype=np.float32), next_obs)
+    terminal = np.logical_and(began.astype(bool), ~truncated)
+    flat = lambda x: x.reshape(steps * envs, *x.shape[2:])  # noqa: E731
+    return {
+        "obs": flat(obs),
+        "action": flat(np.asarray(trajectory["action"], dtype=np.float32)),
+        "reward": flat(np.asarray(trajectory["reward"], dtype=np.float32)),
+        "next_obs": flat(next_obs),
+        "terminal": flat(terminal.astype(np.float32)),
+    }

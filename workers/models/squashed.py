@@ -1,0 +1,66 @@
+"""SAC's actor: a state-dependent Gaussian squashed by tanh into the action bounds (CleanRL's
+`sac_continuous_action.py` Actor: ReLU trunk, mean and log-std heads, log-std squashed into [-5, 2])."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from m2flow.workers.models.gaussian import LOG_SQRT_2PI
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def relu_mlp(sizes: list[int], out: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes, sizes[1:], strict=False):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    layers.append(nn.Linear(sizes[-1], out))
+    return nn.Sequential(*layers)
+
+
+class SquashedGaussianMLP(nn.Module):
+    """The inference worker's interface (`inputs`, `mean_action`, `get_action_and_value`) for SAC's policy;
+    it has no critic (SAC's Q-networks live in the training worker): the value it reports is 0."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], low: torch.Tensor, high: torch.Tensor):
+        super().__init__()
+        self.act_dim = act_dim
+        self.trunk = relu_mlp([obs_dim, *hidden[:-1]], hidden[-1])
+        self.mean = nn.Linear(hidden[-1], act_dim)
+        self.log_std = nn.Linear(hidden[-1], act_dim)
+        self.register_buffer("action_scale", ((high - low) / 2).float())
+        self.register_buffer("action_bias", ((high + low) / 2).float())
+
+    def inputs(self, batch, device: torch.device) -> torch.Tensor:
+        obs = batch["obs"] if isinstance(batch, dict) else batch
+        return torch.as_tensor(obs, dtype=torch.float32, device=device)
+
+    def mean_action(self, obs: torch.Tensor) -> torch.Tensor:
+        mean, _ = self._head(obs)
+        return torch.tanh(mean) * self.action_scale + self.action_bias
+
+    def sample(self, obs: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A squashed action and its log-probability (with tanh's change of variables), reparameterised."""
+        mean, log_std = self._head(obs)
+        std = log_std.exp()
+        eps = torch.randn_like(mean) if noise is None else noise
+        squashed = torch.tanh(mean + std * eps)
+        logprob = (-0.5 * eps.square() - log_std - LOG_SQRT_2PI).sum(-1)
+        logprob = logprob - torch.log(self.action_scale * (1 - squashed.square()) + 1e-6).sum(-1)
+        return squashed * self.action_scale + self.action_bias, logprob
+
+    def get_action_and_value(
+        self, obs: torch.Tensor, action: torch.Tensor | None = None, noise: torch.Tensor | None = None
+    ):
+        """(action, log-prob, entropy, value) as the inference worker reads them: a new action only."""
+        if action is not None:
+            raise ValueError("SAC's policy acts; it does not re-score given actions (PPO's update does)")
+        action, logprob = self.sample(obs, noise)
+        zeros = logprob.new_zeros(logprob.shape)
+        return action, logprob, zeros, zeros
+
+    def _head(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.relu(self.trunk(obs))
+        log_std = torch.tanh(self.log_std(h))
+        return self.mean(h), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
