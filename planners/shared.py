@@ -1,4 +1,6 @@
-"""Shared (collocated): every worker spans all devices of its kind and time-multiplexes them."""
+"""Shared (collocated): every worker spans all devices of its kind and time-multiplexes them. Replicas start
+round-robin from the first device; under `flow.async` the workers outside the loop (training) start on the
+devices the loop loads least, since they run beside it."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ class SharedPlanner(PlacementPlanner):
     mode = "shared"
 
     def placements(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, Placement]:
+        beside = graph.spec.flow.asynchronous is not None and graph.loop is not None
+        loop = set(graph.loop.workers) if beside else set()
         out = {}
-        for name, spec in graph.workers.items():
+        for name in sorted(graph.workers, key=lambda n: n not in loop):  # the loop's workers first
             kind = device_kind(graph, name, cluster)
-            out[name] = spread(name, spec.count, cluster.of_kind(kind))
-        return out
+            placed = out if beside and name not in loop else None
+            out[name] = spread(name, graph.workers[name].count, cluster.of_kind(kind), placed)
+        return {name: out[name] for name in graph.workers}

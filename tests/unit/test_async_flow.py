@@ -78,3 +78,12 @@ def test_training_that_shares_the_loop_s_device_hides_nothing_it_cannot():
     sync = plan_of(workflow(cpus=1, mode="shared"))
     overlapped = plan_of(async_workflow(cpus=1, mode="shared"))
     assert overlapped.predicted.iteration_s == pytest.approx(sync.predicted.iteration_s, rel=1e-6)
+
+
+def test_shared_async_puts_training_on_the_device_the_loop_loads_least():
+    sync = plan_of(workflow(cpus=2, mode="shared"))
+    overlapped = plan_of(async_workflow(cpus=2, mode="shared"))
+    assert [d.name for d in sync.placements["learner"].replica_devices] == ["n0/cpu0"]  # round-robin from the first
+    assert [d.name for d in overlapped.placements["learner"].replica_devices] == ["n0/cpu1"]  # beside the loop
+    assert [d.name for d in overlapped.placements["env"].replica_devices] == ["n0/cpu0"]
+    assert overlapped.predicted.hidden_s > 0

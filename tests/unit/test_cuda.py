@@ -103,6 +103,50 @@ def test_a_one_rank_ppo_update_runs_on_cuda_with_and_without_value_clipping(clip
     assert all(np.isfinite(v) for k, v in metrics.items() if k.startswith("actor/"))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_decoupled_ppo_recomputes_a_stale_batch_on_cuda(precision):
+    """Samples one version old (flow.async): values and log-probs recomputed on the device, weights capped."""
+    on_cuda("training", "fsdp")
+    ppo = PPO(env_id="HalfCheetah-v5", hidden=[32, 32], minibatch_size=16, update_epochs=1, precision=precision)
+    rng = np.random.default_rng(0)
+    steps, envs = 8, 4
+    batch = {
+        "obs": {"obs": rng.normal(size=(steps, envs, 17)).astype(np.float32)},
+        "action": rng.normal(size=(steps, envs, 6)).astype(np.float32),
+        "logprob": rng.normal(-8, 0.5, size=(steps, envs)).astype(np.float32),
+        "value": rng.normal(size=(steps, envs)).astype(np.float32),
+        "reward": rng.normal(size=(steps, envs)).astype(np.float32),
+        "done": np.zeros((steps, envs), np.float32),
+        "next_obs": {"obs": rng.normal(size=(envs, 17)).astype(np.float32)},
+        "next_done": np.zeros(envs, np.float32),
+        "policy_version": np.full((steps, envs), -1, np.int64),
+    }
+    metrics = ppo.train([batch])
+    assert metrics["actor/staleness_max"] == 1.0
+    assert 0 < metrics["actor/behavior_weight_mean"] <= ppo.cfg.behavior_weight_cap
+    assert all(np.isfinite(v) for k, v in metrics.items() if k.startswith("actor/"))
+
+
+def test_sac_updates_on_cuda():
+    from m2flow.workers.actor import SAC
+
+    on_cuda("training")
+    sac = SAC(env_id="Pendulum-v1", hidden=[32, 32])
+    rng = np.random.default_rng(0)
+    batch = {
+        "obs": rng.normal(size=(2, 16, 3)).astype(np.float32),
+        "action": rng.uniform(-2, 2, size=(2, 16, 1)).astype(np.float32),
+        "reward": rng.normal(size=(2, 16)).astype(np.float32),
+        "next_obs": rng.normal(size=(2, 16, 3)).astype(np.float32),
+        "terminal": np.zeros((2, 16), np.float32),
+        "weight": np.ones((2, 16), np.float32),
+        "index": np.arange(32).reshape(2, 16),
+    }
+    metrics = sac.train([batch])
+    assert metrics["actor/updates"] == 2.0 and all(p.device.type == "cuda" for p in sac.actor.parameters())
+    assert all(np.isfinite(v) for v in metrics.values())
+
+
 def test_bf16_computes_in_bf16_on_cuda():
     on_cuda("training", "fsdp")
     ppo = PPO(**VIT, num_minibatches=2, update_epochs=1, precision="bf16")
