@@ -11,6 +11,7 @@ from m2flow.context import WorkerContext, set_context
 from m2flow.workers.actor import PPO
 from m2flow.workers.rollout import TorchPolicy
 from m2flow.workers.synthetic import SyntheticBatch
+from tests.unit.test_off_policy import pendulum_minibatches
 
 pytestmark = pytest.mark.gpu
 
@@ -25,6 +26,21 @@ def on_cuda(kind: str, backend: str | None = None) -> None:
 def camera_obs(policy, n: int = 8) -> dict[str, torch.Tensor]:
     data = SyntheticBatch(1, n, seed=3).trajectory()
     return policy.model.inputs({k: v[0] for k, v in data["obs"].items()}, torch.device("cuda"))
+
+
+def cheetah_batch(behaviour_logprob: float, steps: int = 8, envs: int = 4) -> dict:
+    """A HalfCheetah trajectory of random steps, as a simulator sends it (observations as a dict)."""
+    rng = np.random.default_rng(0)
+    return {
+        "obs": {"obs": rng.normal(size=(steps, envs, 17)).astype(np.float32)},
+        "action": rng.normal(size=(steps, envs, 6)).astype(np.float32),
+        "logprob": rng.normal(behaviour_logprob, 0.5, size=(steps, envs)).astype(np.float32),
+        "value": rng.normal(size=(steps, envs)).astype(np.float32),
+        "reward": rng.normal(size=(steps, envs)).astype(np.float32),
+        "done": np.zeros((steps, envs), np.float32),
+        "next_obs": {"obs": rng.normal(size=(envs, 17)).astype(np.float32)},
+        "next_done": np.zeros(envs, np.float32),
+    }
 
 
 def test_offload_moves_the_policy_to_pinned_host_memory_and_back_unchanged():
@@ -84,18 +100,7 @@ def test_a_one_rank_ppo_update_runs_on_cuda_with_and_without_value_clipping(clip
     """One rank, no sharding: the update's statistics (some made inside the loss) are summed on the device."""
     on_cuda("training", "fsdp")
     ppo = PPO(env_id="HalfCheetah-v5", hidden=[32, 32], minibatch_size=16, update_epochs=2, clip_vloss=clip_vloss)
-    rng = np.random.default_rng(0)
-    steps, envs = 8, 4
-    batch = {
-        "obs": {"obs": rng.normal(size=(steps, envs, 17)).astype(np.float32)},
-        "action": rng.normal(size=(steps, envs, 6)).astype(np.float32),
-        "logprob": rng.normal(-5, 0.5, size=(steps, envs)).astype(np.float32),
-        "value": rng.normal(size=(steps, envs)).astype(np.float32),
-        "reward": rng.normal(size=(steps, envs)).astype(np.float32),
-        "done": np.zeros((steps, envs), np.float32),
-        "next_obs": {"obs": rng.normal(size=(envs, 17)).astype(np.float32)},
-        "next_done": np.zeros(envs, np.float32),
-    }
+    batch = cheetah_batch(behaviour_logprob=-5.0)
     before = [p.detach().clone() for p in ppo.model.parameters()]
     metrics = ppo.train([batch])
     assert all(p.device.type == "cuda" for p in ppo.model.parameters())
@@ -108,19 +113,7 @@ def test_decoupled_ppo_recomputes_a_stale_batch_on_cuda(precision):
     """Samples one version old (flow.async): values and log-probs recomputed on the device, weights capped."""
     on_cuda("training", "fsdp")
     ppo = PPO(env_id="HalfCheetah-v5", hidden=[32, 32], minibatch_size=16, update_epochs=1, precision=precision)
-    rng = np.random.default_rng(0)
-    steps, envs = 8, 4
-    batch = {
-        "obs": {"obs": rng.normal(size=(steps, envs, 17)).astype(np.float32)},
-        "action": rng.normal(size=(steps, envs, 6)).astype(np.float32),
-        "logprob": rng.normal(-8, 0.5, size=(steps, envs)).astype(np.float32),
-        "value": rng.normal(size=(steps, envs)).astype(np.float32),
-        "reward": rng.normal(size=(steps, envs)).astype(np.float32),
-        "done": np.zeros((steps, envs), np.float32),
-        "next_obs": {"obs": rng.normal(size=(envs, 17)).astype(np.float32)},
-        "next_done": np.zeros(envs, np.float32),
-        "policy_version": np.full((steps, envs), -1, np.int64),
-    }
+    batch = {**cheetah_batch(behaviour_logprob=-8.0), "policy_version": np.full((8, 4), -1, np.int64)}
     metrics = ppo.train([batch])
     assert metrics["actor/staleness_max"] == 1.0
     assert 0 < metrics["actor/behavior_weight_mean"] <= ppo.cfg.behavior_weight_cap
@@ -132,16 +125,7 @@ def test_sac_updates_on_cuda():
 
     on_cuda("training")
     sac = SAC(env_id="Pendulum-v1", hidden=[32, 32])
-    rng = np.random.default_rng(0)
-    batch = {
-        "obs": rng.normal(size=(2, 16, 3)).astype(np.float32),
-        "action": rng.uniform(-2, 2, size=(2, 16, 1)).astype(np.float32),
-        "reward": rng.normal(size=(2, 16)).astype(np.float32),
-        "next_obs": rng.normal(size=(2, 16, 3)).astype(np.float32),
-        "terminal": np.zeros((2, 16), np.float32),
-        "weight": np.ones((2, 16), np.float32),
-        "index": np.arange(32).reshape(2, 16),
-    }
+    batch = {**pendulum_minibatches(2, 16), "weight": np.ones((2, 16), np.float32)}  # prioritised replay's
     metrics = sac.train([batch])
     assert metrics["actor/updates"] == 2.0 and all(p.device.type == "cuda" for p in sac.actor.parameters())
     assert all(np.isfinite(v) for v in metrics.values())

@@ -118,21 +118,26 @@ def test_a_buffer_resumed_from_its_checkpoint_samples_exactly_what_the_uninterru
         assert "weight" in a and a["weight"].max() == 1.0
 
 
+def pendulum_minibatches(updates: int, size: int) -> dict[str, np.ndarray]:
+    """What `ReplayBuffer.sample` hands SAC for Pendulum: [updates, size, ...] per field."""
+    rng = np.random.default_rng(0)
+    return {
+        "obs": rng.normal(size=(updates, size, 3)).astype(np.float32),
+        "action": rng.uniform(-2, 2, size=(updates, size, 1)).astype(np.float32),
+        "reward": rng.normal(size=(updates, size)).astype(np.float32),
+        "next_obs": rng.normal(size=(updates, size, 3)).astype(np.float32),
+        "terminal": np.zeros((updates, size), np.float32),
+        "index": np.arange(updates * size).reshape(updates, size),
+    }
+
+
 def test_sac_trains_one_step_per_minibatch_and_hands_the_policy_to_inference():
     from m2flow.workers.actor import SAC
     from m2flow.workers.rollout import TorchPolicy
 
     set_context(WorkerContext(worker="actor", kind="training", seed=2))
     sac = SAC(env_id="Pendulum-v1", hidden=[16, 16])
-    rng = np.random.default_rng(0)
-    batch = {
-        "obs": rng.normal(size=(3, 8, 3)).astype(np.float32),
-        "action": rng.uniform(-2, 2, size=(3, 8, 1)).astype(np.float32),
-        "reward": rng.normal(size=(3, 8)).astype(np.float32),
-        "next_obs": rng.normal(size=(3, 8, 3)).astype(np.float32),
-        "terminal": np.zeros((3, 8), np.float32),
-        "index": np.arange(24).reshape(3, 8),
-    }
+    batch = pendulum_minibatches(3, 8)
     metrics = sac.train([batch])
     assert metrics["actor/updates"] == 3.0 and sac.updates == 3 and sac.version == 1
     assert sac.priorities()["priority"].shape == (3, 8)
