@@ -25,6 +25,7 @@ OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
 ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu13/hf_policy.json"
 LEARNING, ASYNC_H200 = "learning_halfcheetah.json", "gpu15/async_halfcheetah_h200.json"
 ASYNC_CPU_SHARED_FIRST, ASYNC_CPU = "async_halfcheetah_shared_first.json", "async_halfcheetah.json"
+LEARNING_SAC = "learning_sac_halfcheetah_30k.json"
 SYNC_CPU, SYNC_H200, SYNC_X2 = "weight_sync_cpu.json", "gpu13/weight_sync.json", "gpu12/weight_sync_x2.json"
 HF_X2_256, HF_X2_1024 = "gpu12/multigpu_hf_256.json", "gpu12/multigpu_hf_1024.json"
 CAMERA_VIT_STORE, CAMERA_VIT = "gpu12/modes_camera_vit_store.json", "gpu12/modes_camera_vit.json"
@@ -442,6 +443,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "hf_policy_h200": hf_policy,
     "learning": partial(learning, LEARNING),
     "async_cpu_shared_first": partial(learning, ASYNC_CPU_SHARED_FIRST),
+    "learning_sac": partial(learning, LEARNING_SAC),
     "async_cpu": partial(learning, ASYNC_CPU),
     "async_h200": partial(learning, ASYNC_H200),
     "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
