@@ -1,6 +1,6 @@
 """Shared (collocated): every worker spans all devices of its kind and time-multiplexes them. Replicas start
 round-robin from the first device; under `flow.async` the workers outside the loop (training) start on the
-devices the loop loads least, since they run beside it."""
+devices holding the fewest replicas, since they run beside the loop."""
 
 from __future__ import annotations
 

@@ -53,6 +53,18 @@ def test_an_async_flow_refuses_a_loop_worker_port_with_after_loop_inputs_and_off
     text = str(err.value)
     assert "flow.then[1] 'learner.train -> env.obs': under flow.async a loop worker's after-loop ports" in text
     assert "placement.offload: 'always' swaps workers out between phases" in text
+    raw = async_workflow(2)
+    raw["placement"]["replan"] = True
+    raw["run"] = {"checkpoint_every": 2}
+    raw["workers"]["learner"]["class"] = "tests.workers_for_tests.Collect"
+    raw["workers"]["policy"]["class"] = "tests.workers_for_tests.PlusOne"
+    raw["flow"]["sync"] = [{"edge": "learner.train -> policy.act", "every": 3}]
+    with pytest.raises(SpecError) as err:
+        build_graph(spec_from_dict(raw))
+    text = str(err.value)
+    assert "placement.replan: true re-plans from costs measured while training runs beside the loop" in text
+    assert "run.checkpoint_every: 2 ends a segment" in text
+    assert "flow.sync[0] 'learner.train -> policy.act': every 3 keeps the loop's policy up to 2 version(s)" in text
     raw = async_workflow()
     raw["flow"].pop("then")
     with pytest.raises(SpecError, match="flow.async: overlaps the after-loop edges with the loop"):
@@ -87,3 +99,14 @@ def test_shared_async_puts_training_on_the_device_the_loop_loads_least():
     assert [d.name for d in overlapped.placements["learner"].replica_devices] == ["n0/cpu1"]  # beside the loop
     assert [d.name for d in overlapped.placements["env"].replica_devices] == ["n0/cpu0"]
     assert overlapped.predicted.hidden_s > 0
+
+
+def test_ports_of_one_worker_run_in_the_order_the_then_edges_first_name_them():
+    raw = workflow()
+    raw["workers"]["buffer"] = {"kind": "buffer", "class": "m2flow.workers.buffer.ReplayBuffer"}
+    adds_first = ["env.trajectory -> buffer.add", "buffer.sample -> learner.train"]
+    for then in (adds_first, adds_first[::-1]):
+        raw["flow"]["then"] = then
+        order = [str(p) for p in build_graph(spec_from_dict(raw)).then_order]
+        named = [edge.split(" -> ")[i] for edge in then for i in (0, 1) if edge.split(" -> ")[i].startswith("buffer")]
+        assert [p for p in order if p.startswith("buffer.")] == named, order

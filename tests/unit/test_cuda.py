@@ -11,7 +11,7 @@ from m2flow.context import WorkerContext, set_context
 from m2flow.workers.actor import PPO
 from m2flow.workers.rollout import TorchPolicy
 from m2flow.workers.synthetic import SyntheticBatch
-from tests.unit.test_off_policy import pendulum_minibatches
+from tests.batches import pendulum_minibatches
 
 pytestmark = pytest.mark.gpu
 

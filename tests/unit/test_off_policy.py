@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from m2flow.context import WorkerContext, set_context
+from m2flow.errors import WorkerError
 from m2flow.workers.algorithms import PPOLossConfig, ppo_loss
 from m2flow.workers.buffer import ReplayBuffer, transitions
+from tests.batches import pendulum_minibatches
 
 
 def test_decoupled_ppo_weighs_each_sample_s_clipped_objective_and_unit_weights_are_plain_ppo():
@@ -74,27 +76,32 @@ def test_transitions_take_the_next_observation_the_final_one_at_a_time_limit_and
     assert batch["reward"].tolist() == [1.0, 2.0, 3.0]
 
 
+def transitions_of(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A simulator's trajectory of 8 steps of 2 envs."""
+    return {
+        "obs": rng.normal(size=(8, 2, 3)).astype(np.float32),
+        "action": rng.normal(size=(8, 2, 1)).astype(np.float32),
+        "reward": rng.normal(size=(8, 2)).astype(np.float32),
+        "done": np.zeros((8, 2), np.float32),
+        "next_obs": rng.normal(size=(2, 3)).astype(np.float32),
+        "next_done": np.zeros(2, np.float32),
+    }
+
+
 def filled_buffer(**args) -> ReplayBuffer:
     set_context(WorkerContext(worker="buffer", kind="buffer", seed=5))
     buffer = ReplayBuffer(capacity=50, batch_size=4, learning_starts=10, **args)
     rng = np.random.default_rng(1)
     for _ in range(4):  # 4 x 8 steps x 2 envs = 64 transitions into 50 slots: the ring wraps
-        steps = {
-            "obs": rng.normal(size=(8, 2, 3)).astype(np.float32),
-            "action": rng.normal(size=(8, 2, 1)).astype(np.float32),
-            "reward": rng.normal(size=(8, 2)).astype(np.float32),
-            "done": np.zeros((8, 2), np.float32),
-            "next_obs": rng.normal(size=(2, 3)).astype(np.float32),
-            "next_done": np.zeros(2, np.float32),
-        }
-        buffer.add([steps])
+        buffer.add([transitions_of(rng)])
     return buffer
 
 
 def test_the_buffer_samples_updates_per_step_minibatches_once_it_holds_learning_starts():
     set_context(WorkerContext(worker="buffer", kind="buffer"))
-    empty = ReplayBuffer(batch_size=4, learning_starts=100)
-    assert empty.sample()["index"].shape == (0, 4)
+    filling = ReplayBuffer(batch_size=4, learning_starts=100)
+    filling.add([transitions_of(np.random.default_rng(0))])
+    assert filling.sample()["index"].shape == (0, 4)  # 16 of the 100 it waits for
     buffer = filled_buffer(updates_per_step=0.25)
     assert buffer.size == 50 and buffer.position == 14
     batch = buffer.sample()
@@ -104,31 +111,29 @@ def test_the_buffer_samples_updates_per_step_minibatches_once_it_holds_learning_
 
 @pytest.mark.parametrize("sampling", ["uniform", "prioritized"])
 def test_a_buffer_resumed_from_its_checkpoint_samples_exactly_what_the_uninterrupted_one_does(tmp_path, sampling):
-    original = filled_buffer(sampling=sampling)
+    original = filled_buffer(sampling=sampling, updates_per_step=0.3)  # 64 x 0.3: 0.2 of a minibatch carried
     original.update_priorities([{"index": np.array([3, 7]), "priority": np.array([5.0, 0.1])}])
     original.save_checkpoint(str(tmp_path))
-    resumed = filled_buffer(sampling=sampling)
-    resumed.pending_steps, resumed.rng = 0, np.random.default_rng(99)  # state the checkpoint must overwrite
-    resumed.load_checkpoint(str(tmp_path))
-    a, b = original.sample(), resumed.sample()
-    assert a.keys() == b.keys()
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-    if sampling == "prioritized":
-        assert "weight" in a and a["weight"].max() == 1.0
+    resumed = ReplayBuffer(capacity=50, batch_size=4, learning_starts=10, sampling=sampling, updates_per_step=0.3)
+    resumed.load_checkpoint(str(tmp_path))  # a fresh buffer: contents, ring position, owed updates, random stream
+    for _ in range(2):  # sample, then add and sample again: the ring and the priorities go on alike
+        a, b = original.sample(), resumed.sample()
+        assert a.keys() == b.keys() and len(a["index"]) > 0
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        more = transitions_of(np.random.default_rng(7))
+        original.add([more])
+        resumed.add([more])
+    assert (original.position, original.owed) == (resumed.position, resumed.owed)
+    bigger = ReplayBuffer(capacity=60, batch_size=4, sampling=sampling)
+    with pytest.raises(WorkerError, match="capacity 50, this run's args.capacity is 60"):
+        bigger.load_checkpoint(str(tmp_path))
 
 
-def pendulum_minibatches(updates: int, size: int) -> dict[str, np.ndarray]:
-    """What `ReplayBuffer.sample` hands SAC for Pendulum: [updates, size, ...] per field."""
-    rng = np.random.default_rng(0)
-    return {
-        "obs": rng.normal(size=(updates, size, 3)).astype(np.float32),
-        "action": rng.uniform(-2, 2, size=(updates, size, 1)).astype(np.float32),
-        "reward": rng.normal(size=(updates, size)).astype(np.float32),
-        "next_obs": rng.normal(size=(updates, size, 3)).astype(np.float32),
-        "terminal": np.zeros((updates, size), np.float32),
-        "index": np.arange(updates * size).reshape(updates, size),
-    }
+def test_a_buffer_sampled_before_any_add_names_the_edge_order():
+    set_context(WorkerContext(worker="buffer", kind="buffer"))
+    with pytest.raises(WorkerError, match=r"name `... -> buffer.add` before `buffer.sample -> ...`"):
+        ReplayBuffer().sample()
 
 
 def test_sac_trains_one_step_per_minibatch_and_hands_the_policy_to_inference():

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 import m2flow
 from m2flow.errors import WorkerError
@@ -70,6 +70,12 @@ class PPOConfig(PolicyArgs, BackendOptions):
         " policy as is",
     )
     behavior_weight_cap: float = Field(2.0, gt=0, description="decoupled: the cap of each sample's weight")
+
+    @model_validator(mode="after")
+    def _scores_actions(self) -> PPOConfig:
+        if self.model == "squashed":
+            raise ValueError("model: squashed is SAC's acting policy; PPO re-scores actions: use mlp, cnn, vit or hf")
+        return self
 
     def minibatch_of(self, batch_size: int) -> int:
         return min(self.minibatch_size or max(1, batch_size // self.num_minibatches), batch_size)

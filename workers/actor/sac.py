@@ -37,7 +37,7 @@ class SACConfig(PolicyArgs):
     q_lr: float = Field(1e-3, gt=0, description="Adam's learning rate for the Q-networks")
     policy_frequency: int = Field(2, ge=1, description="Q-updates per policy update (TD3's delay, as CleanRL)")
     target_network_frequency: int = Field(1, ge=1, description="Q-updates per target update")
-    alpha: float = Field(0.2, gt=0, description="the entropy temperature (its start, with autotune)")
+    alpha: float = Field(0.2, gt=0, description="the entropy temperature without autotune (tuned: it starts at 1)")
     autotune: bool = Field(True, description="tune the temperature towards an entropy of -action size")
 
     @model_validator(mode="after")
@@ -73,7 +73,8 @@ class SAC:
         self.q_optimizer = torch.optim.Adam([*self.q1.parameters(), *self.q2.parameters()], lr=cfg.q_lr)
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr)
         self.target_entropy = -float(act_dim)
-        self.log_alpha = torch.tensor(np.log(cfg.alpha), dtype=torch.float32, device=self.device, requires_grad=True)
+        start = 1.0 if cfg.autotune else cfg.alpha  # CleanRL: log alpha 0 when tuned
+        self.log_alpha = torch.tensor(np.log(start), dtype=torch.float32, device=self.device, requires_grad=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.q_lr)
         self.version = 0
         self.updates = 0
@@ -85,6 +86,7 @@ class SAC:
 
     def train(self, minibatches: list[dict[str, np.ndarray]]) -> dict[str, float]:
         """One gradient step per minibatch: `minibatches` holds each buffer replica's [updates, batch, ...]."""
+        self._priorities = {}
         batch = {k: np.concatenate([m[k] for m in minibatches]) for k in minibatches[0]}
         updates = len(batch["reward"])
         if not updates:
@@ -134,8 +136,10 @@ class SAC:
                 self.actor_optimizer.zero_grad()
                 policy_loss.backward()
                 self.actor_optimizer.step()
-                if cfg.autotune:
-                    alpha_loss = (-self.log_alpha.exp() * (logprob.detach() + self.target_entropy)).mean()
+                if cfg.autotune:  # on the log-probs of the policy just stepped, as CleanRL
+                    with torch.no_grad():
+                        _, logprob = self.actor.sample(mb["obs"])
+                    alpha_loss = (-self.log_alpha.exp() * (logprob + self.target_entropy)).mean()
                     self.alpha_optimizer.zero_grad()
                     alpha_loss.backward()
                     self.alpha_optimizer.step()

@@ -5,7 +5,8 @@ Ports: `add(trajectories)` takes the time-major trajectories simulator workers s
 obs [T, envs, ...], action, reward, done = "this step began an episode", truncated / final_obs for episodes
 a time limit cut, next_obs / next_done after the last step) and stores one transition (s, a, r, s', terminal)
 per env step; `sample()` returns the minibatches the training worker's updates of this iteration read:
-`updates_per_step` x the env steps added since the last call, each `batch_size` transitions, drawn uniformly
+`updates_per_step` x the env steps added since the last call (fractions carried over), each `batch_size`
+transitions, drawn uniformly
 or in proportion to priorities (prioritised replay, Schaul et al. 2016, with its importance weights);
 `update_priorities(...)` takes the training worker's new priorities for the transitions it sampled.
 
@@ -23,6 +24,7 @@ import numpy as np
 from pydantic import Field
 
 import m2flow
+from m2flow.errors import WorkerError
 
 FIELDS = ("obs", "action", "reward", "next_obs", "terminal")
 
@@ -45,9 +47,11 @@ class ReplayBuffer:
         ctx = m2flow.context()
         self.rng = np.random.default_rng([ctx.seed, 4711])
         self.storage: dict[str, np.ndarray] = {}
+        if ctx.replicas > 1:
+            raise WorkerError(f"one replay buffer replica holds the transitions; set workers.{ctx.worker}.replicas: 1")
         self.size = 0  # transitions held
         self.position = 0  # the next write
-        self.pending_steps = 0  # env steps added since the last sample()
+        self.owed = 0.0  # minibatches the env steps added so far call for, not yet sampled
         self.priorities = np.zeros(self.cfg.capacity, dtype=np.float64)
         self.max_priority = 1.0
 
@@ -66,8 +70,13 @@ class ReplayBuffer:
     def sample(self) -> dict[str, np.ndarray]:
         """This iteration's minibatches, [updates, batch_size, ...] per field (plus `index` and, for
         prioritised replay, `weight`); none (`updates` 0) until `learning_starts` transitions are held."""
-        added, self.pending_steps = self.pending_steps, 0
-        updates = int(round(added * self.cfg.updates_per_step)) if self.size >= self.cfg.learning_starts else 0
+        if not self.storage:
+            raise WorkerError(
+                "ReplayBuffer.sample ran before any add: name `... -> buffer.add` before `buffer.sample -> ...` in"
+                " flow.then (ports of one worker run in the order the edges first name them)"
+            )
+        updates = int(self.owed) if self.size >= self.cfg.learning_starts else 0
+        self.owed = self.owed - updates if updates else 0.0  # before learning_starts nothing is owed
         shape = (updates, self.cfg.batch_size)
         if self.cfg.sampling == "prioritized" and updates:
             scaled = self.priorities[: self.size] ** self.cfg.alpha
@@ -103,16 +112,17 @@ class ReplayBuffer:
         self.priorities[rows] = self.max_priority
         self.position = int((self.position + n) % self.cfg.capacity)
         self.size = min(self.size + n, self.cfg.capacity)
-        self.pending_steps += n
+        self.owed += n * self.cfg.updates_per_step
 
     def save_checkpoint(self, path: str) -> None:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        scalars = np.array([self.size, self.position, self.pending_steps], dtype=np.int64)
+        scalars = np.array([self.size, self.position, self.cfg.capacity], dtype=np.int64)
+        floats = np.array([self.owed, self.max_priority], dtype=np.float64)
         arrays = {f"storage_{k}": v[: self.size] for k, v in self.storage.items()}
         rng = np.frombuffer(repr(self.rng.bit_generator.state).encode(), dtype=np.uint8)
         with open(folder / "buffer.npz", "wb") as fh:
-            np.savez(fh, scalars=scalars, priorities=self.priorities[: self.size], rng=rng, **arrays)
+            np.savez(fh, scalars=scalars, floats=floats, priorities=self.priorities[: self.size], rng=rng, **arrays)
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -120,9 +130,15 @@ class ReplayBuffer:
         import ast
 
         with np.load(Path(path) / "buffer.npz") as saved:
-            self.size, self.position, self.pending_steps = (int(x) for x in saved["scalars"])
+            size, position, capacity = (int(x) for x in saved["scalars"])
+            if capacity != self.cfg.capacity:
+                raise WorkerError(
+                    f"the checkpoint's replay buffer has capacity {capacity:,}, this run's args.capacity is"
+                    f" {self.cfg.capacity:,}: resume with the same capacity"
+                )
+            self.size, self.position = size, position
+            self.owed, self.max_priority = (float(x) for x in saved["floats"])
             self.priorities[: self.size] = saved["priorities"]
-            self.max_priority = float(self.priorities[: self.size].max(initial=1.0))
             self.rng.bit_generator.state = ast.literal_eval(saved["rng"].tobytes().decode())
             for key in saved.files:
                 if key.startswith("storage_"):
