@@ -7,16 +7,14 @@ import torch
 from torch import nn
 
 from m2flow.workers.models.gaussian import LOG_SQRT_2PI
+from m2flow.workers.models.mlp import mlp
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 def relu_mlp(sizes: list[int], out: int) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes, sizes[1:], strict=False):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    layers.append(nn.Linear(sizes[-1], out))
-    return nn.Sequential(*layers)
+    """ReLU layers of `sizes`, then a linear output of `out`, PyTorch's default initialisation (CleanRL's SAC)."""
+    return mlp(sizes, out, out_std=1.0, activation="relu", ortho_init=False)
 
 
 class SquashedGaussianMLP(nn.Module):
