@@ -13,7 +13,6 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +23,7 @@ from pydantic import Field, model_validator
 import m2flow
 from m2flow.errors import WorkerError
 from m2flow.workers.actor.backends import BackendOptions, backend_class, get_backend
+from m2flow.workers.actor.samples import Samples, apply_to_obs
 from m2flow.workers.algorithms import (
     PPOLossConfig,
     ReturnScaler,
@@ -306,7 +306,7 @@ class PPO:
             end = min(start + chunk, rows)
             with self.backend.compute():
                 rows_of = lambda x: x[start:end]  # noqa: B023, E731 (used at once)
-                _, logprob, _, value = self.model.get_action_and_value(_apply(obs, rows_of), actions[start:end])
+                _, logprob, _, value = self.model.get_action_and_value(apply_to_obs(obs, rows_of), actions[start:end])
             if c * chunk < rows:
                 logprobs.append(logprob.float())
                 values.append(value.float().reshape(-1))
@@ -413,40 +413,6 @@ class PPO:
             self.scaler.load_state_dict(progress["reward_scaler"])
 
 
-@dataclass(frozen=True)
-class Samples:
-    """A rank's samples of the batch, flat [n, ...], as one update reads them."""
-
-    obs: Any  # a tensor or a dict of them
-    actions: torch.Tensor
-    logprobs: torch.Tensor
-    values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    behavior_weights: torch.Tensor | None = None  # decoupled PPO's per-sample weights (None: on-policy)
-
-    def rows(self, start: int, end: int) -> Samples:
-        """Rows start..end: views, no copies."""
-        return self._map(lambda x: x[start:end])
-
-    def in_minibatches(self, rows: torch.Tensor, minibatch_size: int) -> tuple[Samples, list[tuple[int, int, int]]]:
-        """One epoch's minibatches, gathered once: `rows` holds this rank's row of each sample of the whole
-        batch in the epoch's order (-1: another rank holds it). Returns those of this rank in that order and,
-        per minibatch of the whole batch, (start, end) of its rows here and its size over all ranks."""
-        held = rows >= 0
-        minibatch = torch.arange(len(rows), device=rows.device) // minibatch_size
-        sizes = [min(minibatch_size, len(rows) - start) for start in range(0, len(rows), minibatch_size)]
-        ends = torch.bincount(minibatch[held], minlength=len(sizes)).cumsum(0).tolist()
-        bounds = list(zip([0, *ends[:-1]], ends, sizes, strict=True))
-        mine = rows[held]
-        return self._map(lambda x: x[mine]), bounds
-
-    def _map(self, fn: Any) -> Samples:
-        """`fn` applied to every field (to each observation tensor of a dict)."""
-        rest = (getattr(self, f.name) for f in fields(self)[1:])
-        return Samples(_apply(self.obs, fn), *(fn(x) if x is not None else None for x in rest))
-
-
 @contextlib.contextmanager
 def _single_process_is_fine() -> Iterator[None]:
     """A rank without a process group writes and reads its checkpoint alone, as intended: no warning."""
@@ -511,8 +477,3 @@ def _flatten(obs: Any) -> Any:
     if isinstance(obs, dict):
         return {key: _flatten(value) for key, value in obs.items()}
     return obs.reshape(-1, *obs.shape[2:])
-
-
-def _apply(obs: Any, fn: Any) -> Any:
-    """`fn` on an observation tensor, or on each of a dict of them."""
-    return {key: fn(value) for key, value in obs.items()} if isinstance(obs, dict) else fn(obs)
