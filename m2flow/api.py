@@ -88,9 +88,10 @@ class Workflow:
         self._flow["sync"].append({"edge": str(edge), "every": every, "transport": transport})
         return self
 
-    def asynchronous(self, max_staleness: int = 1) -> Workflow:
-        """Training overlaps the next loops; each batch trains `max_staleness` policy versions late."""
-        self._flow["async"] = {"max_staleness": max_staleness}
+    def asynchronous(self, max_staleness: int = 1, on_stale: str = "block") -> Workflow:
+        """Training overlaps the next loops; a batch trains at most `max_staleness` policy versions late,
+        the loop waiting for training (`on_stale="block"`) or stale batches dropped (`"drop"`)."""
+        self._flow["async"] = {"max_staleness": max_staleness, "on_stale": on_stale}
         return self
 
     def placement(self, **settings: Any) -> Workflow:

@@ -1,4 +1,5 @@
-"""YAML <-> WorkflowSpec, Hydra-style `key=value` overrides, and readable validation errors."""
+"""YAML <-> WorkflowSpec, Hydra-style `key=value` overrides, a file that `extends` another, and readable
+validation errors."""
 
 from __future__ import annotations
 
@@ -14,16 +15,42 @@ from m2flow.spec import WorkflowSpec
 
 
 def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> WorkflowSpec:
-    """Read a workflow file, apply `key=value` overrides, validate; every problem names its key."""
+    """Read a workflow file (and the files it extends), apply `key=value` overrides, validate; every
+    problem names its key."""
+    source = str(path)
+    return spec_from_dict(apply_overrides(read_workflow(Path(path)), overrides, source), source)
+
+
+def read_workflow(path: Path, extended_by: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A workflow file's mapping. `extends: <file>` (relative to this one) starts from that file's mapping:
+    this file's keys are merged over it, mappings key by key, any other value (a list too) replaced."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError([f"file not found: {source}"]) from None
+        where = f" (extended by {extended_by[-1]})" if extended_by else ""
+        raise SpecError([f"file not found: {source}{where}"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([f"cannot read {source}: {exc}"]) from None
     raw = parse_yaml(text, source)
-    return spec_from_dict(apply_overrides(raw, overrides, source), source)
+    base = raw.pop("extends", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str):
+        raise SpecError([f"extends: expected the path of a workflow file, got {_short(base)}"], source)
+    base_path = (path.parent / base).resolve()
+    if base_path in {p.resolve() for p in (*extended_by, path)}:
+        chain = " -> ".join(str(p) for p in (*extended_by, path, base_path))
+        raise SpecError([f"extends: the files extend each other in a cycle: {chain}"], source)
+    return _merged(read_workflow(base_path, (*extended_by, path)), raw)
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merged(merged[key], value) if both else value
+    return merged
 
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:

@@ -9,6 +9,10 @@ declarations beside it:
   once (a training rank's share of an iteration, an inference replica's share of a loop step), for the planner.
 - `data_parallel_size(config, replicas, backend) -> int`: how many of its ranks hold distinct data
   (default: all of them; tensor-parallel ranks share theirs); a ValueError reads "<key>: <problem>".
+- `port_dispatch: dict[str, Dispatch]`: per port, how its calls are split over the replicas and whose
+  outputs stand for it, where the class knows better than its kind's default (a sharded replay buffer:
+  each replica adds its block of trajectories, every replica hears every priority update). A workflow's
+  `workers.<w>.dispatch` still wins.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ class WorkerInfo:
         return KINDS[self.kind].group
 
     def dispatch(self, port: str) -> Dispatch:
-        return self.spec.dispatch.get(port, KINDS[self.kind].dispatch)
+        declared = getattr(self.target, "port_dispatch", {})
+        return self.spec.dispatch.get(port) or declared.get(port) or KINDS[self.kind].dispatch
 
 
 def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInfo | None, list[str]]:

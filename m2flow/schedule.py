@@ -142,6 +142,7 @@ class Prediction:
     loop_step_s: float = 0.0
     cost_sources: dict[str, str] = field(default_factory=dict)
     hidden_s: float = 0.0  # of the phases' seconds, those hidden behind the loop (asynchronous flows)
+    trains_one_in: int = 1  # flow.async with on_stale: drop: loops per training (the other batches dropped)
 
     @property
     def env_steps_per_s(self) -> float:

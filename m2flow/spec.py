@@ -194,11 +194,19 @@ class SyncSpec(_Strict):
 
 class AsyncSpec(_Strict):
     """Training overlaps the loop: while the after-loop edges train on batch i, the loop already collects
-    batch i + `max_staleness` with the weights of the moment (one-step-off for 1). Every batch is trained
-    exactly `max_staleness` policy versions after the one that collected it (fewer right after a
-    checkpoint, where the loop waits for training to catch up); 0 is the synchronous flow."""
+    batch i + `max_staleness` with the weights of the moment (one-step-off for 1).
+
+    `on_stale` says how the bound holds when training is slower than the loop. `block`: the loop waits for
+    training, so every batch trains exactly `max_staleness` policy versions after the one that collected
+    it (fewer right after a checkpoint, where the loop waits for training to catch up); 0 is the
+    synchronous flow. `drop`: the loop never waits; training takes the oldest queued batch within the
+    bound whenever it is free and a batch older than that is dropped (its env steps are counted as
+    dropped), so each iteration is one loop and trains a batch only when training has finished the last."""
 
     max_staleness: int = Field(1, ge=0, le=64, description="policy versions a batch may lag the one trained")
+    on_stale: Literal["block", "drop"] = Field(
+        "block", description="block: the loop waits for training; drop: it never waits, stale batches are dropped"
+    )
 
 
 class FlowSpec(_Strict):

@@ -99,7 +99,7 @@ class PlacementPlanner(Planner):
             plan.notes.append(f"{self.mode}: devices split {name} (best of {len(options)} splits)")
         if offloaded:
             plan.notes.append(f"{self.mode}: {', '.join(sorted(offloaded))} swap out of shared devices between phases")
-        plan.notes += streaming_notes(graph, phases)
+        plan.notes += streaming_notes(graph, phases, prediction)
         if why:
             plan.notes.append(why)
         for group in plan.processes:
@@ -107,13 +107,18 @@ class PlacementPlanner(Planner):
         return plan
 
 
-def streaming_notes(graph: MacroGraph, phases: list[Phase]) -> list[str]:
-    """Why each then-edge streams or waits for the whole loop."""
+def streaming_notes(graph: MacroGraph, phases: list[Phase], prediction: Prediction) -> list[str]:
+    """Why each then-edge streams or waits for the whole loop (or, asynchronous, what overlapping it gives)."""
     notes = []
-    if graph.spec.flow.asynchronous is not None:
+    asynchronous = graph.spec.flow.asynchronous
+    if asynchronous is not None:
         run = graph.spec.run
         segment = min(run.checkpoint_every or run.iterations, run.iterations)
-        return [Overlap(graph.spec.flow.asynchronous.max_staleness).explain(segment)]
+        return [
+            Overlap.of(asynchronous).explain(
+                segment, prediction.phase_s.get("loop", 0.0), prediction.phase_s.get("then", 0.0)
+            )
+        ]
     for phase in (p for p in phases if p.op == "then"):
         for edge in graph.then:
             if edge in phase.streamed:

@@ -14,6 +14,7 @@ import heapq
 from m2flow.cluster import DeviceId
 from m2flow.dispatch import gather, split
 from m2flow.graph import MacroGraph
+from m2flow.overlap import Overlap
 from m2flow.planners.processes import Processes, same_process
 from m2flow.planners.profile import Profile
 from m2flow.program import own_items, run_phase
@@ -113,6 +114,7 @@ class _Simulation:
         self.loop_items, self.steps, self.step_s = 0, 0, 0.0
         self.beside: tuple[int, float] | None = None  # an overlapping phase's first task and its seconds
         self.hidden_s = 0.0
+        self.trains_one_in = 1  # drop mode: loops per training
 
     # -- the interpreter ---------------------------------------------------------------------------
     def swap(self, phase: Phase) -> None:
@@ -151,7 +153,12 @@ class _Simulation:
         loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
         self.phase_s["loop"] = loop_s
         if self.beside is not None:  # training beside the loop: whichever is longer, or a device both load
-            together = max(loop_s, self.beside[1], max(self._busy_beside_loop().values(), default=0.0))
+            asynchronous = self.graph.spec.flow.asynchronous
+            if asynchronous.on_stale == "drop":  # the loop never waits: training holds ceil(train/loop) loops
+                self.trains_one_in = Overlap.of(asynchronous).trains_one_in(loop_s, self.beside[1])
+            share = 1.0 / self.trains_one_in
+            busiest = max(self._busy_beside_loop(share).values(), default=0.0)
+            together = max(loop_s, self.beside[1] * share, busiest)
             self.hidden_s = loop_s + self.beside[1] - together
             loop_s = together
         self.clock += loop_s
@@ -167,13 +174,14 @@ class _Simulation:
         elif phase.op != "loop":
             self._advance(phase.op, self.first, 1.0 / phase.every)
 
-    def _busy_beside_loop(self) -> dict[DeviceId, float]:
-        """Per device, the seconds the overlapping phase and the whole loop keep it busy together."""
+    def _busy_beside_loop(self, share: float) -> dict[DeviceId, float]:
+        """Per device, the seconds the overlapping phase (`share` of it per loop) and the whole loop keep it
+        busy together."""
         first, loop_first = self.beside[0], self.first
         scale = self.graph.loop.horizon / self.steps if self.steps else 1.0
         busy: dict[DeviceId, float] = {}
         for task, seconds in zip(self.sched.tasks[first:], self.sched.duration[first:], strict=True):
-            weight = scale if task.id >= loop_first and task.step >= 0 else 1.0
+            weight = (scale if task.step >= 0 else 1.0) if task.id >= loop_first else share
             busy[task.device] = busy.get(task.device, 0.0) + seconds * weight
         return busy
 
@@ -193,6 +201,8 @@ class _Simulation:
         port_s: dict[str, float] = {}
         for task, seconds, receiving in zip(sched.tasks, sched.duration, sched.receiving, strict=True):
             weight = scale if task.phase == "loop" and task.step >= 0 else 1.0
+            if task.phase == "then" and self.beside is not None:  # drop mode trains one loop's batch in several
+                weight = 1.0 / self.trains_one_in
             busy[task.device] = busy.get(task.device, 0.0) + seconds * weight
             key = f"{task.worker}.{task.port}"  # the port's own time, as a trace measures it: no receiving
             port_s[key] = port_s.get(key, 0.0) + (seconds - receiving) * weight
@@ -209,6 +219,7 @@ class _Simulation:
             port_s,
             self.step_s,
             hidden_s=self.hidden_s,
+            trains_one_in=self.trains_one_in,
         )
 
 

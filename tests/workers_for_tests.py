@@ -78,6 +78,23 @@ class Collect:
         }
 
 
+class SlowCollectConfig(m2flow.WorkerConfig):
+    seconds: float = Field(0.5, ge=0)
+
+
+class SlowCollect(Collect):
+    """Trains for `seconds`, far longer than a short loop runs: drop mode has batches to drop."""
+
+    Config = SlowCollectConfig
+
+    def __init__(self, seconds: float = 0.5):
+        self.seconds = seconds
+
+    def train(self, trajectories: list[dict]) -> dict:
+        time.sleep(self.seconds)
+        return super().train(trajectories)
+
+
 class CollectParts(Collect):
     """Takes parts early: its then-edge from the loop streams."""
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from m2flow.errors import M2FlowError
 from m2flow.runtime.launch import Replica
+from m2flow.runtime.waits import Deadline
 from m2flow.spec import PortRef
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
@@ -18,6 +19,7 @@ class Batch:
     """A loop's outputs for the after-loop edges, waiting to train."""
 
     collected_at: int  # the iteration whose loop (and weights) collected it
+    version: int  # trainings the controller had seen finish when its loop ran (drop mode's lag counts from it)
     produced: dict[PortRef, list[Any]]  # the loop workers' after-loop ports' outputs
     env_steps: int
 
@@ -29,6 +31,16 @@ class Training:
     calls: list[Call]
     produced: dict[PortRef, list[Any]]
     batch: Batch
+    lag: int  # trainings finished since the batch's loop ran: the policy versions it trains late
+    deadline: Deadline  # from its issue: drop mode polls it across loops
+
+    def done(self) -> bool:
+        """Every call has finished (or failed: awaiting it raises), or its deadline has passed."""
+        import ray
+
+        refs = [ref for ref, _, _ in self.calls]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return len(ready) == len(refs) or self.deadline.left() <= 0
 
 
 def check_staleness(metrics: dict[str, float], bound: int, iteration: int) -> None:

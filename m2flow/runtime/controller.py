@@ -91,11 +91,13 @@ class Controller:
         self.replacements_left = replacements_left  # simulator replicas that may still be replaced in place
         self.restore = restore
         asynchronous = graph.spec.flow.asynchronous
-        self.overlap = Overlap(asynchronous.max_staleness) if asynchronous is not None else None
+        self.overlap = Overlap.of(asynchronous) if asynchronous is not None else None
         self._batches: deque[Batch] = deque()  # collected, not yet trained (asynchronous flows)
         self._collected = 0  # the next batch's index: one batch per iteration, batch i trains in iteration i
         self._training: Training | None = None
         self._last = 0  # the last iteration of the current segment (no batch pending after it)
+        self._version = 0  # trainings finished (drop mode: a batch's lag is counted in them)
+        self._owed: list[Phase] = []  # drop mode: syncs that fell due while training ran
 
     def adopt(self, plan: Plan) -> None:
         """The same placement with a new prediction (measured costs): its deadlines follow."""
@@ -105,17 +107,22 @@ class Controller:
     def iteration(self, it: int, last: int | None = None) -> IterationResult:
         """Run iteration `it`; `last` ends its segment (asynchronous flows: no batch pending after it)."""
         self._it, self._result = it, IterationResult()
-        pending = {ref for b in self._batches for refs in b.produced.values() for ref in refs}
+        pending = self._pending_refs()
         self._items = {ref: items for ref, items in self._items.items() if ref in pending}
         self._producer = {ref: r for ref, r in self._producer.items() if ref in pending}
         self._collected = max(self._collected, it)  # a new controller (start, restart, resume) begins at `it`
         self._last = it if last is None else last
         before = copy.deepcopy(self.measured)
         start = time.time()
+        dropping = self.overlap is not None and self.overlap.drops
+        if dropping and self._training is not None and self._training.done():
+            self._finish_training()
         for phase in self.plan.phases:
-            if phase.runs_at(it) and self._runs(phase):
+            if self._runs(phase):
                 self._run(phase)
-        if self._training is not None:
+        if dropping:
+            self._catch_up() if it == self._last else self._poll_training()
+        elif self._training is not None:
             began = time.time()
             self._finish_training()
             self._add_time("time/train_wait_s", began)
@@ -133,11 +140,24 @@ class Controller:
             result.metrics["env/steps_per_s"] = result.env_steps / elapsed
         return result
 
+    def _pending_refs(self) -> set[Any]:
+        """References still needed: queued batches' outputs, and (drop mode, across loops) the training's."""
+        pending = {ref for b in self._batches for refs in b.produced.values() for ref in refs}
+        if self._training is not None:
+            pending |= {ref for refs in self._training.produced.values() for ref in refs}
+            pending |= {ref for ref, _, _ in self._training.calls}
+        return pending
+
     def _runs(self, phase: Phase) -> bool:
         """Whether `phase` runs now. An asynchronous flow first fills its queue of batches before training,
         and runs the loop beside training only while the segment needs more batches."""
+        due = phase.runs_at(self._it)
         if self.overlap is None:
-            return True
+            return due
+        if self.overlap.drops:
+            return self._runs_dropping(phase, due)
+        if not due:
+            return False
         if phase.op == "then":
             loop = next(p for p in self.plan.phases if p.op == "loop")
             for _ in range(self.overlap.fills(self._it, self._collected, self._last)):
@@ -146,6 +166,53 @@ class Controller:
         if phase.op == "loop":
             return self.overlap.prefetches(self._it, self._collected, self._last)
         return True
+
+    def _runs_dropping(self, phase: Phase, due: bool) -> bool:
+        """Drop mode: the loop never waits. A sync that falls due while training runs is owed until that
+        training is done (its source may be the worker training); training starts when the last one is
+        done, on the oldest batch within the bound (older ones are dropped)."""
+        if phase.op == "sync":
+            if due and phase not in self._owed:
+                self._owed.append(phase)
+            if self._training is not None or phase not in self._owed:
+                return False
+            self._owed.remove(phase)
+            return True
+        if phase.op == "then":
+            if self._training is not None:
+                return False
+            self._drop_stale()
+            return bool(self._batches)
+        return due
+
+    def _drop_stale(self) -> None:
+        """Drop mode: queued batches over the bound if trained now are dropped, their steps counted."""
+        metrics = self._result.metrics
+        for _ in range(self.overlap.stale([b.version for b in self._batches], self._version)):
+            batch = self._batches.popleft()
+            metrics["async/dropped_batches"] = metrics.get("async/dropped_batches", 0.0) + 1
+            metrics["async/dropped_steps"] = metrics.get("async/dropped_steps", 0.0) + batch.env_steps
+
+    def _poll_training(self) -> None:
+        """Drop mode: training issued earlier is finished if it is done (or past its deadline: it raises)."""
+        if self._training is not None and self._training.done():
+            self._finish_training()
+
+    def _catch_up(self) -> None:
+        """Drop mode at a segment's end: training finishes and trains what is still within the bound, so no
+        batch is pending at a checkpoint; then the syncs it owes."""
+        began = time.time()
+        then = self._then_phase()
+        while self._training is not None or self._batches:
+            if self._training is not None:
+                self._finish_training()
+            self._drop_stale()
+            if self._batches:
+                self._run(then)
+        for phase in [p for p in self.plan.phases if p in self._owed]:
+            self._owed.remove(phase)
+            self._run(phase)
+        self._add_time("time/train_wait_s", began)
 
     def _run(self, phase: Phase) -> None:
         began = time.time()
@@ -226,7 +293,7 @@ class Controller:
         loop_workers = set(self.graph.loop.workers)
         sources = [port for port in self.graph.then_order if port.worker in loop_workers]
         produced = {port: self.call(port, [], then) for port in sources}
-        self._batches.append(Batch(self._it, produced, env_steps))
+        self._batches.append(Batch(self._it, self._version, produced, env_steps))
         self._collected += 1
 
     def _loop_processes(self, shards: set[int] | None = None) -> list[list[Replica]]:
@@ -281,7 +348,10 @@ class Controller:
     def end_phase(self, phase: Phase, produced: dict[PortRef, list[Any]]) -> None:
         calls, self._calls = self._calls, []
         if phase.overlaps:  # awaited after the loop it runs beside
-            self._training = Training(calls, produced, self._batches.popleft())
+            batch = self._batches.popleft()
+            what = f"training on the batch the loop of iteration {batch.collected_at} collected"
+            lag = self._version - batch.version
+            self._training = Training(calls, produced, batch, lag, self._deadline(what, "then"))
             return
         events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
         self._record(events, calls)
@@ -292,15 +362,18 @@ class Controller:
             self._then_metrics(produced, self._result.env_steps)
 
     def _finish_training(self) -> None:
-        """Wait for the training issued beside the loop; its metrics are this iteration's."""
+        """Wait for the training issued beside the loop (its deadline counts from its issue); its metrics
+        are this iteration's."""
         training, self._training = self._training, None
         batch = training.batch
-        what = f"training on the batch the loop of iteration {batch.collected_at} collected"
-        events = wait_all(training.calls, self._deadline(what, "then"))
+        events = wait_all(training.calls, training.deadline)
         self._record(events, training.calls)
         self._then_metrics(training.produced, batch.env_steps)
         check_staleness(self._result.metrics, self.overlap.max_staleness, self._it)
         self._result.metrics["async/collected_at"] = float(batch.collected_at)
+        self._result.metrics["async/staleness"] = float(training.lag)
+        self._result.metrics["async/trained_batches"] = self._result.metrics.get("async/trained_batches", 0.0) + 1
+        self._version += 1
 
     # -- helpers -----------------------------------------------------------------------------------
     def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:
@@ -404,7 +477,10 @@ class Controller:
         for port in (p for p in self.graph.then_order if p not in sources):
             calls = [(ref, self._producer[ref], str(port)) for ref in produced[port]]
             outputs = wait_all(calls, self._deadline(str(port), "then"))
-            self._result.metrics.update(_mean_of_dicts([item for per_replica in outputs for item in per_replica]))
+            items = [item for per_replica in outputs for item in per_replica]
+            self._result.metrics.update(_mean_of_dicts(items))
+            if self.graph.info[port.worker].dispatch(port.port).split == "shard":  # disjoint shares: steps add up
+                self._result.metrics.update(_sum_of_dicts(items, "/steps_consumed"))
         self._account(env_steps)
 
     def _account(self, env_steps: int) -> None:
@@ -435,10 +511,24 @@ class Controller:
         return Deadline(self.deadlines.phase(phase), f"{what} (iteration {self._it}); {self.deadlines.explain}")
 
     def _worker_metrics(self) -> dict[str, float]:
-        """Average of what each replica's optional `metrics()` hook reports."""
-        calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for g in self.launch.replicas.values() for r in g]
+        """Average of what each replica's optional `metrics()` hook reports; a replica still training (drop
+        mode, across loops) is asked next time, not waited for."""
+        busy = {id(r) for _, r, _ in self._training.calls} if self._training is not None else set()
+        replicas = [r for group in self.launch.replicas.values() for r in group if id(r) not in busy]
+        calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for r in replicas]
         per_replica = wait_all(calls, Deadline(self.deadlines.phase("then"), "metrics() hooks"))
         return _mean_of_dicts([m for values in per_replica if values for m in values])
+
+
+def _sum_of_dicts(items: list[Any], suffix: str) -> dict[str, float]:
+    """The sum of each key ending in `suffix` over the dicts among `items`."""
+    sums: dict[str, float] = defaultdict(float)
+    for item in items:
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key.endswith(suffix):
+                    sums[key] += float(value)
+    return dict(sums)
 
 
 def _mean_of_dicts(items: list[Any]) -> dict[str, float]:

@@ -8,6 +8,8 @@ import torch
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
+from tests.conftest import ROOT
+from tests.integration.test_loop import counter_workflow
 from tests.integration.test_training import final_state
 from tests.workflows import pendulum_ppo
 
@@ -58,3 +60,48 @@ def test_one_step_off_trains_each_batch_one_version_late_and_a_resumed_run_start
     assert [h["actor/staleness_max"] for h in resumed.history] == [0.0, 1.0, 1.0]
     assert [h["async/collected_at"] for h in resumed.history] == [3.0, 3.0, 4.0]
     assert [h["env_steps"] for h in resumed.history] == [5 * steps, 6 * steps, 6 * steps]
+
+
+def test_drop_mode_never_waits_for_a_slow_learner_and_accounts_every_step_trained_or_dropped(tmp_path):
+    raw = counter_workflow(tmp_path, iterations=8, checkpoint_every=4).to_dict()
+    raw["workers"]["learner"].update({"class": "tests.workers_for_tests.SlowCollect", "args": {"seconds": 0.5}})
+    raw["flow"]["async"] = {"max_staleness": 1, "on_stale": "drop"}
+    history = mf.run(spec_from_dict(raw)).history
+    one_loop = 2 * 3 * 5
+    assert [h["env_steps"] for h in history] == [one_loop * (i + 1) for i in range(8)]  # a loop every iteration
+    # training (0.5 s) outlasts a loop: only a segment's last iteration waits, to catch up before its checkpoint
+    assert [i for i, h in enumerate(history) if "time/train_wait_s" in h] == [3, 7]
+    trained = [h for h in history if "async/staleness" in h]
+    assert trained and all(h["async/staleness"] <= 1 and h["envs"] == 6 for h in trained)
+    dropped = sum(h.get("async/dropped_steps", 0.0) for h in history)
+    assert dropped > 0
+    assert sum(h["async/trained_batches"] for h in trained) * one_loop + dropped == 8 * one_loop
+
+
+def async_ppo_config(tmp_path, *overrides: str) -> mf.WorkflowSpec:
+    """configs/ppo_async_mujoco.yaml shrunk to InvertedPendulum."""
+    policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
+    return mf.load_spec(
+        ROOT / "configs" / "ppo_async_mujoco.yaml",
+        [
+            *[f"workers.{key}.env_id=InvertedPendulum-v5" for key in ["env.args", *policy]],
+            *[f"workers.{key}.hidden=[16, 16]" for key in policy],
+            "flow.loop.horizon=32",
+            "flow.sync.1.every=100",  # evaluated before the first iteration only
+            "workers.env.args.evaluation.episodes=2",
+            f"run.output_dir={tmp_path}",
+            "run.progress=false",
+            *overrides,
+        ],
+    )
+
+
+def test_drop_mode_trains_ppo_within_the_bound_by_each_sample_s_recorded_policy_version(tmp_path):
+    spec = async_ppo_config(tmp_path, "flow.async.on_stale=drop", "run.iterations=5", "run.checkpoint_every=5")
+    history = mf.run(spec).history
+    trained = [h for h in history if "actor/staleness_max" in h]
+    assert trained and all(h["actor/staleness_max"] <= 1 for h in trained)
+    # the controller's count of versions behind and the versions the samples carry agree
+    assert all(h["actor/staleness_max"] == h["async/staleness"] for h in trained)
+    one_loop, dropped = history[0]["env_steps"], sum(h.get("async/dropped_steps", 0.0) for h in history)
+    assert sum(h["async/trained_batches"] for h in trained) * one_loop + dropped == history[-1]["env_steps"]

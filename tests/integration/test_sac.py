@@ -3,6 +3,9 @@ its replay buffer checkpointed with the run, synchronously and with the updates 
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 import m2flow as mf
@@ -59,3 +62,46 @@ def test_sac_one_step_off_updates_beside_the_next_loop_and_drains_before_each_ch
     ] + [1600.0]
     assert [h.get("actor/updates", 0) for h in history] == [0.0, 200.0] + [200.0] * 6  # batch 1 fills to 400
     assert history[-1]["buffer/size"] == 8 * 200
+
+
+def test_a_buffer_sharded_over_two_replicas_feeds_sac_each_shard_s_share_and_checkpoints_both(tmp_path):
+    spec = sac_pendulum(
+        tmp_path, 4, "workers.env.replicas=2", "workers.env.args.num_envs=2", "workers.buffer.replicas=2",
+        "workers.buffer.args.learning_starts=200",
+    )  # fmt: skip
+    result = mf.run(spec)
+    history = result.history
+    assert [h["accounting/steps_produced"] for h in history] == [200.0] * 4  # each shard adds its simulator's 100
+    assert [h["buffer/size"] for h in history] == [100.0, 200.0, 300.0, 400.0]  # the mean of the two shards' sizes
+    # learning_starts 200 is 100 per shard: the first add fills it; one update per env step, each of both shares
+    assert [h.get("actor/updates", 0) for h in history] == [200.0] * 4
+    checkpoint = latest_checkpoint(result.run_dir / "checkpoints")
+    assert sorted(p.name for p in (checkpoint / "buffer").iterdir()) == ["0", "1"]
+
+
+def test_sac_from_pixels_runs_from_its_config_on_frames_and_checkpoints_them(tmp_path):
+    policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
+    spec = mf.load_spec(
+        ROOT / "configs" / "sac_camera.yaml",
+        [
+            *[f"workers.{key}.observation.size=[36, 36]" for key in ["env.args", *policy]],
+            *[f"workers.{key}.hidden=[32, 32]" for key in policy],
+            "workers.env.args.num_envs=2",
+            "workers.env.args.env_kwargs={max_episode_steps: 12}",
+            "workers.env.args.evaluation.episodes=1",
+            "workers.env.args.evaluation.max_steps=4",
+            "workers.buffer.args={capacity: 1000, batch_size: 8, learning_starts: 16, updates_per_step: 0.5}",
+            "flow.loop.horizon=8",
+            "run.iterations=4",
+            "run.checkpoint_every=4",
+            f"run.output_dir={tmp_path}",
+            "run.progress=false",
+        ],
+    )
+    result = mf.run(spec)
+    history = result.history
+    assert [h.get("actor/updates", 0) for h in history] == [8.0] * 4  # 16 steps per iteration, 0.5 update each
+    assert all(math.isfinite(h["actor/q_loss"]) for h in history)
+    assert "eval/return" in history[0]
+    with np.load(latest_checkpoint(result.run_dir / "checkpoints") / "buffer" / "0" / "buffer.npz") as saved:
+        assert saved["storage_obs.rgb"].shape == (64, 1, 36, 36, 3) and saved["storage_obs.rgb"].dtype == np.uint8

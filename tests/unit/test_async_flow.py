@@ -110,3 +110,25 @@ def test_ports_of_one_worker_run_in_the_order_the_then_edges_first_name_them():
         order = [str(p) for p in build_graph(spec_from_dict(raw)).then_order]
         named = [edge.split(" -> ")[i] for edge in then for i in (0, 1) if edge.split(" -> ")[i].startswith("buffer")]
         assert [p for p in order if p.startswith("buffer.")] == named, order
+
+
+def test_drop_mode_drops_the_oldest_queued_batches_over_the_bound_and_trains_one_per_training_s_worth_of_loops():
+    overlap = Overlap(1, drops=True)
+    assert overlap.stale([3, 4, 5], version=5) == 1  # batch of version 3 would train 2 versions late
+    assert overlap.stale([4, 5], version=5) == 0
+    assert Overlap(0, drops=True).stale([4, 5], version=5) == 1
+    assert [overlap.trains_one_in(0.1, train_s) for train_s in (0.05, 0.1, 0.25, 0.3)] == [1, 1, 3, 3]
+
+
+def test_drop_mode_predicts_the_loop_s_pace_and_the_share_of_batches_trained():
+    raw = async_workflow(1, cpus=3, mode="disaggregated")
+    raw["workers"]["learner"]["profile"]["train"]["fixed_s"] = 1.0  # a loop is ~0.4 s: 100 steps of 4 ms
+    blocking = plan_of(raw)
+    raw["flow"]["async"]["on_stale"] = "drop"
+    dropping = plan_of(raw)
+    loop_s = dropping.predicted.phase_s["loop"]
+    assert blocking.predicted.iteration_s == pytest.approx(1.0 + blocking.predicted.phase_s["controller"], rel=0.01)
+    assert dropping.predicted.iteration_s == pytest.approx(loop_s + dropping.predicted.phase_s["controller"])
+    assert dropping.predicted.trains_one_in == 3 == -(-1.0 // loop_s)
+    assert any("on_stale: drop" in n and "about 1 batch in 3 trains" in n for n in dropping.notes)
+    assert Plan.from_dict(dropping.to_dict()).predicted.trains_one_in == 3

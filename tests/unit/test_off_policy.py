@@ -126,7 +126,7 @@ def test_a_buffer_resumed_from_its_checkpoint_samples_exactly_what_the_uninterru
         resumed.add([more])
     assert (original.position, original.owed) == (resumed.position, resumed.owed)
     bigger = ReplayBuffer(capacity=60, batch_size=4, sampling=sampling)
-    with pytest.raises(WorkerError, match="capacity 50, this run's args.capacity is 60"):
+    with pytest.raises(WorkerError, match="capacity 50, this run's is 60"):
         bigger.load_checkpoint(str(tmp_path))
 
 
@@ -152,3 +152,72 @@ def test_sac_trains_one_step_per_minibatch_and_hands_the_policy_to_inference():
     assert policy.load_weights(sac.weights()) == 1
     acted = policy.act({"obs": batch["obs"][0], "env_id": np.arange(8)})
     assert acted["action"].shape == (8, 1) and np.abs(acted["action"]).max() <= 2.0  # Pendulum's bounds
+
+
+def test_a_sharded_buffer_draws_each_shard_s_share_of_every_minibatch_with_global_indices():
+    from m2flow.workers.actor import SAC
+
+    shards = []
+    for replica in range(2):
+        set_context(WorkerContext(worker="buffer", kind="buffer", replica=replica, replicas=2, seed=5))
+        shard = ReplayBuffer(capacity=50, batch_size=5, learning_starts=10, sampling="prioritized")
+        shard.add([transitions_of(np.random.default_rng(replica))])  # 16 steps each, its own simulator's
+        shards.append(shard)
+    assert [(s.capacity, s.batch_size, s.learning_starts) for s in shards] == [(25, 3, 5), (25, 2, 5)]
+    samples = [s.sample() for s in shards]
+    assert [m["obs"].shape for m in samples] == [(32, 3, 3), (32, 2, 3)]  # one update per env step of both
+    assert samples[0]["index"].max() < 25 <= samples[1]["index"].min()
+    # SAC's minibatch is the shards' shares side by side; its priorities go back to every shard, each keeps its own
+    set_context(WorkerContext(worker="actor", kind="training", seed=2))
+    sac = SAC(env_id="Pendulum-v1", hidden=[16, 16])
+    assert sac.train(samples)["actor/updates"] == 32.0
+    assert sac.priorities()["index"].shape == (32, 5)
+    for shard in shards:
+        shard.update_priorities([sac.priorities()])
+    sampled = [np.unique(m["index"]) for m in samples]
+    assert np.all(shards[0].priorities[sampled[0]] != 1.0) and np.all(shards[1].priorities[sampled[1] - 25] != 1.0)
+    unequal = {k: v[:3] for k, v in samples[1].items()}
+    with pytest.raises(WorkerError, match=r"the replay buffer's shards sampled \[32, 3\] minibatches"):
+        sac.train([samples[0], unequal])
+
+
+def test_sac_from_pixels_learns_on_uint8_frames_the_buffer_keeps_with_the_final_frame_of_cut_episodes():
+    from m2flow.workers.actor import SAC
+    from m2flow.workers.env import CameraEnv
+    from m2flow.workers.rollout import TorchPolicy
+
+    view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [36, 36]}
+    policy = {"env_id": "HalfCheetah-v5", "model": "squashed", "hidden": [32, 32], "observation": view}
+    set_context(WorkerContext(worker="env", kind="simulator", items=(0, 2), seed=3))
+    env = CameraEnv(
+        env_id="HalfCheetah-v5", num_envs=2, observation=view, bootstrap_time_limits=True,
+        env_kwargs={"max_episode_steps": 5},
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    env.obs()
+    for _ in range(8):
+        env.step({"action": rng.uniform(-1, 1, size=(2, 6)).astype(np.float32)})
+    trajectory = env.trajectory()
+    assert trajectory["truncated"][:, 0].tolist() == [0, 0, 0, 0, 1, 0, 0, 0]  # step 5 of 5: a time limit
+    batch = transitions(trajectory)
+    final_rgb = trajectory["final_obs"]["rgb"][4]
+    assert batch["obs"]["rgb"].dtype == np.uint8 and final_rgb.any()
+    np.testing.assert_array_equal(batch["next_obs"]["rgb"][4 * 2 : 4 * 2 + 2], final_rgb)  # not the reset frame
+    assert batch["terminal"].sum() == 0 and "env_id" not in batch["obs"]
+
+    set_context(WorkerContext(worker="buffer", kind="buffer", seed=5))
+    buffer = ReplayBuffer(capacity=100, batch_size=4, learning_starts=8, updates_per_step=0.25)
+    buffer.add([trajectory])
+    sample = buffer.sample()
+    assert sample["obs"]["rgb"].shape == (4, 4, 1, 36, 36, 3) and sample["obs"]["rgb"].dtype == np.uint8
+    set_context(WorkerContext(worker="actor", kind="training", seed=2))
+    sac = SAC(**policy)
+    before = {k: v.clone() for k, v in sac.critic.encoder.state_dict().items()}
+    metrics = sac.train([sample])
+    assert metrics["actor/updates"] == 4.0 and np.isfinite(metrics["actor/q_loss"])
+    assert any(not torch.equal(before[k], v) for k, v in sac.critic.encoder.state_dict().items())  # the CNN learns
+    set_context(WorkerContext(worker="rollout", kind="inference", seed=2))
+    acting = TorchPolicy(**policy)
+    assert acting.load_weights(sac.weights()) == 1
+    acted = acting.act(env.obs())
+    assert acted["action"].shape == (2, 6) and np.abs(acted["action"]).max() <= 1.0

@@ -12,6 +12,7 @@ from m2flow.graph import build_graph
 from m2flow.workers.actor import PPO
 from m2flow.workers.env import GymEnv
 from m2flow.workers.rollout import TorchPolicy
+from tests.conftest import ROOT
 
 
 def _raw(config_path) -> dict:
@@ -159,3 +160,19 @@ def test_loop_replicas_beyond_the_batch_source_are_refused(config_path):
         "workers.rollout.replicas: 3 replicas, but the loop's batch comes from the 2 replica(s) of 'env'"
         in _problems(raw)
     )
+
+
+def test_a_file_that_extends_another_merges_its_keys_over_that_file_s(tmp_path):
+    spec = load_spec(ROOT / "configs" / "ppo_async_mujoco.yaml")
+    base = load_spec(ROOT / "configs" / "ppo_mujoco.yaml")
+    assert spec.name == "ppo-async-mujoco" and spec.flow.asynchronous.max_staleness == 1
+    assert spec.workers["actor"].args["off_policy"] == "decoupled"
+    assert spec.workers["actor"].args["update_epochs"] == base.workers["actor"].args["update_epochs"]  # kept
+    assert spec.flow.sync == base.flow.sync and spec.workers["env"] == base.workers["env"]
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\nname: a\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(SpecError, match=r"extends: the files extend each other in a cycle: .*a.yaml -> .*b.yaml"):
+        load_spec(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("extends: missing.yaml\n")
+    with pytest.raises(SpecError, match=r"file not found: .*missing.yaml \(extended by .*c.yaml\)"):
+        load_spec(tmp_path / "c.yaml")

@@ -157,9 +157,20 @@ class PPO:
                 next_obs = self.model.inputs(trajectory["next_obs"], self.device)
                 part["next_value"] = self.model.get_value(next_obs).float()
                 if "final_obs" in trajectory:  # the value of episodes a time limit cut short, to bootstrap from
-                    final = self.model.inputs(_flatten(trajectory["final_obs"]), self.device)
-                    part["final_value"] = self.model.get_value(final).float().reshape(steps, envs)
+                    part["final_value"] = self._final_values(trajectory, steps, envs)
         return part
+
+    def _final_values(self, trajectory: dict[str, Any], steps: int, envs: int) -> torch.Tensor:
+        """[T, envs] values of the final observations of the episodes a time limit cut (0 elsewhere): only
+        those rows go through the model, on every rank even if none (a sharded model's forward is a
+        collective)."""
+        cut = np.flatnonzero(np.asarray(trajectory["truncated"]).reshape(-1))
+        final = apply_to_obs(_flatten(trajectory["final_obs"]), lambda x: x[cut])
+        values = torch.zeros(steps * envs, device=self.device)
+        values[torch.as_tensor(cut, device=self.device)] = self.model.get_value(
+            self.model.inputs(final, self.device)
+        ).float()
+        return values.reshape(steps, envs)
 
     def train(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:
         """One PPO update on this rank's data-parallel share of the batch (its producers' trajectories).

@@ -23,7 +23,8 @@ from torch import nn
 import m2flow
 from m2flow.errors import WorkerError
 from m2flow.workers.models import PolicyArgs, state_checksum
-from m2flow.workers.models.squashed import relu_mlp
+from m2flow.workers.models.policy import observation_encoder
+from m2flow.workers.models.squashed import Observation, relu_mlp
 
 
 class SACConfig(PolicyArgs):
@@ -47,13 +48,19 @@ class SACConfig(PolicyArgs):
         return self
 
 
-class QNetwork(nn.Module):
-    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int]):
-        super().__init__()
-        self.net = relu_mlp([obs_dim + act_dim, *hidden], 1)
+class TwinQ(nn.Module):
+    """The twin Q-networks on the features of one observation encoder (for a state, the state itself: two
+    independent MLPs as CleanRL's; for camera images, one CNN the critic loss trains, as DrQ shares it)."""
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
+    def __init__(self, encoder: nn.Module, act_dim: int, hidden: list[int]):
+        super().__init__()
+        self.encoder = encoder
+        self.q1 = relu_mlp([encoder.out_dim + act_dim, *hidden], 1)
+        self.q2 = relu_mlp([encoder.out_dim + act_dim, *hidden], 1)
+
+    def forward(self, obs: Observation, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([self.encoder(obs), action], dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
 
 class SAC:
@@ -67,10 +74,10 @@ class SAC:
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.actor = cfg.build().to(self.device)
-        obs_dim, act_dim = self.actor.trunk[0].in_features, self.actor.act_dim
-        self.q1, self.q2 = (QNetwork(obs_dim, act_dim, cfg.hidden).to(self.device) for _ in range(2))
-        self.q1_target, self.q2_target = copy.deepcopy(self.q1), copy.deepcopy(self.q2)
-        self.q_optimizer = torch.optim.Adam([*self.q1.parameters(), *self.q2.parameters()], lr=cfg.q_lr)
+        act_dim = self.actor.act_dim
+        self.critic = TwinQ(observation_encoder(cfg), act_dim, cfg.hidden).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic)
+        self.q_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.q_lr)
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr)
         self.target_entropy = -float(act_dim)
         start = 1.0 if cfg.autotune else cfg.alpha  # CleanRL: log alpha 0 when tuned
@@ -85,18 +92,24 @@ class SAC:
         return {"version": self.version, "state": state, "checksum": state_checksum(state), "scope": "all"}
 
     def train(self, minibatches: list[dict[str, np.ndarray]]) -> dict[str, float]:
-        """One gradient step per minibatch: `minibatches` holds each buffer replica's [updates, batch, ...]."""
+        """One gradient step per minibatch: `minibatches` holds each buffer replica's [updates, batch, ...],
+        its shard's share of every minibatch (side by side, they make the minibatch)."""
         self._priorities = {}
-        batch = {k: np.concatenate([m[k] for m in minibatches]) for k in minibatches[0]}
+        counts = [len(m["reward"]) for m in minibatches]
+        if len(set(counts)) > 1:
+            raise WorkerError(
+                f"SAC.train: the replay buffer's shards sampled {counts} minibatches: they received unequal env"
+                " steps; give each buffer replica the same number of simulator replicas"
+            )
+        batch = _side_by_side(minibatches)
         updates = len(batch["reward"])
         if not updates:
             return {"actor/updates": 0.0}
-        tensors = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items() if k != "index"}
         sums: dict[str, torch.Tensor] = {}
         counts: dict[str, int] = {}  # the policy's statistics come from every policy_frequency-th update
         td_errors = []
         for u in range(updates):
-            stats, td = self._update({k: v[u] for k, v in tensors.items()})
+            stats, td = self._update(self._minibatch(batch, u))
             td_errors.append(td)
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + value
@@ -113,14 +126,24 @@ class SAC:
         """|TD error| of each transition the last `train` sampled, for `ReplayBuffer.update_priorities`."""
         return self._priorities
 
-    def _update(self, mb: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def _minibatch(self, batch: dict[str, Any], update: int) -> dict[str, Any]:
+        """Update `update`'s minibatch on the device; observations as the encoders read them."""
+        mb: dict[str, Any] = {}
+        for key, value in batch.items():
+            if key in ("obs", "next_obs"):
+                mb[key] = self.actor.inputs(_row(value, update), self.device)
+            elif key != "index":
+                mb[key] = torch.as_tensor(value[update], device=self.device)
+        return mb
+
+    def _update(self, mb: dict[str, Any]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         cfg = self.cfg
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
             next_action, next_logprob = self.actor.sample(mb["next_obs"])
-            next_q = torch.min(self.q1_target(mb["next_obs"], next_action), self.q2_target(mb["next_obs"], next_action))
+            next_q = torch.min(*self.critic_target(mb["next_obs"], next_action))
             target = mb["reward"] + cfg.gamma * (1 - mb["terminal"]) * (next_q - alpha * next_logprob)
-        q1, q2 = self.q1(mb["obs"], mb["action"]), self.q2(mb["obs"], mb["action"])
+        q1, q2 = self.critic(mb["obs"], mb["action"])
         weight = mb.get("weight")  # prioritised replay's importance weights
         errors = (q1 - target).square() + (q2 - target).square()
         q_loss = (errors * weight).mean() if weight is not None else errors.mean()
@@ -131,7 +154,7 @@ class SAC:
         if self.updates % cfg.policy_frequency == 0:
             for _ in range(cfg.policy_frequency):  # CleanRL: the delayed updates, made up at once
                 action, logprob = self.actor.sample(mb["obs"])
-                q = torch.min(self.q1(mb["obs"], action), self.q2(mb["obs"], action))
+                q = torch.min(*self.critic(mb["obs"], action))
                 policy_loss = (alpha * logprob - q).mean()
                 self.actor_optimizer.zero_grad()
                 policy_loss.backward()
@@ -147,19 +170,16 @@ class SAC:
             stats.update(policy_loss=policy_loss.detach(), entropy=-logprob.detach().mean())
         if self.updates % cfg.target_network_frequency == 0:
             with torch.no_grad():
-                for net, target_net in ((self.q1, self.q1_target), (self.q2, self.q2_target)):
-                    for p, tp in zip(net.parameters(), target_net.parameters(), strict=True):
-                        tp.lerp_(p, cfg.tau)
+                for p, tp in zip(self.critic.parameters(), self.critic_target.parameters(), strict=True):
+                    tp.lerp_(p, cfg.tau)
         self.updates += 1
         return stats, (q1 - target).detach().abs()
 
     def _modules(self) -> dict[str, Any]:
         return {
             "actor": self.actor,
-            "q1": self.q1,
-            "q2": self.q2,
-            "q1_target": self.q1_target,
-            "q2_target": self.q2_target,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
             "q_optimizer": self.q_optimizer,
             "actor_optimizer": self.actor_optimizer,
             "alpha_optimizer": self.alpha_optimizer,
@@ -191,3 +211,18 @@ class SAC:
         torch.set_rng_state(state["rng"].cpu())
         if state["cuda_rng"] is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda_rng"].cpu())
+
+
+def _row(value: Any, update: int) -> Any:
+    """Row `update` of [updates, batch, ...] arrays (an observation may be a dict of them)."""
+    return {key: v[update] for key, v in value.items()} if isinstance(value, dict) else value[update]
+
+
+def _side_by_side(shares: list[dict[str, Any]]) -> dict[str, Any]:
+    """The buffer shards' shares of each minibatch joined along the batch axis (axis 1 of [updates, batch,
+    ...]), field by field (an observation may be a dict of modalities)."""
+    joined: dict[str, Any] = {}
+    for key, value in shares[0].items():
+        parts = [share[key] for share in shares]
+        joined[key] = _side_by_side(parts) if isinstance(value, dict) else np.concatenate(parts, axis=1)
+    return joined

@@ -12,6 +12,14 @@ or in proportion to priorities (prioritised replay, Schaul et al. 2016, with its
 
 The buffer is a ring of fixed capacity; its contents, write position and random stream are checkpointed
 (`save_checkpoint` writes one .npz), so a resumed run samples exactly what the uninterrupted run would.
+
+Sharded: with R replicas each holds a shard, 1/R of the capacity. Replica r adds the r-th contiguous block of
+the simulators' trajectories (`add` splits by shard) and draws its share of every minibatch, so the
+training worker's minibatch is the R shares side by side; `index` is global (shard r's rows start at
+r x its capacity) and every replica hears every priority update, keeping its own. Prioritised sampling is
+then per shard: a shard draws its share in proportion to its own priorities. The shards must receive
+equal numbers of env steps (give each buffer replica as many simulator replicas), or their minibatch
+counts differ and SAC refuses the batch.
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ from pydantic import Field
 
 import m2flow
 from m2flow.errors import WorkerError
+from m2flow.sharding import slice_sizes
+from m2flow.spec import Dispatch
 
-FIELDS = ("obs", "action", "reward", "next_obs", "terminal")
+SEPARATOR = "."  # a camera observation's modality is stored as its own field: "obs.rgb"
 
 
 class ReplayBufferConfig(m2flow.WorkerConfig):
@@ -41,18 +51,21 @@ class ReplayBufferConfig(m2flow.WorkerConfig):
 
 class ReplayBuffer:
     Config = ReplayBufferConfig
+    port_dispatch = {"add": Dispatch(split="shard"), "update_priorities": Dispatch(split="broadcast")}
 
     def __init__(self, **args: Any):
         self.cfg = ReplayBufferConfig(**args)
         ctx = m2flow.context()
-        self.rng = np.random.default_rng([ctx.seed, 4711])
+        self.rng = np.random.default_rng([ctx.seed, 4711, ctx.replica])
         self.storage: dict[str, np.ndarray] = {}
-        if ctx.replicas > 1:
-            raise WorkerError(f"one replay buffer replica holds the transitions; set workers.{ctx.worker}.replicas: 1")
+        self.shard, self.shards = ctx.replica, ctx.replicas
+        self.capacity = -(-self.cfg.capacity // ctx.replicas)  # this shard's
+        self.batch_size = slice_sizes(self.cfg.batch_size, ctx.replicas)[ctx.replica]  # its share of a minibatch
+        self.learning_starts = -(-self.cfg.learning_starts // ctx.replicas)
         self.size = 0  # transitions held
         self.position = 0  # the next write
         self.owed = 0.0  # minibatches the env steps added so far call for, not yet sampled
-        self.priorities = np.zeros(self.cfg.capacity, dtype=np.float64)
+        self.priorities = np.zeros(self.capacity, dtype=np.float64)
         self.max_priority = 1.0
 
     @staticmethod
@@ -62,7 +75,7 @@ class ReplayBuffer:
     def add(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:
         added = 0
         for trajectory in trajectories:
-            batch = transitions(trajectory)
+            batch = _flat_fields(transitions(trajectory))
             self._store(batch)
             added += len(batch["reward"])
         return {"buffer/size": float(self.size), "buffer/steps_consumed": float(added)}
@@ -75,9 +88,9 @@ class ReplayBuffer:
                 "ReplayBuffer.sample ran before any add: name `... -> buffer.add` before `buffer.sample -> ...` in"
                 " flow.then (ports of one worker run in the order the edges first name them)"
             )
-        updates = int(self.owed) if self.size >= self.cfg.learning_starts else 0
+        updates = int(self.owed) if self.size >= self.learning_starts else 0
         self.owed = self.owed - updates if updates else 0.0  # before learning_starts nothing is owed
-        shape = (updates, self.cfg.batch_size)
+        shape = (updates, self.batch_size)
         if self.cfg.sampling == "prioritized" and updates:
             scaled = self.priorities[: self.size] ** self.cfg.alpha
             p = scaled / scaled.sum()
@@ -87,37 +100,38 @@ class ReplayBuffer:
         else:
             index = self.rng.integers(0, max(self.size, 1), size=shape)
             batch = {}
-        batch.update({name: self.storage[name][index] for name in FIELDS if name in self.storage})
-        batch["index"] = index
-        return batch
+        batch.update({name: stored[index] for name, stored in self.storage.items()})
+        batch["index"] = index + self.shard * self.capacity
+        return _nested_fields(batch)
 
     def update_priorities(self, updates: list[dict[str, np.ndarray]]) -> None:
         """New priorities (|TD error|) for the transitions a training worker sampled: `{index, priority}`."""
         for update in updates:
             if update and self.cfg.sampling == "prioritized":
-                priority = np.asarray(update["priority"], dtype=np.float64) + 1e-6
-                self.priorities[np.asarray(update["index"]).reshape(-1)] = priority.reshape(-1)
-                self.max_priority = max(self.max_priority, float(priority.max()))
+                index = np.asarray(update["index"]).reshape(-1) - self.shard * self.capacity
+                mine = (index >= 0) & (index < self.capacity)  # this shard's transitions
+                priority = np.asarray(update["priority"], dtype=np.float64).reshape(-1)[mine] + 1e-6
+                self.priorities[index[mine]] = priority
+                self.max_priority = max(self.max_priority, float(priority.max(initial=0.0)))
 
     def _store(self, batch: dict[str, np.ndarray]) -> None:
         n = len(batch["reward"])
         if not self.storage:
             self.storage = {
-                name: np.zeros((self.cfg.capacity, *value.shape[1:]), dtype=value.dtype)
-                for name, value in batch.items()
+                name: np.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype) for name, value in batch.items()
             }
-        rows = (self.position + np.arange(n)) % self.cfg.capacity
+        rows = (self.position + np.arange(n)) % self.capacity
         for name, value in batch.items():
             self.storage[name][rows] = value
         self.priorities[rows] = self.max_priority
-        self.position = int((self.position + n) % self.cfg.capacity)
-        self.size = min(self.size + n, self.cfg.capacity)
-        self.owed += n * self.cfg.updates_per_step
+        self.position = int((self.position + n) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+        self.owed += n * self.cfg.updates_per_step * self.shards  # its n steps are 1/shards of the env's
 
     def save_checkpoint(self, path: str) -> None:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        scalars = np.array([self.size, self.position, self.cfg.capacity], dtype=np.int64)
+        scalars = np.array([self.size, self.position, self.capacity], dtype=np.int64)
         floats = np.array([self.owed, self.max_priority], dtype=np.float64)
         arrays = {f"storage_{k}": v[: self.size] for k, v in self.storage.items()}
         rng = np.frombuffer(repr(self.rng.bit_generator.state).encode(), dtype=np.uint8)
@@ -131,10 +145,10 @@ class ReplayBuffer:
 
         with np.load(Path(path) / "buffer.npz") as saved:
             size, position, capacity = (int(x) for x in saved["scalars"])
-            if capacity != self.cfg.capacity:
+            if capacity != self.capacity:
                 raise WorkerError(
-                    f"the checkpoint's replay buffer has capacity {capacity:,}, this run's args.capacity is"
-                    f" {self.cfg.capacity:,}: resume with the same capacity"
+                    f"the checkpoint's replay buffer shard has capacity {capacity:,}, this run's is"
+                    f" {self.capacity:,} (args.capacity over the replicas): resume with the same capacity and replicas"
                 )
             self.size, self.position = size, position
             self.owed, self.max_priority = (float(x) for x in saved["floats"])
@@ -144,30 +158,73 @@ class ReplayBuffer:
                 if key.startswith("storage_"):
                     value = saved[key]
                     self.storage[key.removeprefix("storage_")] = np.zeros(
-                        (self.cfg.capacity, *value.shape[1:]), dtype=value.dtype
+                        (self.capacity, *value.shape[1:]), dtype=value.dtype
                     )
                     self.storage[key.removeprefix("storage_")][: self.size] = value
 
 
-def transitions(trajectory: dict[str, Any]) -> dict[str, np.ndarray]:
+def transitions(trajectory: dict[str, Any]) -> dict[str, Any]:
     """One (s, a, r, s', terminal) per env step of a time-major trajectory, flattened [T * envs, ...].
 
     The next state of step t is the observation of step t + 1, unless an episode ended at t: then it is the
     final observation a time limit cut (`final_obs`, bootstrapped from) or, for a real ending, anything
-    (`terminal` masks it). The last step's next state is `next_obs`."""
-    obs = np.asarray(trajectory["obs"], dtype=np.float32)
-    steps, envs = obs.shape[:2]
+    (`terminal` masks it). The last step's next state is `next_obs`. A state observation is stored as
+    float32; a camera observation (a dict of modalities) keeps each modality's dtype (uint8 images)."""
+    steps, envs = np.shape(trajectory["reward"])
     began = np.concatenate([np.asarray(trajectory["done"])[1:], np.asarray(trajectory["next_done"])[None]])
     truncated = np.asarray(trajectory.get("truncated", np.zeros((steps, envs))), dtype=bool)
-    next_obs = np.concatenate([obs[1:], np.asarray(trajectory["next_obs"], dtype=np.float32)[None]])
-    if "final_obs" in trajectory:
-        next_obs = np.where(truncated[..., None], np.asarray(trajectory["final_obs"], dtype=np.float32), next_obs)
     terminal = np.logical_and(began.astype(bool), ~truncated)
-    flat = lambda x: x.reshape(steps * envs, *x.shape[2:])  # noqa: E731
+    final = trajectory.get("final_obs")
+
+    def next_of(obs: np.ndarray, last: np.ndarray, cut_at: np.ndarray | None) -> np.ndarray:
+        following = np.concatenate([obs[1:], np.asarray(last, dtype=obs.dtype)[None]])
+        if cut_at is None:
+            return following
+        cut = truncated.reshape(steps, envs, *[1] * (obs.ndim - 2))
+        return np.where(cut, np.asarray(cut_at, dtype=obs.dtype), following)
+
+    def flat(x: np.ndarray) -> np.ndarray:
+        return x.reshape(steps * envs, *x.shape[2:])
+
+    obs = trajectory["obs"]
+    if isinstance(obs, dict):
+        modalities = [key for key in obs if key != "env_id"]
+        cut_at = {key: None if final is None else final[key] for key in modalities}
+        stored = {key: flat(np.asarray(obs[key])) for key in modalities}
+        following = {
+            key: flat(next_of(np.asarray(obs[key]), trajectory["next_obs"][key], cut_at[key])) for key in modalities
+        }
+    else:
+        state = np.asarray(obs, dtype=np.float32)
+        stored = flat(state)
+        following = flat(next_of(state, trajectory["next_obs"], None if final is None else np.asarray(final)))
     return {
-        "obs": flat(obs),
+        "obs": stored,
         "action": flat(np.asarray(trajectory["action"], dtype=np.float32)),
         "reward": flat(np.asarray(trajectory["reward"], dtype=np.float32)),
-        "next_obs": flat(next_obs),
+        "next_obs": following,
         "terminal": flat(terminal.astype(np.float32)),
     }
+
+
+def _flat_fields(batch: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Dict-valued fields (a camera observation) as one field per key: {"obs": {"rgb": x}} -> {"obs.rgb": x}."""
+    out: dict[str, np.ndarray] = {}
+    for name, value in batch.items():
+        if isinstance(value, dict):
+            out.update({f"{name}{SEPARATOR}{key}": v for key, v in value.items()})
+        else:
+            out[name] = value
+    return out
+
+
+def _nested_fields(batch: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The inverse of `_flat_fields`."""
+    out: dict[str, Any] = {}
+    for name, value in batch.items():
+        field, _, key = name.partition(SEPARATOR)
+        if key:
+            out.setdefault(field, {})[key] = value
+        else:
+            out[name] = value
+    return out

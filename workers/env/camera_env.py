@@ -48,6 +48,12 @@ class CameraEnvConfig(m2flow.WorkerConfig, Evaluated):
     obs_every_step: bool = False
     group_size: int = Field(1, ge=1, description="envs per group sharing initial states (GRPO)")
     clip_actions: bool = True
+    bootstrap_time_limits: bool = Field(
+        False,
+        description="record which episodes a time limit cut and their final observation (rendered before the"
+        " reset), so training bootstraps from it (a replay buffer needs it); the trajectory then carries a"
+        " second observation field",
+    )
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -117,6 +123,7 @@ class CameraEnv:
         reward = np.zeros(len(self.envs))
         steps = np.zeros(len(self.envs), dtype=np.int64)
         done = np.zeros(len(self.envs), dtype=bool)
+        cut = np.zeros(len(self.envs), dtype=bool)  # a time limit ended the episode, not the task
         for c in range(actions.shape[1]):
             for i, env in enumerate(self.envs):
                 if done[i]:
@@ -126,9 +133,10 @@ class CameraEnv:
                 if "success" in info:
                     self._succeeded[i] = max(np.nan_to_num(self._succeeded[i]), float(info["success"]))
                 done[i] = terminated or truncated
+                cut[i] = truncated and not terminated
             if self.config.obs_every_step:
                 self._observe()
-        self.recorder.record(started_from, began, reward, out)
+        self.recorder.record(started_from, began, reward, {**out, **self._cut_short(started_from, cut)})
         self.recorder.count(reward, steps)
         self.recorder.end_episodes(done, self._succeeded)
         for i in np.flatnonzero(done):
@@ -137,6 +145,19 @@ class CameraEnv:
         self._done = done
         self._observation = self._observe()
         return self._observation
+
+    def _cut_short(self, observation: dict[str, np.ndarray], cut: np.ndarray) -> dict[str, Any]:
+        """With `bootstrap_time_limits`: which episodes a time limit cut and their final observation (the
+        other rows zero), rendered before the envs reset."""
+        if not self.config.bootstrap_time_limits:
+            return {}
+        final = {m: np.zeros_like(v) for m, v in observation.items() if m != "env_id"}
+        for i in np.flatnonzero(cut):
+            for m, view in self.renderers[i].render(self.envs[i].unwrapped.data).items():
+                final[m][i] = view
+            if "proprio" in final:
+                final["proprio"][i] = self.proprio[i]
+        return {"truncated": cut.astype(np.float32), "final_obs": final}
 
     def _observe(self) -> dict[str, np.ndarray]:
         views = [r.render(env.unwrapped.data) for r, env in zip(self.renderers, self.envs, strict=True)]

@@ -31,7 +31,7 @@ class Recorder:
         self.buffer["done"].append(began.astype(np.float32))
         self.buffer["reward"].append(reward.astype(np.float32))
         for key, value in policy_out.items():
-            self.buffer[key].append(np.asarray(value))
+            self.buffer[key].append(value if isinstance(value, dict) else np.asarray(value))
 
     def count(self, reward: np.ndarray, steps: np.ndarray | int = 1) -> None:
         self.episode_return += reward

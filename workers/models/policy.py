@@ -14,9 +14,10 @@ from m2flow.workers.env.camera_env import CameraObservation
 from m2flow.workers.env.env_ids import registered
 from m2flow.workers.models.activations import Stack
 from m2flow.workers.models.cnn import CNNPolicy
+from m2flow.workers.models.encoders import PixelEncoder, StateEncoder
 from m2flow.workers.models.hf import HFOptions, HFPolicy, check_exported_actions, exported_settings, hf_stacks
 from m2flow.workers.models.mlp import GaussianMLP, PolicyConfig, env_dims
-from m2flow.workers.models.squashed import SquashedGaussianMLP
+from m2flow.workers.models.squashed import SquashedGaussian
 from m2flow.workers.models.vision import VisionInputs
 from m2flow.workers.models.vit import VIT_SIZES, ViTPolicy, vit_shape, vit_tokens
 
@@ -27,7 +28,8 @@ class PolicyArgs(m2flow.WorkerConfig):
     env_id: Annotated[str, AfterValidator(registered)]
     model: Literal["mlp", "cnn", "vit", "hf", "squashed"] = Field(
         "mlp",
-        description="mlp: PPO's Gaussian actor-critic; squashed: SAC's tanh-Gaussian actor; cnn, vit, hf: cameras",
+        description="mlp: PPO's Gaussian actor-critic; squashed: SAC's tanh-Gaussian actor (on a state, or on"
+        " cameras given an `observation`); cnn, vit, hf: cameras",
     )
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [64, 64], min_length=1)
     size: Literal[tuple(VIT_SIZES)] = Field("1m", description="vit: preset by parameter count")
@@ -104,6 +106,15 @@ def _hf(args: PolicyArgs) -> nn.Module:
     return HFPolicy(_camera_inputs(args), args.hf)
 
 
+def observation_encoder(args: PolicyArgs) -> nn.Module:
+    """What a network built from these args sees of an observation: the state as it is, or, given a camera
+    `observation`, its images through a CNN projected to `hidden[0]` (proprioception joined after)."""
+    if args.observation is None:
+        obs_dim, _ = env_dims(args.env_id, **args.env_kwargs)
+        return StateEncoder(obs_dim)
+    return PixelEncoder(_camera_inputs(args), args.hidden[0])
+
+
 def _squashed(args: PolicyArgs) -> nn.Module:
     import torch
 
@@ -112,11 +123,11 @@ def _squashed(args: PolicyArgs) -> nn.Module:
     env = make_env(args.env_id, **args.env_kwargs)
     try:
         space = env.action_space
-        obs_dim = int(np.prod(env.observation_space.shape))
         low, high = torch.tensor(space.low, dtype=torch.float32), torch.tensor(space.high, dtype=torch.float32)
     finally:
         env.close()
-    return SquashedGaussianMLP(obs_dim, int(np.prod(space.shape)), args.hidden, low.flatten(), high.flatten())
+    act_dim = int(np.prod(space.shape))
+    return SquashedGaussian(observation_encoder(args), act_dim, args.hidden, low.flatten(), high.flatten())
 
 
 MODELS = {"mlp": _mlp, "cnn": _cnn, "vit": _vit, "hf": _hf, "squashed": _squashed}

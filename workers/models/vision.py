@@ -47,13 +47,7 @@ class VisionActorCritic(nn.Module):
     def inputs(self, batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
         """What the policy reads of an observation: its modalities, of its cameras (the first ones the
         simulator renders); anything else the simulator sent is ignored."""
-        missing = [m for m in self.reads if m not in batch]
-        if missing:
-            raise KeyError(f"the policy reads {missing} but the observation has only {sorted(batch)}")
-        return {
-            m: torch.tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, : self.cameras]), device=device)
-            for m in self.reads
-        }
+        return read_observation(batch, self.reads, self.cameras, device)
 
     def mean_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.actor_mean(self._features(obs))
@@ -78,6 +72,18 @@ class VisionActorCritic(nn.Module):
             return value
         action, logprob, entropy = gaussian_head(self.actor_mean(x), self.actor_logstd, action, noise)
         return action, logprob, entropy, value
+
+
+def read_observation(
+    batch: dict[str, np.ndarray], reads: list[str], cameras: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """The keys a policy reads of an observation batch, of its first `cameras` cameras, on `device`."""
+    missing = [m for m in reads if m not in batch]
+    if missing:
+        raise KeyError(f"the policy reads {missing} but the observation has only {sorted(batch)}")
+    return {
+        m: torch.tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, :cameras]), device=device) for m in reads
+    }
 
 
 def image_planes(obs: dict[str, torch.Tensor]) -> torch.Tensor:
