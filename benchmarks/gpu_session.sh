@@ -7,7 +7,8 @@
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
 # `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second;
-# `tests` only the GPU tests (pytest -m gpu); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py).
+# `tests` only the GPU tests (pytest -m gpu); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
+# STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
 # gets one beside it, <stem>.meta.json, which render_results.py reads.
 set -u
@@ -27,8 +28,8 @@ if [ "${1:-all}" = tests ]; then
   exit 0
 fi
 if [ "${1:-all}" = async ]; then
-  timeout 560 python3 benchmarks/async.py --steps "${STEPS:-50000}" --seeds ${SEEDS:-1 2} --name async_halfcheetah_h200 \
-    --out "$OUT" 2>&1 | grep -E "^(sync|[0-9]+-off) seed|^async:|Error" | tee "$OUT/async.txt"
+  timeout 560 python3 benchmarks/async.py --steps "${STEPS:-50000}" --seeds ${SEEDS:-1 2} --staleness ${STALENESS:-1} ${DROP:+--drop} \
+    --name "${NAME:-async_halfcheetah_h200}" --out "$OUT" 2>&1 | grep -E "^(sync|[0-9]+-off( drop)?) seed|^async:|Error" | tee "$OUT/async.txt"
   exit 0
 fi
 if [ "${1:-all}" = hf ]; then

@@ -83,7 +83,21 @@ def m2flow_run(
             wall -= h["time/sync_s"]  # the evaluation runs in the iteration's syncs: not training time
         wall += h["time/iteration_s"]
         collected = h["env_steps"]
-    return {"implementation": label, "seed": seed, "curve": curve, "wall_s": wall, "steps_per_s": collected / wall}
+    run = {"implementation": label, "seed": seed, "curve": curve, "wall_s": wall, "steps_per_s": collected / wall}
+    return {**run, "busy": device_busy(result.run_dir)}
+
+
+def device_busy(run_dir: Path) -> dict[str, float]:
+    """Per device, the share of the run's iterations its tasks kept it busy (the run's trace: port calls, and
+    the loop's busy time per replica), summed over the replicas on it."""
+    events = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    spans = [e for e in events if e.get("ph") == "X"]
+    wall = sum(e["dur"] for e in spans if e["cat"] == "iteration")
+    busy: dict[str, float] = {}
+    for e in spans:
+        if e["args"]["device"] != "controller":
+            busy[e["args"]["device"]] = busy.get(e["args"]["device"], 0.0) + e["dur"] / wall
+    return dict(sorted(busy.items()))
 
 
 SB3_SCRIPT = textwrap.dedent(

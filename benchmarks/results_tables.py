@@ -328,6 +328,16 @@ def learning(rel: str, res: Results) -> Block:
         reached = [v for v in values if v is not None]
         return f"{statistics.mean(reached):.0f} s ({len(reached)}/{len(values)} seeds)" if reached else "not reached"
 
+    traced = any("busy" in run for run in data["runs"])  # async.py's runs say how busy each device was
+
+    def busy(name: str) -> list[str]:
+        if not traced:
+            return []
+        per_run = [run["busy"] for run in data["runs"] if run["implementation"] == name]
+        devices = sorted({device for run in per_run for device in run})
+        shares = {d: statistics.mean(run.get(d, 0.0) for run in per_run) for d in devices}
+        return [", ".join(f"{d} {share:.0%}" for d, share in shares.items())]
+
     rows = [
         [
             name,
@@ -336,6 +346,7 @@ def learning(rel: str, res: Results) -> Block:
             seconds(s["time_to_1000_s"]),
             seconds(s["time_to_1500_s"]),
             f"{s['steps_per_s']:,.0f}",
+            *busy(name),
         ]
         for name, s in data["summary"].items()
     ]
@@ -350,8 +361,9 @@ def learning(rel: str, res: Results) -> Block:
         "time to 1,000",
         "time to 1,500",
         "env steps/s (training)",
+        *(["devices busy (mean over seeds)"] if traced else []),
     ]
-    return Block([caption, "", *table(header, rows, "lrrrrr")], [rel])
+    return Block([caption, "", *table(header, rows, "lrrrrr" + ("l" if traced else ""))], [rel])
 
 
 # --- registry ---------------------------------------------------------------------------------------------------

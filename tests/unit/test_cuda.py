@@ -131,6 +131,27 @@ def test_sac_updates_on_cuda():
     assert all(np.isfinite(v) for v in metrics.values())
 
 
+def test_sac_from_pixels_updates_its_cnns_on_cuda():
+    from m2flow.workers.actor import SAC
+
+    on_cuda("training")
+    view = {"cameras": ["track"], "modalities": ["rgb"], "size": [64, 64]}
+    sac = SAC(env_id="HalfCheetah-v5", hidden=[64, 64], observation=view)
+    rng = np.random.default_rng(0)
+    frames = lambda: rng.integers(0, 256, size=(2, 16, 1, 64, 64, 3), dtype=np.uint8)  # noqa: E731
+    batch = {
+        "obs": {"rgb": frames()},
+        "next_obs": {"rgb": frames()},
+        "action": rng.uniform(-1, 1, size=(2, 16, 6)).astype(np.float32),
+        "reward": rng.normal(size=(2, 16)).astype(np.float32),
+        "terminal": np.zeros((2, 16), np.float32),
+        "index": np.arange(32).reshape(2, 16),
+    }
+    metrics = sac.train([batch])
+    assert metrics["actor/updates"] == 2.0 and all(np.isfinite(v) for v in metrics.values())
+    assert all(p.device.type == "cuda" for p in [*sac.critic.encoder.parameters(), *sac.actor.encoder.parameters()])
+
+
 def test_bf16_computes_in_bf16_on_cuda():
     on_cuda("training", "fsdp")
     ppo = PPO(**VIT, num_minibatches=2, update_epochs=1, precision="bf16")

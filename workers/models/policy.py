@@ -42,7 +42,9 @@ class PolicyArgs(m2flow.WorkerConfig):
     log_std_init: float = Field(0.0, description="mlp: the Gaussian's initial log standard deviation")
     ortho_init: bool = Field(True, description="mlp: orthogonal initialisation (CleanRL); false: PyTorch's default")
     chunk: int = Field(1, ge=1, description="actions per call: the policy emits chunk x action size")
-    observation: CameraObservation | None = Field(None, description="the camera observation (cnn model)")
+    observation: CameraObservation | None = Field(
+        None, description="the camera observation (cnn, vit, hf; squashed from pixels)"
+    )
     hf: HFOptions | None = Field(None, description="hf: the Hugging Face model (a local folder) and its action head")
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
 
