@@ -5,11 +5,12 @@ from m2flow.config import dump_spec, load_spec
 from m2flow.context import WorkerContext, context
 from m2flow.contract import WorkerConfig
 from m2flow.errors import M2FlowError, MissingDependency, PlanError, SpecError, WaitTimeout, WorkerError
-from m2flow.spec import WorkflowSpec
+from m2flow.spec import Dispatch, WorkflowSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Dispatch",
     "M2FlowError",
     "MissingDependency",
     "PlanError",

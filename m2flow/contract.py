@@ -83,6 +83,7 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
     ports = frozenset(ports_of(target))
     for port in sorted(set(spec.dispatch) - ports):
         problems.append(f"{key}.dispatch.{port}: '{name}' has no port '{port}' (its ports: {', '.join(sorted(ports))})")
+    problems += [f"{key}: {problem}" for problem in _check_port_dispatch(target, ports, spec.cls)]
     if problems:
         return None, problems
     data_parallel = spec.count
@@ -93,6 +94,20 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
         except ValueError as exc:  # the message names the key within the worker, e.g. "backend: ..."
             return None, [f"{key}.{exc}"]
     return WorkerInfo(name, spec, target, ports, config, data_parallel), []
+
+
+def _check_port_dispatch(target: Any, ports: frozenset[str], cls: str) -> list[str]:
+    """A class's `port_dispatch` declaration: a mapping of its own ports to `m2flow.Dispatch` rules."""
+    declared = getattr(target, "port_dispatch", {})
+    if not isinstance(declared, dict):
+        return [f"{cls}.port_dispatch: expected a dict of port -> m2flow.Dispatch, got {type(declared).__name__}"]
+    problems = []
+    for port, rule in declared.items():
+        if port not in ports:
+            problems.append(f"{cls}.port_dispatch: '{port}' is not one of its ports ({', '.join(sorted(ports))})")
+        elif not isinstance(rule, Dispatch):
+            problems.append(f"{cls}.port_dispatch['{port}']: expected m2flow.Dispatch(split=..., gather=...)")
+    return problems
 
 
 def _validate_args(target: Any, args: dict[str, Any], prefix: tuple[str, ...]) -> tuple[BaseModel | None, list[str]]:

@@ -212,6 +212,12 @@ def _check_asynchronous(spec: WorkflowSpec, problems: list[str]) -> None:
             "placement.replan: true re-plans from costs measured while training runs beside the loop (they hold"
             " its contention); leave it auto (no re-planning under flow.async) or drop flow.async"
         )
+    if flow.asynchronous.on_stale == "drop" and flow.asynchronous.max_staleness == 0:
+        problems.append(
+            "flow.async.on_stale: drop with max_staleness 0 drops every batch collected while training runs (it is"
+            " one version old when training is free again): at most every other batch would train; use"
+            " max_staleness: 1 or more, or on_stale: block"
+        )
     every = spec.run.checkpoint_every
     if every and every <= flow.asynchronous.max_staleness:
         problems.append(

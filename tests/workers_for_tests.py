@@ -95,6 +95,12 @@ class SlowCollect(Collect):
         return super().train(trajectories)
 
 
+class MisdeclaredDispatch(Collect):
+    """Declares dispatch rules for a port it lacks, and a string where a rule belongs."""
+
+    port_dispatch = {"nope": m2flow.Dispatch(), "train": "shard"}
+
+
 class CollectParts(Collect):
     """Takes parts early: its then-edge from the loop streams."""
 

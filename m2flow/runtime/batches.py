@@ -35,12 +35,23 @@ class Training:
     deadline: Deadline  # from its issue: drop mode polls it across loops
 
     def done(self) -> bool:
-        """Every call has finished (or failed: awaiting it raises), or its deadline has passed."""
+        """Every call has finished, one has failed (the others may wait on it in a collective), or its
+        deadline has passed: awaiting it now returns or raises at once."""
         import ray
 
         refs = [ref for ref, _, _ in self.calls]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return len(ready) == len(refs) or self.deadline.left() <= 0
+        return len(ready) == len(refs) or self.deadline.left() <= 0 or any(_failed(ref) for ref in ready)
+
+
+def _failed(ref: Any) -> bool:
+    import ray
+
+    try:
+        ray.get(ref, timeout=0)
+    except Exception:  # noqa: BLE001 - any error the call raised: awaiting it reports it
+        return True
+    return False
 
 
 def check_staleness(metrics: dict[str, float], bound: int, iteration: int) -> None:

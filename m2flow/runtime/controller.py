@@ -115,8 +115,8 @@ class Controller:
         before = copy.deepcopy(self.measured)
         start = time.time()
         dropping = self.overlap is not None and self.overlap.drops
-        if dropping and self._training is not None and self._training.done():
-            self._finish_training()
+        if dropping:
+            self._poll_training()
         for phase in self.plan.phases:
             if self._runs(phase):
                 self._run(phase)
@@ -479,7 +479,8 @@ class Controller:
             outputs = wait_all(calls, self._deadline(str(port), "then"))
             items = [item for per_replica in outputs for item in per_replica]
             self._result.metrics.update(_mean_of_dicts(items))
-            if self.graph.info[port.worker].dispatch(port.port).split == "shard":  # disjoint shares: steps add up
+            rule = self.graph.info[port.worker].dispatch(port.port)
+            if (rule.split, rule.gather) == ("shard", "all"):  # each replica reports its own share: they add up
                 self._result.metrics.update(_sum_of_dicts(items, "/steps_consumed"))
         self._account(env_steps)
 

@@ -64,12 +64,14 @@ def test_one_step_off_trains_each_batch_one_version_late_and_a_resumed_run_start
 
 def test_drop_mode_never_waits_for_a_slow_learner_and_accounts_every_step_trained_or_dropped(tmp_path):
     raw = counter_workflow(tmp_path, iterations=8, checkpoint_every=4).to_dict()
-    raw["workers"]["learner"].update({"class": "tests.workers_for_tests.SlowCollect", "args": {"seconds": 0.5}})
+    raw["workers"]["learner"].update({"class": "tests.workers_for_tests.SlowCollect", "args": {"seconds": 2.0}})
     raw["flow"]["async"] = {"max_staleness": 1, "on_stale": "drop"}
     history = mf.run(spec_from_dict(raw)).history
     one_loop = 2 * 3 * 5
     assert [h["env_steps"] for h in history] == [one_loop * (i + 1) for i in range(8)]  # a loop every iteration
-    # training (0.5 s) outlasts a loop: only a segment's last iteration waits, to catch up before its checkpoint
+    # the training issued in iteration 1 (on batch 0) takes 2 s, far longer than a loop of a few ms: iterations
+    # 1 and 2 ran their loops beside it and finished no training; only a segment's last iteration waits for it
+    assert [i for i, h in enumerate(history) if "async/trained_batches" in h] == [3, 7]
     assert [i for i, h in enumerate(history) if "time/train_wait_s" in h] == [3, 7]
     trained = [h for h in history if "async/staleness" in h]
     assert trained and all(h["async/staleness"] <= 1 and h["envs"] == 6 for h in trained)

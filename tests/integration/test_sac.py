@@ -72,7 +72,7 @@ def test_a_buffer_sharded_over_two_replicas_feeds_sac_each_shard_s_share_and_che
     result = mf.run(spec)
     history = result.history
     assert [h["accounting/steps_produced"] for h in history] == [200.0] * 4  # each shard adds its simulator's 100
-    assert [h["buffer/size"] for h in history] == [100.0, 200.0, 300.0, 400.0]  # the mean of the two shards' sizes
+    assert [h["buffer/size"] for h in history] == [200.0, 400.0, 600.0, 800.0]  # held by both shards
     # learning_starts 200 is 100 per shard: the first add fills it; one update per env step, each of both shares
     assert [h.get("actor/updates", 0) for h in history] == [200.0] * 4
     checkpoint = latest_checkpoint(result.run_dir / "checkpoints")

@@ -132,3 +132,20 @@ def test_drop_mode_predicts_the_loop_s_pace_and_the_share_of_batches_trained():
     assert dropping.predicted.trains_one_in == 3 == -(-1.0 // loop_s)
     assert any("on_stale: drop" in n and "about 1 batch in 3 trains" in n for n in dropping.notes)
     assert Plan.from_dict(dropping.to_dict()).predicted.trains_one_in == 3
+
+
+def test_a_class_s_port_dispatch_names_its_own_ports_with_dispatch_rules():
+    raw = workflow()
+    raw["workers"]["learner"]["class"] = "tests.workers_for_tests.MisdeclaredDispatch"
+    with pytest.raises(SpecError) as err:
+        build_graph(spec_from_dict(raw))
+    text = str(err.value)
+    assert "workers.learner: tests.workers_for_tests.MisdeclaredDispatch.port_dispatch: 'nope' is not one of" in text
+    assert "MisdeclaredDispatch.port_dispatch['train']: expected m2flow.Dispatch(split=..., gather=...)" in text
+
+
+def test_drop_mode_refuses_max_staleness_0_which_would_train_at_most_every_other_batch():
+    raw = async_workflow(0)
+    raw["flow"]["async"]["on_stale"] = "drop"
+    with pytest.raises(SpecError, match="on_stale: drop with max_staleness 0 drops every batch collected while"):
+        build_graph(spec_from_dict(raw))

@@ -111,6 +111,23 @@ def test_a_vision_policy_drives_chunks_and_trains_on_them(advantage):
     assert any(not torch.equal(initial[k], after[k]) for k in initial), "the update must move the weights"
 
 
+def test_ppo_on_cameras_trains_on_batches_with_and_without_an_episode_a_time_limit_cut():
+    from m2flow.workers.actor import PPO
+    from m2flow.workers.rollout import TorchPolicy
+
+    env = cheetah(observation=VISION["observation"], bootstrap_time_limits=True)  # 10-step episodes, chunks of 4
+    policy = TorchPolicy(**VISION)
+    actor = PPO(**VISION, num_minibatches=2, update_epochs=1)
+    obs = env.obs()
+    for steps, cuts in ((2, 0), (2, 4)):  # env steps 1-8: none cut; 9-16: the 10-step limit cuts all 4 episodes
+        for _ in range(steps):
+            obs = env.step(policy.act(obs))
+        trajectory = env.trajectory()
+        assert trajectory["truncated"].sum() == cuts and set(trajectory["final_obs"]) == {"rgb", "proprio"}
+        metrics = actor.train([trajectory])
+        assert np.isfinite(metrics["actor/loss"]) and metrics["actor/steps_consumed"] == steps * 4
+
+
 def evaluation_weights(policy: dict, version: int = 1) -> dict:
     from m2flow.workers.models import PolicyArgs, state_checksum
 

@@ -160,18 +160,18 @@ def test_a_sharded_buffer_draws_each_shard_s_share_of_every_minibatch_with_globa
     shards = []
     for replica in range(2):
         set_context(WorkerContext(worker="buffer", kind="buffer", replica=replica, replicas=2, seed=5))
-        shard = ReplayBuffer(capacity=50, batch_size=5, learning_starts=10, sampling="prioritized")
+        shard = ReplayBuffer(capacity=50, batch_size=6, learning_starts=10, sampling="prioritized")
         shard.add([transitions_of(np.random.default_rng(replica))])  # 16 steps each, its own simulator's
         shards.append(shard)
-    assert [(s.capacity, s.batch_size, s.learning_starts) for s in shards] == [(25, 3, 5), (25, 2, 5)]
+    assert [(s.capacity, s.batch_size, s.learning_starts) for s in shards] == [(25, 3, 5)] * 2
     samples = [s.sample() for s in shards]
-    assert [m["obs"].shape for m in samples] == [(32, 3, 3), (32, 2, 3)]  # one update per env step of both
+    assert [m["obs"].shape for m in samples] == [(32, 3, 3)] * 2  # one update per env step of both
     assert samples[0]["index"].max() < 25 <= samples[1]["index"].min()
     # SAC's minibatch is the shards' shares side by side; its priorities go back to every shard, each keeps its own
     set_context(WorkerContext(worker="actor", kind="training", seed=2))
     sac = SAC(env_id="Pendulum-v1", hidden=[16, 16])
     assert sac.train(samples)["actor/updates"] == 32.0
-    assert sac.priorities()["index"].shape == (32, 5)
+    assert sac.priorities()["index"].shape == (32, 6)
     for shard in shards:
         shard.update_priorities([sac.priorities()])
     sampled = [np.unique(m["index"]) for m in samples]
@@ -179,9 +179,12 @@ def test_a_sharded_buffer_draws_each_shard_s_share_of_every_minibatch_with_globa
     unequal = {k: v[:3] for k, v in samples[1].items()}
     with pytest.raises(WorkerError, match=r"the replay buffer's shards sampled \[32, 3\] minibatches"):
         sac.train([samples[0], unequal])
+    set_context(WorkerContext(worker="buffer", kind="buffer", replica=1, replicas=2))
+    with pytest.raises(WorkerError, match="batch_size: 5 does not split evenly over 2 buffer shards"):
+        ReplayBuffer(batch_size=5)
 
 
-def test_sac_from_pixels_learns_on_uint8_frames_the_buffer_keeps_with_the_final_frame_of_cut_episodes():
+def test_sac_from_pixels_trains_the_critic_s_cnn_the_policy_reads_on_uint8_frames_with_cut_episodes_final_frame():
     from m2flow.workers.actor import SAC
     from m2flow.workers.env import CameraEnv
     from m2flow.workers.rollout import TorchPolicy
@@ -204,6 +207,8 @@ def test_sac_from_pixels_learns_on_uint8_frames_the_buffer_keeps_with_the_final_
     assert batch["obs"]["rgb"].dtype == np.uint8 and final_rgb.any()
     np.testing.assert_array_equal(batch["next_obs"]["rgb"][4 * 2 : 4 * 2 + 2], final_rgb)  # not the reset frame
     assert batch["terminal"].sum() == 0 and "env_id" not in batch["obs"]
+    with pytest.raises(WorkerError, match="set bootstrap_time_limits: true"):
+        transitions({k: v for k, v in trajectory.items() if k not in ("truncated", "final_obs")})
 
     set_context(WorkerContext(worker="buffer", kind="buffer", seed=5))
     buffer = ReplayBuffer(capacity=100, batch_size=4, learning_starts=8, updates_per_step=0.25)
@@ -212,10 +217,12 @@ def test_sac_from_pixels_learns_on_uint8_frames_the_buffer_keeps_with_the_final_
     assert sample["obs"]["rgb"].shape == (4, 4, 1, 36, 36, 3) and sample["obs"]["rgb"].dtype == np.uint8
     set_context(WorkerContext(worker="actor", kind="training", seed=2))
     sac = SAC(**policy)
+    assert sac.actor.encoder is sac.critic.encoder  # DrQ: one CNN, trained by the critic loss
     before = {k: v.clone() for k, v in sac.critic.encoder.state_dict().items()}
     metrics = sac.train([sample])
     assert metrics["actor/updates"] == 4.0 and np.isfinite(metrics["actor/q_loss"])
     assert any(not torch.equal(before[k], v) for k, v in sac.critic.encoder.state_dict().items())  # the CNN learns
+    assert {k for k in sac.weights()["state"] if k.startswith("encoder.")}  # the policy sent to acting includes it
     set_context(WorkerContext(worker="rollout", kind="inference", seed=2))
     acting = TorchPolicy(**policy)
     assert acting.load_weights(sac.weights()) == 1

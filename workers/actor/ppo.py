@@ -162,14 +162,14 @@ class PPO:
 
     def _final_values(self, trajectory: dict[str, Any], steps: int, envs: int) -> torch.Tensor:
         """[T, envs] values of the final observations of the episodes a time limit cut (0 elsewhere): only
-        those rows go through the model, on every rank even if none (a sharded model's forward is a
-        collective)."""
+        those rows go through the model, and at least one (row 0, its value unused) on every rank: a sharded
+        model's forward is a collective, and image models cannot reshape an empty batch."""
         cut = np.flatnonzero(np.asarray(trajectory["truncated"]).reshape(-1))
-        final = apply_to_obs(_flatten(trajectory["final_obs"]), lambda x: x[cut])
+        rows = cut if len(cut) else np.zeros(1, dtype=np.int64)
+        final = apply_to_obs(_flatten(trajectory["final_obs"]), lambda x: x[rows])
+        computed = self.model.get_value(self.model.inputs(final, self.device)).float()
         values = torch.zeros(steps * envs, device=self.device)
-        values[torch.as_tensor(cut, device=self.device)] = self.model.get_value(
-            self.model.inputs(final, self.device)
-        ).float()
+        values[torch.as_tensor(cut, device=self.device)] = computed[: len(cut)]
         return values.reshape(steps, envs)
 
     def train(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:

@@ -50,7 +50,8 @@ class SACConfig(PolicyArgs):
 
 class TwinQ(nn.Module):
     """The twin Q-networks on the features of one observation encoder (for a state, the state itself: two
-    independent MLPs as CleanRL's; for camera images, one CNN the critic loss trains, as DrQ shares it)."""
+    independent MLPs as CleanRL's; for camera images, one CNN that the critic loss trains and the policy
+    reads, as DrQ shares it)."""
 
     def __init__(self, encoder: nn.Module, act_dim: int, hidden: list[int]):
         super().__init__()
@@ -58,8 +59,11 @@ class TwinQ(nn.Module):
         self.q1 = relu_mlp([encoder.out_dim + act_dim, *hidden], 1)
         self.q2 = relu_mlp([encoder.out_dim + act_dim, *hidden], 1)
 
-    def forward(self, obs: Observation, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.cat([self.encoder(obs), action], dim=-1)
+    def forward(
+        self, obs: Observation, action: torch.Tensor, detach_encoder: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.encoder(obs)
+        x = torch.cat([features.detach() if detach_encoder else features, action], dim=-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
 
@@ -77,8 +81,11 @@ class SAC:
         act_dim = self.actor.act_dim
         self.critic = TwinQ(observation_encoder(cfg), act_dim, cfg.hidden).to(self.device)
         self.critic_target = copy.deepcopy(self.critic)
+        self.actor.encoder, self.actor.detach_encoder = self.critic.encoder, True  # DrQ: one encoder, the critic's
+        shared = {id(p) for p in self.critic.encoder.parameters()}
+        policy = [p for p in self.actor.parameters() if id(p) not in shared]
         self.q_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.q_lr)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr)
+        self.actor_optimizer = torch.optim.Adam(policy, lr=cfg.policy_lr)
         self.target_entropy = -float(act_dim)
         start = 1.0 if cfg.autotune else cfg.alpha  # CleanRL: log alpha 0 when tuned
         self.log_alpha = torch.tensor(np.log(start), dtype=torch.float32, device=self.device, requires_grad=True)
@@ -95,13 +102,15 @@ class SAC:
         """One gradient step per minibatch: `minibatches` holds each buffer replica's [updates, batch, ...],
         its shard's share of every minibatch (side by side, they make the minibatch)."""
         self._priorities = {}
-        counts = [len(m["reward"]) for m in minibatches]
-        if len(set(counts)) > 1:
+        sampled = [len(m["reward"]) for m in minibatches]
+        if len(set(sampled)) > 1:
             raise WorkerError(
-                f"SAC.train: the replay buffer's shards sampled {counts} minibatches: they received unequal env"
+                f"SAC.train: the replay buffer's shards sampled {sampled} minibatches: they received unequal env"
                 " steps; give each buffer replica the same number of simulator replicas"
             )
         batch = _side_by_side(minibatches)
+        if "weight" in batch and batch["weight"].size:  # prioritised replay: normalised over the whole sample
+            batch["weight"] = batch["weight"] / batch["weight"].max()
         updates = len(batch["reward"])
         if not updates:
             return {"actor/updates": 0.0}
@@ -154,7 +163,7 @@ class SAC:
         if self.updates % cfg.policy_frequency == 0:
             for _ in range(cfg.policy_frequency):  # CleanRL: the delayed updates, made up at once
                 action, logprob = self.actor.sample(mb["obs"])
-                q = torch.min(*self.critic(mb["obs"], action))
+                q = torch.min(*self.critic(mb["obs"], action, detach_encoder=True))  # the policy loss trains no CNN
                 policy_loss = (alpha * logprob - q).mean()
                 self.actor_optimizer.zero_grad()
                 policy_loss.backward()

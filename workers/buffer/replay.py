@@ -7,7 +7,8 @@ a time limit cut, next_obs / next_done after the last step) and stores one trans
 per env step; `sample()` returns the minibatches the training worker's updates of this iteration read:
 `updates_per_step` x the env steps added since the last call (fractions carried over), each `batch_size`
 transitions, drawn uniformly
-or in proportion to priorities (prioritised replay, Schaul et al. 2016, with its importance weights);
+or in proportion to priorities (prioritised replay, Schaul et al. 2016, with its importance weights, left
+unnormalised: the training worker divides them by their maximum over the whole sample);
 `update_priorities(...)` takes the training worker's new priorities for the transitions it sampled.
 
 The buffer is a ring of fixed capacity; its contents, write position and random stream are checkpointed
@@ -19,7 +20,8 @@ training worker's minibatch is the R shares side by side; `index` is global (sha
 r x its capacity) and every replica hears every priority update, keeping its own. Prioritised sampling is
 then per shard: a shard draws its share in proportion to its own priorities. The shards must receive
 equal numbers of env steps (give each buffer replica as many simulator replicas), or their minibatch
-counts differ and SAC refuses the batch.
+counts differ and SAC refuses the batch; `batch_size` must split evenly over them. `buffer/size` is the
+total held (a shard's size times the shards).
 """
 
 from __future__ import annotations
@@ -33,8 +35,6 @@ from pydantic import Field
 
 import m2flow
 from m2flow.errors import WorkerError
-from m2flow.sharding import slice_sizes
-from m2flow.spec import Dispatch
 
 SEPARATOR = "."  # a camera observation's modality is stored as its own field: "obs.rgb"
 
@@ -51,7 +51,7 @@ class ReplayBufferConfig(m2flow.WorkerConfig):
 
 class ReplayBuffer:
     Config = ReplayBufferConfig
-    port_dispatch = {"add": Dispatch(split="shard"), "update_priorities": Dispatch(split="broadcast")}
+    port_dispatch = {"add": m2flow.Dispatch(split="shard"), "update_priorities": m2flow.Dispatch(split="broadcast")}
 
     def __init__(self, **args: Any):
         self.cfg = ReplayBufferConfig(**args)
@@ -60,7 +60,13 @@ class ReplayBuffer:
         self.storage: dict[str, np.ndarray] = {}
         self.shard, self.shards = ctx.replica, ctx.replicas
         self.capacity = -(-self.cfg.capacity // ctx.replicas)  # this shard's
-        self.batch_size = slice_sizes(self.cfg.batch_size, ctx.replicas)[ctx.replica]  # its share of a minibatch
+        if self.cfg.batch_size % ctx.replicas:
+            raise WorkerError(
+                f"workers.{ctx.worker}.args.batch_size: {self.cfg.batch_size} does not split evenly over"
+                f" {ctx.replicas} buffer shards (each draws an equal share of every minibatch); use a multiple"
+                f" of {ctx.replicas}"
+            )
+        self.batch_size = self.cfg.batch_size // ctx.replicas  # its share of a minibatch
         self.learning_starts = -(-self.cfg.learning_starts // ctx.replicas)
         self.size = 0  # transitions held
         self.position = 0  # the next write
@@ -78,7 +84,7 @@ class ReplayBuffer:
             batch = _flat_fields(transitions(trajectory))
             self._store(batch)
             added += len(batch["reward"])
-        return {"buffer/size": float(self.size), "buffer/steps_consumed": float(added)}
+        return {"buffer/size": float(self.size * self.shards), "buffer/steps_consumed": float(added)}
 
     def sample(self) -> dict[str, np.ndarray]:
         """This iteration's minibatches, [updates, batch_size, ...] per field (plus `index` and, for
@@ -95,8 +101,8 @@ class ReplayBuffer:
             scaled = self.priorities[: self.size] ** self.cfg.alpha
             p = scaled / scaled.sum()
             index = self.rng.choice(self.size, size=shape, p=p)
-            weight = (self.size * p[index]) ** -self.cfg.beta
-            batch = {"weight": (weight / weight.max()).astype(np.float32)}
+            weight = (self.size * p[index]) ** -self.cfg.beta  # unnormalised: the consumer divides by the max
+            batch = {"weight": weight.astype(np.float32)}
         else:
             index = self.rng.integers(0, max(self.size, 1), size=shape)
             batch = {}
@@ -188,6 +194,11 @@ def transitions(trajectory: dict[str, Any]) -> dict[str, Any]:
 
     obs = trajectory["obs"]
     if isinstance(obs, dict):
+        if "truncated" not in trajectory:
+            raise WorkerError(
+                "ReplayBuffer.add: the camera simulator's trajectory does not say which episodes a time limit cut,"
+                " so their last transitions would end the return; set bootstrap_time_limits: true in its args"
+            )
         modalities = [key for key in obs if key != "env_id"]
         cut_at = {key: None if final is None else final[key] for key in modalities}
         stored = {key: flat(np.asarray(obs[key])) for key in modalities}

@@ -31,6 +31,7 @@ class SquashedGaussian(nn.Module):
         super().__init__()
         self.act_dim = act_dim
         self.encoder = encoder
+        self.detach_encoder = False  # SAC: the critic's loss trains a shared encoder, the policy's does not
         self.trunk = relu_mlp([encoder.out_dim, *hidden[:-1]], hidden[-1])
         self.mean = nn.Linear(hidden[-1], act_dim)
         self.log_std = nn.Linear(hidden[-1], act_dim)
@@ -65,6 +66,7 @@ class SquashedGaussian(nn.Module):
         return action, logprob, zeros, zeros
 
     def _head(self, obs: Observation) -> tuple[torch.Tensor, torch.Tensor]:
-        h = torch.relu(self.trunk(self.encoder(obs)))
+        features = self.encoder(obs)
+        h = torch.relu(self.trunk(features.detach() if self.detach_encoder else features))
         log_std = torch.tanh(self.log_std(h))
         return self.mean(h), LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
