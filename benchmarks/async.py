@@ -68,7 +68,7 @@ def main() -> None:
                 busy = ", ".join(f"{device} {share:.0%}" for device, share in run["busy"].items())
                 print(
                     f"{variant.label} seed {seed}: {at(run['curve'], args.steps):.0f} at {args.steps} steps,"
-                    f" {run['steps_per_s']:.0f} env steps/s; busy {busy}",
+                    f" {run['steps_per_s']:.0f} env steps/s ({run['trained_share']:.0%} trained); busy {busy}",
                     flush=True,
                 )
     summary = summarise(runs, args.steps)

@@ -84,7 +84,8 @@ def m2flow_run(
         wall += h["time/iteration_s"]
         collected = h["env_steps"]
     run = {"implementation": label, "seed": seed, "curve": curve, "wall_s": wall, "steps_per_s": collected / wall}
-    return {**run, "busy": device_busy(result.run_dir)}
+    dropped = sum(h.get("async/dropped_steps", 0.0) for h in result.history)  # flow.async's drop mode
+    return {**run, "busy": device_busy(result.run_dir), "trained_share": 1.0 - dropped / collected}
 
 
 def device_busy(run_dir: Path) -> dict[str, float]:
