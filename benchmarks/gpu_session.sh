@@ -8,7 +8,7 @@
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
 # `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second;
 # `tests` only the GPU tests (pytest -m gpu); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
-# STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop).
+# STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop); `sac_camera` SAC from pixels (metrics.jsonl).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
 # gets one beside it, <stem>.meta.json, which render_results.py reads.
 set -u
@@ -31,6 +31,13 @@ if [ "${1:-all}" = async ]; then
   timeout 560 python3 benchmarks/async.py --steps "${STEPS:-50000}" --seeds ${SEEDS:-1 2} --staleness ${STALENESS:-1} ${DROP:+--drop} \
     --name "${NAME:-async_halfcheetah_h200}" --out "$OUT" 2>&1 | grep -E "^(sync|[0-9]+-off( drop)?) seed|^async:|Error" | tee "$OUT/async.txt"
   exit 0
+fi
+if [ "${1:-all}" = sac_camera ]; then  # SAC from pixels (configs/sac_camera.yaml) for as long as the call allows
+  timeout "${SECONDS_LIMIT:-530}" python3 -m m2flow.cli run configs/sac_camera.yaml run.iterations="${ITERATIONS:-600}" \
+    flow.sync.1.every="${EVERY:-80}" run.checkpoint_every=0 run.progress=false run.output_dir="$OUT/runs" ${EXTRA:-} 2>&1 \
+    | grep -v "WARN\|INFO\|warn" | tail -30 | tee "$OUT/sac_camera.txt"
+  cp "$OUT"/runs/sac-camera/metrics.jsonl "$OUT/sac_camera_metrics.jsonl" && python3 benchmarks/results_io.py "$OUT/sac_camera_metrics.jsonl"
+  rm -rf "$OUT/runs"; exit 0
 fi
 if [ "${1:-all}" = hf ]; then
   python3 -c "import transformers, peft, accelerate; print('transformers', transformers.__version__, 'peft', peft.__version__, 'accelerate', accelerate.__version__)" | tee -a "$OUT/gpu.txt"

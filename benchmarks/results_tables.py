@@ -26,7 +26,7 @@ ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accur
 LEARNING, ASYNC_H200 = "learning_halfcheetah.json", "gpu15/async_halfcheetah_h200.json"
 ASYNC_CPU_SHARED_FIRST, ASYNC_CPU = "async_halfcheetah_shared_first.json", "async_halfcheetah.json"
 LEARNING_SAC = "learning_sac_halfcheetah_30k.json"
-ASYNC_H200_DROP = "gpu16/async_halfcheetah_h200.json"
+ASYNC_H200_DROP, ASYNC_H200_KOFF = "gpu16/async_halfcheetah_h200.json", "gpu16/koff/async_halfcheetah_h200.json"
 SYNC_CPU, SYNC_H200, SYNC_X2 = "weight_sync_cpu.json", "gpu13/weight_sync.json", "gpu12/weight_sync_x2.json"
 HF_X2_256, HF_X2_1024 = "gpu12/multigpu_hf_256.json", "gpu12/multigpu_hf_1024.json"
 CAMERA_VIT_STORE, CAMERA_VIT = "gpu12/modes_camera_vit_store.json", "gpu12/modes_camera_vit.json"
@@ -460,6 +460,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "async_cpu": partial(learning, ASYNC_CPU),
     "async_h200": partial(learning, ASYNC_H200),
     "async_h200_drop": partial(learning, ASYNC_H200_DROP),
+    "async_h200_koff": partial(learning, ASYNC_H200_KOFF),
     "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
     "camera_vit_sync_h200": partial(camera_vit_sync, [CAMERA_VIT_STORE, CAMERA_VIT]),
     "camera_gpu_pipeline_h200": partial(camera_gpu_pipeline, "gpu13/modes_camera_vit_bf16.json"),
