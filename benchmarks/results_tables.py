@@ -25,7 +25,7 @@ OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
 ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu13/hf_policy.json"
 LEARNING, ASYNC_H200 = "learning_halfcheetah.json", "gpu15/async_halfcheetah_h200.json"
 ASYNC_CPU_SHARED_FIRST, ASYNC_CPU = "async_halfcheetah_shared_first.json", "async_halfcheetah.json"
-LEARNING_SAC = "learning_sac_halfcheetah_30k.json"
+LEARNING_SAC, LEARNING_SAC_100K = "learning_sac_halfcheetah_30k.json", "learning_sac_halfcheetah_100k.json"
 ASYNC_H200_DROP, ASYNC_H200_KOFF = "gpu16/async_halfcheetah_h200.json", "gpu16/koff/async_halfcheetah_h200.json"
 SYNC_CPU, SYNC_H200, SYNC_X2 = "weight_sync_cpu.json", "gpu13/weight_sync.json", "gpu12/weight_sync_x2.json"
 HF_X2_256, HF_X2_1024 = "gpu12/multigpu_hf_256.json", "gpu12/multigpu_hf_1024.json"
@@ -457,6 +457,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "learning": partial(learning, LEARNING),
     "async_cpu_shared_first": partial(learning, ASYNC_CPU_SHARED_FIRST),
     "learning_sac": partial(learning, LEARNING_SAC),
+    "learning_sac_100k": partial(learning, LEARNING_SAC_100K),
     "async_cpu": partial(learning, ASYNC_CPU),
     "async_h200": partial(learning, ASYNC_H200),
     "async_h200_drop": partial(learning, ASYNC_H200_DROP),
