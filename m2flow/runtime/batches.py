@@ -1,14 +1,18 @@
-"""What an asynchronous flow's controller keeps between iterations: batches collected by a loop and not
-yet trained, the training issued beside the loop, and the check that no sample trained too stale."""
+"""What an asynchronous flow's controller keeps between iterations (`Backlog`): batches collected by a loop
+and not yet trained, the training issued beside the loop, the trainings finished and the syncs owed; and
+the check that no sample trained too stale."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from m2flow.errors import M2FlowError
+from m2flow.overlap import Overlap
 from m2flow.runtime.launch import Replica
 from m2flow.runtime.waits import Deadline
+from m2flow.schedule import Phase
 from m2flow.spec import PortRef
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
@@ -52,6 +56,63 @@ def _failed(ref: Any) -> bool:
     except Exception:  # noqa: BLE001 - any error the call raised: awaiting it reports it
         return True
     return False
+
+
+@dataclass
+class Backlog:
+    """An asynchronous flow's work in flight (`m2flow.overlap` says when each part runs): the batches
+    collected and not trained, oldest first; the training issued beside the loop; the trainings finished,
+    which count a batch's lag in policy versions; and, in drop mode, the syncs owed while training ran."""
+
+    overlap: Overlap
+    batches: deque[Batch] = field(default_factory=deque)
+    collected: int = 0  # the next batch's index (block mode: batch i trains in iteration i)
+    training: Training | None = None
+    version: int = 0  # trainings finished
+    owed: list[Phase] = field(default_factory=list)
+
+    def refs(self) -> set[Any]:
+        """References still needed: queued batches' outputs, and the training's (drop mode: across loops)."""
+        pending = {ref for b in self.batches for refs in b.produced.values() for ref in refs}
+        if self.training is not None:
+            pending |= {ref for refs in self.training.produced.values() for ref in refs}
+            pending |= {ref for ref, _, _ in self.training.calls}
+        return pending
+
+    def add(self, collected_at: int, produced: dict[PortRef, list[Any]], env_steps: int) -> None:
+        self.batches.append(Batch(collected_at, self.version, produced, env_steps))
+        self.collected += 1
+
+    def issue(self, calls: list[Call], produced: dict[PortRef, list[Any]], deadline: Deadline) -> None:
+        """Training on the oldest batch has been issued: `calls`, giving `produced`."""
+        batch = self.batches.popleft()
+        self.training = Training(calls, produced, batch, self.version - batch.version, deadline)
+
+    def finish(self) -> Training:
+        """The training in flight is over (awaited by the caller): one policy version more."""
+        training, self.training = self.training, None
+        self.version += 1
+        return training
+
+    def stale(self) -> list[Batch]:
+        """Drop mode: the queued batches over the bound if trained now, taken off the queue."""
+        return [
+            self.batches.popleft() for _ in range(self.overlap.stale([b.version for b in self.batches], self.version))
+        ]
+
+    def sync_runs(self, phase: Phase, due: bool) -> bool:
+        """Drop mode: a sync that falls due while training runs is owed until that training is done (its
+        source may be the worker training); an owed one runs as soon as it is."""
+        if due and phase not in self.owed:
+            self.owed.append(phase)
+        if self.training is not None or phase not in self.owed:
+            return False
+        self.owed.remove(phase)
+        return True
+
+    def busy(self) -> set[int]:
+        """The replicas (by id) still training: a call to them would wait for it."""
+        return {id(r) for _, r, _ in self.training.calls} if self.training is not None else set()
 
 
 def check_staleness(metrics: dict[str, float], bound: int, iteration: int) -> None:

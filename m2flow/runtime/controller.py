@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +22,7 @@ from m2flow.errors import WorkerError
 from m2flow.graph import MacroGraph
 from m2flow.overlap import Overlap
 from m2flow.program import own_items, part_port, run_phase
-from m2flow.runtime.batches import Batch, Call, Training, check_staleness
+from m2flow.runtime.batches import Backlog, Call, check_staleness
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopProgram, LoopStats
@@ -92,12 +92,8 @@ class Controller:
         self.restore = restore
         asynchronous = graph.spec.flow.asynchronous
         self.overlap = Overlap.of(asynchronous) if asynchronous is not None else None
-        self._batches: deque[Batch] = deque()  # collected, not yet trained (asynchronous flows)
-        self._collected = 0  # the next batch's index: one batch per iteration, batch i trains in iteration i
-        self._training: Training | None = None
+        self.backlog = Backlog(self.overlap) if self.overlap is not None else None
         self._last = 0  # the last iteration of the current segment (no batch pending after it)
-        self._version = 0  # trainings finished (drop mode: a batch's lag is counted in them)
-        self._owed: list[Phase] = []  # drop mode: syncs that fell due while training ran
 
     def adopt(self, plan: Plan) -> None:
         """The same placement with a new prediction (measured costs): its deadlines follow."""
@@ -107,10 +103,11 @@ class Controller:
     def iteration(self, it: int, last: int | None = None) -> IterationResult:
         """Run iteration `it`; `last` ends its segment (asynchronous flows: no batch pending after it)."""
         self._it, self._result = it, IterationResult()
-        pending = self._pending_refs()
+        pending = self.backlog.refs() if self.backlog is not None else set()
         self._items = {ref: items for ref, items in self._items.items() if ref in pending}
         self._producer = {ref: r for ref, r in self._producer.items() if ref in pending}
-        self._collected = max(self._collected, it)  # a new controller (start, restart, resume) begins at `it`
+        if self.backlog is not None:  # a new controller (start, restart, resume) begins at `it`
+            self.backlog.collected = max(self.backlog.collected, it)
         self._last = it if last is None else last
         before = copy.deepcopy(self.measured)
         start = time.time()
@@ -122,7 +119,7 @@ class Controller:
                 self._run(phase)
         if dropping:
             self._catch_up() if it == self._last else self._poll_training()
-        elif self._training is not None:
+        elif self.backlog is not None and self.backlog.training is not None:
             began = time.time()
             self._finish_training()
             self._add_time("time/train_wait_s", began)
@@ -140,14 +137,6 @@ class Controller:
             result.metrics["env/steps_per_s"] = result.env_steps / elapsed
         return result
 
-    def _pending_refs(self) -> set[Any]:
-        """References still needed: queued batches' outputs, and (drop mode, across loops) the training's."""
-        pending = {ref for b in self._batches for refs in b.produced.values() for ref in refs}
-        if self._training is not None:
-            pending |= {ref for refs in self._training.produced.values() for ref in refs}
-            pending |= {ref for ref, _, _ in self._training.calls}
-        return pending
-
     def _runs(self, phase: Phase) -> bool:
         """Whether `phase` runs now. An asynchronous flow first fills its queue of batches before training,
         and runs the loop beside training only while the segment needs more batches."""
@@ -160,58 +149,53 @@ class Controller:
             return False
         if phase.op == "then":
             loop = next(p for p in self.plan.phases if p.op == "loop")
-            for _ in range(self.overlap.fills(self._it, self._collected, self._last)):
+            for _ in range(self.overlap.fills(self._it, self.backlog.collected, self._last)):
                 self._run(loop)
             return True
         if phase.op == "loop":
-            return self.overlap.prefetches(self._it, self._collected, self._last)
+            return self.overlap.prefetches(self._it, self.backlog.collected, self._last)
         return True
 
     def _runs_dropping(self, phase: Phase, due: bool) -> bool:
-        """Drop mode: the loop never waits. A sync that falls due while training runs is owed until that
-        training is done (its source may be the worker training); training starts when the last one is
-        done, on the oldest batch within the bound (older ones are dropped)."""
+        """Drop mode: the loop never waits. Syncs wait for the training in flight (`Backlog.sync_runs`);
+        training starts when the last one is done, on the oldest batch within the bound (older ones are
+        dropped)."""
+        backlog = self.backlog
         if phase.op == "sync":
-            if due and phase not in self._owed:
-                self._owed.append(phase)
-            if self._training is not None or phase not in self._owed:
-                return False
-            self._owed.remove(phase)
-            return True
+            return backlog.sync_runs(phase, due)
         if phase.op == "then":
-            if self._training is not None:
+            if backlog.training is not None:
                 return False
             self._drop_stale()
-            return bool(self._batches)
+            return bool(backlog.batches)
         return due
 
     def _drop_stale(self) -> None:
         """Drop mode: queued batches over the bound if trained now are dropped, their steps counted."""
         metrics = self._result.metrics
-        for _ in range(self.overlap.stale([b.version for b in self._batches], self._version)):
-            batch = self._batches.popleft()
+        for batch in self.backlog.stale():
             metrics["async/dropped_batches"] = metrics.get("async/dropped_batches", 0.0) + 1
             metrics["async/dropped_steps"] = metrics.get("async/dropped_steps", 0.0) + batch.env_steps
 
     def _poll_training(self) -> None:
         """Drop mode: training issued earlier is finished if it is done (or past its deadline: it raises)."""
-        if self._training is not None and self._training.done():
+        if self.backlog.training is not None and self.backlog.training.done():
             self._finish_training()
 
     def _catch_up(self) -> None:
         """Drop mode at a segment's end: training finishes and trains what is still within the bound, so no
         batch is pending at a checkpoint; then the syncs it owes."""
-        began = time.time()
+        began, backlog = time.time(), self.backlog
         then = self._then_phase()
-        while self._training is not None or self._batches:
-            if self._training is not None:
+        while backlog.training is not None or backlog.batches:
+            if backlog.training is not None:
                 self._finish_training()
             self._drop_stale()
-            if self._batches:
+            if backlog.batches:
                 self._run(then)
-        for phase in [p for p in self.plan.phases if p in self._owed]:
-            self._owed.remove(phase)
-            self._run(phase)
+        for phase in (p for p in self.plan.phases if p.op == "sync"):
+            if backlog.sync_runs(phase, due=False):
+                self._run(phase)
         self._add_time("time/train_wait_s", began)
 
     def _run(self, phase: Phase) -> None:
@@ -292,9 +276,7 @@ class Controller:
         then = self._then_phase()
         loop_workers = set(self.graph.loop.workers)
         sources = [port for port in self.graph.then_order if port.worker in loop_workers]
-        produced = {port: self.call(port, [], then) for port in sources}
-        self._batches.append(Batch(self._it, self._version, produced, env_steps))
-        self._collected += 1
+        self.backlog.add(self._it, {port: self.call(port, [], then) for port in sources}, env_steps)
 
     def _loop_processes(self, shards: set[int] | None = None) -> list[list[Replica]]:
         """The loop's processes, each with the replicas it hosts (only those serving `shards`, if given)."""
@@ -339,7 +321,7 @@ class Controller:
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:
         if phase.overlaps:  # the oldest batch collected, which this iteration trains
-            return dict(self._batches[0].produced)
+            return dict(self.backlog.batches[0].produced)
         produced, self._streamed = self._streamed, {}
         self._calls += self._stream_calls
         self._stream_calls, self._consumes = [], {}
@@ -348,10 +330,8 @@ class Controller:
     def end_phase(self, phase: Phase, produced: dict[PortRef, list[Any]]) -> None:
         calls, self._calls = self._calls, []
         if phase.overlaps:  # awaited after the loop it runs beside
-            batch = self._batches.popleft()
-            what = f"training on the batch the loop of iteration {batch.collected_at} collected"
-            lag = self._version - batch.version
-            self._training = Training(calls, produced, batch, lag, self._deadline(what, "then"))
+            what = f"training on the batch the loop of iteration {self.backlog.batches[0].collected_at} collected"
+            self.backlog.issue(calls, produced, self._deadline(what, "then"))
             return
         events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
         self._record(events, calls)
@@ -364,16 +344,16 @@ class Controller:
     def _finish_training(self) -> None:
         """Wait for the training issued beside the loop (its deadline counts from its issue); its metrics
         are this iteration's."""
-        training, self._training = self._training, None
-        batch = training.batch
+        training = self.backlog.training
         events = wait_all(training.calls, training.deadline)
+        self.backlog.finish()
         self._record(events, training.calls)
-        self._then_metrics(training.produced, batch.env_steps)
-        check_staleness(self._result.metrics, self.overlap.max_staleness, self._it)
-        self._result.metrics["async/collected_at"] = float(batch.collected_at)
-        self._result.metrics["async/staleness"] = float(training.lag)
-        self._result.metrics["async/trained_batches"] = self._result.metrics.get("async/trained_batches", 0.0) + 1
-        self._version += 1
+        self._then_metrics(training.produced, training.batch.env_steps)
+        metrics = self._result.metrics
+        check_staleness(metrics, self.overlap.max_staleness, self._it)
+        metrics["async/collected_at"] = float(training.batch.collected_at)
+        metrics["async/staleness"] = float(training.lag)
+        metrics["async/trained_batches"] = metrics.get("async/trained_batches", 0.0) + 1
 
     # -- helpers -----------------------------------------------------------------------------------
     def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:
@@ -514,7 +494,7 @@ class Controller:
     def _worker_metrics(self) -> dict[str, float]:
         """Average of what each replica's optional `metrics()` hook reports; a replica still training (drop
         mode, across loops) is asked next time, not waited for."""
-        busy = {id(r) for _, r, _ in self._training.calls} if self._training is not None else set()
+        busy = self.backlog.busy() if self.backlog is not None else set()
         replicas = [r for group in self.launch.replicas.values() for r in group if id(r) not in busy]
         calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for r in replicas]
         per_replica = wait_all(calls, Deadline(self.deadlines.phase("then"), "metrics() hooks"))
