@@ -4,13 +4,14 @@ from m2flow.api import Workflow, define_worker, plan, run
 from m2flow.config import dump_spec, load_spec
 from m2flow.context import WorkerContext, context
 from m2flow.contract import WorkerConfig
-from m2flow.errors import M2FlowError, MissingDependency, PlanError, SpecError, WaitTimeout, WorkerError
+from m2flow.errors import EnvFailed, M2FlowError, MissingDependency, PlanError, SpecError, WaitTimeout, WorkerError
 from m2flow.spec import Dispatch, WorkflowSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Dispatch",
+    "EnvFailed",
     "M2FlowError",
     "MissingDependency",
     "PlanError",

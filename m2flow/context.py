@@ -6,7 +6,11 @@ in `__init__` if it needs any of this. Outside a run, `context()` returns a sing
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+RESEED_STRIDE = 1_000_003  # a quarantined env's seed moves by this per quarantine: past every env's and
+# evaluation episode's own seed
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,12 @@ class WorkerContext:
     backend: str | None = None
     output_dir: str = "."
     iterations: int = 1  # the run's planned iterations (schedules such as learning-rate annealing read it)
+    quarantined: Mapping[int, int] = field(default_factory=dict)  # env -> times
+
+    def env_seed(self, env: int, offset: int | None = None) -> int:
+        """The seed global env `env` starts from: run.seed + `offset` (default: the env's index), moved on
+        for each time the runtime quarantined the env (it kept failing with the seeds it had)."""
+        return self.seed + (env if offset is None else offset) + RESEED_STRIDE * self.quarantined.get(env, 0)
 
     @property
     def rank(self) -> int:

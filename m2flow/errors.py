@@ -30,5 +30,18 @@ class WaitTimeout(M2FlowError):
     """A wait ran past its deadline; names what it was waiting for."""
 
 
+class EnvFailed(Exception):  # noqa: N818 - what a simulator worker raises, not a user's mistake
+    """Raised by a simulator worker's port to name the env (its global index) whose reset or step failed.
+    The runtime counts failures per env; with `run.on_failure: replace` one that keeps failing is quarantined:
+    started again from a new seed (`WorkerContext.env_seed`) and reported."""
+
+    def __init__(self, env: int, why: str):
+        self.env, self.why = env, why
+        super().__init__(f"env {env} failed: {why}")
+
+    def __reduce__(self):
+        return (EnvFailed, (self.env, self.why))
+
+
 class MissingDependency(M2FlowError):
     """An optional dependency is not installed; names the extra that provides it."""

@@ -292,6 +292,12 @@ class RunSpec(_Strict):
     )
     max_restarts: int = Field(3, ge=0, description="restarts allowed before the run stops with its failure history")
     max_replacements: int = Field(20, ge=0, description="on_failure: replace: in-place replacements allowed per run")
+    quarantine_after: int = Field(
+        2,
+        ge=1,
+        description="on_failure: replace: an env (named by m2flow.EnvFailed) failing this many times is"
+        " quarantined: started again from a new seed and reported",
+    )
     replacement_state: Literal["reset", "checkpoint"] = Field(
         "reset",
         description="a replaced simulator replica's envs start new episodes (reset) or resume from its state in"

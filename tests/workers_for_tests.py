@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 from typing import Literal
 
+import gymnasium as gym
 import numpy as np
+from gymnasium.envs.mujoco.inverted_pendulum_v5 import InvertedPendulumEnv
 from pydantic import Field
 
 import m2flow
@@ -234,3 +236,22 @@ class FaultyGymEnv(GymEnv):
             marker.write_text(f"{time.time()}\n")
             os.kill(os.getpid(), signal.SIGKILL if self.fault.fault == "kill" else signal.SIGSTOP)
         return super().step(policy_out)
+
+
+class InvertedPendulumBadStarts(InvertedPendulumEnv):
+    """InvertedPendulum whose reset raises for the seeds in `bad_seeds` (every seed with `bad_seeds="all"`), as
+    a simulator does whose sampled initial state is infeasible."""
+
+    def __init__(self, bad_seeds: list[int] | Literal["all"] = (), **kwargs):
+        super().__init__(**kwargs)
+        self.bad_seeds = bad_seeds
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None and (self.bad_seeds == "all" or seed in self.bad_seeds):
+            raise RuntimeError(f"infeasible initial state from seed {seed}")
+        return super().reset(seed=seed, options=options)
+
+
+gym.register(
+    "InvertedPendulumBadStarts-v0", entry_point=InvertedPendulumBadStarts, max_episode_steps=1000, reward_threshold=950
+)

@@ -26,6 +26,7 @@ from m2flow.runtime.batches import Backlog, Call, check_staleness
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopProgram, LoopStats
+from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.replace import Replacement, await_loop, droppable
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, wait_all
@@ -72,6 +73,7 @@ class Controller:
         trace_until: int,
         replacements_left: int,
         restore: RestoreReplica,
+        quarantine: Quarantine,
     ):
         self.graph = graph
         self.plan = plan
@@ -90,6 +92,7 @@ class Controller:
         self._consumes: dict[Any, Any] = {}  # a streamed part call's event -> the output it was given
         self.replacements_left = replacements_left  # simulator replicas that may still be replaced in place
         self.restore = restore
+        self.quarantine = quarantine
         asynchronous = graph.spec.flow.asynchronous
         self.overlap = Overlap.of(asynchronous) if asynchronous is not None else None
         self.backlog = Backlog(self.overlap) if self.overlap is not None else None
@@ -256,9 +259,7 @@ class Controller:
         began = time.time()
         calls = [(group[0].process.run_loop.remote(program), group[0], "the loop") for group in processes]
         self._stream(phase)
-        # peers may first wait out each droppable simulator replica that hangs
-        waiting = self.deadlines.phase("loop") + len(program.droppable) * self.deadlines.channel_s
-        deadline = Deadline(waiting, f"the interaction loop (iteration {self._it}); {self.deadlines.explain}")
+        deadline = self._loop_deadline("the interaction loop", program.droppable)
         per_process, failed = await_loop(calls, processes, deadline, loop.entry.worker, program.droppable)
         self.measured.loop_s += time.time() - began
         sent = 0
@@ -291,33 +292,63 @@ class Controller:
 
     def _replace(self, failed: list[tuple[Replica, Dropped]], program: LoopProgram) -> int:
         """New processes for the failed simulator replicas, each restored or reset, and their part of this
-        iteration's loop redone, the other replicas' kept; returns the bytes the redo sent. Past the run's
-        budget of replacements the failure is the iteration's, as without replacement."""
-        if len(failed) > self.replacements_left:
-            names = ", ".join(str(r.id) for r, _ in failed)
-            raise WorkerError(
-                f"{names} failed in the loop ({failed[0][1].why}); no in-place replacement left (run.max_replacements)"
-            )
-        states = {}
-        for replica, _ in failed:
-            states[replica.id] = self.restore(self.launch.replace(replica.id))
-            self.replacements_left -= 1
-        shards = {replica.index for replica, _ in failed}  # a simulator replica holds its own shard
-        redo = dataclasses.replace(program, droppable=frozenset(), only_shards=tuple(sorted(shards)))
-        groups = self._loop_processes(shards)
-        calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
-        per_process = wait_all(calls, self._deadline("the redone part of the loop", "loop"))
-        steps_before, sent = self._result.env_steps, 0
-        for group, by_worker in zip(groups, per_process, strict=True):
-            for r in group:
-                sent += self._record_loop(r, by_worker[r.worker], redo)
-        share = (self._result.env_steps - steps_before) // len(failed)
-        for replica, dropped in failed:
-            seconds = time.time() - dropped.at
-            replacement = Replacement(replica.id, self._it, dropped.why, states[replica.id], share, dropped.at, seconds)
-            self._result.replacements.append(replacement)
-        self._restream([replica for replica, _ in failed])
+        iteration's loop redone, the other replicas' kept; a replacement that fails in the redo is replaced
+        in turn. Returns the bytes the redos sent. Past the run's budget of replacements the failure is the
+        iteration's, as without replacement."""
+        simulator, sent, replaced = self.graph.loop.entry.worker, 0, []
+        while failed:
+            if len(failed) > self.replacements_left:
+                names, env = ", ".join(str(r.id) for r, _ in failed), failed[0][1].env
+                times = self.quarantine.times.get(env, 0)
+                hint = f"; env {env} still fails after {times} quarantine(s) from new seeds" if times else ""
+                raise WorkerError(
+                    f"{names} failed in the loop ({failed[0][1].why}); no in-place replacement left"
+                    f" (run.max_replacements){hint}"
+                )
+            states = {replica.id: self._replacement(replica, dropped) for replica, dropped in failed}
+            self.replacements_left -= len(failed)
+            shards = {replica.index for replica, _ in failed}  # a simulator replica holds its own shard
+            may_fail = droppable(self.launch, simulator, budget=len(failed)) & shards  # the budget is checked above
+            redo = dataclasses.replace(program, droppable=may_fail, only_shards=tuple(sorted(shards)))
+            groups = self._loop_processes(shards)
+            calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
+            deadline = self._loop_deadline("the redone part of the loop", may_fail)
+            per_process, again = await_loop(calls, groups, deadline, simulator, may_fail)
+            steps_before = self._result.env_steps
+            for group, by_worker in zip(groups, per_process, strict=True):
+                for r in group if by_worker is not None else []:
+                    sent += self._record_loop(r, by_worker[r.worker], redo)
+            failed_again = {r.id: again[i] for i in again for r in groups[i]}
+            done = [replica for replica, _ in failed if replica.id not in failed_again]
+            share = (self._result.env_steps - steps_before) // max(1, len(done))
+            for replica, dropped in failed:
+                state, quarantined = states[replica.id]
+                replacement = Replacement(
+                    replica=replica.id,
+                    iteration=self._it,
+                    why=dropped.why,
+                    state=state,
+                    steps_redone=0 if replica.id in failed_again else share,
+                    detected_at=dropped.at,
+                    seconds=time.time() - dropped.at,
+                    env=dropped.env,
+                    quarantined=quarantined,
+                )
+                self._result.replacements.append(replacement)
+            replaced += [replica for replica, _ in failed]
+            failed = [(r, again[i]) for i in again for r in groups[i]]
+        self._restream(replaced)
         return sent
+
+    def _replacement(self, replica: Replica, dropped: Dropped) -> tuple[str, bool]:
+        """A new process for a failed simulator replica, started as `run.replacement_state` asks unless the
+        failure quarantines an env: then every env resets, that one from a new seed. Says what it started
+        from, and whether it quarantined."""
+        quarantined = self.quarantine.record(dropped.env)
+        new = self.launch.replace(replica.id)
+        if not quarantined:
+            return self.restore(new), False
+        return f"its envs reset, env {dropped.env} quarantined: started from a new seed", True
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:
         if phase.overlaps:  # the oldest batch collected, which this iteration trains
@@ -487,6 +518,11 @@ class Controller:
     def _add_time(self, key: str, began: float) -> None:
         metrics = self._result.metrics
         metrics[key] = metrics.get(key, 0.0) + time.time() - began
+
+    def _loop_deadline(self, what: str, droppable: frozenset[int]) -> Deadline:
+        """The loop's deadline: peers may first wait out each droppable simulator replica that hangs."""
+        waiting = self.deadlines.phase("loop") + len(droppable) * self.deadlines.channel_s
+        return Deadline(waiting, f"{what} (iteration {self._it}); {self.deadlines.explain}")
 
     def _deadline(self, what: str, phase: str) -> Deadline:
         return Deadline(self.deadlines.phase(phase), f"{what} (iteration {self._it}); {self.deadlines.explain}")

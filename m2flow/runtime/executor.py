@@ -21,6 +21,7 @@ from m2flow.planners import make_plan
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.launch import Launch, connect_ray
+from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.replan import Running, remember, replan
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.snapshots import Snapshots
@@ -111,6 +112,7 @@ class Run:
                 f"m2flow: {len(unknown)} port cost(s) unknown ({', '.join(unknown)}): measuring them in the first"
                 f" {REPLAN_AFTER} iterations, then re-planning (placement.replan)"
             )
+        self.quarantine = Quarantine(spec.run.quarantine_after)  # kept across restarts: a restart keeps the seeds
         self.launch: Launch | None = None
         self.controller: Controller | None = None
         self.snapshots: Snapshots | None = None
@@ -128,7 +130,7 @@ class Run:
             f"m2flow: {self.spec.name}: {self.plan.mode} placement, {self.plan.pipeline_stages}"
             f" stage(s); outputs in {self.run_dir}"
         )
-        self.launch = Launch(self.graph, self.plan, str(self.run_dir))
+        self.launch = Launch(self.graph, self.plan, str(self.run_dir), self.quarantine.times)
         self.launch.start()
         self._note_processes()
         replacements_left = 0
@@ -139,7 +141,14 @@ class Run:
                 if why is not None:
                     self.reporter.print(f"m2flow: run.on_failure: replace: {why}, so a failure of it restarts")
         self.controller = Controller(
-            self.graph, self.plan, self.launch, self.trace, self.trace_until, replacements_left, self._restore
+            self.graph,
+            self.plan,
+            self.launch,
+            self.trace,
+            self.trace_until,
+            replacements_left,
+            self._restore,
+            self.quarantine,
         )
         self.measured_since = self.next_iteration
         self.snapshots = Snapshots(self.graph, self.launch, self.spec.run.timeouts.start_s)
@@ -159,9 +168,12 @@ class Run:
         if outcome.replacements:
             metrics["failures/replaced"] = float(len(outcome.replacements))
             metrics["failures/steps_redone"] = float(sum(r.steps_redone for r in outcome.replacements))
+            metrics["failures/quarantined"] = float(sum(r.quarantined for r in outcome.replacements))
         for r in outcome.replacements:
-            self.result.failures.append(_failure(it, r.why, r.detected_at, str(r.replica), r.steps_redone))
-            self.reporter.print(f"m2flow: {r.replica} failed in iteration {it}: {r.why}")
+            failure = _failure(it, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined)
+            self.result.failures.append(failure)
+            named = "" if r.env is None else f" (env {r.env})"
+            self.reporter.print(f"m2flow: {r.replica} failed in iteration {it}{named}: {r.why}")
             self.reporter.print(
                 f"m2flow: {r.replica} replaced in place ({r.state}); its {r.steps_redone} steps redone,"
                 f" {r.seconds:.1f}s after the failure was seen; the other replicas kept theirs"
@@ -287,15 +299,24 @@ class Run:
 
 
 def _failure(
-    iteration: int, error: str, detected_at: float, replaced: str | None = None, steps_redone: int = 0
+    iteration: int,
+    error: str,
+    detected_at: float,
+    replaced: str | None = None,
+    steps_redone: int = 0,
+    env: int | None = None,
+    quarantined: bool = False,
 ) -> dict:
-    """One entry of `RunResult.failures`: `replaced` names the replica replaced in place (None: a restart)."""
+    """One entry of `RunResult.failures`: `replaced` names the replica replaced in place (None: a restart),
+    `env` the env its simulator said failed, `quarantined` whether that env was started from a new seed."""
     return {
         "iteration": iteration,
         "error": error,
         "detected_at": detected_at,
         "replaced": replaced,
         "steps_redone": steps_redone,
+        "env": env,
+        "quarantined": quarantined,
     }
 
 

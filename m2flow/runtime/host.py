@@ -16,7 +16,7 @@ import traceback
 from typing import Any
 
 from m2flow.context import WorkerContext, set_context
-from m2flow.errors import WorkerError
+from m2flow.errors import EnvFailed, WorkerError
 from m2flow.runtime.batching import leading_size, payload_bytes
 from m2flow.runtime.channels import Mailbox, PeerId
 from m2flow.runtime.loop import LoopProgram, LoopStats, Member, run_loop
@@ -26,20 +26,26 @@ from m2flow.sharding import slice_sizes
 
 
 class PortFailed(WorkerError):
-    """A user port raised; carries the worker, replica, port and the original traceback."""
+    """A user port raised; carries the worker, replica, port, the original traceback and, when a simulator
+    named it (`m2flow.EnvFailed`), the env that failed."""
 
-    def __init__(self, worker: str, replica: int, port: str, where: str, detail: str):
-        self.worker, self.replica, self.port = worker, replica, port
+    def __init__(self, worker: str, replica: int, port: str, where: str, detail: str, env: int | None = None):
+        self.worker, self.replica, self.port, self.env = worker, replica, port, env
         super().__init__(f"worker '{worker}' replica {replica} failed in port '{port}' ({where}):\n{detail}")
 
+    def headline(self) -> str:
+        """Where it failed and the exception it raised, on one line."""
+        lines = [line for line in str(self).splitlines() if line.strip()]
+        return f"{lines[0]} {lines[-1].strip()}"
+
     def __reduce__(self):
-        return (_rebuild_port_failed, (self.args[0], self.worker, self.replica, self.port))
+        return (_rebuild_port_failed, (self.args[0], self.worker, self.replica, self.port, self.env))
 
 
-def _rebuild_port_failed(message: str, worker: str, replica: int, port: str) -> PortFailed:
+def _rebuild_port_failed(message: str, worker: str, replica: int, port: str, env: int | None) -> PortFailed:
     error = PortFailed.__new__(PortFailed)
     WorkerError.__init__(error, message)
-    error.worker, error.replica, error.port = worker, replica, port
+    error.worker, error.replica, error.port, error.env = worker, replica, port, env
     return error
 
 
@@ -118,9 +124,10 @@ class WorkerHost:
             method = getattr(instances[stage % len(instances)], port)
             try:
                 return method() if value is None else method(value)
-            except Exception:
+            except Exception as exc:
                 where = f"iteration {program.iteration}, loop slice {stage}"
-                raise PortFailed(ctx.worker, ctx.replica, port, where, traceback.format_exc()) from None
+                env = exc.env if isinstance(exc, EnvFailed) else None
+                raise PortFailed(ctx.worker, ctx.replica, port, where, traceback.format_exc(), env) from None
 
         return Member(self.ctx.worker, self.ctx.replica, call_port, self.mailbox)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -97,10 +98,11 @@ class _HostArgs:
 class Launch:
     """The actors and channels of one plan; `close()` releases everything."""
 
-    def __init__(self, graph: MacroGraph, plan: Plan, output_dir: str):
+    def __init__(self, graph: MacroGraph, plan: Plan, output_dir: str, quarantined: Mapping[int, int] | None = None):
         self.graph = graph
         self.plan = plan
         self.output_dir = output_dir
+        self.quarantined = {} if quarantined is None else quarantined  # env -> times, read as replicas start
         self.timeouts = graph.spec.run.timeouts
         self.replicas: dict[str, list[Replica]] = {}
         self.nodes: dict[ReplicaId, str] = {}
@@ -109,8 +111,7 @@ class Launch:
         self.bundle_of: dict[DeviceId, int] = {}
         self.rendezvous: dict[str, dict | None] = {}
         self.transports: dict[Edge, Transport] = {}
-        # what a replacement of one replica needs: how it was built, the loop's channels, its sync routes
-        self.host_args: dict[ReplicaId, _HostArgs] = {}
+        # what a replacement of one replica needs: the loop's channels, its sync routes
         self.channels: LoopChannels | None = None
         self.sync_setup: dict[ReplicaId, list[tuple[str, Edge, Route | None]]] = {}  # (method, edge, route)
         self.generation: dict[ReplicaId, int] = {}  # processes a replica has had before its current one
@@ -124,7 +125,6 @@ class Launch:
         self.rendezvous = {name: self._rendezvous(name) for name in self.plan.placements}
         self.render_on = render_gpus(self.graph, self.plan)
         hosts = [self._host_args(name, r) for name in self.plan.placements for r in range(self._replicas(name))]
-        self.host_args = {host.replica.id: host for host in hosts}
         self._start_hosts(hosts)
         self._await_start()
         self._check_nodes()
@@ -174,6 +174,7 @@ class Launch:
             backend=info.spec.backend,
             output_dir=self.output_dir,
             iterations=self.graph.spec.run.iterations,
+            quarantined=dict(self.quarantined),
         )
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
         dist = _with_timeout(self.rendezvous[name], self.timeouts.ceiling_s)
@@ -319,13 +320,14 @@ class Launch:
         return None
 
     def replace(self, replica: ReplicaId) -> Replica:
-        """A new process for `replica` where the plan put it (the old one killed if it still runs), its
-        channels wired to the same peers and its sync routes set as at start."""
+        """A new process for `replica` where the plan put it (the old one killed if it still runs), built as
+        at start but for the envs quarantined since, its channels wired to the same peers and its sync
+        routes set as at start."""
         import ray
 
         old = self._replica(replica)
         ray.kill(old.process, no_restart=True)
-        host = self.host_args[replica]
+        host = self._host_args(replica.worker, replica.replica)
         new = Replica(old.worker, old.index, old.device, None)
         self.generation[replica] = generation = self.generation.get(replica, 0) + 1
         label = f"{replica.worker}:{replica.replica}#{generation}"  # the old name may not be released yet

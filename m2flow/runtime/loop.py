@@ -45,6 +45,7 @@ class Dropped:
 
     at: float  # time.time()
     why: str
+    env: int | None = None  # the env the replica itself said failed (`m2flow.EnvFailed`), if it did
 
 
 @dataclass

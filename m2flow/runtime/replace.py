@@ -10,11 +10,13 @@ its shards.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.runtime.host import PortFailed
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopStats
 from m2flow.runtime.waits import Deadline, get, wait_all
@@ -34,6 +36,8 @@ class Replacement:
     steps_redone: int
     detected_at: float  # when its failure was seen (time.time())
     seconds: float  # from then to the end of the redo
+    env: int | None  # the env that failed, when the replica named it
+    quarantined: bool  # whether that env was quarantined (started again from a new seed)
 
 
 def droppable(launch: Launch, simulator: str, budget: int) -> frozenset[int]:
@@ -67,7 +71,9 @@ def await_loop(
         lost = _lost(results, simulator)
         for ref, i in list(pending.items()):
             if replaceable(i) and all(r.id in lost for r in processes[i]):
-                fail(i, lost[processes[i][0].id])
+                seen = lost[processes[i][0].id]
+                own = _own_failure(ref, calls[i])  # what it raised, if it did: it may name the env that failed
+                fail(i, seen if own is None else dataclasses.replace(own, at=seen.at))
                 del pending[ref]
         if not pending:
             break
@@ -81,8 +87,28 @@ def await_loop(
             except (WorkerError, WaitTimeout) as exc:
                 if not replaceable(i):
                     raise
-                fail(i, Dropped(time.time(), str(exc).splitlines()[0]))
+                fail(i, _dropped(exc))
     return results, failed
+
+
+def _dropped(exc: WorkerError | WaitTimeout) -> Dropped:
+    """A replica's own failure, seen now."""
+    if isinstance(exc, PortFailed):
+        return Dropped(time.time(), exc.headline(), exc.env)
+    return Dropped(time.time(), str(exc).splitlines()[0])
+
+
+def _own_failure(ref: Any, call: Call) -> Dropped | None:
+    """The failure a process already raised itself (None: it has not, or it has not finished)."""
+    import ray
+
+    if not ray.wait([ref], timeout=0)[0]:
+        return None
+    try:
+        get(ref, call[1], call[2])
+    except (WorkerError, WaitTimeout) as exc:
+        return _dropped(exc)
+    return None
 
 
 def _lost(results: list[dict[str, LoopStats] | None], simulator: str) -> dict[ReplicaId, Dropped]:

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 import m2flow
 from m2flow.workers.env.env_ids import make_env, registered
 from m2flow.workers.env.evaluation import Evaluated, Evaluator
+from m2flow.workers.env.failures import NamedFailures
 from m2flow.workers.env.mujoco_state import load_simulator_state, simulator_state
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.rendering import CameraRenderer, ImageSize
@@ -64,13 +65,13 @@ class CameraEnv:
         self.config = cfg = CameraEnvConfig(**args)
         ctx = m2flow.context()
         self.env_ids = np.arange(*ctx.items)
-        self.envs = [make_env(cfg.env_id, **cfg.env_kwargs) for _ in self.env_ids]
+        self.envs = [NamedFailures(make_env(cfg.env_id, **cfg.env_kwargs), int(i)) for i in self.env_ids]
         view = cfg.observation
         self.renderers = [
             CameraRenderer(env.unwrapped.model, view.cameras, view.modalities, view.size, cfg.render_profile)
             for env in self.envs
         ]
-        self.seeds = [ctx.seed + int(i) // cfg.group_size for i in self.env_ids]
+        self.seeds = [ctx.env_seed(int(i), int(i) // cfg.group_size) for i in self.env_ids]
         space = self.envs[0].action_space
         self.low, self.high, self.act_dim = space.low, space.high, int(np.prod(space.shape))
         self.proprio = np.zeros((len(self.envs), int(np.prod(self.envs[0].observation_space.shape))), np.float32)

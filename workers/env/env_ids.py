@@ -1,7 +1,8 @@
 """Making a simulator env from its id, and checking an id before any cluster starts.
 
-Plain ids go to gymnasium's registry; `Meta-World/...` ids are registered by importing metaworld, and
-`Robosuite/...` ids are made by m2flow's robosuite adapter.
+Plain ids go to gymnasium's registry (`module:EnvId` imports the module that registers EnvId first);
+`Meta-World/...` ids are registered by importing metaworld, and `Robosuite/...` ids are made by m2flow's
+robosuite adapter.
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ def registered(env_id: str) -> str:
     checked when the env is made: importing them costs seconds)."""
     if env_id.startswith((*ENV_PACKAGES, *ENV_FACTORIES)):
         return env_id
+    module, _, name = env_id.rpartition(":")  # gymnasium's "module:EnvId": the module registers EnvId
     try:
-        gym.spec(env_id)
+        if module:
+            importlib.import_module(module)
+        gym.spec(name)
+    except ImportError as exc:
+        raise ValueError(f"env_id '{env_id}': its module '{module}' does not import: {exc}") from None
     except gym.error.Error as exc:
         raise ValueError(
             f"gymnasium has no environment '{env_id}': {exc} (see gymnasium.pprint_registry() for the ids)"

@@ -3,7 +3,8 @@
 Ports: `obs()` the current observations, `step(policy_out)` one step of every env (records what the
 policy sent with the actions: log-probs and values), `trajectory()` the steps since the last call.
 Observations go out as `{"obs": array, "env_id": global env indices}`. Each env is seeded by its global
-index, so results do not depend on how envs are split over replicas or pipeline slices.
+index, so results do not depend on how envs are split over replicas or pipeline slices; a failing env
+names itself (`m2flow.EnvFailed`), and one the runtime quarantined starts from a new seed.
 
 With `normalize_obs` (default) each env is wrapped as CleanRL's `ppo_continuous_action.py` wraps it:
 gymnasium's `NormalizeObservation` (a running mean and variance per env, updated every step) and a clip to
@@ -13,6 +14,7 @@ the statistics are part of the worker's checkpointed state, and evaluation freez
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +27,7 @@ import m2flow
 from m2flow.workers.algorithms.moments import merge
 from m2flow.workers.env.env_ids import registered
 from m2flow.workers.env.evaluation import Evaluated, Evaluator
+from m2flow.workers.env.failures import NamedFailures
 from m2flow.workers.env.mujoco_state import is_mujoco, load_simulator_state, simulator_state
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.video import EpisodeVideo
@@ -50,10 +53,10 @@ class GymEnv:
         first, last = ctx.items
         self.env_ids = np.arange(first, last)
         self.envs = gym.vector.SyncVectorEnv(
-            [lambda: make_normalized(self.config) for _ in self.env_ids],
+            [partial(make_named, self.config, int(i)) for i in self.env_ids],
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
-        self.seeds = [ctx.seed + int(i) for i in self.env_ids]
+        self.seeds = [ctx.env_seed(int(i)) for i in self.env_ids]
         self._obs: np.ndarray | None = None
         self._done = np.zeros(len(self.env_ids), dtype=np.float32)
         self.recorder = Recorder(len(self.env_ids))
@@ -148,6 +151,11 @@ class GymEnv:
             "obs_var": np.stack([r.var for r in rms]),
             "obs_count": np.array([r.count for r in rms]),
         }
+
+
+def make_named(config: GymEnvConfig, index: int) -> gym.Env:
+    """Env `index` of the run, made as the config asks; a failure of it names it."""
+    return NamedFailures(make_normalized(config), index)
 
 
 def make_normalized(config: GymEnvConfig) -> gym.Env:

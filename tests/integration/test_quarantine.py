@@ -1,0 +1,75 @@
+"""Quarantine: an env that crashes its simulator replica at every reset from its seed costs two replacements
+and a new seed, not the job; one that crashes whatever its seed stops the run with its name once the
+replacements run out."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+from tests.workflows import pendulum_ppo
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
+
+HORIZON, ENVS, ITERATIONS, SEED, BAD_ENV = 8, 2, 2, 5, 3
+ENV_ID = "tests.workers_for_tests:InvertedPendulumBadStarts-v0"
+
+
+def bad_starts_ppo(tmp_path, bad_seeds, **run) -> mf.WorkflowSpec:
+    """Two simulator replicas of 2 envs (envs 0-3) whose reset fails from `bad_seeds`."""
+    raw = pendulum_ppo(
+        tmp_path,
+        "quarantine",
+        num_envs=ENVS,
+        hidden=[16, 16],
+        horizon=HORIZON,
+        actor={"num_minibatches": 2, "update_epochs": 1},
+        run={
+            "iterations": ITERATIONS,
+            "seed": SEED,
+            "on_failure": "replace",
+            "quarantine_after": 2,
+            "timeouts": {"floor_s": 8.0},
+            **run,
+        },
+    )
+    for worker in raw["workers"].values():
+        worker["args"]["env_id"] = ENV_ID
+    env = raw["workers"]["env"]
+    env["replicas"] = 2
+    env["args"]["env_kwargs"] = {"bad_seeds": bad_seeds}
+    raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
+    return spec_from_dict(raw)
+
+
+def test_an_env_that_always_crashes_at_reset_from_its_seed_is_quarantined_and_the_run_goes_on(tmp_path, capsys):
+    result = mf.run(bad_starts_ppo(tmp_path, [SEED + BAD_ENV]))
+
+    first, second = result.failures  # its replica failed at the first reset, then again in the redo
+    assert [f["replaced"] for f in result.failures] == ["env[1]", "env[1]"]
+    assert [f["env"] for f in result.failures] == [BAD_ENV, BAD_ENV]
+    assert [f["quarantined"] for f in result.failures] == [False, True]
+    assert first["error"].endswith("env 3 failed: reset raised RuntimeError: infeasible initial state from seed 8")
+    per_iteration = 2 * ENVS * HORIZON
+    assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
+    assert result.history[0]["failures/quarantined"] == 1
+    assert result.history[0]["actor/steps_consumed"] == per_iteration  # training saw the whole batch
+    assert second["steps_redone"] == ENVS * HORIZON and first["steps_redone"] == 0
+    out = " ".join(capsys.readouterr().err.split())  # the console wraps lines
+    assert "env[1] failed in iteration 0 (env 3)" in out
+    assert "env 3 quarantined: started from a new seed" in out
+
+
+def test_an_env_that_crashes_whatever_its_seed_stops_the_run_naming_it_when_replacements_run_out(tmp_path):
+    spec = bad_starts_ppo(tmp_path, "all", max_replacements=4, max_restarts=0)
+
+    # both replicas fail at every reset: replaced, replaced and quarantined, then no replacement is left
+    with pytest.raises(mf.WorkerError) as caught:
+        mf.run(spec)
+    message = str(caught.value)
+    assert "failed in the loop" in message and "no in-place replacement left (run.max_replacements)" in message
+    assert "reset raised RuntimeError: infeasible initial state" in message
+    assert re.search(r"env \d still fails after 1 quarantine\(s\) from new seeds", message)
