@@ -215,11 +215,13 @@ class FaultyGymEnvConfig(GymEnvConfig):
     fault: Literal["kill", "stop"] = "kill"  # SIGKILL (a crash) or SIGSTOP (a hang) of its own process
     fault_replica: int = 0
     fault_at_step: int = Field(10, ge=1, description="the replica's step (counted over the run) it strikes at")
+    fault_in: Literal["step", "metrics"] = Field("step", description="in the loop, or in the first metrics() after it")
     marker: str = Field(description="a file the fault writes its time to: it strikes once, not in the replacement")
 
 
 class FaultyGymEnv(GymEnv):
-    """A GymEnv whose `fault_replica` kills or stops its own process once, at a given step of the run."""
+    """A GymEnv whose `fault_replica` kills or stops its own process once: at a given step of the run, or in
+    the first `metrics()` call after it (between loops, while nothing waits on it)."""
 
     Config = FaultyGymEnvConfig
 
@@ -230,12 +232,20 @@ class FaultyGymEnv(GymEnv):
 
     def step(self, policy_out):
         self.steps += 1
+        if self.fault.fault_in == "step" and self.steps == self.fault.fault_at_step:
+            self._strike()
+        return super().step(policy_out)
+
+    def metrics(self):
+        if self.fault.fault_in == "metrics" and self.steps >= self.fault.fault_at_step:
+            self._strike()
+        return super().metrics()
+
+    def _strike(self) -> None:
         marker = Path(self.fault.marker)
-        mine = self.replica == self.fault.fault_replica and self.steps == self.fault.fault_at_step
-        if mine and not marker.exists():
+        if self.replica == self.fault.fault_replica and not marker.exists():
             marker.write_text(f"{time.time()}\n")
             os.kill(os.getpid(), signal.SIGKILL if self.fault.fault == "kill" else signal.SIGSTOP)
-        return super().step(policy_out)
 
 
 class InvertedPendulumBadStarts(InvertedPendulumEnv):

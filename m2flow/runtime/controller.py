@@ -27,7 +27,7 @@ from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopProgram, LoopStats
 from m2flow.runtime.quarantine import Quarantine
-from m2flow.runtime.replace import Replacement, await_loop, droppable
+from m2flow.runtime.replace import Replacement, await_calls, await_loop, droppable
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
@@ -43,6 +43,15 @@ class IterationResult:
     replacements: list[Replacement] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Started:
+    """How a replacement started: what its envs started from, and whether its failure quarantined an env."""
+
+    state: str
+    quarantined: bool
+
+
+Failed = list[tuple[Replica, Dropped]]  # simulator replicas to replace, each with its failure
 RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says what it is
 
 
@@ -290,23 +299,14 @@ class Controller:
                 processes.setdefault(id(r.process), []).append(r)
         return list(processes.values())
 
-    def _replace(self, failed: list[tuple[Replica, Dropped]], program: LoopProgram) -> int:
+    def _replace(self, failed: Failed, program: LoopProgram) -> int:
         """New processes for the failed simulator replicas, each restored or reset, and their part of this
         iteration's loop redone, the other replicas' kept; a replacement that fails in the redo is replaced
         in turn. Returns the bytes the redos sent. Past the run's budget of replacements the failure is the
         iteration's, as without replacement."""
         simulator, sent, replaced = self.graph.loop.entry.worker, 0, []
         while failed:
-            if len(failed) > self.replacements_left:
-                names, env = ", ".join(str(r.id) for r, _ in failed), failed[0][1].env
-                times = self.quarantine.times.get(env, 0)
-                hint = f"; env {env} still fails after {times} quarantine(s) from new seeds" if times else ""
-                raise WorkerError(
-                    f"{names} failed in the loop ({failed[0][1].why}); no in-place replacement left"
-                    f" (run.max_replacements){hint}"
-                )
-            states = {replica.id: self._replacement(replica, dropped) for replica, dropped in failed}
-            self.replacements_left -= len(failed)
+            states = self._start_replacements(failed, "in the loop")
             shards = {replica.index for replica, _ in failed}  # a simulator replica holds its own shard
             may_fail = droppable(self.launch, simulator, budget=len(failed)) & shards  # the budget is checked above
             redo = dataclasses.replace(program, droppable=may_fail, only_shards=tuple(sorted(shards)))
@@ -322,33 +322,58 @@ class Controller:
             done = [replica for replica, _ in failed if replica.id not in failed_again]
             share = (self._result.env_steps - steps_before) // max(1, len(done))
             for replica, dropped in failed:
-                state, quarantined = states[replica.id]
-                replacement = Replacement(
-                    replica=replica.id,
-                    iteration=self._it,
-                    why=dropped.why,
-                    state=state,
-                    steps_redone=0 if replica.id in failed_again else share,
-                    detected_at=dropped.at,
-                    seconds=time.time() - dropped.at,
-                    env=dropped.env,
-                    quarantined=quarantined,
+                self._record_replacement(
+                    replica, dropped, states[replica.id], 0 if replica.id in failed_again else share
                 )
-                self._result.replacements.append(replacement)
             replaced += [replica for replica, _ in failed]
             failed = [(r, again[i]) for i in again for r in groups[i]]
         self._restream(replaced)
         return sent
 
-    def _replacement(self, replica: Replica, dropped: Dropped) -> tuple[str, bool]:
+    def _replace_idle(self, failed: Failed) -> None:
+        """New processes for simulator replicas that died or hung after their loop (while training ran, say):
+        their trajectories were delivered, so nothing is redone; their episode statistics are lost."""
+        states = self._start_replacements(failed, "between loops")
+        for replica, dropped in failed:
+            self._record_replacement(replica, dropped, states[replica.id], 0)
+
+    def _start_replacements(self, failed: Failed, where: str) -> dict[ReplicaId, Started]:
+        """A new process for each failed simulator replica, within the run's budget of replacements (past it,
+        the failure is the iteration's); each one's state and whether it quarantined an env."""
+        if len(failed) > self.replacements_left:
+            names, env = ", ".join(str(r.id) for r, _ in failed), failed[0][1].env
+            times = self.quarantine.times.get(env, 0)
+            hint = f"; env {env} still fails after {times} quarantine(s) from new seeds" if times else ""
+            raise WorkerError(
+                f"{names} failed {where} ({failed[0][1].why}); no in-place replacement left"
+                f" (run.max_replacements){hint}"
+            )
+        self.replacements_left -= len(failed)
+        return {replica.id: self._replacement(replica, dropped) for replica, dropped in failed}
+
+    def _record_replacement(self, replica: Replica, dropped: Dropped, started: Started, steps: int) -> None:
+        replacement = Replacement(
+            replica=replica.id,
+            iteration=self._it,
+            why=dropped.why,
+            state=started.state,
+            steps_redone=steps,
+            detected_at=dropped.at,
+            seconds=time.time() - dropped.at,
+            env=dropped.env,
+            quarantined=started.quarantined,
+        )
+        self._result.replacements.append(replacement)
+
+    def _replacement(self, replica: Replica, dropped: Dropped) -> Started:
         """A new process for a failed simulator replica, started as `run.replacement_state` asks unless the
         failure quarantines an env: then every env resets, that one from a new seed. Says what it started
         from, and whether it quarantined."""
         quarantined = self.quarantine.record(dropped.env)
         new = self.launch.replace(replica.id)
         if not quarantined:
-            return self.restore(new), False
-        return f"its envs reset, env {dropped.env} quarantined: started from a new seed", True
+            return Started(self.restore(new), quarantined=False)
+        return Started(f"its envs reset, env {dropped.env} quarantined: started from a new seed", quarantined=True)
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:
         if phase.overlaps:  # the oldest batch collected, which this iteration trains
@@ -533,8 +558,18 @@ class Controller:
         busy = self.backlog.busy() if self.backlog is not None else set()
         replicas = [r for group in self.launch.replicas.values() for r in group if id(r) not in busy]
         calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for r in replicas]
-        per_replica = wait_all(calls, Deadline(self.deadlines.phase("then"), "metrics() hooks"))
+        deadline = Deadline(self.deadlines.phase("then"), f"metrics() hooks (iteration {self._it})")
+        per_replica, failed = await_calls(calls, deadline, self._replaceable_now())
+        if failed:
+            self._replace_idle([(calls[i][1], dropped) for i, dropped in failed.items()])
         return _mean_of_dicts([m for values in per_replica if values for m in values])
+
+    def _replaceable_now(self) -> frozenset[ReplicaId]:
+        """The simulator replicas that may be replaced in place now."""
+        if self.graph.loop is None:
+            return frozenset()
+        simulator = self.graph.loop.entry.worker
+        return frozenset(ReplicaId(simulator, i) for i in droppable(self.launch, simulator, self.replacements_left))
 
 
 def _sum_of_dicts(items: list[Any], suffix: str) -> dict[str, float]:

@@ -9,7 +9,9 @@ in place instead (the controller redoes its part of the iteration); any other fa
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,9 +201,16 @@ class Run:
         return min(ends)
 
     def _note_processes(self) -> None:
-        """Where each replica runs now (a replacement runs in a new process)."""
+        """Where each replica runs now (a replacement runs in a new process), also in the run folder's
+        processes.json for tools that watch a run (a profiler, a fault injector)."""
         self.result.nodes = {str(replica): node for replica, node in self.launch.nodes.items()}
         self.result.pids = {str(replica): pid for replica, pid in self.launch.pids.items()}
+        where = {
+            replica: {"node": node, "pid": self.result.pids[replica]} for replica, node in self.result.nodes.items()
+        }
+        tmp = self.run_dir / ".processes.json.tmp"
+        tmp.write_text(json.dumps(where, indent=1))
+        os.replace(tmp, self.run_dir / "processes.json")
 
     def _restore(self, replica) -> str:
         """A replacement simulator replica's state, as `run.replacement_state` asks; says what it was."""

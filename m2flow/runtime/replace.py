@@ -91,6 +91,34 @@ def await_loop(
     return results, failed
 
 
+def await_calls(
+    calls: list[Call], deadline: Deadline, replaceable: frozenset[ReplicaId]
+) -> tuple[list[Any], dict[int, Dropped]]:
+    """Each call's result, or None for a call of a `replaceable` replica that raised, died or is still
+    running at the deadline (hung), with when and why; any other failure raises, as `wait_all` does."""
+    import ray
+
+    results: list[Any] = [None] * len(calls)
+    failed: dict[int, Dropped] = {}
+    pending = {ref: i for i, (ref, _, _) in enumerate(calls)}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline.left()))
+        if not ready:
+            if any(calls[i][1].id not in replaceable for i in pending.values()):
+                wait_all([calls[i] for i in pending.values()], deadline)  # raises the usual timeout, naming them
+            for i in pending.values():
+                failed[i] = Dropped(time.time(), f"{calls[i][1].id} still in {calls[i][2]} after {deadline.seconds:g}s")
+            break
+        i = pending.pop(ready[0])
+        try:
+            results[i] = get(ready[0], calls[i][1], calls[i][2])
+        except (WorkerError, WaitTimeout) as exc:
+            if calls[i][1].id not in replaceable:
+                raise
+            failed[i] = _dropped(exc)
+    return results, failed
+
+
 def _dropped(exc: WorkerError | WaitTimeout) -> Dropped:
     """A replica's own failure, seen now."""
     if isinstance(exc, PortFailed):

@@ -16,8 +16,9 @@ HORIZON, ENVS, ITERATIONS = 16, 2, 3
 FLOOR_S = 8.0  # every deadline comes from the plan, as by default, floored here to keep the test short
 
 
-def faulty_ppo(tmp_path, fault: str, state: str) -> mf.WorkflowSpec:
-    """Two simulator replicas of 2 envs; replica 1 faults at step 6 of iteration 1."""
+def faulty_ppo(tmp_path, fault: str, state: str, fault_in: str = "step") -> mf.WorkflowSpec:
+    """Two simulator replicas of 2 envs; replica 1 faults at step 6 of iteration 1 (or in the metrics() call
+    after that iteration's loop)."""
     raw = pendulum_ppo(
         tmp_path,
         f"replace-{fault}",
@@ -37,7 +38,9 @@ def faulty_ppo(tmp_path, fault: str, state: str) -> mf.WorkflowSpec:
     env = raw["workers"]["env"]
     env["class"] = "tests.workers_for_tests.FaultyGymEnv"
     env["replicas"] = 2
-    env["args"].update(fault=fault, fault_replica=1, fault_at_step=HORIZON + 6, marker=str(tmp_path / "fault"))
+    env["args"].update(
+        fault=fault, fault_replica=1, fault_at_step=HORIZON + 6, marker=str(tmp_path / "fault"), fault_in=fault_in
+    )
     raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
     return spec_from_dict(raw)
 
@@ -62,3 +65,19 @@ def test_a_failed_simulator_is_replaced_in_place_and_only_its_part_is_redone(tmp
     assert faulted["failures/steps_redone"] == ENVS * HORIZON  # the replaced replica's share, no more
     assert faulted["actor/steps_consumed"] == per_iteration  # training saw the whole batch
     assert result.last["actor/weights_version"] == ITERATIONS  # one update per iteration: none repeated
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_simulator_that_fails_between_loops_is_replaced_in_place_with_nothing_to_redo(tmp_path, fault):
+    result = mf.run(faulty_ppo(tmp_path, fault, "checkpoint", fault_in="metrics"))
+    struck_at = float((tmp_path / "fault").read_text())
+
+    (failure,) = result.failures  # replaced, not restarted
+    assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
+    assert "metrics()" in failure["error"]
+    assert 0 <= failure["detected_at"] - struck_at < (1 if fault == "kill" else 3) * FLOOR_S + 1
+    per_iteration = 2 * ENVS * HORIZON
+    assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
+    assert result.history[1]["failures/steps_redone"] == 0  # its trajectory had been delivered
+    assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS
+    assert result.last["actor/weights_version"] == ITERATIONS

@@ -1,0 +1,285 @@
+"""Chaos under load: a long PPO run with faults injected at a fixed rate, beside the same run (same seed)
+without faults, in one Ray cluster.
+
+    python benchmarks/chaos.py [--iterations 200] [--fault-every 60] [--seed 0]
+
+Every `--fault-every` seconds one fault, drawn at random (seeded): a simulator process killed (SIGKILL) or
+hung (SIGSTOP), the inference process killed, a training rank killed or hung, or a slow simulator (stopped
+for a second, then continued: slow, not failed). The run uses `run.on_failure: replace`: a simulator fault
+should be recovered in place, any other by a restart from the last checkpoint. Reports faults injected,
+detected (and how long after), recovered in place and by restart, iterations and env steps redone,
+checkpoints lost, env steps unaccounted (a batch training did not see whole), and throughput and final
+return against the fault-free run. Last line:
+
+    chaos: F faults, D detected, R in place, S by restart, C checkpoints lost, throughput X% of fault-free
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import statistics
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from results_io import save_result
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+from m2flow.runtime.checkpoint import load_checkpoint
+from m2flow.runtime.deadlines import Deadlines
+from m2flow.runtime.executor import RunResult
+
+HORIZON, ENV_REPLICAS, ENVS_PER_REPLICA = 64, 2, 4
+STEPS_PER_ITERATION = HORIZON * ENV_REPLICAS * ENVS_PER_REPLICA
+WARM_UP_ITERATIONS = 3  # faults start once the run has measured its costs and re-planned
+SLOW_FOR_S = 1.0
+FLOOR_S = 10.0  # the run's deadlines: x20 the plan's prediction, at least this
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    victims: tuple[str, ...]  # replicas, as the run's processes.json names them
+    signal: signal.Signals
+    failure: bool  # a fault the run must detect (a slow replica is not one)
+    in_place: bool  # recovered by replacing the replica, not by a restart
+
+
+FAULT_KINDS = {
+    "kill simulator": FaultKind(("env[0]", "env[1]"), signal.SIGKILL, failure=True, in_place=True),
+    "hang simulator": FaultKind(("env[0]", "env[1]"), signal.SIGSTOP, failure=True, in_place=True),
+    "kill inference": FaultKind(("rollout[0]",), signal.SIGKILL, failure=True, in_place=False),
+    "kill training": FaultKind(("actor[0]", "actor[1]"), signal.SIGKILL, failure=True, in_place=False),
+    "hang training": FaultKind(("actor[0]", "actor[1]"), signal.SIGSTOP, failure=True, in_place=False),
+    "slow simulator": FaultKind(("env[0]", "env[1]"), signal.SIGSTOP, failure=False, in_place=True),
+}
+
+
+@dataclass
+class Fault:
+    kind: str
+    victim: str
+    pid: int
+    at: float  # time.time() just before the signal
+    detected_s: float | None = None  # from `at` to the failure the run recorded
+    recovered: str | None = None  # "in place", "by restart", or None (not a failure, or not seen)
+
+
+def job(out: Path, name: str, iterations: int, seed: int) -> mf.WorkflowSpec:
+    env = {"env_id": "InvertedPendulum-v5"}
+    args = {**env, "hidden": [32, 32]}
+    return spec_from_dict(
+        {
+            "name": name,
+            "workers": {
+                "env": {
+                    "kind": "simulator",
+                    "class": "m2flow.workers.env.GymEnv",
+                    "replicas": ENV_REPLICAS,
+                    "args": {**env, "num_envs": ENVS_PER_REPLICA},
+                },
+                "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": args},
+                "actor": {
+                    "kind": "training",
+                    "class": "m2flow.workers.actor.PPO",
+                    "replicas": 2,
+                    "args": {**args, "num_minibatches": 4, "update_epochs": 4},
+                },
+            },
+            "flow": {
+                "loop": {"horizon": HORIZON, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
+                "then": ["env.trajectory -> actor.train"],
+                "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
+            },
+            "placement": {"mode": "shared", "colocate": False},  # each victim a process of its own
+            "run": {
+                "iterations": iterations,
+                "seed": seed,
+                "output_dir": str(out),
+                "progress": False,
+                "checkpoint_every": 1,
+                "on_failure": "replace",
+                "max_replacements": 1000,
+                "max_restarts": 1000,
+                "timeouts": {"floor_s": FLOOR_S},
+            },
+        }
+    )
+
+
+class Injector:
+    """Injects one fault every `every` seconds into the run writing `run_dir`, from its third iteration on."""
+
+    def __init__(self, run_dir: Path, every: float, rng: random.Random):
+        self.run_dir, self.every, self.rng = run_dir, every, rng
+        self.faults: list[Fault] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._inject, daemon=True)
+
+    def __enter__(self) -> Injector:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join(timeout=SLOW_FOR_S + 5)
+
+    def _inject(self) -> None:
+        metrics = self.run_dir / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count("\n") >= WARM_UP_ITERATIONS):
+            if self.done.wait(0.1):
+                return
+        while not self.done.wait(self.every):
+            name = self.rng.choice(sorted(FAULT_KINDS))
+            kind = FAULT_KINDS[name]
+            victim = self.rng.choice(kind.victims)
+            pid = json.loads((self.run_dir / "processes.json").read_text())[victim]["pid"]
+            fault = Fault(name, victim, pid, time.time())
+            try:
+                os.kill(pid, kind.signal)
+            except ProcessLookupError:  # it was being replaced: inject the next one on time
+                continue
+            self.faults.append(fault)
+            print(f"chaos: {name} ({victim}, pid {pid})", flush=True)
+            if not kind.failure:
+                time.sleep(SLOW_FOR_S)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+
+def attribute(faults: list[Fault], failures: list[dict]) -> list[dict]:
+    """Each recorded failure to the latest fault injected before it was seen; returns failures that no
+    fault explains (spurious). A fault's first failure sets its detection time and how it was recovered."""
+    spurious = []
+    for failure in failures:
+        before = [f for f in faults if f.at <= failure["detected_at"]]
+        if not before:
+            spurious.append(failure)
+            continue
+        fault = before[-1]
+        if fault.detected_s is None:
+            fault.detected_s = failure["detected_at"] - fault.at
+            fault.recovered = "in place" if failure["replaced"] else "by restart"
+    return spurious
+
+
+def redone(metrics: Path) -> tuple[int, int]:
+    """Iterations logged more than once (done again after a restart) and their env steps."""
+    seen, again = set(), 0
+    for line in metrics.read_text().splitlines():
+        iteration = json.loads(line)["iteration"]
+        again += iteration in seen
+        seen.add(iteration)
+    return again, again * STEPS_PER_ITERATION
+
+
+def checkpoints_lost(run_dir: Path, iterations: int) -> int:
+    lost = 0
+    for it in range(iterations):
+        try:
+            load_checkpoint(run_dir / "checkpoints" / f"iter_{it:08d}")
+        except (OSError, RuntimeError):
+            lost += 1
+    return lost
+
+
+def final_return(result: RunResult, share: float = 0.1) -> float:
+    """The mean episode return over the last `share` of the iterations that reported one."""
+    returns = [h["env/episode_return"] for h in result.history if "env/episode_return" in h]
+    tail = returns[-max(1, int(len(returns) * share)) :]
+    return statistics.fmean(tail) if tail else float("nan")
+
+
+def run(spec: mf.WorkflowSpec) -> tuple[RunResult, float]:
+    began = time.time()
+    result = mf.run(spec)
+    return result, time.time() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--fault-every", type=float, default=60.0, help="seconds between faults")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--name", default="chaos")
+    args = parser.parse_args()
+
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    scratch = Path(args.out) / "tmp"
+    clean, clean_s = run(job(scratch, f"{args.name}-fault-free", args.iterations, args.seed))
+    print(f"fault-free: {clean.iterations} iterations in {clean_s:.0f} s", flush=True)
+    spec = job(scratch, args.name, args.iterations, args.seed)
+    run_dir = Path(spec.run.output_dir) / spec.name
+    with Injector(run_dir, args.fault_every, random.Random(args.seed)) as injector:
+        chaotic, chaos_s = run(spec)
+    faults = injector.faults
+    spurious = attribute(faults, chaotic.failures)
+    failures = [f for f in faults if FAULT_KINDS[f.kind].failure]
+    detected = [f for f in failures if f.detected_s is not None]
+    deadlines = Deadlines.from_plan(chaotic.plan, spec.run.timeouts)
+    bound_s = max(deadlines.phase_s.values()) + ENV_REPLICAS * deadlines.channel_s  # the longest wait allowed
+    again, steps_again = redone(run_dir / "metrics.jsonl")
+    steps_in_place = sum(f["steps_redone"] for f in chaotic.failures)
+    unaccounted = abs(
+        chaotic.iterations * STEPS_PER_ITERATION - sum(h.get("actor/steps_consumed", 0) for h in chaotic.history)
+    )
+    clean_sps = clean.iterations * STEPS_PER_ITERATION / clean_s
+    chaos_sps = chaotic.iterations * STEPS_PER_ITERATION / chaos_s
+    summary = {
+        "iterations": args.iterations,
+        "fault_every_s": args.fault_every,
+        "faults": len(faults),
+        "failures_injected": len(failures),
+        "detected": len(detected),
+        "detected_within_deadline": sum(f.detected_s <= bound_s for f in detected),
+        "deadline_bound_s": bound_s,
+        "slow_mistaken_for_failures": sum(
+            1 for f in faults if not FAULT_KINDS[f.kind].failure and f.detected_s is not None
+        ),
+        "in_place": sum(f.recovered == "in place" for f in detected),
+        "by_restart": sum(f.recovered == "by restart" for f in detected),
+        "simulator_faults_by_restart": sum(
+            f.recovered == "by restart" for f in detected if FAULT_KINDS[f.kind].in_place
+        ),
+        "spurious_failures": len(spurious),
+        "iterations_redone": again,
+        "env_steps_redone": steps_again + steps_in_place,
+        "env_steps_unaccounted": unaccounted,
+        "checkpoints_lost": checkpoints_lost(run_dir, chaotic.iterations),
+        "completed": chaotic.iterations == args.iterations,
+        "fault_free_s": clean_s,
+        "chaos_s": chaos_s,
+        "fault_free_steps_per_s": clean_sps,
+        "chaos_steps_per_s": chaos_sps,
+        "throughput_ratio": chaos_sps / clean_sps,
+        "fault_free_return": final_return(clean),
+        "chaos_return": final_return(chaotic),
+    }
+    for fault in faults:
+        print(json.dumps(asdict(fault)), flush=True)
+    print(json.dumps(summary, indent=1), flush=True)
+    save_result(
+        args.name, {"summary": summary, "faults": [asdict(f) for f in faults], "failures": chaotic.failures}, args.out
+    )
+    slow = len(faults) - len(failures)
+    print(f"slow replicas: {slow}, taken for failures: {summary['slow_mistaken_for_failures']}")
+    print(
+        f"chaos: {len(faults)} faults, {len(detected)} detected, {summary['in_place']} in place,"
+        f" {summary['by_restart']} by restart, {summary['checkpoints_lost']} checkpoints lost,"
+        f" throughput {100 * summary['throughput_ratio']:.0f}% of fault-free"
+    )
+    sys.exit(0 if summary["checkpoints_lost"] == 0 and summary["completed"] else 1)
+
+
+if __name__ == "__main__":
+    main()
