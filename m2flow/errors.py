@@ -27,7 +27,11 @@ class WorkerError(M2FlowError):
 
 
 class WaitTimeout(M2FlowError):
-    """A wait ran past its deadline; names what it was waiting for."""
+    """A wait ran past its deadline; names what it was waiting for (`stuck`: the replicas still running)."""
+
+    def __init__(self, message: str, stuck: tuple = ()):
+        super().__init__(message)
+        self.stuck = stuck
 
 
 class EnvFailed(Exception):  # noqa: N818 - what a simulator worker raises, not a user's mistake

@@ -16,6 +16,7 @@ from pydantic import Field
 import m2flow
 from m2flow.sharding import shard_groups
 from m2flow.workers.actor import PPO
+from m2flow.workers.actor.ppo import PPOConfig
 from m2flow.workers.env.gym_env import GymEnv, GymEnvConfig
 from m2flow.workers.rollout import TorchPolicy
 from m2flow.workers.synthetic import env_block
@@ -265,3 +266,29 @@ class InvertedPendulumBadStarts(InvertedPendulumEnv):
 gym.register(
     "InvertedPendulumBadStarts-v0", entry_point=InvertedPendulumBadStarts, max_episode_steps=1000, reward_threshold=950
 )
+
+
+class HangingRankPPOConfig(PPOConfig):
+    hang_rank: int = 1
+    hang_at_train: int = Field(2, ge=1, description="the train call (counted over the process's life) it hangs at")
+    marker: str = Field(description="a file the hang writes its time to: it strikes once, not after a restart")
+
+
+class HangingRankPPO(PPO):
+    """PPO whose `hang_rank` stops its own process (SIGSTOP) as a train call begins, once: the other ranks
+    go on into the update's first collective and wait there for it."""
+
+    Config = HangingRankPPOConfig
+
+    def __init__(self, **args):
+        self.hang = HangingRankPPOConfig(**args)
+        super().__init__(**{k: v for k, v in args.items() if k in PPOConfig.model_fields})
+        self.rank, self.trains = m2flow.context().replica, 0
+
+    def train(self, trajectories):
+        self.trains += 1
+        marker = Path(self.hang.marker)
+        if self.rank == self.hang.hang_rank and self.trains == self.hang.hang_at_train and not marker.exists():
+            marker.write_text(f"{time.time()}\n")
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return super().train(trajectories)

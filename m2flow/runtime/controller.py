@@ -12,13 +12,14 @@ import copy
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from m2flow.cluster import DeviceId
 from m2flow.dispatch import gather, split
-from m2flow.errors import WorkerError
+from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph
 from m2flow.overlap import Overlap
 from m2flow.program import own_items, part_port, run_phase
@@ -28,6 +29,7 @@ from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopProgram, LoopStats
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.replace import Replacement, await_calls, await_loop, droppable
+from m2flow.runtime.stacks import RankState, ask, explain
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
@@ -389,7 +391,8 @@ class Controller:
             what = f"training on the batch the loop of iteration {self.backlog.batches[0].collected_at} collected"
             self.backlog.issue(calls, produced, self._deadline(what, "then"))
             return
-        events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
+        with self._naming_ranks():
+            events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
         self._record(events, calls)
         if phase.op == "sync":
             self._result.metrics["sync/bytes"] = float(events[-1].bytes)
@@ -401,7 +404,8 @@ class Controller:
         """Wait for the training issued beside the loop (its deadline counts from its issue); its metrics
         are this iteration's."""
         training = self.backlog.training
-        events = wait_all(training.calls, training.deadline)
+        with self._naming_ranks():
+            events = wait_all(training.calls, training.deadline)
         self.backlog.finish()
         self._record(events, training.calls)
         self._then_metrics(training.produced, training.batch.env_steps)
@@ -412,6 +416,28 @@ class Controller:
         metrics["async/trained_batches"] = metrics.get("async/trained_batches", 0.0) + 1
 
     # -- helpers -----------------------------------------------------------------------------------
+    @contextmanager
+    def _naming_ranks(self) -> Iterator[None]:
+        """A wait that passes its deadline on ranks of a process group says which ranks arrived at a
+        collective and which did not (`m2flow.runtime.stacks`), on its first line."""
+        try:
+            yield
+        except WaitTimeout as exc:
+            groups = sorted({r.worker for r in exc.stuck if self.launch.rendezvous.get(r.worker)})
+            if not groups:
+                raise
+            ranks = " ".join(f"[{self._ranks_of(group)}]" for group in groups)
+            first, _, rest = str(exc).partition("\n")
+            raise WaitTimeout(f"{first} {ranks}" + (f"\n{rest}" if rest else ""), exc.stuck) from None
+
+    def _ranks_of(self, group: str) -> str:
+        """Where each rank of `group` is now: asked on this host, named elsewhere."""
+        replicas = self.launch.replicas[group]
+        here = {str(r.id): self.launch.pids[r.id] for r in replicas if self.launch.on_this_host(r.id)}
+        states = ask(here, self.launch.output_dir)
+        states += [RankState(str(r.id), None, "on another host: not asked") for r in replicas if str(r.id) not in here]
+        return explain(group, states)
+
     def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:
         """A sync phase's edge and the transport the plan gave it."""
         (edge,) = phase.edges

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import socket
 
+from m2flow.context import WorkerContext
+from m2flow.errors import WorkerError
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -17,12 +20,23 @@ def backend_for(device: str) -> str:
     return "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
 
 
-def init_process_group(rank: int, world_size: int, address: str, port: int, device: str, timeout_s: float) -> None:
+def init_process_group(ctx: WorkerContext, address: str, port: int, timeout_s: float, meet_s: float) -> None:
+    """Join the worker's default process group: its ranks meet through a TCP store within `meet_s` (start-up
+    may be slow), then every collective is bounded by `timeout_s`, derived from the plan, never torch's
+    default of 30 minutes. A rank that does not come names itself and the group."""
     import datetime
 
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
-    dist.init_process_group(
-        backend_for(device), rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s)
-    )
+    rank, world = ctx.replica, ctx.replicas
+    os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    try:
+        meet = datetime.timedelta(seconds=meet_s)
+        store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=meet)
+    except (RuntimeError, TimeoutError) as exc:
+        raise WorkerError(
+            f"worker '{ctx.worker}': rank {rank} of {world} could not meet its process group at {address}:{port}"
+            f" within {meet_s:g}s ({exc}); did another replica fail to start? Its log says why"
+        ) from None
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(backend_for(ctx.device), store=store, rank=rank, world_size=world, timeout=timeout)

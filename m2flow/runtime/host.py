@@ -20,6 +20,7 @@ from m2flow.errors import EnvFailed, WorkerError
 from m2flow.runtime.batching import leading_size, payload_bytes
 from m2flow.runtime.channels import Mailbox, PeerId
 from m2flow.runtime.loop import LoopProgram, LoopStats, Member, run_loop
+from m2flow.runtime.stacks import answer_when_asked
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.runtime.weight_sync import Route, StateManifest, SyncTransport, transport_for
 from m2flow.sharding import slice_sizes
@@ -65,6 +66,7 @@ class WorkerHost:
     ):
         if core is not None:
             os.sched_setaffinity(0, {core % (os.cpu_count() or 1)})
+        answer_when_asked(ctx.output_dir)
         self.ctx = ctx
         self.me: PeerId = (ctx.worker, ctx.replica)
         self.mailbox: Mailbox | None = None
@@ -73,7 +75,7 @@ class WorkerHost:
         if dist is not None:
             from m2flow.runtime.distributed import init_process_group
 
-            init_process_group(ctx.replica, ctx.replicas, dist["address"], dist["port"], ctx.device, dist["timeout_s"])
+            init_process_group(ctx, dist["address"], dist["port"], dist["timeout_s"], dist["meet_s"])
         self.instances = [self._build(target, args, ctx, s, instances) for s in range(instances)]
 
     @staticmethod

@@ -17,6 +17,7 @@ from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners.processes import same_process
 from m2flow.planners.render import render_gpus
+from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
@@ -104,6 +105,7 @@ class Launch:
         self.output_dir = output_dir
         self.quarantined = {} if quarantined is None else quarantined  # env -> times, read as replicas start
         self.timeouts = graph.spec.run.timeouts
+        self.deadlines = Deadlines.from_plan(plan, self.timeouts)  # collectives wait no longer than their phase
         self.replicas: dict[str, list[Replica]] = {}
         self.nodes: dict[ReplicaId, str] = {}
         self.pids: dict[ReplicaId, int] = {}
@@ -177,7 +179,9 @@ class Launch:
             quarantined=dict(self.quarantined),
         )
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
-        dist = _with_timeout(self.rendezvous[name], self.timeouts.ceiling_s)
+        # the controller's deadline on the training call passes first and names the ranks; a rank's own
+        # collective timeout is the backstop, twice that
+        dist = _with_timeouts(self.rendezvous[name], 2 * self.deadlines.phase("then"), self.timeouts.start_s)
         args = (info.target, info.spec.args, ctx, instances, dist, self._core(device))
         render = self.render_on.get(ReplicaId(name, r))
         env_vars = {}
@@ -294,7 +298,7 @@ class Launch:
             edge, transport = sync.edge, self.transports[sync.edge]
             sources, targets = self.replicas[edge.src.worker], self.replicas[edge.dst.worker]
             meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if TRANSPORTS[transport].meets else {}
-            timeouts = {"timeout_s": self.timeouts.ceiling_s, "meet_s": self.timeouts.start_s}
+            timeouts = {"timeout_s": 2 * self.deadlines.phase("sync"), "meet_s": self.timeouts.start_s}
             route = partial(Route, transport, world=len(targets) + 1, edge=str(edge), **timeouts, **meet)
             setup = [(r, "set_source", route(rank=0) if r.index == 0 else None) for r in sources]
             setup += [(r, "set_target", route(rank=r.index + 1)) for r in targets]
@@ -347,6 +351,13 @@ class Launch:
         wait_all(calls, Deadline(self.timeouts.start_s, f"the replacement of {replica}: its sync routes"))
         return new
 
+    def on_this_host(self, replica: ReplicaId) -> bool:
+        """Whether `replica`'s process runs on the driver's host (its pid means something here)."""
+        import ray
+
+        address = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+        return address.get(self.nodes[replica]) == ray.util.get_node_ip_address()
+
     def _replica(self, replica: ReplicaId) -> Replica:
         return self.replicas[replica.worker][replica.replica]
 
@@ -367,8 +378,9 @@ def _rendezvous_point() -> dict:
     return {"address": node_ip(), "port": free_port()}
 
 
-def _with_timeout(dist: dict | None, timeout_s: float) -> dict | None:
-    return None if dist is None else {**dist, "timeout_s": timeout_s}
+def _with_timeouts(dist: dict | None, timeout_s: float, meet_s: float) -> dict | None:
+    """A group's rendezvous with its deadlines: one collective, and the meeting of its ranks at start-up."""
+    return None if dist is None else {**dist, "timeout_s": timeout_s, "meet_s": meet_s}
 
 
 def replica_process(workflow: str, replica: str) -> Any:

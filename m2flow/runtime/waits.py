@@ -40,7 +40,8 @@ def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]
             )
             raise WaitTimeout(
                 f"waited {deadline.seconds:g}s for {deadline.waiting_for}; still running: {stuck}."
-                f" A worker may be hung; its log is under {log_dir()}. Raise run.timeouts if it is just slow"
+                f" A worker may be hung; its log is under {log_dir()}. Raise run.timeouts if it is just slow",
+                tuple(calls[index[r]][1] for r in pending),
             )
         ref = ready[0]
         _, replica, what = calls[index[ref]]

@@ -1,0 +1,95 @@
+"""What a stuck worker is doing, asked when a wait on a process group's ranks passes its deadline.
+
+Every worker process writes the Python stacks of its threads to `<run>/stacks/<pid>.txt` when it gets
+SIGUSR1 (faulthandler: it answers even while blocked in a collective's C code). The controller signals
+each rank of the stuck group that runs on its own host and reads the answers: a rank whose stack is in
+`torch.distributed` has arrived at a collective and waits for the others; one that answers from anywhere
+else has not arrived (it says where it is); one that does not answer is stopped, or hung outside Python.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ASK = signal.SIGUSR1
+ANSWER_S = 2.0  # how long a rank is given to answer
+_answers = []  # this process's open answer file: kept open for faulthandler while the process lives
+
+
+def answer_when_asked(run_dir: str) -> None:
+    """Make this worker process write its stacks to `<run_dir>/stacks/<pid>.txt` on SIGUSR1 (once per process)."""
+    if _answers:
+        return
+    folder = Path(run_dir) / "stacks"
+    folder.mkdir(parents=True, exist_ok=True)
+    _answers.append(open(folder / f"{os.getpid()}.txt", "w"))  # noqa: SIM115 - open for the process's life
+    faulthandler.register(ASK, file=_answers[0], all_threads=True)
+
+
+@dataclass(frozen=True)
+class RankState:
+    rank: str  # the replica, e.g. "actor[1]"
+    arrived: bool | None  # at a collective (None: it did not answer)
+    where: str  # the collective and its caller, the frame it is in, or why it did not answer
+
+
+def ask(ranks: dict[str, int], run_dir: str) -> list[RankState]:
+    """Where each rank (replica name -> pid on this host) is now."""
+    folder = Path(run_dir) / "stacks"
+    sizes = {}
+    for rank, pid in ranks.items():
+        answer = folder / f"{pid}.txt"
+        sizes[rank] = answer.stat().st_size if answer.exists() else 0
+        try:
+            os.kill(pid, ASK)
+        except ProcessLookupError:
+            sizes[rank] = None
+    time.sleep(ANSWER_S)
+    states = []
+    for rank, pid in ranks.items():
+        if sizes[rank] is None:
+            states.append(RankState(rank, None, "its process is gone"))
+            continue
+        answer = folder / f"{pid}.txt"
+        text = answer.read_text(errors="replace")[sizes[rank] :] if answer.exists() else ""
+        states.append(_state(rank, text))
+    return states
+
+
+def _state(rank: str, dump: str) -> RankState:
+    """A rank's state from its faulthandler dump (empty: no answer)."""
+    if not dump.strip():
+        return RankState(rank, None, f"no answer within {ANSWER_S:g}s: stopped, or hung outside Python")
+    frames = [line.strip() for line in dump.splitlines() if line.strip().startswith("File ")]
+    collective = next((i for i, f in enumerate(frames) if "torch/distributed" in f), None)
+    if collective is None:
+        return RankState(rank, False, f"not in a collective: at {_short(frames[0]) if frames else 'an unknown frame'}")
+    caller = next((f for f in frames[collective:] if "torch/" not in f), frames[collective])
+    return RankState(rank, True, f"in {_short(frames[collective])}, called from {_short(caller)}")
+
+
+def _short(frame: str) -> str:
+    """`File "/a/b/c.py", line 12 in f` -> `f (b/c.py:12)`."""
+    try:
+        path, rest = frame.removeprefix('File "').split('", line ', 1)
+        line, func = rest.split(" in ", 1)
+    except ValueError:
+        return frame
+    return f"{func} ({'/'.join(Path(path).parts[-2:])}:{line})"
+
+
+def explain(group: str, states: list[RankState]) -> str:
+    """One line: which ranks of `group` arrived at a collective and which did not."""
+    arrived = [s for s in states if s.arrived]
+    missing = [s for s in states if not s.arrived]
+    parts = [f"process group of '{group}': {len(arrived)} of {len(states)} ranks in a collective"]
+    if arrived:
+        parts.append("arrived: " + ", ".join(f"{s.rank} {s.where}" for s in arrived))
+    if missing:
+        parts.append("not arrived: " + ", ".join(f"{s.rank} {s.where}" for s in missing))
+    return "; ".join(parts)
