@@ -15,7 +15,7 @@ from functools import partial
 
 from results_io import Results
 
-ENGINE, PLANNER, FAULTS = "engine_overhead.json", "planner_scale.json", "faults.json"
+ENGINE, PLANNER, FAULTS, CHAOS = "engine_overhead.json", "planner_scale.json", "faults.json", "chaos.json"
 SPIN, BEFORE_HOPS, CAMERA_CPU = "modes_spin.json", "modes.json", "modes_camera.json"
 H200, H200_PROFILED, H200_HOPS, X2 = (f"{d}/modes_camera.json" for d in ("gpu", "gpu2", "gpu3", "gpu8"))
 METAWORLD, PPO_H200 = "ppo_metaworld_camera_metrics.jsonl", "gpu/ppo_camera_metrics.jsonl"
@@ -136,6 +136,52 @@ def faults(res: Results) -> Block:
     ]
     header = ["run", "killed", "detected after", "failures seen", "completed", "every iteration once"]
     return Block(table([*header, "checkpoints lost"], rows, "rlrrllr"), [FAULTS])
+
+
+def chaos_faults(res: Results) -> Block:
+    data = res.json(CHAOS)
+    start = min((f["at"] for f in data["faults"]), default=0.0)
+    rows = [
+        [f"{f['at'] - start:.0f} s", f["kind"], f["victim"]]
+        + ["—" if f["detected_s"] is None else f"{f['detected_s']:.2f} s", f["recovered"] or "—"]
+        for f in data["faults"]
+    ]
+    header = ["injected at", "fault", "process", "detected after", "recovered"]
+    return Block(table(header, rows, "rlllr"), [CHAOS])
+
+
+def chaos_summary(res: Results) -> Block:
+    s = res.json(CHAOS)["summary"]
+    rows = [
+        ["iterations, a fault every", f"{s['iterations']}, {s['fault_every_s']:.0f} s"],
+        [
+            "faults injected (failures + slow replicas)",
+            f"{s['faults']} ({s['failures_injected']} + {s['faults'] - s['failures_injected']})",
+        ],
+        [
+            "failures detected, within the plan's longest deadline",
+            f"{s['detected']}, {s['detected_within_deadline']} (≤ {s['deadline_bound_s']:.0f} s)",
+        ],
+        [
+            "slow replicas taken for failures; failures no fault explains",
+            f"{s['slow_mistaken_for_failures']}; {s['spurious_failures']}",
+        ],
+        ["recovered in place / by restart", f"{s['in_place']} / {s['by_restart']}"],
+        ["simulator faults recovered by a restart", str(s["simulator_faults_by_restart"])],
+        ["iterations redone; env steps redone", f"{s['iterations_redone']}; {count(s['env_steps_redone'])}"],
+        ["env steps unaccounted; checkpoints lost", f"{s['env_steps_unaccounted']:.0f}; {s['checkpoints_lost']}"],
+        ["wall time: fault-free / with faults", f"{s['fault_free_s']:.0f} s / {s['chaos_s']:.0f} s"],
+        [
+            "env steps/s: fault-free / with faults",
+            f"{count(s['fault_free_steps_per_s'])} / {count(s['chaos_steps_per_s'])}",
+        ],
+        ["throughput, with faults over fault-free", f"{s['throughput_ratio']:.0%}"],
+        [
+            "final return (last 10% of iterations): fault-free / with faults",
+            f"{s['fault_free_return']:.1f} / {s['chaos_return']:.1f}",
+        ],
+    ]
+    return Block(table(["", "value"], rows, "lr"), [CHAOS])
 
 
 ABLATION_CHANGES = {  # row -> what it changes over the previous one
@@ -439,6 +485,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "modes_camera_cpu": partial(modes_table, CAMERA_CPU),
     "planner_scale": planner_scale,
     "faults": faults,
+    "chaos_faults": chaos_faults,
+    "chaos_summary": chaos_summary,
     "ablation_metaworld": partial(ablation, "simulator_ablation_metaworld.json"),
     "ablation_cheetah_h200": partial(ablation, "gpu/simulator_ablation_cheetah.json"),
     "modes_camera_h200": partial(modes_table, H200),

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from m2flow.config import load_spec
 from m2flow.errors import M2FlowError, SpecError
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except M2FlowError as exc:
-        console.print(f"[bold red]error[/]: {exc}", markup=True, highlight=False)
+        console.print(f"[bold red]error[/]: {escape(str(exc))}", markup=True, highlight=False)
         return 2
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")

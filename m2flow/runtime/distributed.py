@@ -30,6 +30,7 @@ def init_process_group(ctx: WorkerContext, address: str, port: int, timeout_s: f
 
     rank, world = ctx.replica, ctx.replicas
     os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    use_node_interface()
     try:
         meet = datetime.timedelta(seconds=meet_s)
         store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=meet)
@@ -40,3 +41,18 @@ def init_process_group(ctx: WorkerContext, address: str, port: int, timeout_s: f
         ) from None
     timeout = datetime.timedelta(seconds=timeout_s)
     dist.init_process_group(backend_for(ctx.device), store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+def use_node_interface() -> None:
+    """Make gloo and NCCL reach peers through the interface that holds this Ray node's address. Left to
+    themselves they take the address the host name resolves to, which is often 127.0.0.1: fine on one
+    host, refused from another. A user's own GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME win."""
+    import psutil
+    import ray
+
+    node_ip = ray.util.get_node_ip_address()
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == node_ip for a in addresses):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", name)
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", name)
+            return

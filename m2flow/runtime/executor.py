@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from m2flow.config import apply_overrides, dump_spec, spec_from_dict
-from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.errors import PlanError, WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
-from m2flow.runtime.launch import Launch, connect_ray
+from m2flow.runtime.host import headline
+from m2flow.runtime.launch import Launch, cluster_from_ray, connect_ray
+from m2flow.runtime.nodes import addresses, unreachable
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.replan import Running, remember, replan
 from m2flow.runtime.reporting import Reporter
@@ -173,7 +175,7 @@ class Run:
             metrics["failures/quarantined"] = float(sum(r.quarantined for r in outcome.replacements))
         for r in outcome.replacements:
             failure = _failure(it, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined)
-            self.result.failures.append(failure)
+            self._record_failure(failure)
             named = "" if r.env is None else f" (env {r.env})"
             self.reporter.print(f"m2flow: {r.replica} failed in iteration {it}{named}: {r.why}")
             self.reporter.print(
@@ -200,13 +202,21 @@ class Run:
             ends.append(self.replan_at - 1)
         return min(ends)
 
+    def _record_failure(self, failure: dict) -> None:
+        """A failure, in the result and appended to the run folder's failures.jsonl as it happens."""
+        self.result.failures.append(failure)
+        with open(self.run_dir / "failures.jsonl", "a", encoding="utf-8") as log:
+            log.write(json.dumps(failure) + "\n")
+
     def _note_processes(self) -> None:
         """Where each replica runs now (a replacement runs in a new process), also in the run folder's
         processes.json for tools that watch a run (a profiler, a fault injector)."""
         self.result.nodes = {str(replica): node for replica, node in self.launch.nodes.items()}
         self.result.pids = {str(replica): pid for replica, pid in self.launch.pids.items()}
+        ips = addresses()
         where = {
-            replica: {"node": node, "pid": self.result.pids[replica]} for replica, node in self.result.nodes.items()
+            replica: {"node": node, "address": ips.get(node), "pid": self.result.pids[replica]}
+            for replica, node in self.result.nodes.items()
         }
         tmp = self.run_dir / ".processes.json.tmp"
         tmp.write_text(json.dumps(where, indent=1))
@@ -227,8 +237,8 @@ class Run:
 
     def recover(self, exc: Exception) -> None:
         """Restart every worker from the last checkpoint, or re-raise with the failure history."""
-        failure = _failure(self.next_iteration, str(exc).splitlines()[0], time.time())
-        self.result.failures.append(failure)
+        failure = _failure(self.next_iteration, headline(exc), time.time())
+        self._record_failure(failure)
         restarts = sum(1 for f in self.result.failures if not f["replaced"])
         if self.spec.run.on_failure == "stop" or restarts > self.spec.run.max_restarts:
             if restarts > 1:
@@ -244,6 +254,7 @@ class Run:
             raise exc
         self.reporter.print(f"m2flow: iteration {failure['iteration']} failed: {failure['error']}")
         self.close()
+        self._leave_lost_nodes()
         self.next_iteration, self.env_steps, self.restore_from = self._latest()
         self.result.history = [h for h in self.result.history if h["iteration"] < self.next_iteration]
         self.reporter.print(
@@ -251,6 +262,35 @@ class Run:
             f" continuing at iteration {self.next_iteration}"
         )
         self.start()
+
+    def _leave_lost_nodes(self) -> None:
+        """Probe the plan's nodes; without the ones that are gone or cut off, re-plan on those left (the
+        same workers and replicas: the checkpoint restores onto the new placement)."""
+        planned = self.plan.cluster.node_ids
+        if len(planned) < 2:
+            return
+        lost = unreachable(planned, self.spec.run.timeouts.start_s)
+        if not lost:
+            return
+        ips = addresses()
+        names = ", ".join(ips.get(node, node) for node in sorted(lost))
+        cluster = cluster_from_ray(self.spec.cluster, without=frozenset(lost))
+        try:
+            plan = make_plan(self.graph, cluster)
+        except PlanError as exc:
+            raise PlanError(f"lost node(s) at {names}, and the nodes left cannot run this workflow: {exc}") from None
+        if plan.spec_overrides != self.plan.spec_overrides:
+            raise PlanError(
+                f"lost node(s) at {names}; the plan for the nodes left changes the workers' own knobs"
+                f" ({plan.spec_overrides}), which a checkpoint cannot carry over: run again on them"
+            )
+        self.cluster, self.plan = cluster, plan
+        self.result.plan = plan
+        plan.save(self.run_dir / "plan.json")
+        self.reporter.print(
+            f"m2flow: lost node(s) at {names}: re-planned on the {cluster.nodes} node(s) left"
+            f" ({plan.mode}, {plan.pipeline_stages} stage(s))"
+        )
 
     def _replan(self) -> None:
         self.replans_left -= 1

@@ -43,6 +43,13 @@ class PortFailed(WorkerError):
         return (_rebuild_port_failed, (self.args[0], self.worker, self.replica, self.port, self.env))
 
 
+def headline(exc: Exception) -> str:
+    """A failure on one line: where a port failed and what it raised, or the first line of any other."""
+    if isinstance(exc, PortFailed):
+        return exc.headline()
+    return str(exc).splitlines()[0]
+
+
 def _rebuild_port_failed(message: str, worker: str, replica: int, port: str, env: int | None) -> PortFailed:
     error = PortFailed.__new__(PortFailed)
     WorkerError.__init__(error, message)

@@ -3,8 +3,10 @@ one host actor per worker replica, and the worker-to-worker channels of the loop
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -19,6 +21,7 @@ from m2flow.planners.processes import same_process
 from m2flow.planners.render import render_gpus
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
+from m2flow.runtime.nodes import addresses
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
 from m2flow.runtime.wiring import LoopChannels
@@ -54,11 +57,12 @@ def connect_ray(spec: ClusterSpec) -> Cluster:
     return Cluster.from_spec(spec)
 
 
-def cluster_from_ray(spec: ClusterSpec) -> Cluster:
-    """The devices Ray reports, node by node (GPUs, then one CPU slot per core)."""
+def cluster_from_ray(spec: ClusterSpec, without: frozenset[str] = frozenset()) -> Cluster:
+    """The devices Ray reports, node by node (GPUs, then one CPU slot per core), but for the nodes (Ray
+    node ids) `without`."""
     import ray
 
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in without]
     devices: dict[DeviceId, float] = {}
     for kind, key, memory in (("gpu", "GPU", gpu_memory_gb(spec)), ("cpu", "CPU", None)):
         index = 0
@@ -330,6 +334,9 @@ class Launch:
         import ray
 
         old = self._replica(replica)
+        if self.on_this_host(replica):  # at once, also when it is stopped: its device share is freed for the new one
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pids[replica], signal.SIGKILL)
         ray.kill(old.process, no_restart=True)
         host = self._host_args(replica.worker, replica.replica)
         new = Replica(old.worker, old.index, old.device, None)
@@ -355,8 +362,7 @@ class Launch:
         """Whether `replica`'s process runs on the driver's host (its pid means something here)."""
         import ray
 
-        address = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
-        return address.get(self.nodes[replica]) == ray.util.get_node_ip_address()
+        return addresses().get(self.nodes[replica]) == ray.util.get_node_ip_address()
 
     def _replica(self, replica: ReplicaId) -> Replica:
         return self.replicas[replica.worker][replica.replica]

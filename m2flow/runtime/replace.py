@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
-from m2flow.runtime.host import PortFailed
+from m2flow.runtime.host import PortFailed, headline
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopStats
 from m2flow.runtime.waits import Deadline, get, wait_all
@@ -121,9 +121,7 @@ def await_calls(
 
 def _dropped(exc: WorkerError | WaitTimeout) -> Dropped:
     """A replica's own failure, seen now."""
-    if isinstance(exc, PortFailed):
-        return Dropped(time.time(), exc.headline(), exc.env)
-    return Dropped(time.time(), str(exc).splitlines()[0])
+    return Dropped(time.time(), headline(exc), exc.env if isinstance(exc, PortFailed) else None)
 
 
 def _own_failure(ref: Any, call: Call) -> Dropped | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from m2flow.errors import WorkerError
+from m2flow.runtime.distributed import use_node_interface
 from m2flow.transfer import Transport
 
 ALIGN = 64  # byte alignment of every tensor in a bucket (any dtype can view it)
@@ -191,6 +192,7 @@ class CollectiveTransport(SyncTransport):
 
         r = self.route
         timeout = datetime.timedelta(seconds=r.timeout_s)
+        use_node_interface()
         try:
             meet = datetime.timedelta(seconds=r.meet_s)
             store = dist.TCPStore(r.address, r.port, r.world, is_master=r.rank == 0, timeout=meet)

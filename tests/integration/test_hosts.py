@@ -1,0 +1,104 @@
+"""Two hosts for real (`tests/netns.py`: network namespaces on veth links, a Ray node in each): the job
+runs across them — loop channels over TCP between hosts, a training group with a rank on each — through
+the CLI from host 0. A partition of host 1 and a host whose processes are all killed are detected within
+the run's deadlines, named, and the run goes on on the host that is left, from its last checkpoint."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.netns import Hosts, available
+from tests.workflows import pendulum_ppo
+
+UNAVAILABLE = available()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(UNAVAILABLE is not None, reason=f"needs network namespaces: {UNAVAILABLE}"),
+]
+
+ITERATIONS, FLOOR_S = 12, 10.0
+M2FLOW = str(Path(sys.executable).with_name("m2flow"))
+
+
+def job(out: Path, address: str) -> Path:
+    raw = pendulum_ppo(
+        out,
+        "hosts",
+        num_envs=2,
+        hidden=[16, 16],
+        horizon=16,
+        actor={"num_minibatches": 2, "update_epochs": 1},
+        run={
+            "iterations": ITERATIONS,
+            "seed": 6,
+            "checkpoint_every": 2,  # none after the third iteration: the fault lands in the fourth's loop or update
+            "on_failure": "restart",
+            "timeouts": {"floor_s": FLOOR_S, "start_s": 60},
+        },
+    )
+    raw["workers"]["env"]["replicas"] = 2
+    raw["workers"]["actor"]["replicas"] = 2
+    raw["placement"] = {"mode": "hybrid", "pipeline_stages": 1, "replan": False}
+    raw["cluster"] = {"address": address}
+    path = out / "hosts.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for(condition, timeout_s: float, what: str, driver: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert driver.poll() is None, f"the run ended before {what}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"waited {timeout_s:g}s for {what}:\n{log.read_text()[-3000:]}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("fault", ["partition", "host killed"])
+def test_a_job_across_two_hosts_loses_one_and_goes_on_on_the_other(tmp_path, fault):
+    with Hosts(2, cpus=2) as hosts:
+        run_dir = tmp_path / "hosts"
+        log = (tmp_path / "driver.log").open("w")
+        driver = hosts.start_in(0, [M2FLOW, "run", str(job(tmp_path, hosts.ray_address))], stdout=log, stderr=log)
+        try:
+            three = lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 3  # noqa: E731
+            wait_for(three, 180, "three iterations", driver, tmp_path / "driver.log")
+            where = json.loads((run_dir / "processes.json").read_text())
+            across = {name: entry["address"] for name, entry in where.items()}
+            on_host_1 = [name for name, address in across.items() if address == hosts.address(1)]
+            assert {across["actor[0]"], across["actor[1]"]} == {hosts.address(0), hosts.address(1)}
+            assert across["env[0]"] != across["rollout[0]"]  # the loop's channels cross hosts
+
+            struck_at = time.time()
+            if fault == "partition":
+                hosts.partition(1)
+            else:
+                hosts.kill_host(1)
+            driver.wait(timeout=300)
+        finally:
+            driver.kill()
+            log.close()
+        output = (tmp_path / "driver.log").read_text()
+        assert driver.returncode == 0, output[-3000:]
+
+    failures = read_jsonl(run_dir / "failures.jsonl")
+    assert failures, output[-3000:]
+    first = failures[0]
+    assert first["detected_at"] - struck_at < 3 * FLOOR_S, output[-3000:]
+    worker_words = [f"worker '{n.split('[')[0]}' replica {n.split('[')[1].rstrip(']')}" for n in on_host_1]
+    assert any(name in first["error"] for name in on_host_1 + worker_words), first["error"]  # what was on host 1
+    assert f"m2flow: lost node(s) at {hosts.address(1)}" in " ".join(output.split())
+    iterations = [m["iteration"] for m in read_jsonl(run_dir / "metrics.jsonl")]
+    assert sorted(set(iterations)) == list(range(ITERATIONS))  # every iteration done, some of them twice
+    after = json.loads((run_dir / "processes.json").read_text())
+    assert {entry["address"] for entry in after.values()} == {hosts.address(0)}
