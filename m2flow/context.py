@@ -6,7 +6,7 @@ in `__init__` if it needs any of this. Outside a run, `context()` returns a sing
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 RESEED_STRIDE = 1_000_003  # a quarantined env's seed moves by this per quarantine: past every env's and
@@ -30,10 +30,13 @@ class WorkerContext:
     iterations: int = 1  # the run's planned iterations (schedules such as learning-rate annealing read it)
     quarantined: Mapping[int, int] = field(default_factory=dict)  # env -> times
 
-    def env_seed(self, env: int, offset: int | None = None) -> int:
-        """The seed global env `env` starts from: run.seed + `offset` (default: the env's index), moved on
-        for each time the runtime quarantined the env (it kept failing with the seeds it had)."""
-        return self.seed + (env if offset is None else offset) + RESEED_STRIDE * self.quarantined.get(env, 0)
+    def env_seed(self, env: int, offset: int | None = None, shared_by: Iterable[int] = ()) -> int:
+        """The seed global env `env` starts from: run.seed + `offset` (default: the env's index), moved on for
+        each time the runtime quarantined the env (it kept failing with the seeds it had). Envs that share
+        one seed (a GRPO group: `shared_by`, `env` among them) move together, as often as the most
+        quarantined of them, so they keep sharing it."""
+        moves = max((self.quarantined.get(e, 0) for e in (*shared_by, env)), default=0)
+        return self.seed + (env if offset is None else offset) + RESEED_STRIDE * moves
 
     @property
     def rank(self) -> int:

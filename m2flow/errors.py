@@ -40,7 +40,7 @@ class EnvFailed(Exception):  # noqa: N818 - what a simulator worker raises, not 
     started again from a new seed (`WorkerContext.env_seed`) and reported."""
 
     def __init__(self, env: int, why: str):
-        self.env, self.why = env, why
+        self.env, self.why = int(env), why
         super().__init__(f"env {env} failed: {why}")
 
     def __reduce__(self):

@@ -4,7 +4,8 @@ Each host is a network namespace of its own with one address (10.77.0.1, .2, ...
 other end sits on a bridge in the root namespace; a Ray node runs inside each (its own temp dir), the head
 in host 0. A driver started with `run_in(0, ...)` joins the cluster from host 0, so every byte between
 workers crosses the veth links: nothing listens on the root namespace's addresses. Faults: `partition`
-takes a host's link down (and `heal` brings it back), `kill_host` kills every process in a host.
+takes a host's link down, `kill_host` kills every process in a host. The names are fixed (one harness per
+machine at a time): a harness removes what an earlier, killed one left behind.
 
 Making namespaces needs root and the `ip` tool; `available()` says why not where they are missing (tests
 skip with that reason). Everything made is removed on exit, also after a failure.
@@ -133,9 +134,6 @@ class Hosts:
     def partition(self, host: int) -> None:
         """Take `host`'s link down: it and the others stop hearing each other."""
         _ip("link", "set", f"m2flow-v{host}", "down")
-
-    def heal(self, host: int) -> None:
-        _ip("link", "set", f"m2flow-v{host}", "up")
 
     def kill_host(self, host: int) -> None:
         """SIGKILL every process in `host`'s namespace (its Ray node and the workers on it)."""

@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +26,8 @@ from m2flow.program import own_items, part_port, run_phase
 from m2flow.runtime.batches import Backlog, Call, check_staleness
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.launch import Launch, Replica
-from m2flow.runtime.loop import Dropped, LoopProgram, LoopStats
-from m2flow.runtime.quarantine import Quarantine
-from m2flow.runtime.replace import Replacement, await_calls, await_loop, droppable
+from m2flow.runtime.loop import LoopProgram, LoopStats
+from m2flow.runtime.replace import Failed, Replacement, Replacer, await_calls, await_loop, droppable
 from m2flow.runtime.stacks import RankState, ask, explain
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, wait_all
@@ -43,18 +42,6 @@ class IterationResult:
     metrics: dict[str, float] = field(default_factory=dict)
     env_steps: int = 0
     replacements: list[Replacement] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Started:
-    """How a replacement started: what its envs started from, and whether its failure quarantined an env."""
-
-    state: str
-    quarantined: bool
-
-
-Failed = list[tuple[Replica, Dropped]]  # simulator replicas to replace, each with its failure
-RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says what it is
 
 
 @dataclass
@@ -82,9 +69,7 @@ class Controller:
         launch: Launch,
         trace: Trace,
         trace_until: int,
-        replacements_left: int,
-        restore: RestoreReplica,
-        quarantine: Quarantine,
+        replacer: Replacer | None,
     ):
         self.graph = graph
         self.plan = plan
@@ -101,9 +86,7 @@ class Controller:
         self._streamed: dict[PortRef, list[Any]] = {}  # then-sources produced while the loop ran
         self._stream_calls: list[Call] = []
         self._consumes: dict[Any, Any] = {}  # a streamed part call's event -> the output it was given
-        self.replacements_left = replacements_left  # simulator replicas that may still be replaced in place
-        self.restore = restore
-        self.quarantine = quarantine
+        self.replacer = replacer  # of the loop's simulator replicas (None: no loop)
         asynchronous = graph.spec.flow.asynchronous
         self.overlap = Overlap.of(asynchronous) if asynchronous is not None else None
         self.backlog = Backlog(self.overlap) if self.overlap is not None else None
@@ -263,7 +246,7 @@ class Controller:
             iteration=self._it,
             channel_timeout_s=self.deadlines.channel_s,
             trace_steps=self._it < self.trace_until,
-            droppable=droppable(self.launch, loop.entry.worker, self.replacements_left),
+            droppable=self.replacer.replaceable(),
         )
         processes = self._loop_processes()
         steps_before = self._result.env_steps
@@ -308,9 +291,10 @@ class Controller:
         iteration's, as without replacement."""
         simulator, sent, replaced = self.graph.loop.entry.worker, 0, []
         while failed:
-            states = self._start_replacements(failed, "in the loop")
+            started = self.replacer.start(failed, "in the loop")
             shards = {replica.index for replica, _ in failed}  # a simulator replica holds its own shard
-            may_fail = droppable(self.launch, simulator, budget=len(failed)) & shards  # the budget is checked above
+            # a replacement may fail again even with no budget left: caught, it stops the run naming the budget
+            may_fail = droppable(self.launch, simulator, budget=len(failed)) & shards
             redo = dataclasses.replace(program, droppable=may_fail, only_shards=tuple(sorted(shards)))
             groups = self._loop_processes(shards)
             calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
@@ -324,9 +308,9 @@ class Controller:
             done = [replica for replica, _ in failed if replica.id not in failed_again]
             share = (self._result.env_steps - steps_before) // max(1, len(done))
             for replica, dropped in failed:
-                self._record_replacement(
-                    replica, dropped, states[replica.id], 0 if replica.id in failed_again else share
-                )
+                steps = 0 if replica.id in failed_again else share
+                replacement = self.replacer.done(replica, dropped, started[replica.id], self._it, steps)
+                self._result.replacements.append(replacement)
             replaced += [replica for replica, _ in failed]
             failed = [(r, again[i]) for i in again for r in groups[i]]
         self._restream(replaced)
@@ -335,47 +319,9 @@ class Controller:
     def _replace_idle(self, failed: Failed) -> None:
         """New processes for simulator replicas that died or hung after their loop (while training ran, say):
         their trajectories were delivered, so nothing is redone; their episode statistics are lost."""
-        states = self._start_replacements(failed, "between loops")
+        started = self.replacer.start(failed, "between loops")
         for replica, dropped in failed:
-            self._record_replacement(replica, dropped, states[replica.id], 0)
-
-    def _start_replacements(self, failed: Failed, where: str) -> dict[ReplicaId, Started]:
-        """A new process for each failed simulator replica, within the run's budget of replacements (past it,
-        the failure is the iteration's); each one's state and whether it quarantined an env."""
-        if len(failed) > self.replacements_left:
-            names, env = ", ".join(str(r.id) for r, _ in failed), failed[0][1].env
-            times = self.quarantine.times.get(env, 0)
-            hint = f"; env {env} still fails after {times} quarantine(s) from new seeds" if times else ""
-            raise WorkerError(
-                f"{names} failed {where} ({failed[0][1].why}); no in-place replacement left"
-                f" (run.max_replacements){hint}"
-            )
-        self.replacements_left -= len(failed)
-        return {replica.id: self._replacement(replica, dropped) for replica, dropped in failed}
-
-    def _record_replacement(self, replica: Replica, dropped: Dropped, started: Started, steps: int) -> None:
-        replacement = Replacement(
-            replica=replica.id,
-            iteration=self._it,
-            why=dropped.why,
-            state=started.state,
-            steps_redone=steps,
-            detected_at=dropped.at,
-            seconds=time.time() - dropped.at,
-            env=dropped.env,
-            quarantined=started.quarantined,
-        )
-        self._result.replacements.append(replacement)
-
-    def _replacement(self, replica: Replica, dropped: Dropped) -> Started:
-        """A new process for a failed simulator replica, started as `run.replacement_state` asks unless the
-        failure quarantines an env: then every env resets, that one from a new seed. Says what it started
-        from, and whether it quarantined."""
-        quarantined = self.quarantine.record(dropped.env)
-        new = self.launch.replace(replica.id)
-        if not quarantined:
-            return Started(self.restore(new), quarantined=False)
-        return Started(f"its envs reset, env {dropped.env} quarantined: started from a new seed", quarantined=True)
+            self._result.replacements.append(self.replacer.done(replica, dropped, started[replica.id], self._it, 0))
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:
         if phase.overlaps:  # the oldest batch collected, which this iteration trains
@@ -433,10 +379,13 @@ class Controller:
     def _ranks_of(self, group: str) -> str:
         """Where each rank of `group` is now: asked on this host, named elsewhere."""
         replicas = self.launch.replicas[group]
-        here = {str(r.id): self.launch.pids[r.id] for r in replicas if self.launch.on_this_host(r.id)}
-        states = ask(here, self.launch.output_dir)
-        states += [RankState(str(r.id), None, "on another host: not asked") for r in replicas if str(r.id) not in here]
-        return explain(group, states)
+        here = {str(r.id): self.launch.pids[r.id] for r in replicas if self.launch.alive_here(r.id)}
+        try:
+            states = ask(here, self.launch.output_dir)
+        except OSError as exc:  # the question is a courtesy: never worse than the timeout itself
+            return f"process group of '{group}': its ranks could not be asked ({exc})"
+        gone = [RankState(str(r.id), None, "on another host, or gone: not asked") for r in replicas]
+        return explain(group, states + [s for s in gone if s.rank not in here])
 
     def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:
         """A sync phase's edge and the transport the plan gave it."""
@@ -585,17 +534,13 @@ class Controller:
         replicas = [r for group in self.launch.replicas.values() for r in group if id(r) not in busy]
         calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for r in replicas]
         deadline = Deadline(self.deadlines.phase("then"), f"metrics() hooks (iteration {self._it})")
-        per_replica, failed = await_calls(calls, deadline, self._replaceable_now())
+        replaceable = frozenset()
+        if self.replacer is not None:
+            replaceable = frozenset(ReplicaId(self.replacer.simulator, i) for i in self.replacer.replaceable())
+        per_replica, failed = await_calls(calls, deadline, replaceable)
         if failed:
             self._replace_idle([(calls[i][1], dropped) for i, dropped in failed.items()])
         return _mean_of_dicts([m for values in per_replica if values for m in values])
-
-    def _replaceable_now(self) -> frozenset[ReplicaId]:
-        """The simulator replicas that may be replaced in place now."""
-        if self.graph.loop is None:
-            return frozenset()
-        simulator = self.graph.loop.entry.worker
-        return frozenset(ReplicaId(simulator, i) for i in droppable(self.launch, simulator, self.replacements_left))
 
 
 def _sum_of_dicts(items: list[Any], suffix: str) -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 from m2flow.context import WorkerContext
 from m2flow.errors import WorkerError
@@ -30,17 +31,26 @@ def init_process_group(ctx: WorkerContext, address: str, port: int, timeout_s: f
 
     rank, world = ctx.replica, ctx.replicas
     os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    use_node_interface()
-    try:
-        meet = datetime.timedelta(seconds=meet_s)
-        store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=meet)
-    except (RuntimeError, TimeoutError) as exc:
-        raise WorkerError(
-            f"worker '{ctx.worker}': rank {rank} of {world} could not meet its process group at {address}:{port}"
-            f" within {meet_s:g}s ({exc}); did another replica fail to start? Its log says why"
-        ) from None
+    store = meet(f"worker '{ctx.worker}'", address, port, rank, world, meet_s)
     timeout = datetime.timedelta(seconds=timeout_s)
     dist.init_process_group(backend_for(ctx.device), store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+def meet(group: str, address: str, port: int, rank: int, world: int, meet_s: float) -> Any:
+    """The TCP store through which a group's ranks meet (rank 0 hosts it), once all `world` have come within
+    `meet_s`; else an error naming the group and the rank. Peers are reached through the node's interface."""
+    import datetime
+
+    import torch.distributed as dist
+
+    use_node_interface()
+    try:
+        return dist.TCPStore(address, port, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=meet_s))
+    except (RuntimeError, TimeoutError) as exc:
+        raise WorkerError(
+            f"{group}: rank {rank} of {world} could not meet its process group at {address}:{port} within"
+            f" {meet_s:g}s ({exc}); did another of its replicas fail to start? Its log says why"
+        ) from None
 
 
 def use_node_interface() -> None:

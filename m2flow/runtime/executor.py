@@ -26,6 +26,7 @@ from m2flow.runtime.host import headline
 from m2flow.runtime.launch import Launch, cluster_from_ray, connect_ray
 from m2flow.runtime.nodes import addresses, unreachable
 from m2flow.runtime.quarantine import Quarantine
+from m2flow.runtime.replace import Replacement, Replacer
 from m2flow.runtime.replan import Running, remember, replan
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.snapshots import Snapshots
@@ -137,23 +138,18 @@ class Run:
         self.launch = Launch(self.graph, self.plan, str(self.run_dir), self.quarantine.times)
         self.launch.start()
         self._note_processes()
-        replacements_left = 0
-        if self.spec.run.on_failure == "replace":
-            replacements_left = self.spec.run.max_replacements - sum(1 for f in self.result.failures if f["replaced"])
-            for replica in self.launch.replicas[self.graph.loop.entry.worker] if self.graph.loop else []:
-                why = self.launch.replaceable(replica.id)
-                if why is not None:
-                    self.reporter.print(f"m2flow: run.on_failure: replace: {why}, so a failure of it restarts")
-        self.controller = Controller(
-            self.graph,
-            self.plan,
-            self.launch,
-            self.trace,
-            self.trace_until,
-            replacements_left,
-            self._restore,
-            self.quarantine,
-        )
+        replacer = None
+        if self.graph.loop is not None:
+            simulator = self.graph.loop.entry.worker
+            budget = 0
+            if self.spec.run.on_failure == "replace":
+                budget = self.spec.run.max_replacements - sum(1 for f in self.result.failures if f["replaced"])
+                for replica in self.launch.replicas[simulator]:
+                    why = self.launch.replaceable(replica.id)
+                    if why is not None:
+                        self.reporter.print(f"m2flow: run.on_failure: replace: {why}, so a failure of it restarts")
+            replacer = Replacer(self.launch, simulator, budget, self._restore, self.quarantine, self._replaced)
+        self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until, replacer)
         self.measured_since = self.next_iteration
         self.snapshots = Snapshots(self.graph, self.launch, self.spec.run.timeouts.start_s)
         if self.restore_from is not None:
@@ -173,17 +169,6 @@ class Run:
             metrics["failures/replaced"] = float(len(outcome.replacements))
             metrics["failures/steps_redone"] = float(sum(r.steps_redone for r in outcome.replacements))
             metrics["failures/quarantined"] = float(sum(r.quarantined for r in outcome.replacements))
-        for r in outcome.replacements:
-            failure = _failure(it, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined)
-            self._record_failure(failure)
-            named = "" if r.env is None else f" (env {r.env})"
-            self.reporter.print(f"m2flow: {r.replica} failed in iteration {it}{named}: {r.why}")
-            self.reporter.print(
-                f"m2flow: {r.replica} replaced in place ({r.state}); its {r.steps_redone} steps redone,"
-                f" {r.seconds:.1f}s after the failure was seen; the other replicas kept theirs"
-            )
-        if outcome.replacements:
-            self._note_processes()
         self.reporter.log(it, self.env_steps, metrics)
         self.result.history.append({"iteration": it, "env_steps": self.env_steps, **metrics})
         self.result.iterations = self.next_iteration = it + 1
@@ -201,6 +186,18 @@ class Run:
         if self.replan_at is not None and self.replan_at > it:
             ends.append(self.replan_at - 1)
         return min(ends)
+
+    def _replaced(self, r: Replacement) -> None:
+        """A simulator replica replaced in place: recorded, printed and noted as it happens."""
+        failure = _failure(r.iteration, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined)
+        self._record_failure(failure)
+        named = "" if r.env is None else f" (env {r.env})"
+        self.reporter.print(f"m2flow: {r.replica} failed in iteration {r.iteration}{named}: {r.why}")
+        self.reporter.print(
+            f"m2flow: {r.replica} replaced in place ({r.state}); its {r.steps_redone} steps redone,"
+            f" {r.seconds:.1f}s after the failure was seen; the other replicas kept theirs"
+        )
+        self._note_processes()
 
     def _record_failure(self, failure: dict) -> None:
         """A failure, in the result and appended to the run folder's failures.jsonl as it happens."""
@@ -279,7 +276,7 @@ class Run:
             plan = make_plan(self.graph, cluster)
         except PlanError as exc:
             raise PlanError(f"lost node(s) at {names}, and the nodes left cannot run this workflow: {exc}") from None
-        if plan.spec_overrides != self.plan.spec_overrides:
+        if plan.spec_overrides and plan.spec_overrides != self.plan.spec_overrides:  # knobs the graph fixed: none
             raise PlanError(
                 f"lost node(s) at {names}; the plan for the nodes left changes the workers' own knobs"
                 f" ({plan.spec_overrides}), which a checkpoint cannot carry over: run again on them"

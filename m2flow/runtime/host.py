@@ -100,9 +100,11 @@ class WorkerHost:
             raise PortFailed(ctx.worker, ctx.replica, "__init__", "construction", traceback.format_exc()) from None
 
     def info(self) -> dict:
+        import psutil
         import ray
 
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+        me = psutil.Process()
+        return {"pid": me.pid, "started": me.create_time(), "node": ray.get_runtime_context().get_node_id()}
 
     # -- channels ----------------------------------------------------------------------------
     def open_channels(self, authkey: bytes, kinds: list[str]) -> dict:

@@ -113,6 +113,7 @@ class Launch:
         self.replicas: dict[str, list[Replica]] = {}
         self.nodes: dict[ReplicaId, str] = {}
         self.pids: dict[ReplicaId, int] = {}
+        self.started: dict[ReplicaId, float] = {}  # each process's start time: tells it from a later one of its pid
         self.pg = None
         self.bundle_of: dict[DeviceId, int] = {}
         self.rendezvous: dict[str, dict | None] = {}
@@ -183,8 +184,9 @@ class Launch:
             quarantined=dict(self.quarantined),
         )
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
-        # the controller's deadline on the training call passes first and names the ranks; a rank's own
-        # collective timeout is the backstop, twice that
+        # a rank's own collective timeout is the backstop, twice the training call's deadline, so the
+        # controller's deadline passes first and names the ranks; should measured costs later raise that
+        # deadline past it (`Controller.adopt`), the rank's own timeout reports a hang first
         dist = _with_timeouts(self.rendezvous[name], 2 * self.deadlines.phase("then"), self.timeouts.start_s)
         args = (info.target, info.spec.args, ctx, instances, dist, self._core(device))
         render = self.render_on.get(ReplicaId(name, r))
@@ -228,6 +230,7 @@ class Launch:
         )
         self.nodes = {r.id: info["node"] for r, info in zip(members, infos, strict=True)}
         self.pids = {r.id: info["pid"] for r, info in zip(members, infos, strict=True)}
+        self.started = {r.id: info["started"] for r, info in zip(members, infos, strict=True)}
 
     def _actor(self, host: type, label: str, device: DeviceId, env: dict, resources: dict, *args: Any) -> Any:
         """A host actor named `m2flow:<workflow>:<label>`, in the plan's bundle for its device."""
@@ -334,7 +337,7 @@ class Launch:
         import ray
 
         old = self._replica(replica)
-        if self.on_this_host(replica):  # at once, also when it is stopped: its device share is freed for the new one
+        if self.alive_here(replica):  # at once, also when it is stopped: its device share is freed for the new one
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pids[replica], signal.SIGKILL)
         ray.kill(old.process, no_restart=True)
@@ -348,7 +351,7 @@ class Launch:
         self.replicas[replica.worker][replica.replica] = new
         deadline = Deadline(self.timeouts.start_s, f"the replacement of {replica} to start")
         info = wait_all([(new.actor.info.remote(), new, "start-up")], deadline)[0]
-        self.nodes[replica], self.pids[replica] = info["node"], info["pid"]
+        self.nodes[replica], self.pids[replica], self.started[replica] = info["node"], info["pid"], info["started"]
         if self.channels is not None and replica in self.channels.addresses:
             self.channels.rewire(new, {r.id: r for group in self.replicas.values() for r in group})
         calls = [
@@ -363,6 +366,18 @@ class Launch:
         import ray
 
         return addresses().get(self.nodes[replica]) == ray.util.get_node_ip_address()
+
+    def alive_here(self, replica: ReplicaId) -> bool:
+        """Whether `replica`'s process runs on the driver's host and is still the one started for it (its pid
+        may have been given to another process since it ended): only then may it be signalled."""
+        import psutil
+
+        if not self.on_this_host(replica):
+            return False
+        try:
+            return psutil.Process(self.pids[replica]).create_time() == self.started[replica]
+        except psutil.Error:
+            return False
 
     def _replica(self, replica: ReplicaId) -> Replica:
         return self.replicas[replica.worker][replica.replica]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +20,13 @@ from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.host import PortFailed, headline
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopStats
+from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.waits import Deadline, get, wait_all
 from m2flow.schedule import ReplicaId
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
+Failed = list[tuple[Replica, Dropped]]  # simulator replicas to replace, each with its failure
+RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says what it is
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,73 @@ class Replacement:
     seconds: float  # from then to the end of the redo
     env: int | None  # the env that failed, when the replica named it
     quarantined: bool  # whether that env was quarantined (started again from a new seed)
+
+
+@dataclass(frozen=True)
+class Started:
+    """How a replacement started: what its envs started from, and whether its failure quarantined an env."""
+
+    state: str
+    quarantined: bool
+
+
+class Replacer:
+    """Replaces failed replicas of one launch's loop simulator in place, within the run's budget: each new
+    process starts as `run.replacement_state` asks unless its failure quarantines an env (then every env
+    resets, that one from a new seed), and each replacement is reported to the run as it is made, so a
+    later failure of the same iteration neither hides it nor hands its budget back."""
+
+    def __init__(
+        self,
+        launch: Launch,
+        simulator: str,
+        budget: int,
+        restore: RestoreReplica,
+        quarantine: Quarantine,
+        report: Callable[[Replacement], None],
+    ):
+        self.launch, self.simulator, self.budget = launch, simulator, budget
+        self.restore, self.quarantine, self.report = restore, quarantine, report
+
+    def replaceable(self) -> frozenset[int]:
+        """The simulator replicas that may be replaced in place now."""
+        return droppable(self.launch, self.simulator, self.budget)
+
+    def start(self, failed: Failed, where: str) -> dict[ReplicaId, Started]:
+        """A new process for each failed replica; past the budget, the failure is the iteration's."""
+        if len(failed) > self.budget:
+            names, env = ", ".join(str(r.id) for r, _ in failed), failed[0][1].env
+            times = self.quarantine.times.get(env, 0)
+            hint = f"; env {env} still fails after {times} quarantine(s) from new seeds" if times else ""
+            raise WorkerError(
+                f"{names} failed {where} ({failed[0][1].why}); no in-place replacement left"
+                f" (run.max_replacements){hint}"
+            )
+        self.budget -= len(failed)
+        return {replica.id: self._start(replica, dropped) for replica, dropped in failed}
+
+    def _start(self, replica: Replica, dropped: Dropped) -> Started:
+        quarantined = self.quarantine.record(dropped.env)
+        new = self.launch.replace(replica.id)
+        if not quarantined:
+            return Started(self.restore(new), quarantined=False)
+        return Started(f"its envs reset, env {dropped.env} quarantined: started from a new seed", quarantined=True)
+
+    def done(self, replica: Replica, dropped: Dropped, started: Started, iteration: int, steps: int) -> Replacement:
+        """The replacement of `replica`, its `steps` redone, reported to the run."""
+        replacement = Replacement(
+            replica=replica.id,
+            iteration=iteration,
+            why=dropped.why,
+            state=started.state,
+            steps_redone=steps,
+            detected_at=dropped.at,
+            seconds=time.time() - dropped.at,
+            env=dropped.env,
+            quarantined=started.quarantined,
+        )
+        self.report(replacement)
+        return replacement
 
 
 def droppable(launch: Launch, simulator: str, budget: int) -> frozenset[int]:

@@ -50,7 +50,8 @@ class Reporter:
         )
 
     def print(self, message) -> None:
-        self.progress.console.print(message)
+        """A line (as written: a worker's error may hold brackets) or a rich table."""
+        self.progress.console.print(message, markup=False, highlight=False)
 
     def close(self) -> None:
         self.progress.stop()

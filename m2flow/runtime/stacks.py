@@ -56,21 +56,30 @@ def ask(ranks: dict[str, int], run_dir: str) -> list[RankState]:
             states.append(RankState(rank, None, "its process is gone"))
             continue
         answer = folder / f"{pid}.txt"
-        text = answer.read_text(errors="replace")[sizes[rank] :] if answer.exists() else ""
+        text = answer.read_bytes()[sizes[rank] :].decode(errors="replace") if answer.exists() else ""
         states.append(_state(rank, text))
     return states
 
 
 def _state(rank: str, dump: str) -> RankState:
-    """A rank's state from its faulthandler dump (empty: no answer)."""
+    """A rank's state from its faulthandler dump (empty: no answer): in a collective if one of its threads
+    is; else where the thread running its current call (m2flow's host) is."""
     if not dump.strip():
         return RankState(rank, None, f"no answer within {ANSWER_S:g}s: stopped, or hung outside Python")
-    frames = [line.strip() for line in dump.splitlines() if line.strip().startswith("File ")]
-    collective = next((i for i, f in enumerate(frames) if "torch/distributed" in f), None)
-    if collective is None:
-        return RankState(rank, False, f"not in a collective: at {_short(frames[0]) if frames else 'an unknown frame'}")
-    caller = next((f for f in frames[collective:] if "torch/" not in f), frames[collective])
-    return RankState(rank, True, f"in {_short(frames[collective])}, called from {_short(caller)}")
+    threads = [_frames(block) for block in dump.split("\n\n") if "File " in block]
+    for frames in threads:
+        collective = next((i for i, f in enumerate(frames) if "torch/distributed" in f), None)
+        if collective is not None:
+            caller = next((f for f in frames[collective:] if "torch/" not in f), frames[collective])
+            return RankState(rank, True, f"in {_short(frames[collective])}, called from {_short(caller)}")
+    working = next((frames for frames in threads if any("m2flow/runtime/host.py" in f for f in frames)), None)
+    top = (working or threads[0])[0] if threads else "an unknown frame"
+    return RankState(rank, False, f"not in a collective: at {_short(top)}")
+
+
+def _frames(thread: str) -> list[str]:
+    """A thread's frames in a faulthandler dump, the most recent first."""
+    return [line.strip() for line in thread.splitlines() if line.strip().startswith("File ")]
 
 
 def _short(frame: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from m2flow.errors import WorkerError
-from m2flow.runtime.distributed import use_node_interface
+from m2flow.runtime.distributed import meet
 from m2flow.transfer import Transport
 
 ALIGN = 64  # byte alignment of every tensor in a bucket (any dtype can view it)
@@ -192,15 +192,7 @@ class CollectiveTransport(SyncTransport):
 
         r = self.route
         timeout = datetime.timedelta(seconds=r.timeout_s)
-        use_node_interface()
-        try:
-            meet = datetime.timedelta(seconds=r.meet_s)
-            store = dist.TCPStore(r.address, r.port, r.world, is_master=r.rank == 0, timeout=meet)
-        except (RuntimeError, TimeoutError) as exc:
-            raise WorkerError(
-                f"sync {r.edge}: rank {r.rank} of {r.world} could not meet the group at {r.address}:{r.port} within"
-                f" {r.meet_s:g}s ({exc}); did the source or a destination replica fail to start?"
-            ) from None
+        store = meet(f"sync {r.edge}", r.address, r.port, r.rank, r.world, r.meet_s)
         if torch.device(self.device).type == "cuda":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = timeout

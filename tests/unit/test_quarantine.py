@@ -13,6 +13,7 @@ from m2flow.context import RESEED_STRIDE, WorkerContext
 from m2flow.runtime.host import PortFailed
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.workers.env.env_ids import registered
+from m2flow.workers.env.evaluation import EvaluationConfig
 from m2flow.workers.env.failures import NamedFailures
 
 BAD_STARTS = "tests.workers_for_tests:InvertedPendulumBadStarts-v0"
@@ -27,12 +28,15 @@ def test_an_env_is_quarantined_at_every_nth_failure_of_its_own_and_unnamed_failu
     assert quarantine.times == {3: 2} and quarantine.failures == {5: 1}
 
 
-def test_a_quarantined_env_starts_from_a_seed_no_other_env_or_evaluation_episode_uses():
+def test_a_quarantined_env_seed_moves_by_the_stride_once_per_quarantine_and_a_group_moves_together():
     ctx = WorkerContext(seed=7, quarantined={2: 1})
 
     assert [ctx.env_seed(i) for i in range(4)] == [7, 8, 7 + 2 + RESEED_STRIDE, 10]
-    assert ctx.env_seed(2, offset=0) == 7 + RESEED_STRIDE  # envs that share a seed (groups) move apart
     assert ctx.with_(quarantined={2: 2}).env_seed(2) == 7 + 2 + 2 * RESEED_STRIDE
+    group = range(0, 4)  # four envs starting from one seed, as a GRPO group does
+    assert {ctx.env_seed(i, offset=0, shared_by=group) for i in group} == {7 + RESEED_STRIDE}
+    assert ctx.env_seed(5, offset=1, shared_by=range(4, 8)) == 8  # another group keeps its seed
+    assert EvaluationConfig.model_fields["seed"].default + 10_000 < RESEED_STRIDE  # past evaluation seeds too
     assert pickle.loads(pickle.dumps(ctx)) == ctx
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from m2flow.runtime.stacks import RankState, ask, explain
+from m2flow.runtime.stacks import RankState, _state, ask, explain
 
 WAITING = """
 import sys, time
@@ -46,4 +46,28 @@ def test_the_explanation_names_the_ranks_that_arrived_and_those_that_did_not():
         "process group of 'actor': 1 of 2 ranks in a collective; arrived: actor[0] in all_reduce"
         " (distributed/distributed_c10d.py:10), called from step (a/b.py:3); not arrived: actor[1] no answer within"
         " 2s: stopped, or hung outside Python"
+    )
+
+
+DUMP = """Thread 0x00007f0139dbf6c0 (most recent call first):
+  File "/py/lib/python3.11/threading.py", line 327 in wait
+  File "/py/lib/python3.11/site-packages/ray/_private/gc_collect_manager.py", line 29 in run
+
+Current thread 0x00007f0343c14b80 (most recent call first):
+  File "/py/site-packages/torch/distributed/distributed_c10d.py", line 4287 in all_gather
+  File "/py/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper
+  File "/work/main/workers/actor/backends.py", line 131 in gather_data_ranks
+  File "/work/main/m2flow/runtime/host.py", line 222 in _invoke
+"""
+
+
+def test_a_dump_is_read_thread_by_thread_the_collective_and_its_caller_from_the_same_thread():
+    assert _state("actor[0]", DUMP) == RankState(
+        "actor[0]",
+        True,
+        "in all_gather (distributed/distributed_c10d.py:4287), called from gather_data_ranks (actor/backends.py:131)",
+    )
+    computing = DUMP.replace("torch/distributed", "torch/nn").replace("all_gather", "linear")
+    assert _state("actor[1]", computing) == RankState(
+        "actor[1]", False, "not in a collective: at linear (nn/distributed_c10d.py:4287)"
     )

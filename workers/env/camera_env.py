@@ -71,7 +71,8 @@ class CameraEnv:
             CameraRenderer(env.unwrapped.model, view.cameras, view.modalities, view.size, cfg.render_profile)
             for env in self.envs
         ]
-        self.seeds = [ctx.env_seed(int(i), int(i) // cfg.group_size) for i in self.env_ids]
+        size = cfg.group_size
+        self.seeds = [ctx.env_seed(int(i), int(i) // size, group(int(i), size)) for i in self.env_ids]
         space = self.envs[0].action_space
         self.low, self.high, self.act_dim = space.low, space.high, int(np.prod(space.shape))
         self.proprio = np.zeros((len(self.envs), int(np.prod(self.envs[0].observation_space.shape))), np.float32)
@@ -193,3 +194,9 @@ class CameraEnv:
         arrays = load_simulator_state(self.envs, self.recorder, state)
         self.proprio, self._done = arrays["proprio"], arrays["done"]
         self._observation = self._observe()
+
+
+def group(env: int, size: int) -> range:
+    """The envs of `env`'s group: they start from one seed (GRPO compares their returns)."""
+    first = env - env % size
+    return range(first, first + size)
