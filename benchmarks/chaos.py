@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+from faults import job_dict
 from results_io import save_result
 
 import m2flow as mf
@@ -39,7 +40,7 @@ from m2flow.runtime.checkpoint import load_checkpoint
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.executor import RunResult
 
-HORIZON, ENV_REPLICAS, ENVS_PER_REPLICA = 64, 2, 4
+HORIZON, ENV_REPLICAS, ENVS_PER_REPLICA = 64, 2, 4  # as faults.py's job has them
 STEPS_PER_ITERATION = HORIZON * ENV_REPLICAS * ENVS_PER_REPLICA
 WARM_UP_ITERATIONS = 3  # faults start once the run has measured its costs and re-planned
 SLOW_FOR_S = 1.0
@@ -75,45 +76,19 @@ class Fault:
 
 
 def job(out: Path, name: str, iterations: int, seed: int) -> mf.WorkflowSpec:
-    env = {"env_id": "InvertedPendulum-v5"}
-    args = {**env, "hidden": [32, 32]}
-    return spec_from_dict(
-        {
-            "name": name,
-            "workers": {
-                "env": {
-                    "kind": "simulator",
-                    "class": "m2flow.workers.env.GymEnv",
-                    "replicas": ENV_REPLICAS,
-                    "args": {**env, "num_envs": ENVS_PER_REPLICA},
-                },
-                "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": args},
-                "actor": {
-                    "kind": "training",
-                    "class": "m2flow.workers.actor.PPO",
-                    "replicas": 2,
-                    "args": {**args, "num_minibatches": 4, "update_epochs": 4},
-                },
-            },
-            "flow": {
-                "loop": {"horizon": HORIZON, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
-                "then": ["env.trajectory -> actor.train"],
-                "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
-            },
-            "placement": {"mode": "shared", "colocate": False},  # each victim a process of its own
-            "run": {
-                "iterations": iterations,
-                "seed": seed,
-                "output_dir": str(out),
-                "progress": False,
-                "checkpoint_every": 1,
-                "on_failure": "replace",
-                "max_replacements": 1000,
-                "max_restarts": 1000,
-                "timeouts": {"floor_s": FLOOR_S},
-            },
-        }
+    """faults.py's job, long, with failures replaced in place where they can be; one plan for both runs
+    (no re-plan from the costs the first run cached)."""
+    raw = job_dict(out, name, horizon=HORIZON)
+    raw["placement"].update(pipeline_stages=1, replan=False)
+    raw["run"].update(
+        iterations=iterations,
+        seed=seed,
+        on_failure="replace",
+        max_replacements=1000,
+        max_restarts=1000,
+        timeouts={"floor_s": FLOOR_S},
     )
+    return spec_from_dict(raw)
 
 
 class Injector:

@@ -27,42 +27,46 @@ VICTIMS = ["env:0", "env:1", "rollout:0", "actor:0", "actor:1"]
 
 
 def job(out: Path, name: str) -> mf.WorkflowSpec:
+    return spec_from_dict(job_dict(out, name))
+
+
+def job_dict(out: Path, name: str, horizon: int = 128) -> dict:
+    """A small PPO job (InvertedPendulum, 2 simulator replicas x 4 envs, a policy, 2 training ranks), each
+    replica a process of its own, a checkpoint every iteration, restarted on a failure."""
     env = {"env_id": "InvertedPendulum-v5"}
     args = {**env, "hidden": [32, 32]}
-    return spec_from_dict(
-        {
-            "name": name,
-            "workers": {
-                "env": {
-                    "kind": "simulator",
-                    "class": "m2flow.workers.env.GymEnv",
-                    "replicas": 2,
-                    "args": {**env, "num_envs": 4},
-                },
-                "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": args},
-                "actor": {
-                    "kind": "training",
-                    "class": "m2flow.workers.actor.PPO",
-                    "replicas": 2,
-                    "args": {**args, "num_minibatches": 4, "update_epochs": 4},
-                },
+    return {
+        "name": name,
+        "workers": {
+            "env": {
+                "kind": "simulator",
+                "class": "m2flow.workers.env.GymEnv",
+                "replicas": 2,
+                "args": {**env, "num_envs": 4},
             },
-            "flow": {
-                "loop": {"horizon": 128, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
-                "then": ["env.trajectory -> actor.train"],
-                "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
+            "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": args},
+            "actor": {
+                "kind": "training",
+                "class": "m2flow.workers.actor.PPO",
+                "replicas": 2,
+                "args": {**args, "num_minibatches": 4, "update_epochs": 4},
             },
-            "placement": {"mode": "shared", "colocate": False},  # each victim a process of its own
-            "run": {
-                "iterations": ITERATIONS,
-                "output_dir": str(out),
-                "progress": False,
-                "checkpoint_every": 1,
-                "on_failure": "restart",
-                "timeouts": {"floor_s": 15},
-            },
-        }
-    )
+        },
+        "flow": {
+            "loop": {"horizon": horizon, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
+            "then": ["env.trajectory -> actor.train"],
+            "sync": [{"edge": "actor.weights -> rollout.load_weights"}],
+        },
+        "placement": {"mode": "shared", "colocate": False},  # each victim a process of its own
+        "run": {
+            "iterations": ITERATIONS,
+            "output_dir": str(out),
+            "progress": False,
+            "checkpoint_every": 1,
+            "on_failure": "restart",
+            "timeouts": {"floor_s": 15},
+        },
+    }
 
 
 def one_run(out: Path, index: int, rng: random.Random) -> dict:

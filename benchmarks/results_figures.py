@@ -14,6 +14,7 @@ from results_tables import (
     BEFORE_HOPS,
     CAMERA_CPU,
     CHANNELS,
+    CHAOS,
     ENGINE,
     FAULTS,
     H200,
@@ -157,6 +158,15 @@ def rerun_spread(res: Results) -> str:
     return span([r["samples_per_s"] / first[backend_key(r)] - 1 for r in reruns], "{:+.0%}".format)
 
 
+def chaos_line(res: Results) -> str:
+    """The benchmark's last line, from its raw output."""
+    s = res.json(CHAOS)["summary"]
+    return (
+        f"`chaos: {s['faults']} faults, {s['detected']} detected, {s['in_place']} in place, {s['by_restart']} by"
+        f" restart, {s['checkpoints_lost']} checkpoints lost, throughput {s['throughput_ratio']:.0%} of fault-free`"
+    )
+
+
 # --- registry ---------------------------------------------------------------------------------------------------
 
 
@@ -175,6 +185,7 @@ FIGURES: dict[str, Callable[[Results], str]] = {
     "modes_camera_cpu.pick": partial(auto_pick, CAMERA_CPU),
     "planner.growth_3": partial(plan_growth, 3),
     "planner.growth_5": partial(plan_growth, 5),
+    "chaos.line": chaos_line,
     "faults.completed": lambda res: f"{sum(r['completed'] for r in res.rows(FAULTS))}/{len(res.rows(FAULTS))}",
     "faults.median_detection": lambda res: f"{statistics.median(r['detection_s'] for r in res.rows(FAULTS)):.2f} s",
     "h200.ablation_env_step": partial(port_cell, "gpu/ablation.txt", "env.step", 2),
