@@ -19,6 +19,7 @@ from m2flow.workers.actor import PPO
 from m2flow.workers.actor.ppo import PPOConfig
 from m2flow.workers.env.gym_env import GymEnv, GymEnvConfig
 from m2flow.workers.rollout import TorchPolicy
+from m2flow.workers.rollout.torch_policy import TorchPolicyConfig
 from m2flow.workers.synthetic import env_block
 
 
@@ -212,41 +213,78 @@ class WholeBatchPPO(PPO):
     train_part = None
 
 
-class FaultyGymEnvConfig(GymEnvConfig):
-    fault: Literal["kill", "stop"] = "kill"  # SIGKILL (a crash) or SIGSTOP (a hang) of its own process
+class Fault(m2flow.WorkerConfig):
+    """Where a faulty worker's `fault_replica` kills (SIGKILL: a crash) or stops (SIGSTOP: a hang) its own
+    process, once: at a given step of the run, or in the first `metrics()` call after it (between loops,
+    while nothing waits on it)."""
+
+    fault: Literal["kill", "stop"] = "kill"
     fault_replica: int = 0
     fault_at_step: int = Field(10, ge=1, description="the replica's step (counted over the run) it strikes at")
     fault_in: Literal["step", "metrics"] = Field("step", description="in the loop, or in the first metrics() after it")
     marker: str = Field(description="a file the fault writes its time to: it strikes once, not in the replacement")
 
+    def stepped(self, steps: int) -> None:
+        if self.fault_in == "step" and steps == self.fault_at_step:
+            self._strike()
+
+    def reported(self, steps: int) -> None:
+        if self.fault_in == "metrics" and steps >= self.fault_at_step:
+            self._strike()
+
+    def _strike(self) -> None:
+        marker = Path(self.marker)
+        if m2flow.context().replica == self.fault_replica and not marker.exists():
+            marker.write_text(f"{time.time()}\n")
+            os.kill(os.getpid(), signal.SIGKILL if self.fault == "kill" else signal.SIGSTOP)
+
+
+class FaultyGymEnvConfig(GymEnvConfig, Fault):
+    pass
+
 
 class FaultyGymEnv(GymEnv):
-    """A GymEnv whose `fault_replica` kills or stops its own process once: at a given step of the run, or in
-    the first `metrics()` call after it (between loops, while nothing waits on it)."""
+    """A GymEnv that strikes as its `Fault` says, counting its `step` calls."""
 
     Config = FaultyGymEnvConfig
 
     def __init__(self, **args):
-        self.fault = FaultyGymEnvConfig(**args)
+        self.fault = Fault(**{k: v for k, v in args.items() if k in Fault.model_fields})
         super().__init__(**{k: v for k, v in args.items() if k in GymEnvConfig.model_fields})
-        self.replica, self.steps = m2flow.context().replica, 0
+        self.steps = 0
 
     def step(self, policy_out):
         self.steps += 1
-        if self.fault.fault_in == "step" and self.steps == self.fault.fault_at_step:
-            self._strike()
+        self.fault.stepped(self.steps)
         return super().step(policy_out)
 
     def metrics(self):
-        if self.fault.fault_in == "metrics" and self.steps >= self.fault.fault_at_step:
-            self._strike()
+        self.fault.reported(self.steps)
         return super().metrics()
 
-    def _strike(self) -> None:
-        marker = Path(self.fault.marker)
-        if self.replica == self.fault.fault_replica and not marker.exists():
-            marker.write_text(f"{time.time()}\n")
-            os.kill(os.getpid(), signal.SIGKILL if self.fault.fault == "kill" else signal.SIGSTOP)
+
+class FaultyPolicyConfig(TorchPolicyConfig, Fault):
+    pass
+
+
+class FaultyPolicy(TorchPolicy):
+    """A TorchPolicy that strikes as its `Fault` says, counting its `act` calls."""
+
+    Config = FaultyPolicyConfig
+
+    def __init__(self, **args):
+        self.fault = Fault(**{k: v for k, v in args.items() if k in Fault.model_fields})
+        super().__init__(**{k: v for k, v in args.items() if k in TorchPolicyConfig.model_fields})
+        self.steps = 0
+
+    def act(self, batch):
+        self.steps += 1
+        self.fault.stepped(self.steps)
+        return super().act(batch)
+
+    def metrics(self):
+        self.fault.reported(self.steps)
+        return {}
 
 
 class InvertedPendulumBadStarts(InvertedPendulumEnv):

@@ -225,9 +225,10 @@ class Controller:
             outputs.append(self._call_replica(r, port.port, [len(refs) for refs in mine], flat, items, phase))
         return gather(rule, outputs)
 
-    def copy_state(self, port: PortRef, state: Any, phase: Phase) -> None:
+    def copy_state(self, port: PortRef, state: Any, phase: Phase, targets: list[Replica] | None = None) -> None:
+        """Every replica of `port`'s worker (or only `targets`) receives `state`."""
         edge, transport = self._sync_edge(phase)
-        for r in self.launch.replicas[port.worker]:
+        for r in self.launch.replicas[port.worker] if targets is None else targets:
             _, event = r.actor.copy_state.options(num_returns=2).remote(str(edge), port.port, self._it, state)
             self._calls.append((event, r, f"sync {port}"))
         if transport.source_sends:  # e.g. a broadcast: it sends while they receive
@@ -285,18 +286,21 @@ class Controller:
         return list(processes.values())
 
     def _replace(self, failed: Failed, program: LoopProgram) -> int:
-        """New processes for the failed simulator replicas, each restored or reset, and their part of this
+        """New processes for the failed loop replicas, each restored or reset (an inference replica also
+        given the weights its sync edges' sources hold now), and the failed simulators' part of this
         iteration's loop redone, the other replicas' kept; a replacement that fails in the redo is replaced
         in turn. Returns the bytes the redos sent. Past the run's budget of replacements the failure is the
         iteration's, as without replacement."""
         simulator, sent, replaced = self.graph.loop.entry.worker, 0, []
         while failed:
             started = self.replacer.start(failed, "in the loop")
-            shards = {replica.index for replica, _ in failed}  # a simulator replica holds its own shard
+            self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed])
+            shards = {r.index for r, _ in failed if r.worker == simulator}  # a simulator replica holds its own shard
+            groups = self._loop_processes(shards) if shards else []
             # a replacement may fail again even with no budget left: caught, it stops the run naming the budget
-            may_fail = droppable(self.launch, simulator, budget=len(failed)) & shards
+            in_redo = {r.id for group in groups for r in group}
+            may_fail = droppable(self.launch, self.replacer.candidates, budget=len(failed)) & in_redo
             redo = dataclasses.replace(program, droppable=may_fail, only_shards=tuple(sorted(shards)))
-            groups = self._loop_processes(shards)
             calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
             deadline = self._loop_deadline("the redone part of the loop", may_fail)
             per_process, again = await_loop(calls, groups, deadline, simulator, may_fail)
@@ -305,10 +309,10 @@ class Controller:
                 for r in group if by_worker is not None else []:
                     sent += self._record_loop(r, by_worker[r.worker], redo)
             failed_again = {r.id: again[i] for i in again for r in groups[i]}
-            done = [replica for replica, _ in failed if replica.id not in failed_again]
+            done = [r for r, _ in failed if r.worker == simulator and r.id not in failed_again]
             share = (self._result.env_steps - steps_before) // max(1, len(done))
             for replica, dropped in failed:
-                steps = 0 if replica.id in failed_again else share
+                steps = share if replica in done else 0
                 replacement = self.replacer.done(replica, dropped, started[replica.id], self._it, steps)
                 self._result.replacements.append(replacement)
             replaced += [replica for replica, _ in failed]
@@ -317,11 +321,25 @@ class Controller:
         return sent
 
     def _replace_idle(self, failed: Failed) -> None:
-        """New processes for simulator replicas that died or hung after their loop (while training ran, say):
+        """New processes for loop replicas that died or hung after their loop (while training ran, say):
         their trajectories were delivered, so nothing is redone; their episode statistics are lost."""
         started = self.replacer.start(failed, "between loops")
+        self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed])
         for replica, dropped in failed:
             self._result.replacements.append(self.replacer.done(replica, dropped, started[replica.id], self._it, 0))
+
+    def _resync(self, replicas: list[Replica]) -> None:
+        """Replacements that receive a sync edge get what its source holds now: a new process starts from
+        its initial state (an inference replica from its initial weights)."""
+        for phase in (p for p in self.plan.phases if p.op == "sync"):
+            edge, _ = self._sync_edge(phase)
+            targets = [r for r in replicas if r.worker == edge.dst.worker]
+            if not targets:
+                continue
+            self.copy_state(edge.dst, self.call(edge.src, [], phase)[0], phase, targets)
+            calls, self._calls = self._calls, []
+            self._record(wait_all(calls, self._deadline(f"sync {edge} to a replacement", "sync")), calls)
+            self._release(phase)
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:
         if phase.overlaps:  # the oldest batch collected, which this iteration trains
@@ -519,9 +537,12 @@ class Controller:
         metrics = self._result.metrics
         metrics[key] = metrics.get(key, 0.0) + time.time() - began
 
-    def _loop_deadline(self, what: str, droppable: frozenset[int]) -> Deadline:
-        """The loop's deadline: peers may first wait out each droppable simulator replica that hangs."""
-        waiting = self.deadlines.phase("loop") + len(droppable) * self.deadlines.channel_s
+    def _loop_deadline(self, what: str, droppable: frozenset[ReplicaId]) -> Deadline:
+        """The loop's deadline: peers may first wait out each droppable simulator replica that hangs, and
+        then a droppable inference replica that hangs (as long as its simulators wait for it)."""
+        simulators = sum(1 for r in droppable if r.worker == self.graph.loop.entry.worker)
+        waits = simulators + (1 + simulators if len(droppable) > simulators else 0)
+        waiting = self.deadlines.phase("loop") + waits * self.deadlines.channel_s
         return Deadline(waiting, f"{what} (iteration {self._it}); {self.deadlines.explain}")
 
     def _deadline(self, what: str, phase: str) -> Deadline:
@@ -534,9 +555,7 @@ class Controller:
         replicas = [r for group in self.launch.replicas.values() for r in group if id(r) not in busy]
         calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for r in replicas]
         deadline = Deadline(self.deadlines.phase("then"), f"metrics() hooks (iteration {self._it})")
-        replaceable = frozenset()
-        if self.replacer is not None:
-            replaceable = frozenset(ReplicaId(self.replacer.simulator, i) for i in self.replacer.replaceable())
+        replaceable = self.replacer.replaceable() if self.replacer is not None else frozenset()
         per_replica, failed = await_calls(calls, deadline, replaceable)
         if failed:
             self._replace_idle([(calls[i][1], dropped) for i, dropped in failed.items()])

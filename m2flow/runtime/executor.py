@@ -26,7 +26,7 @@ from m2flow.runtime.host import headline
 from m2flow.runtime.launch import Launch, cluster_from_ray, connect_ray
 from m2flow.runtime.nodes import addresses, unreachable
 from m2flow.runtime.quarantine import Quarantine
-from m2flow.runtime.replace import Replacement, Replacer
+from m2flow.runtime.replace import Replacement, Replacer, candidates
 from m2flow.runtime.replan import Running, remember, replan
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.snapshots import Snapshots
@@ -140,15 +140,14 @@ class Run:
         self._note_processes()
         replacer = None
         if self.graph.loop is not None:
-            simulator = self.graph.loop.entry.worker
+            replicas, why_not = candidates(self.graph)
             budget = 0
             if self.spec.run.on_failure == "replace":
                 budget = self.spec.run.max_replacements - sum(1 for f in self.result.failures if f["replaced"])
-                for replica in self.launch.replicas[simulator]:
-                    why = self.launch.replaceable(replica.id)
-                    if why is not None:
-                        self.reporter.print(f"m2flow: run.on_failure: replace: {why}, so a failure of it restarts")
-            replacer = Replacer(self.launch, simulator, budget, self._restore, self.quarantine, self._replaced)
+                why_not += filter(None, (self.launch.replaceable(replica) for replica in replicas))
+                for why in why_not:
+                    self.reporter.print(f"m2flow: run.on_failure: replace: {why}, so a failure of it restarts")
+            replacer = Replacer(self.launch, replicas, budget, self._restore, self.quarantine, self._replaced)
         self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until, replacer)
         self.measured_since = self.next_iteration
         self.snapshots = Snapshots(self.graph, self.launch, self.spec.run.timeouts.start_s)
@@ -220,12 +219,14 @@ class Run:
         os.replace(tmp, self.run_dir / "processes.json")
 
     def _restore(self, replica) -> str:
-        """A replacement simulator replica's state, as `run.replacement_state` asks; says what it was."""
+        """A replacement's state: a simulator's envs as `run.replacement_state` asks, any other replica's
+        state from the last checkpoint (an inference replica's noise streams, say); says what it was."""
         checkpoint = latest_checkpoint(self.run_dir / "checkpoints")
-        if self.spec.run.replacement_state == "reset" or checkpoint is None:
-            return "its envs reset"
+        simulator = replica.worker == self.graph.loop.entry.worker
+        if checkpoint is None or (simulator and self.spec.run.replacement_state == "reset"):
+            return "its envs reset" if simulator else "its state as built"
         self.snapshots.restore_replica(checkpoint, replica)
-        return f"its envs restored from {checkpoint.name}"
+        return f"its {'envs' if simulator else 'state'} restored from {checkpoint.name}"
 
     def _checkpoint(self) -> Path:
         """A checkpoint of the last finished iteration."""

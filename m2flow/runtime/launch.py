@@ -120,7 +120,7 @@ class Launch:
         self.transports: dict[Edge, Transport] = {}
         # what a replacement of one replica needs: the loop's channels, its sync routes
         self.channels: LoopChannels | None = None
-        self.sync_setup: dict[ReplicaId, list[tuple[str, Edge, Route | None]]] = {}  # (method, edge, route)
+        self.sync_setup: dict[ReplicaId, dict[Edge, tuple[str, Route | None]]] = {}  # edge -> (method, route)
         self.generation: dict[ReplicaId, int] = {}  # processes a replica has had before its current one
 
     def start(self) -> None:
@@ -297,22 +297,27 @@ class Launch:
             ) from None
 
     def _route_syncs(self) -> None:
-        """Give each sync edge's replicas their end of its transport, all at once (a group meets now): the
-        source's first replica publishes (rank 0 of a group), its other replicas' outputs are dropped, every
-        destination replica receives. Every replica sees the edges in one order, so groups meet in turn."""
-        calls = []
-        for sync in self.graph.sync:
-            edge, transport = sync.edge, self.transports[sync.edge]
-            sources, targets = self.replicas[edge.src.worker], self.replicas[edge.dst.worker]
-            meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if TRANSPORTS[transport].meets else {}
-            timeouts = {"timeout_s": 2 * self.deadlines.phase("sync"), "meet_s": self.timeouts.start_s}
-            route = partial(Route, transport, world=len(targets) + 1, edge=str(edge), **timeouts, **meet)
-            setup = [(r, "set_source", route(rank=0) if r.index == 0 else None) for r in sources]
-            setup += [(r, "set_target", route(rank=r.index + 1)) for r in targets]
-            for r, method, end in setup:
-                self.sync_setup.setdefault(r.id, []).append((method, edge, end))
-                calls.append((getattr(r.actor, method).remote(str(edge), end), r, f"sync {edge}: start"))
+        """Give each sync edge's replicas their end of its transport, all at once (a group meets now). Every
+        replica sees the edges in one order, so groups meet in turn."""
+        calls = [call for sync in self.graph.sync for call in self._connect_edge(sync.edge)]
         wait_all(calls, Deadline(self.timeouts.start_s, "sync edges to start (their groups to meet)"))
+
+    def _connect_edge(self, edge: Edge) -> list[tuple[Any, Replica, str]]:
+        """The calls that give every replica of sync `edge` its end (a group meets at a new rendezvous): the
+        source's first replica publishes (rank 0 of a group), its other replicas' outputs are dropped, every
+        destination replica receives."""
+        transport = self.transports[edge]
+        sources, targets = self.replicas[edge.src.worker], self.replicas[edge.dst.worker]
+        meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if TRANSPORTS[transport].meets else {}
+        timeouts = {"timeout_s": 2 * self.deadlines.phase("sync"), "meet_s": self.timeouts.start_s}
+        route = partial(Route, transport, world=len(targets) + 1, edge=str(edge), **timeouts, **meet)
+        setup = [(r, "set_source", route(rank=0) if r.index == 0 else None) for r in sources]
+        setup += [(r, "set_target", route(rank=r.index + 1)) for r in targets]
+        calls = []
+        for r, method, end in setup:
+            self.sync_setup.setdefault(r.id, {})[edge] = (method, end)
+            calls.append((getattr(r.actor, method).remote(str(edge), end), r, f"sync {edge}: start"))
+        return calls
 
     def _wire_loop(self) -> None:
         if self.graph.loop is None:
@@ -322,44 +327,58 @@ class Launch:
 
     def replaceable(self, replica: ReplicaId) -> str | None:
         """Why `replica` cannot be replaced in place (None: it can): it must run in a process of its own and
-        take part in no sync edge whose group meets (a new member cannot join a formed group)."""
+        not be a rank of its worker's process group (the other ranks hold their part of its state)."""
         if isinstance(self._replica(replica).actor, MemberHandle):
             return f"{replica} shares its process with other workers (placement.colocate)"
-        for _, edge, _ in self.sync_setup.get(replica, []):
-            if TRANSPORTS[self.transports[edge]].meets:
-                return f"{replica} is in sync edge {edge}'s process group"
+        if self.rendezvous.get(replica.worker):
+            return f"{replica} is a rank of '{replica.worker}''s process group"
         return None
 
-    def replace(self, replica: ReplicaId) -> Replica:
-        """A new process for `replica` where the plan put it (the old one killed if it still runs), built as
-        at start but for the envs quarantined since, its channels wired to the same peers and its sync
-        routes set as at start."""
+    def replace(self, replicas: list[ReplicaId]) -> list[Replica]:
+        """A new process for each of `replicas` where the plan put it (the old one killed if it still runs),
+        built as at start but for the envs quarantined since, its channels wired to the same peers and its
+        sync routes set as at start; a sync edge whose group meets meets again, the new processes in it
+        (every other member must be idle: between phases)."""
         import ray
 
-        old = self._replica(replica)
-        if self.alive_here(replica):  # at once, also when it is stopped: its device share is freed for the new one
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pids[replica], signal.SIGKILL)
-        ray.kill(old.process, no_restart=True)
-        host = self._host_args(replica.worker, replica.replica)
-        new = Replica(old.worker, old.index, old.device, None)
-        self.generation[replica] = generation = self.generation.get(replica, 0) + 1
-        label = f"{replica.worker}:{replica.replica}#{generation}"  # the old name may not be released yet
-        new.actor = new.process = self._actor(
-            WorkerHost, label, new.device, worker_env(host.env_vars), host.resources, *host.args
-        )
-        self.replicas[replica.worker][replica.replica] = new
-        deadline = Deadline(self.timeouts.start_s, f"the replacement of {replica} to start")
-        info = wait_all([(new.actor.info.remote(), new, "start-up")], deadline)[0]
-        self.nodes[replica], self.pids[replica], self.started[replica] = info["node"], info["pid"], info["started"]
-        if self.channels is not None and replica in self.channels.addresses:
-            self.channels.rewire(new, {r.id: r for group in self.replicas.values() for r in group})
-        calls = [
-            (getattr(new.actor, method).remote(str(edge), end), new, f"sync {edge}: start")
-            for method, edge, end in self.sync_setup.get(replica, [])
-        ]
-        wait_all(calls, Deadline(self.timeouts.start_s, f"the replacement of {replica}: its sync routes"))
-        return new
+        fresh = []
+        for replica in replicas:
+            old = self._replica(replica)
+            if self.alive_here(replica):  # at once, also when stopped: its device share is freed for the new one
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pids[replica], signal.SIGKILL)
+            ray.kill(old.process, no_restart=True)
+            host = self._host_args(replica.worker, replica.replica)
+            new = Replica(old.worker, old.index, old.device, None)
+            self.generation[replica] = generation = self.generation.get(replica, 0) + 1
+            label = f"{replica.worker}:{replica.replica}#{generation}"  # the old name may not be released yet
+            new.actor = new.process = self._actor(
+                WorkerHost, label, new.device, worker_env(host.env_vars), host.resources, *host.args
+            )
+            self.replicas[replica.worker][replica.replica] = new
+            fresh.append(new)
+        names = ", ".join(str(r) for r in replicas)
+        deadline = Deadline(self.timeouts.start_s, f"the replacement of {names} to start")
+        infos = wait_all([(new.actor.info.remote(), new, "start-up") for new in fresh], deadline)
+        for new, info in zip(fresh, infos, strict=True):
+            self.nodes[new.id], self.pids[new.id], self.started[new.id] = info["node"], info["pid"], info["started"]
+        looped = [new for new in fresh if self.channels is not None and new.id in self.channels.addresses]
+        if looped:
+            self.channels.rewire(looped, {r.id: r for group in self.replicas.values() for r in group})
+        self._reroute(fresh, names)
+        return fresh
+
+    def _reroute(self, fresh: list[Replica], names: str) -> None:
+        """The sync routes of new processes: their own end, or every member's where the group meets."""
+        calls, met = [], set()
+        for new in fresh:
+            for edge, (method, end) in self.sync_setup.get(new.id, {}).items():
+                if not TRANSPORTS[self.transports[edge]].meets:
+                    calls.append((getattr(new.actor, method).remote(str(edge), end), new, f"sync {edge}: start"))
+                elif edge not in met:
+                    met.add(edge)
+                    calls += self._connect_edge(edge)
+        wait_all(calls, Deadline(self.timeouts.start_s, f"the replacement of {names}: its sync routes"))
 
     def on_this_host(self, replica: ReplicaId) -> bool:
         """Whether `replica`'s process runs on the driver's host (its pid means something here)."""

@@ -8,7 +8,9 @@ while its peer already works on slice s+1 — pipelining falls out of the datafl
 A `droppable` replica of the first worker (a simulator) whose channel breaks or stays silent past its
 deadline is dropped: its peers go on with the other shards and report it `lost`; the controller replaces
 it and runs a program of `only_shards` to redo its part. Everyone else then waits longer for its own
-peers, since those may be waiting out a silent simulator first.
+peers, since those may be waiting out a silent simulator first. A droppable replica of another worker
+(an inference replica) cannot be gone around: the simulators it serves stop with `PeerLost` naming it,
+and the controller replaces it with them and redoes their shards.
 """
 
 from __future__ import annotations
@@ -35,17 +37,29 @@ class LoopProgram:
     iteration: int
     channel_timeout_s: float
     trace_steps: bool
-    droppable: frozenset[int] = frozenset()  # first-worker replicas whose failure is not fatal (module doc)
+    droppable: frozenset[PeerId] = frozenset()  # replicas whose failure is not fatal (module doc)
     only_shards: tuple[int, ...] | None = None  # a redo: only these shards step
 
 
 @dataclass(frozen=True)
 class Dropped:
-    """A first-worker replica a peer went on without: when, and why."""
+    """A replica that failed in the loop: when, and why."""
 
     at: float  # time.time()
     why: str
     env: int | None = None  # the env the replica itself said failed (`m2flow.EnvFailed`), if it did
+    peer: PeerId | None = None  # the droppable peer it stopped for (`PeerLost`), if it did
+
+
+class PeerLost(WorkerError):
+    """A loop member stopped because `peer`, a droppable replica it cannot go on without, failed its channel."""
+
+    def __init__(self, message: str, peer: PeerId):
+        super().__init__(message)
+        self.peer = peer
+
+    def __reduce__(self):
+        return (PeerLost, (self.args[0], self.peer))
 
 
 @dataclass
@@ -139,29 +153,31 @@ class _LoopRun:
         return [m for m in self.members if m.worker == self.prog.ports[j][0] and self.mine[(m.worker, m.replica)]]
 
     def _timeout(self, peer: PeerId) -> float:
-        """How long to wait for `peer`'s message: the channel deadline for a droppable replica; for any
-        other peer also the time it may spend waiting out each droppable replica before (in turn)."""
-        channel_s, droppable = self.prog.channel_timeout_s, self.prog.droppable
-        if not droppable or self._droppable(peer):
-            return channel_s
-        return channel_s * (1 + len(droppable))
-
-    def _droppable(self, peer: PeerId) -> bool:
-        return peer[0] == self.prog.ports[0][0] and peer[1] in self.prog.droppable
-
-    def drop(self, m: Member, peer: PeerId, error: Exception) -> bool:
-        """Go on without `peer`, a droppable first-worker replica that failed `m`'s channel: its shards
-        leave every member here. False: the failure is fatal."""
+        """How long to wait for `peer`'s message: the channel deadline for a droppable simulator replica; for
+        any other peer also the time it may spend waiting out each droppable simulator replica before (in
+        turn)."""
+        channel_s = self.prog.channel_timeout_s
         entry = self.prog.ports[0][0]
-        if not self._droppable(peer) or m.worker == entry:
-            return False
+        simulators = sum(1 for worker, _ in self.prog.droppable if worker == entry)
+        if peer[0] == entry and peer in self.prog.droppable:
+            return channel_s
+        return channel_s * (1 + simulators)
+
+    def drop(self, m: Member, peer: PeerId, error: Exception) -> None:
+        """Go on without `peer`, a droppable simulator replica that failed `m`'s channel: its shards leave
+        every member here. Raises when `m` cannot go on: `PeerLost` if `peer` may be replaced (an inference
+        replica the simulators it serves wait on), the error itself if its failure is fatal."""
+        entry = self.prog.ports[0][0]
+        if peer not in self.prog.droppable:
+            raise error
+        if m.worker == entry or peer[0] != entry:
+            raise PeerLost(str(error), peer) from None
         gone = set(shard_groups(self.prog.shards, self.prog.replicas[entry])[peer[1]])
         for key, shards in self.mine.items():
             self.mine[key] = [b for b in shards if b not in gone]
         self._routes.clear()
         self._peers.clear()
         self.stats[(m.worker, m.replica)].lost[peer[1]] = Dropped(time.time(), str(error).splitlines()[0])
-        return True
 
     def routes(self, m: Member, w_next: str) -> list[tuple[int, int]]:
         """(shard, replica of `w_next` that owns it) for each shard `m` holds."""
@@ -198,8 +214,7 @@ class _LoopRun:
             try:
                 sent += m.mailbox.send((w_next, peer), (t_next, j_next, s), payload)
             except WorkerError as exc:
-                if not self.drop(m, (w_next, peer), exc):
-                    raise
+                self.drop(m, (w_next, peer), exc)
         return sent
 
     def gather(self, m: Member, j: int, s: int, t: int) -> tuple[Any, list[int]]:
@@ -219,8 +234,7 @@ class _LoopRun:
             try:
                 pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), self._timeout((w_prev, peer)), what))
             except (WorkerError, WaitTimeout) as exc:
-                if not self.drop(m, (w_prev, peer), exc):
-                    raise
+                self.drop(m, (w_prev, peer), exc)
         shards = self.mine[(m.worker, m.replica)]
         return concat([pieces[b] for b in shards]) if shards else (None, [])
 

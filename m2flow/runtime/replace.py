@@ -1,11 +1,13 @@
-"""Simulator replicas replaced in place (`run.on_failure: replace`): which may be, and the wait on a loop
-that may lose some of them.
+"""Loop replicas replaced in place (`run.on_failure: replace`): which may be, and the wait on a loop that
+may lose some of them.
 
 Physics simulators crash and hang far more often than trainers; one that does should cost its own part
-of the iteration, not the job. A simulator replica is replaceable when it runs in a process of its own
-and takes part in no sync edge whose group meets (`Launch.replaceable`), while the run's budget of
-replacements lasts. Its peers drop it from the loop (`loop.py`); the controller replaces it and redoes
-its shards.
+of the iteration, not the job. A simulator or inference replica of the loop is replaceable when it runs
+in a process of its own and takes part in no sync edge whose group meets (`Launch.replaceable`), an
+inference replica also when nothing but the loop reads it (no after-loop edge leaves its worker: it holds
+no part of the batch), while the run's budget of replacements lasts. A failed simulator's peers drop it
+from the loop (`loop.py`); the simulators a failed inference replica served stop, naming it. The
+controller replaces them all and redoes the failed simulators' shards.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.graph import MacroGraph
 from m2flow.runtime.host import PortFailed, headline
 from m2flow.runtime.launch import Launch, Replica
-from m2flow.runtime.loop import Dropped, LoopStats
+from m2flow.runtime.loop import Dropped, LoopStats, PeerLost
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.waits import Deadline, get, wait_all
 from m2flow.schedule import ReplicaId
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
-Failed = list[tuple[Replica, Dropped]]  # simulator replicas to replace, each with its failure
+Failed = list[tuple[Replica, Dropped]]  # loop replicas to replace, each with its failure
 RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says what it is
 
 
@@ -53,7 +56,7 @@ class Started:
 
 
 class Replacer:
-    """Replaces failed replicas of one launch's loop simulator in place, within the run's budget: each new
+    """Replaces failed replicas of one launch's loop in place, within the run's budget: each new simulator
     process starts as `run.replacement_state` asks unless its failure quarantines an env (then every env
     resets, that one from a new seed), and each replacement is reported to the run as it is made, so a
     later failure of the same iteration neither hides it nor hands its budget back."""
@@ -61,18 +64,18 @@ class Replacer:
     def __init__(
         self,
         launch: Launch,
-        simulator: str,
+        candidates: list[ReplicaId],
         budget: int,
         restore: RestoreReplica,
         quarantine: Quarantine,
         report: Callable[[Replacement], None],
     ):
-        self.launch, self.simulator, self.budget = launch, simulator, budget
+        self.launch, self.candidates, self.budget = launch, candidates, budget
         self.restore, self.quarantine, self.report = restore, quarantine, report
 
-    def replaceable(self) -> frozenset[int]:
-        """The simulator replicas that may be replaced in place now."""
-        return droppable(self.launch, self.simulator, self.budget)
+    def replaceable(self) -> frozenset[ReplicaId]:
+        """The loop replicas that may be replaced in place now."""
+        return droppable(self.launch, self.candidates, self.budget)
 
     def start(self, failed: Failed, where: str) -> dict[ReplicaId, Started]:
         """A new process for each failed replica; past the budget, the failure is the iteration's."""
@@ -85,14 +88,14 @@ class Replacer:
                 f" (run.max_replacements){hint}"
             )
         self.budget -= len(failed)
-        return {replica.id: self._start(replica, dropped) for replica, dropped in failed}
-
-    def _start(self, replica: Replica, dropped: Dropped) -> Started:
-        quarantined = self.quarantine.record(dropped.env)
-        new = self.launch.replace(replica.id)
-        if not quarantined:
-            return Started(self.restore(new), quarantined=False)
-        return Started(f"its envs reset, env {dropped.env} quarantined: started from a new seed", quarantined=True)
+        quarantined = [self.quarantine.record(dropped.env) for _, dropped in failed]  # before they are built
+        fresh = self.launch.replace([replica.id for replica, _ in failed])
+        return {
+            new.id: Started(f"its envs reset, env {dropped.env} quarantined: started from a new seed", True)
+            if moved
+            else Started(self.restore(new), False)
+            for new, (_, dropped), moved in zip(fresh, failed, quarantined, strict=True)
+        }
 
     def done(self, replica: Replica, dropped: Dropped, started: Started, iteration: int, steps: int) -> Replacement:
         """The replacement of `replica`, its `steps` redone, reported to the run."""
@@ -111,41 +114,68 @@ class Replacer:
         return replacement
 
 
-def droppable(launch: Launch, simulator: str, budget: int) -> frozenset[int]:
-    """The replicas of the loop's simulator that may be replaced in place now."""
+def candidates(graph: MacroGraph) -> tuple[list[ReplicaId], list[str]]:
+    """The loop replicas a replacement may stand in for, and why each other loop worker's may not."""
+    loop, fed = graph.loop, {edge.src.worker for edge in graph.then}
+    entry, ids, why_not = loop.entry.worker, [], []
+    for worker in loop.workers:
+        if worker != entry and worker in fed:
+            why_not.append(f"'{worker}' hands its outputs to an after-loop edge (part of the batch)")
+            continue
+        if worker != entry and graph.spec.flow.asynchronous is not None:
+            why_not.append(f"'{worker}' is an inference worker of an asynchronous flow (training runs beside it)")
+            continue
+        ids += [ReplicaId(worker, r) for r in range(graph.workers[worker].count)]
+    return ids, why_not
+
+
+def droppable(launch: Launch, candidates: list[ReplicaId], budget: int) -> frozenset[ReplicaId]:
+    """The `candidates` that may be replaced in place now."""
     if budget <= 0:
         return frozenset()
-    return frozenset(r.index for r in launch.replicas[simulator] if launch.replaceable(r.id) is None)
+    return frozenset(r for r in candidates if launch.replaceable(r) is None)
 
 
 def await_loop(
-    calls: list[Call], processes: list[list[Replica]], deadline: Deadline, simulator: str, droppable: frozenset[int]
+    calls: list[Call],
+    processes: list[list[Replica]],
+    deadline: Deadline,
+    simulator: str,
+    droppable: frozenset[ReplicaId],
 ) -> tuple[list[dict[str, LoopStats] | None], dict[int, Dropped]]:
     """Each process's loop stats, or None for a failed one that is replaced: one hosting only droppable
-    replicas that raised or died, or whose peers dropped all it hosts (it hangs). Those are killed (their
-    peers see the channel close) with when and why they failed. Any other failure raises at once, as
-    `wait_all` does."""
+    replicas that raised or died, whose peers dropped all it hosts (it hangs), or that a peer stopped for
+    (`PeerLost`: it died or hangs). Those are killed (their peers see the channel close) with when and why
+    they failed. Any other failure raises at once, as `wait_all` does."""
     import ray
 
     results: list[dict[str, LoopStats] | None] = [None] * len(calls)
     failed: dict[int, Dropped] = {}
     pending = {ref: i for i, (ref, _, _) in enumerate(calls)}
+    hosting = {r.id: i for i, group in enumerate(processes) for r in group}
 
     def replaceable(i: int) -> bool:
-        return all(r.worker == simulator and r.index in droppable for r in processes[i])
+        return all(r.id in droppable for r in processes[i])
 
-    def fail(i: int, dropped: Dropped) -> None:
-        failed[i] = dropped
+    def fail(i: int, seen: Dropped) -> None:
+        """Process i failed as `seen` says; what it raised itself, if it did, may name the env that failed."""
+        ref = calls[i][0]
+        own = _own_failure(ref, calls[i])
+        failed[i] = seen if own is None else dataclasses.replace(own, at=seen.at)
+        pending.pop(ref, None)
         ray.kill(processes[i][0].process, no_restart=True)
+
+    def blamed(dropped: Dropped) -> None:
+        """A peer named by `PeerLost` fails too, unless it finished its part already."""
+        i = hosting.get(ReplicaId(*dropped.peer)) if dropped.peer is not None else None
+        if i is not None and calls[i][0] in pending:
+            fail(i, dataclasses.replace(dropped, env=None, peer=None))
 
     while pending:
         lost = _lost(results, simulator)
-        for ref, i in list(pending.items()):
+        for i in list(pending.values()):
             if replaceable(i) and all(r.id in lost for r in processes[i]):
-                seen = lost[processes[i][0].id]
-                own = _own_failure(ref, calls[i])  # what it raised, if it did: it may name the env that failed
-                fail(i, seen if own is None else dataclasses.replace(own, at=seen.at))
-                del pending[ref]
+                fail(i, lost[processes[i][0].id])
         if not pending:
             break
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline.left()))
@@ -158,7 +188,9 @@ def await_loop(
             except (WorkerError, WaitTimeout) as exc:
                 if not replaceable(i):
                     raise
-                fail(i, _dropped(exc))
+                failed[i] = _dropped(exc)
+                ray.kill(processes[i][0].process, no_restart=True)
+                blamed(failed[i])
     return results, failed
 
 
@@ -191,8 +223,9 @@ def await_calls(
 
 
 def _dropped(exc: WorkerError | WaitTimeout) -> Dropped:
-    """A replica's own failure, seen now."""
-    return Dropped(time.time(), headline(exc), exc.env if isinstance(exc, PortFailed) else None)
+    """A replica's own failure, seen now: the env it named, or the peer it stopped for."""
+    env = exc.env if isinstance(exc, PortFailed) else None
+    return Dropped(time.time(), headline(exc), env, exc.peer if isinstance(exc, PeerLost) else None)
 
 
 def _own_failure(ref: Any, call: Call) -> Dropped | None:

@@ -44,24 +44,42 @@ class LoopChannels:
         ]
         wait_all(calls, Deadline(self.start_s, "channels to be accepted"))
 
-    def rewire(self, new: Replica, replica_of: dict[ReplicaId, Replica]) -> None:
-        """The channels of a replaced replica: its peers drop the old ones and connect to the new process."""
-        self.addresses.update(self._open([new]))
-        upstream = [replica_of[p] for p in self._senders_to(new.id)]
-        downstream = [replica_of[p] for p in sorted(self.senders.get(new.id, ()))]
-        peers = {p.id: p for p in upstream + downstream}.values()
-        calls = [(p.actor.forget_peer.remote(new.id), p, "forget a replaced peer") for p in peers]
-        wait_all(calls, Deadline(self.start_s, f"peers of {new.id} to drop its old channels"))
+    def rewire(self, new: list[Replica], replica_of: dict[ReplicaId, Replica]) -> None:
+        """The channels of replaced replicas (new processes, any of them peers of each other): their other
+        peers drop the old channels, then every channel with a new end connects afresh."""
+        self.addresses.update(self._open(new))
+        fresh = {r.id for r in new}
+        links = {(sender, r.id) for r in new for sender in self._senders_to(r.id)}
+        links |= {(r.id, receiver) for r in new for receiver in self.senders.get(r.id, ())}
         calls = [
-            (p.actor.connect.remote(self._addresses(p, [new.id]), self.start_s), p, "connect channels")
-            for p in upstream
+            (replica_of[kept].actor.forget_peer.remote(gone), replica_of[kept], "forget a replaced peer")
+            for link in links
+            for kept, gone in (link, link[::-1])
+            if kept not in fresh and gone in fresh
         ]
-        mine = self._addresses(new, [p.id for p in downstream])
-        calls.append((new.actor.connect.remote(mine, self.start_s), new, "connect channels"))
-        wait_all(calls, Deadline(self.start_s, f"channels of {new.id} to connect"))
-        calls = [(p.actor.await_peers.remote([new.id], self.start_s), p, "accept channels") for p in downstream]
-        calls.append((new.actor.await_peers.remote([p.id for p in upstream], self.start_s), new, "accept channels"))
-        wait_all(calls, Deadline(self.start_s, f"channels of {new.id} to be accepted"))
+        wait_all(calls, Deadline(self.start_s, f"peers of {', '.join(map(str, sorted(fresh)))} to drop old channels"))
+        sends, receives = self._ends(links)
+        senders = [replica_of[s] for s in sends]
+        calls = [
+            (r.actor.connect.remote(self._addresses(r, sends[r.id]), self.start_s), r, "connect channels")
+            for r in senders
+        ]
+        wait_all(calls, Deadline(self.start_s, "channels of replaced replicas to connect"))
+        calls = [
+            (replica_of[r].actor.await_peers.remote(sorted(by), self.start_s), replica_of[r], "accept channels")
+            for r, by in receives.items()
+        ]
+        wait_all(calls, Deadline(self.start_s, "channels of replaced replicas to be accepted"))
+
+    @staticmethod
+    def _ends(links: set[tuple[ReplicaId, ReplicaId]]) -> tuple[dict, dict]:
+        """(sender -> its receivers, receiver -> its senders) of `links`."""
+        sends: dict[ReplicaId, list[ReplicaId]] = {}
+        receives: dict[ReplicaId, list[ReplicaId]] = {}
+        for sender, receiver in sorted(links):
+            sends.setdefault(sender, []).append(receiver)
+            receives.setdefault(receiver, []).append(sender)
+        return sends, receives
 
     def _open(self, members: list[Replica]) -> dict[ReplicaId, dict[str, Any]]:
         kinds = ["unix", "tcp"] if self.plan.cluster.nodes > 1 else ["unix"]

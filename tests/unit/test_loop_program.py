@@ -1,6 +1,6 @@
-"""The loop program's tolerance of a failed simulator replica, without Ray: an inference replica whose
-channel from a droppable simulator replica breaks goes on with the other shards and reports it; one
-that is not droppable fails the loop as before."""
+"""The loop program's tolerance of a failed replica, without Ray: an inference replica whose channel from
+a droppable simulator replica breaks goes on with the other shards and reports it; one that is not
+droppable fails the loop as before; a simulator whose droppable inference peer breaks stops naming it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from m2flow.errors import WorkerError
-from m2flow.runtime.loop import LoopProgram, Member, run_loop
+from m2flow.runtime.loop import LoopProgram, Member, PeerLost, run_loop
 
 ENVS_PER_SHARD, HORIZON, BREAKS_AT = 2, 6, 3
 
@@ -32,7 +32,7 @@ class Mailbox:
         return 1
 
 
-def program(droppable: frozenset[int]) -> LoopProgram:
+def program(droppable: frozenset[tuple[str, int]]) -> LoopProgram:
     return LoopProgram(
         ports=(("env", "obs"), ("rollout", "act"), ("env", "step")),
         horizon=HORIZON,
@@ -56,7 +56,7 @@ def rollout(mailbox: Mailbox, acted: list[np.ndarray]) -> Member:
 
 def test_a_droppable_simulator_whose_channel_breaks_is_dropped_and_the_others_go_on():
     mailbox, acted = Mailbox(), []
-    (stats,) = run_loop(program(frozenset({1})), [rollout(mailbox, acted)])
+    (stats,) = run_loop(program(frozenset({("env", 1)})), [rollout(mailbox, acted)])
 
     assert list(stats.lost) == [1] and "closed its channel" in stats.lost[1].why
     assert len(acted) == HORIZON  # every step acted, on both shards until the break, then on env[0]'s
@@ -69,3 +69,38 @@ def test_a_droppable_simulator_whose_channel_breaks_is_dropped_and_the_others_go
 def test_a_simulator_that_may_not_be_dropped_fails_the_loop():
     with pytest.raises(WorkerError, match="env\\[1\\] closed its channel"):
         run_loop(program(frozenset()), [rollout(Mailbox(), [])])
+
+
+class PolicyMailbox:
+    """A simulator's channel to its policy, which breaks at step BREAKS_AT."""
+
+    sent_bytes = 0
+
+    def recv(self, peer, header, timeout_s, waiting_for):
+        if header[0] >= BREAKS_AT:
+            raise WorkerError("env[0]: rollout[0] closed its channel (it crashed or was killed)")
+        return {0: np.zeros((ENVS_PER_SHARD, 1), np.float32)}
+
+    def send(self, peer, header, payload):
+        return 1
+
+
+def simulator(stepped: list[int]) -> Member:
+    def call(port, stage, value):
+        stepped.append(port)
+        return np.zeros((ENVS_PER_SHARD, 3), np.float32)
+
+    return Member("env", 0, call, PolicyMailbox())
+
+
+@pytest.mark.parametrize("policy_droppable", [True, False])
+def test_a_simulator_whose_policy_breaks_stops_naming_it_when_it_may_be_replaced(policy_droppable):
+    droppable = frozenset({("env", 0), ("env", 1), *([("rollout", 0)] if policy_droppable else [])})
+    stepped: list[str] = []
+    with pytest.raises(WorkerError, match="rollout\\[0\\] closed its channel") as raised:
+        run_loop(program(droppable), [simulator(stepped)])
+
+    assert isinstance(raised.value, PeerLost) == policy_droppable
+    if policy_droppable:
+        assert raised.value.peer == ("rollout", 0)
+    assert stepped == ["obs"] + ["step"] * BREAKS_AT  # it stopped at the break, its envs no further

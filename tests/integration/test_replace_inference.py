@@ -1,0 +1,81 @@
+"""Recovery in place of an inference replica: killed (SIGKILL) or hung (SIGSTOP) in the middle of the loop,
+it is replaced on its planned device and given the current weights; the simulators it left unfinished are
+replaced with it and only their part of the iteration is redone. Between loops it is replaced with nothing
+to redo. Training sees whole batches and nothing restarts."""
+
+from __future__ import annotations
+
+import pytest
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+from tests.workflows import pendulum_ppo
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
+
+HORIZON, ENVS, SIMULATORS, ITERATIONS = 16, 2, 2, 3
+FLOOR_S = 6.0  # every deadline comes from the plan, as by default, floored here to keep the test short
+
+
+def faulty_policy_ppo(tmp_path, fault: str, fault_in: str) -> mf.WorkflowSpec:
+    """Two simulator replicas of 2 envs and one policy replica, which faults at its step 6 of iteration 1
+    (or in the metrics() call after that iteration's loop)."""
+    raw = pendulum_ppo(
+        tmp_path,
+        f"replace-policy-{fault}-{fault_in}",
+        num_envs=ENVS,
+        hidden=[16, 16],
+        horizon=HORIZON,
+        actor={"num_minibatches": 2, "update_epochs": 1},
+        run={
+            "iterations": ITERATIONS,
+            "seed": 3,
+            "checkpoint_every": 1,
+            "on_failure": "replace",
+            "timeouts": {"floor_s": FLOOR_S},
+        },
+    )
+    raw["workers"]["env"]["replicas"] = SIMULATORS
+    policy = raw["workers"]["rollout"]
+    policy["class"] = "tests.workers_for_tests.FaultyPolicy"
+    policy["args"].update(fault=fault, fault_at_step=HORIZON + 6, marker=str(tmp_path / "fault"), fault_in=fault_in)
+    raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
+    return spec_from_dict(raw)
+
+
+def assert_whole_batches(result: mf.RunResult) -> None:
+    per_iteration = SIMULATORS * ENVS * HORIZON
+    assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
+    assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS
+    assert result.last["actor/weights_version"] == ITERATIONS  # one update per iteration: none repeated
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_failed_policy_replica_is_replaced_in_place_with_the_simulators_it_left_unfinished(tmp_path, fault):
+    result = mf.run(faulty_policy_ppo(tmp_path, fault, "step"))
+    struck_at = float((tmp_path / "fault").read_text())
+
+    assert all(f["replaced"] for f in result.failures)  # no restart (a restart records replaced: None)
+    assert sorted(f["replaced"] for f in result.failures) == ["env[0]", "env[1]", "rollout[0]"]
+    assert {f["iteration"] for f in result.failures} == {1}
+    (policy,) = [f for f in result.failures if f["replaced"] == "rollout[0]"]
+    detection = policy["detected_at"] - struck_at
+    if fault == "kill":  # the channel closes at once
+        assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
+    else:  # silent: caught when the simulators' deadline passes (they may first wait out each other)
+        assert FLOOR_S - 1 <= detection < (2 + SIMULATORS) * FLOOR_S, f"detected after {detection:.1f}s"
+        assert "rollout[0]" in policy["error"] and "hung" in policy["error"]
+
+    faulted = result.history[1]
+    assert faulted["failures/replaced"] == 3
+    assert faulted["failures/steps_redone"] == SIMULATORS * ENVS * HORIZON  # both shards were cut short
+    assert_whole_batches(result)
+
+
+def test_a_policy_replica_that_dies_between_loops_is_replaced_with_nothing_to_redo(tmp_path):
+    result = mf.run(faulty_policy_ppo(tmp_path, "kill", "metrics"))
+
+    (failure,) = result.failures
+    assert failure["replaced"] == "rollout[0]" and failure["iteration"] == 1
+    assert result.history[1]["failures/steps_redone"] == 0
+    assert_whole_batches(result)
