@@ -306,27 +306,22 @@ gym.register(
 )
 
 
-class HangingRankPPOConfig(PPOConfig):
-    hang_rank: int = 1
-    hang_at_train: int = Field(2, ge=1, description="the train call (counted over the process's life) it hangs at")
-    marker: str = Field(description="a file the hang writes its time to: it strikes once, not after a restart")
+class FaultyPPOConfig(PPOConfig, Fault):
+    pass
 
 
-class HangingRankPPO(PPO):
-    """PPO whose `hang_rank` stops its own process (SIGSTOP) as a train call begins, once: the other ranks
-    go on into the update's first collective and wait there for it."""
+class FaultyPPO(PPO):
+    """PPO that strikes as its `Fault` says, counting its `train` calls (over the process's life): a rank
+    stopped as a train call begins leaves the other ranks waiting for it in the update's first collective."""
 
-    Config = HangingRankPPOConfig
+    Config = FaultyPPOConfig
 
     def __init__(self, **args):
-        self.hang = HangingRankPPOConfig(**args)
+        self.fault = Fault(**{k: v for k, v in args.items() if k in Fault.model_fields})
         super().__init__(**{k: v for k, v in args.items() if k in PPOConfig.model_fields})
-        self.rank, self.trains = m2flow.context().replica, 0
+        self.trains = 0
 
     def train(self, trajectories):
         self.trains += 1
-        marker = Path(self.hang.marker)
-        if self.rank == self.hang.hang_rank and self.trains == self.hang.hang_at_train and not marker.exists():
-            marker.write_text(f"{time.time()}\n")
-            os.kill(os.getpid(), signal.SIGSTOP)
+        self.fault.stepped(self.trains)
         return super().train(trajectories)

@@ -30,7 +30,7 @@ from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.replace import Failed, Replacement, Replacer, await_calls, await_loop, droppable
 from m2flow.runtime.stacks import RankState, ask, explain
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
-from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.runtime.waits import Deadline, finished, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
 from m2flow.schedule import Phase, Plan, ReplicaId
 from m2flow.sharding import shard_groups
@@ -59,6 +59,17 @@ class Measured:
         self.device_s[device] += seconds
 
 
+@dataclass(frozen=True)
+class Issued:
+    """A port call as issued, to issue again on a replica restarted in place: its inputs and its output."""
+
+    port: str
+    counts: list[int]
+    refs: list[Any]
+    items: float
+    out: Any
+
+
 class Controller:
     """Runs iterations of the plan's program (the `m2flow.program.Interpreter` that executes)."""
 
@@ -69,7 +80,7 @@ class Controller:
         launch: Launch,
         trace: Trace,
         trace_until: int,
-        replacer: Replacer | None,
+        replacer: Replacer,
     ):
         self.graph = graph
         self.plan = plan
@@ -86,7 +97,8 @@ class Controller:
         self._streamed: dict[PortRef, list[Any]] = {}  # then-sources produced while the loop ran
         self._stream_calls: list[Call] = []
         self._consumes: dict[Any, Any] = {}  # a streamed part call's event -> the output it was given
-        self.replacer = replacer  # of the loop's simulator replicas (None: no loop)
+        self._issued: dict[Any, Issued] = {}  # this iteration's port calls by event, to issue again
+        self.replacer = replacer  # what may be replaced in place
         asynchronous = graph.spec.flow.asynchronous
         self.overlap = Overlap.of(asynchronous) if asynchronous is not None else None
         self.backlog = Backlog(self.overlap) if self.overlap is not None else None
@@ -99,7 +111,7 @@ class Controller:
 
     def iteration(self, it: int, last: int | None = None) -> IterationResult:
         """Run iteration `it`; `last` ends its segment (asynchronous flows: no batch pending after it)."""
-        self._it, self._result = it, IterationResult()
+        self._it, self._result, self._issued = it, IterationResult(), {}
         pending = self.backlog.refs() if self.backlog is not None else set()
         self._items = {ref: items for ref, items in self._items.items() if ref in pending}
         self._producer = {ref: r for ref, r in self._producer.items() if ref in pending}
@@ -355,14 +367,62 @@ class Controller:
             what = f"training on the batch the loop of iteration {self.backlog.batches[0].collected_at} collected"
             self.backlog.issue(calls, produced, self._deadline(what, "then"))
             return
-        with self._naming_ranks():
-            events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
+        if phase.op == "then":
+            events, calls = self._await_then(phase, calls, produced)
+        else:
+            with self._naming_ranks():
+                events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
         self._record(events, calls)
         if phase.op == "sync":
             self._result.metrics["sync/bytes"] = float(events[-1].bytes)
             self._release(phase)
         if phase.op == "then":
             self._then_metrics(produced, self._result.env_steps)
+
+    def _await_then(
+        self, phase: Phase, calls: list[Call], produced: dict[PortRef, list[Any]]
+    ) -> tuple[list[TaskEvent], list[Call]]:
+        """The after-loop phase's events, and its calls as last issued: a training worker whose rank fails
+        (dies, raises, or hangs past the phase's deadline) is restarted in place from the checkpoint right
+        before this iteration and given its calls again, on the same batch, when the replacer may; any
+        other failure is the iteration's."""
+        deadline = self._deadline("the then phase", "then")
+        workers = sorted({r.worker for _, r, _ in calls})
+        checkpoints = {w: c for w in workers if (c := self.replacer.group_checkpoint(w, self._it)) is not None}
+        if not checkpoints:
+            with self._naming_ranks():
+                return wait_all(calls, deadline), calls
+        restartable = frozenset(r.id for _, r, _ in calls if r.worker in checkpoints)
+        events, failed = await_calls(calls, deadline, restartable)
+        if not failed:
+            return events, calls
+        for worker in sorted({calls[i][1].worker for i in failed}):
+            i, dropped = min(((i, d) for i, d in failed.items() if calls[i][1].worker == worker), key=lambda x: x[1].at)
+            if self.launch.rendezvous.get(worker) and not all(
+                finished(ref) for ref, r, _ in calls if r.worker == worker
+            ):
+                dropped = dataclasses.replace(dropped, why=f"{dropped.why} [{self._ranks_of(worker)}]")
+            started = self.replacer.restart_group(worker, checkpoints[worker])
+            calls = self._reissue(calls, worker, produced, phase)
+            self._result.replacements.append(self.replacer.done(calls[i][1], dropped, started, self._it, 0))
+        with self._naming_ranks():
+            return wait_all(calls, self._deadline("the then phase (redone)", "then")), calls
+
+    def _reissue(self, calls: list[Call], worker: str, produced: dict[PortRef, list[Any]], phase: Phase) -> list[Call]:
+        """`calls` with those of `worker`'s replicas issued again, in the same order, on its new processes;
+        their outputs renamed in `produced`."""
+        renamed, again = {}, []
+        for ref, r, what in calls:
+            if r.worker != worker:
+                again.append((ref, r, what))
+                continue
+            issued = self._issued[ref]
+            new = self.launch.replicas[worker][r.index]
+            renamed[issued.out] = self._call_replica(new, issued.port, issued.counts, issued.refs, issued.items, phase)
+            again.append(self._calls.pop())
+        for port, refs in produced.items():
+            produced[port] = [renamed.get(ref, ref) for ref in refs]
+        return again
 
     def _finish_training(self) -> None:
         """Wait for the training issued beside the loop (its deadline counts from its issue); its metrics
@@ -428,6 +488,7 @@ class Controller:
             out, event = r.actor.publish_state.options(num_returns=2).remote(str(edge), port, self._it)
         else:
             out, event = r.actor.call.options(num_returns=2).remote(port, self._it, counts, *refs)
+            self._issued[event] = Issued(port, counts, list(refs), items, out)
         self._calls.append((event, r, f"port {r.worker}.{port}"))
         self._producer[out] = r
         self._items[out] = self._items[event] = items
@@ -555,7 +616,7 @@ class Controller:
         replicas = [r for group in self.launch.replicas.values() for r in group if id(r) not in busy]
         calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for r in replicas]
         deadline = Deadline(self.deadlines.phase("then"), f"metrics() hooks (iteration {self._it})")
-        replaceable = self.replacer.replaceable() if self.replacer is not None else frozenset()
+        replaceable = self.replacer.replaceable()
         per_replica, failed = await_calls(calls, deadline, replaceable)
         if failed:
             self._replace_idle([(calls[i][1], dropped) for i, dropped in failed.items()])

@@ -26,7 +26,7 @@ from m2flow.runtime.host import headline
 from m2flow.runtime.launch import Launch, cluster_from_ray, connect_ray
 from m2flow.runtime.nodes import addresses, unreachable
 from m2flow.runtime.quarantine import Quarantine
-from m2flow.runtime.replace import Replacement, Replacer, candidates
+from m2flow.runtime.replace import Replacement, Replacer, Restore, candidates, training_groups
 from m2flow.runtime.replan import Running, remember, replan
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.snapshots import Snapshots
@@ -138,23 +138,27 @@ class Run:
         self.launch = Launch(self.graph, self.plan, str(self.run_dir), self.quarantine.times)
         self.launch.start()
         self._note_processes()
-        replacer = None
-        if self.graph.loop is not None:
-            replicas, why_not = candidates(self.graph)
-            budget = 0
-            if self.spec.run.on_failure == "replace":
-                budget = self.spec.run.max_replacements - sum(1 for f in self.result.failures if f["replaced"])
-                why_not += filter(None, (self.launch.replaceable(replica) for replica in replicas))
-                for why in why_not:
-                    self.reporter.print(f"m2flow: run.on_failure: replace: {why}, so a failure of it restarts")
-            replacer = Replacer(self.launch, replicas, budget, self._restore, self.quarantine, self._replaced)
-        self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until, replacer)
-        self.measured_since = self.next_iteration
         self.snapshots = Snapshots(self.graph, self.launch, self.spec.run.timeouts.start_s)
+        self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until, self._replacer())
+        self.measured_since = self.next_iteration
         if self.restore_from is not None:
             log.info("restoring %s", self.restore_from)
             self.snapshots.restore(self.restore_from)
             self.restore_from = None
+
+    def _replacer(self) -> Replacer:
+        """What may be replaced in place (`run.on_failure: replace`: loop replicas and training workers; the
+        run says which may not), within what is left of the run's budget."""
+        replicas, why_not = candidates(self.graph) if self.graph.loop is not None else ([], [])
+        groups, also_not = training_groups(self.graph, self.launch)
+        budget = 0
+        if self.spec.run.on_failure == "replace":
+            budget = self.spec.run.max_replacements - sum(1 for f in self.result.failures if f["replaced"])
+            why_not += also_not + list(filter(None, (self.launch.replaceable(replica) for replica in replicas)))
+            for why in why_not:
+                self.reporter.print(f"m2flow: run.on_failure: replace: {why}, so a failure of it restarts")
+        restore = Restore(self._restore, self._checkpoint_before, self.snapshots.restore_workers)
+        return Replacer(self.launch, replicas, groups, budget, restore, self.quarantine, self._replaced)
 
     def iterate(self) -> None:
         it = self.next_iteration
@@ -227,6 +231,12 @@ class Run:
             return "its envs reset" if simulator else "its state as built"
         self.snapshots.restore_replica(checkpoint, replica)
         return f"its {'envs' if simulator else 'state'} restored from {checkpoint.name}"
+
+    def _checkpoint_before(self, iteration: int) -> Path | None:
+        """The last checkpoint if it was written right before `iteration` (it holds every worker's state as
+        that iteration began); None otherwise."""
+        checkpoint = latest_checkpoint(self.run_dir / "checkpoints")
+        return checkpoint if checkpoint is not None and read_meta(checkpoint)["iteration"] == iteration - 1 else None
 
     def _checkpoint(self) -> Path:
         """A checkpoint of the last finished iteration."""

@@ -325,6 +325,17 @@ class Launch:
         self.channels = LoopChannels(self.graph, self.plan, self.timeouts.start_s)
         self.channels.wire([r for w in self.graph.loop.workers for r in self.replicas[w]])
 
+    def own_processes(self, worker: str) -> bool:
+        """Whether each replica of `worker` runs in a process of its own."""
+        return not any(isinstance(r.actor, MemberHandle) for r in self.replicas[worker])
+
+    def restart_worker(self, worker: str) -> list[Replica]:
+        """Every replica of `worker` in a new process, as `replace` does; a process group meets again, at a
+        new rendezvous."""
+        if self.rendezvous.get(worker):
+            self.rendezvous[worker] = self._rendezvous(worker)
+        return self.replace([r.id for r in self.replicas[worker]])
+
     def replaceable(self, replica: ReplicaId) -> str | None:
         """Why `replica` cannot be replaced in place (None: it can): it must run in a process of its own and
         not be a rank of its worker's process group (the other ranks hold their part of its state)."""

@@ -16,6 +16,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
@@ -24,12 +25,20 @@ from m2flow.runtime.host import PortFailed, headline
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopStats, PeerLost
 from m2flow.runtime.quarantine import Quarantine
-from m2flow.runtime.waits import Deadline, get, wait_all
+from m2flow.runtime.waits import Deadline, finished, get, wait_all
 from m2flow.schedule import ReplicaId
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
 Failed = list[tuple[Replica, Dropped]]  # loop replicas to replace, each with its failure
-RestoreReplica = Callable[[Replica], str]  # sets a replacement's state; says what it is
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Where replacements get their state: the run's checkpoints."""
+
+    replica: Callable[[Replica], str]  # sets a loop replacement's state; says what it is
+    checkpoint_before: Callable[[int], Path | None]  # the checkpoint written right before an iteration, if any
+    workers: Callable[[Path, list[str]], None]  # every replica of these workers restored from a checkpoint
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,7 @@ class Replacement:
     replica: ReplicaId
     iteration: int
     why: str
-    state: str  # what its envs started from
+    state: str  # what it started from
     steps_redone: int
     detected_at: float  # when its failure was seen (time.time())
     seconds: float  # from then to the end of the redo
@@ -56,21 +65,26 @@ class Started:
 
 
 class Replacer:
-    """Replaces failed replicas of one launch's loop in place, within the run's budget: each new simulator
-    process starts as `run.replacement_state` asks unless its failure quarantines an env (then every env
-    resets, that one from a new seed), and each replacement is reported to the run as it is made, so a
-    later failure of the same iteration neither hides it nor hands its budget back."""
+    """Replaces failed replicas of one launch in place, within the run's budget, and reports each to the
+    run as it is made, so a later failure of the same iteration neither hides it nor hands its budget back.
+
+    Loop replicas: each new simulator process starts as `run.replacement_state` asks unless its failure
+    quarantines an env (then every env resets, that one from a new seed). Training workers (`groups`): a
+    worker whose rank fails while it trains on the iteration's batch is started again whole (its process
+    group meets again) from the checkpoint written right before the iteration, the state it had when the
+    phase began; the controller gives it the phase's calls again."""
 
     def __init__(
         self,
         launch: Launch,
         candidates: list[ReplicaId],
+        groups: list[str],
         budget: int,
-        restore: RestoreReplica,
+        restore: Restore,
         quarantine: Quarantine,
         report: Callable[[Replacement], None],
     ):
-        self.launch, self.candidates, self.budget = launch, candidates, budget
+        self.launch, self.candidates, self.groups, self.budget = launch, candidates, groups, budget
         self.restore, self.quarantine, self.report = restore, quarantine, report
 
     def replaceable(self) -> frozenset[ReplicaId]:
@@ -93,9 +107,24 @@ class Replacer:
         return {
             new.id: Started(f"its envs reset, env {dropped.env} quarantined: started from a new seed", True)
             if moved
-            else Started(self.restore(new), False)
+            else Started(self.restore.replica(new), False)
             for new, (_, dropped), moved in zip(fresh, failed, quarantined, strict=True)
         }
+
+    def group_checkpoint(self, worker: str, iteration: int) -> Path | None:
+        """The checkpoint `worker` may restart in place from in `iteration`'s after-loop phase (None: it may
+        not: not a training worker of its own processes, no budget left, or no checkpoint right before)."""
+        if worker not in self.groups or self.budget <= 0:
+            return None
+        return self.restore.checkpoint_before(iteration)
+
+    def restart_group(self, worker: str, checkpoint: Path) -> Started:
+        """Every replica of `worker` in a new process (a process group meets again), restored from
+        `checkpoint`."""
+        self.budget -= 1
+        fresh = self.launch.restart_worker(worker)
+        self.restore.workers(checkpoint, [worker])
+        return Started(f"its {len(fresh)} process(es) restarted from {checkpoint.name}, on the same batch", False)
 
     def done(self, replica: Replica, dropped: Dropped, started: Started, iteration: int, steps: int) -> Replacement:
         """The replacement of `replica`, its `steps` redone, reported to the run."""
@@ -127,6 +156,26 @@ def candidates(graph: MacroGraph) -> tuple[list[ReplicaId], list[str]]:
             continue
         ids += [ReplicaId(worker, r) for r in range(graph.workers[worker].count)]
     return ids, why_not
+
+
+def training_groups(graph: MacroGraph, launch: Launch) -> tuple[list[str], list[str]]:
+    """The workers a rank failure of which in the after-loop phase restarts in place (called there, outside
+    the loop, each replica a process of its own, handing nothing to another after-loop port), and why each
+    other after-loop worker may not."""
+    loop = set(graph.loop.workers) if graph.loop is not None else set()
+    called = sorted({edge.dst.worker for edge in graph.then} - loop)
+    feeds = {edge.src.worker for edge in graph.then}
+    groups, why_not = [], []
+    for worker in called:
+        if graph.spec.flow.asynchronous is not None:
+            why_not.append(f"'{worker}' trains beside the loop (flow.async)")
+        elif worker in feeds:
+            why_not.append(f"'{worker}' hands its outputs to another after-loop port")
+        elif not launch.own_processes(worker):
+            why_not.append(f"'{worker}' shares its processes with other workers (placement.colocate)")
+        else:
+            groups.append(worker)
+    return groups, why_not
 
 
 def droppable(launch: Launch, candidates: list[ReplicaId], budget: int) -> frozenset[ReplicaId]:
@@ -230,9 +279,7 @@ def _dropped(exc: WorkerError | WaitTimeout) -> Dropped:
 
 def _own_failure(ref: Any, call: Call) -> Dropped | None:
     """The failure a process already raised itself (None: it has not, or it has not finished)."""
-    import ray
-
-    if not ray.wait([ref], timeout=0)[0]:
+    if not finished(ref):
         return None
     try:
         get(ref, call[1], call[2])

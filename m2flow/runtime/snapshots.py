@@ -30,6 +30,14 @@ class Snapshots:
         self._load_states(state)
         self._read_files(checkpoint)
 
+    def restore_workers(self, checkpoint: Path, workers: list[str]) -> None:
+        """These workers' part of a checkpoint (a training worker restarted in place), every replica at once
+        (a group reads its files together)."""
+        state, _ = load_checkpoint(checkpoint)
+        self._load_states({name: state[name] for name in workers if name in state})
+        replicas = [r for name in workers if (checkpoint / name).is_dir() for r in self.launch.replicas[name]]
+        self._hooks(replicas, "load_checkpoint", f"load_checkpoint() of {', '.join(workers)} restarted", checkpoint)
+
     def restore_replica(self, checkpoint: Path, replica: Replica) -> None:
         """One replica's part of a checkpoint (a simulator replaced in place): its state and its files."""
         state, _ = load_checkpoint(checkpoint)

@@ -49,6 +49,13 @@ def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]
     return results
 
 
+def finished(ref: Any) -> bool:
+    """Whether a remote call has finished (returned or failed), without waiting."""
+    import ray
+
+    return bool(ray.wait([ref], timeout=0)[0])
+
+
 def get(ref: Any, replica: Any, what: str) -> Any:
     import ray
 

@@ -37,9 +37,9 @@ def test_a_training_rank_hung_in_an_update_is_named_against_the_rank_in_the_coll
     )
     raw["workers"]["env"]["replicas"] = 2
     actor = raw["workers"]["actor"]
-    actor["class"] = "tests.workers_for_tests.HangingRankPPO"
+    actor["class"] = "tests.workers_for_tests.FaultyPPO"
     actor["replicas"] = 2
-    actor["args"].update(hang_rank=1, hang_at_train=2, marker=str(tmp_path / "hang"))
+    actor["args"].update(fault="stop", fault_replica=1, fault_at_step=2, marker=str(tmp_path / "hang"))
     raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
 
     result = mf.run(spec_from_dict(raw))
