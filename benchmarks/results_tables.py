@@ -167,7 +167,10 @@ def chaos_summary(res: Results) -> Block:
             f"{s['slow_mistaken_for_failures']}; {s['spurious_failures']}",
         ],
         ["recovered in place / by restart", f"{s['in_place']} / {s['by_restart']}"],
-        ["simulator faults recovered by a restart", str(s["simulator_faults_by_restart"])],
+        [
+            "by a restart: simulator and inference faults; training faults",
+            f"{s['loop_faults_by_restart']}; {s['training_faults_by_restart']}",
+        ],
         ["iterations redone; env steps redone", f"{s['iterations_redone']}; {count(s['env_steps_redone'])}"],
         ["env steps unaccounted; checkpoints lost", f"{s['env_steps_unaccounted']:.0f}; {s['checkpoints_lost']}"],
         ["wall time: fault-free / with faults", f"{s['fault_free_s']:.0f} s / {s['chaos_s']:.0f} s"],

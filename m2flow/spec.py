@@ -287,11 +287,14 @@ class RunSpec(_Strict):
     on_failure: Literal["stop", "restart", "replace"] = Field(
         "stop",
         description="restart: recreate the workers, restore the last checkpoint, continue; replace: a simulator"
-        " replica that dies or hangs in the loop is replaced in place and only its part of the iteration is"
-        " redone (any other failure restarts)",
+        " or inference replica that dies or hangs is replaced in place and only the unfinished part of the loop"
+        " is redone, a training worker whose rank fails while it trains restarts alone from a checkpoint written"
+        " right before the iteration (any other failure restarts)",
     )
     max_restarts: int = Field(3, ge=0, description="restarts allowed before the run stops with its failure history")
-    max_replacements: int = Field(20, ge=0, description="on_failure: replace: in-place replacements allowed per run")
+    max_replacements: int = Field(
+        20, ge=0, description="on_failure: replace: processes replaced in place per run (a training worker: one)"
+    )
     quarantine_after: int = Field(
         2,
         ge=1,

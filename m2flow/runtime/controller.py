@@ -9,7 +9,6 @@ planner's simulator; this module issues the calls, waits for them and records wh
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -25,12 +24,13 @@ from m2flow.overlap import Overlap
 from m2flow.program import own_items, part_port, run_phase
 from m2flow.runtime.batches import Backlog, Call, check_staleness
 from m2flow.runtime.deadlines import Deadlines
+from m2flow.runtime.in_place import InPlace, Issued
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
-from m2flow.runtime.replace import Failed, Replacement, Replacer, await_calls, await_loop, droppable
+from m2flow.runtime.replace import Replacement, Replacer, await_calls, await_loop
 from m2flow.runtime.stacks import RankState, ask, explain
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
-from m2flow.runtime.waits import Deadline, finished, wait_all
+from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
 from m2flow.schedule import Phase, Plan, ReplicaId
 from m2flow.sharding import shard_groups
@@ -59,18 +59,7 @@ class Measured:
         self.device_s[device] += seconds
 
 
-@dataclass(frozen=True)
-class Issued:
-    """A port call as issued, to issue again on a replica restarted in place: its inputs and its output."""
-
-    port: str
-    counts: list[int]
-    refs: list[Any]
-    items: float
-    out: Any
-
-
-class Controller:
+class Controller(InPlace):
     """Runs iterations of the plan's program (the `m2flow.program.Interpreter` that executes)."""
 
     def __init__(
@@ -274,7 +263,7 @@ class Controller:
             for r in group if by_worker is not None else []:
                 sent += self._record_loop(r, by_worker[r.worker], program)
         if failed:
-            sent += self._replace([(r, failed[i]) for i in failed for r in processes[i]], program)
+            sent += self._replace([(r, failed[i]) for i in failed for r in processes[i]], program, phase)
         self._result.metrics["loop/bytes_sent"] = self._result.metrics.get("loop/bytes_sent", 0.0) + sent
         if self.overlap is not None:
             self._collect(self._result.env_steps - steps_before)
@@ -297,62 +286,6 @@ class Controller:
                 processes.setdefault(id(r.process), []).append(r)
         return list(processes.values())
 
-    def _replace(self, failed: Failed, program: LoopProgram) -> int:
-        """New processes for the failed loop replicas, each restored or reset (an inference replica also
-        given the weights its sync edges' sources hold now), and the failed simulators' part of this
-        iteration's loop redone, the other replicas' kept; a replacement that fails in the redo is replaced
-        in turn. Returns the bytes the redos sent. Past the run's budget of replacements the failure is the
-        iteration's, as without replacement."""
-        simulator, sent, replaced = self.graph.loop.entry.worker, 0, []
-        while failed:
-            started = self.replacer.start(failed, "in the loop")
-            self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed])
-            shards = {r.index for r, _ in failed if r.worker == simulator}  # a simulator replica holds its own shard
-            groups = self._loop_processes(shards) if shards else []
-            # a replacement may fail again even with no budget left: caught, it stops the run naming the budget
-            in_redo = {r.id for group in groups for r in group}
-            may_fail = droppable(self.launch, self.replacer.candidates, budget=len(failed)) & in_redo
-            redo = dataclasses.replace(program, droppable=may_fail, only_shards=tuple(sorted(shards)))
-            calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
-            deadline = self._loop_deadline("the redone part of the loop", may_fail)
-            per_process, again = await_loop(calls, groups, deadline, simulator, may_fail)
-            steps_before = self._result.env_steps
-            for group, by_worker in zip(groups, per_process, strict=True):
-                for r in group if by_worker is not None else []:
-                    sent += self._record_loop(r, by_worker[r.worker], redo)
-            failed_again = {r.id: again[i] for i in again for r in groups[i]}
-            done = [r for r, _ in failed if r.worker == simulator and r.id not in failed_again]
-            share = (self._result.env_steps - steps_before) // max(1, len(done))
-            for replica, dropped in failed:
-                steps = share if replica in done else 0
-                replacement = self.replacer.done(replica, dropped, started[replica.id], self._it, steps)
-                self._result.replacements.append(replacement)
-            replaced += [replica for replica, _ in failed]
-            failed = [(r, again[i]) for i in again for r in groups[i]]
-        self._restream(replaced)
-        return sent
-
-    def _replace_idle(self, failed: Failed) -> None:
-        """New processes for loop replicas that died or hung after their loop (while training ran, say):
-        their trajectories were delivered, so nothing is redone; their episode statistics are lost."""
-        started = self.replacer.start(failed, "between loops")
-        self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed])
-        for replica, dropped in failed:
-            self._result.replacements.append(self.replacer.done(replica, dropped, started[replica.id], self._it, 0))
-
-    def _resync(self, replicas: list[Replica]) -> None:
-        """Replacements that receive a sync edge get what its source holds now: a new process starts from
-        its initial state (an inference replica from its initial weights)."""
-        for phase in (p for p in self.plan.phases if p.op == "sync"):
-            edge, _ = self._sync_edge(phase)
-            targets = [r for r in replicas if r.worker == edge.dst.worker]
-            if not targets:
-                continue
-            self.copy_state(edge.dst, self.call(edge.src, [], phase)[0], phase, targets)
-            calls, self._calls = self._calls, []
-            self._record(wait_all(calls, self._deadline(f"sync {edge} to a replacement", "sync")), calls)
-            self._release(phase)
-
     def streamed(self, phase: Phase) -> dict[PortRef, list[Any]]:
         if phase.overlaps:  # the oldest batch collected, which this iteration trains
             return dict(self.backlog.batches[0].produced)
@@ -369,6 +302,7 @@ class Controller:
             return
         if phase.op == "then":
             events, calls = self._await_then(phase, calls, produced)
+            self._issued = {}
         else:
             with self._naming_ranks():
                 events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
@@ -378,51 +312,6 @@ class Controller:
             self._release(phase)
         if phase.op == "then":
             self._then_metrics(produced, self._result.env_steps)
-
-    def _await_then(
-        self, phase: Phase, calls: list[Call], produced: dict[PortRef, list[Any]]
-    ) -> tuple[list[TaskEvent], list[Call]]:
-        """The after-loop phase's events, and its calls as last issued: a training worker whose rank fails
-        (dies, raises, or hangs past the phase's deadline) is restarted in place from the checkpoint right
-        before this iteration and given its calls again, on the same batch, when the replacer may; any
-        other failure is the iteration's."""
-        deadline = self._deadline("the then phase", "then")
-        workers = sorted({r.worker for _, r, _ in calls})
-        checkpoints = {w: c for w in workers if (c := self.replacer.group_checkpoint(w, self._it)) is not None}
-        if not checkpoints:
-            with self._naming_ranks():
-                return wait_all(calls, deadline), calls
-        restartable = frozenset(r.id for _, r, _ in calls if r.worker in checkpoints)
-        events, failed = await_calls(calls, deadline, restartable)
-        if not failed:
-            return events, calls
-        for worker in sorted({calls[i][1].worker for i in failed}):
-            i, dropped = min(((i, d) for i, d in failed.items() if calls[i][1].worker == worker), key=lambda x: x[1].at)
-            if self.launch.rendezvous.get(worker) and not all(
-                finished(ref) for ref, r, _ in calls if r.worker == worker
-            ):
-                dropped = dataclasses.replace(dropped, why=f"{dropped.why} [{self._ranks_of(worker)}]")
-            started = self.replacer.restart_group(worker, checkpoints[worker])
-            calls = self._reissue(calls, worker, produced, phase)
-            self._result.replacements.append(self.replacer.done(calls[i][1], dropped, started, self._it, 0))
-        with self._naming_ranks():
-            return wait_all(calls, self._deadline("the then phase (redone)", "then")), calls
-
-    def _reissue(self, calls: list[Call], worker: str, produced: dict[PortRef, list[Any]], phase: Phase) -> list[Call]:
-        """`calls` with those of `worker`'s replicas issued again, in the same order, on its new processes;
-        their outputs renamed in `produced`."""
-        renamed, again = {}, []
-        for ref, r, what in calls:
-            if r.worker != worker:
-                again.append((ref, r, what))
-                continue
-            issued = self._issued[ref]
-            new = self.launch.replicas[worker][r.index]
-            renamed[issued.out] = self._call_replica(new, issued.port, issued.counts, issued.refs, issued.items, phase)
-            again.append(self._calls.pop())
-        for port, refs in produced.items():
-            produced[port] = [renamed.get(ref, ref) for ref in refs]
-        return again
 
     def _finish_training(self) -> None:
         """Wait for the training issued beside the loop (its deadline counts from its issue); its metrics
@@ -456,14 +345,17 @@ class Controller:
 
     def _ranks_of(self, group: str) -> str:
         """Where each rank of `group` is now: asked on this host, named elsewhere."""
-        replicas = self.launch.replicas[group]
-        here = {str(r.id): self.launch.pids[r.id] for r in replicas if self.launch.alive_here(r.id)}
         try:
-            states = ask(here, self.launch.output_dir)
+            return explain(group, self._rank_states(group))
         except OSError as exc:  # the question is a courtesy: never worse than the timeout itself
             return f"process group of '{group}': its ranks could not be asked ({exc})"
+
+    def _rank_states(self, group: str) -> list[RankState]:
+        """Each rank of `group`: asked where it is on this host, named as not asked elsewhere."""
+        replicas = self.launch.replicas[group]
+        here = {str(r.id): self.launch.pids[r.id] for r in replicas if self.launch.alive_here(r.id)}
         gone = [RankState(str(r.id), None, "on another host, or gone: not asked") for r in replicas]
-        return explain(group, states + [s for s in gone if s.rank not in here])
+        return ask(here, self.launch.output_dir) + [s for s in gone if s.rank not in here]
 
     def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:
         """A sync phase's edge and the transport the plan gave it."""
@@ -488,7 +380,8 @@ class Controller:
             out, event = r.actor.publish_state.options(num_returns=2).remote(str(edge), port, self._it)
         else:
             out, event = r.actor.call.options(num_returns=2).remote(port, self._it, counts, *refs)
-            self._issued[event] = Issued(port, counts, list(refs), items, out)
+            if r.worker in self.replacer.groups:  # it may be restarted and called again
+                self._issued[event] = Issued(port, counts, list(refs), items, out)
         self._calls.append((event, r, f"port {r.worker}.{port}"))
         self._producer[out] = r
         self._items[out] = self._items[event] = items
@@ -513,25 +406,6 @@ class Controller:
                         self._consumes[self._calls[-1][0]] = ref  # the part call's event
         self._stream_calls += self._calls
         self._calls = []
-
-    def _restream(self, replaced: list[Replica]) -> None:
-        """Streamed outputs of replaced replicas: the calls that died with them (and the part calls given
-        their outputs) are dropped; their replacements' outputs are streamed instead."""
-        if not self._streamed:  # nothing streams in this plan
-            return
-        then = self._then_phase()
-        gone = {id(r) for r in replaced}
-        dead = {ref for ref, r in self._producer.items() if id(r) in gone}
-        self._stream_calls = [
-            c for c in self._stream_calls if id(c[1]) not in gone and self._consumes.get(c[0]) not in dead
-        ]
-        for src, refs in self._streamed.items():
-            for i, ref in enumerate(refs):
-                if ref in dead:
-                    new = self.launch.replicas[src.worker][self._producer[ref].index]
-                    items = own_items(self.graph, src.worker, new.index, then.op)
-                    refs[i] = self._call_replica(new, src.port, [], [], items, then)
-        self._stream(then, only={r.id for r in replaced})
 
     def _then_phase(self) -> Phase | None:
         return next((p for p in self.plan.phases if p.op == "then"), None)

@@ -3,8 +3,10 @@
 A worker that raises, dies or hangs ends the iteration with an error naming it. With
 `run.on_failure: restart` the run recreates every worker, restores the last checkpoint and goes on
 from the iteration after it, at most `run.max_restarts` times; past that it stops with the history
-of its failures. With `run.on_failure: replace` a simulator replica that fails in the loop is replaced
-in place instead (the controller redoes its part of the iteration); any other failure restarts.
+of its failures. With `run.on_failure: replace` a simulator or inference replica that fails is replaced
+in place instead (the controller redoes the unfinished part of the loop), and a training worker whose rank
+fails while it trains is restarted alone on the same batch (`m2flow.runtime.in_place`); any other failure
+restarts.
 """
 
 from __future__ import annotations
@@ -191,14 +193,15 @@ class Run:
         return min(ends)
 
     def _replaced(self, r: Replacement) -> None:
-        """A simulator replica replaced in place: recorded, printed and noted as it happens."""
+        """A replica replaced in place: recorded, printed and noted as it happens."""
         failure = _failure(r.iteration, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined)
         self._record_failure(failure)
         named = "" if r.env is None else f" (env {r.env})"
         self.reporter.print(f"m2flow: {r.replica} failed in iteration {r.iteration}{named}: {r.why}")
+        redone = f"its {r.steps_redone} env steps redone, the other replicas kept theirs" if r.steps_redone else ""
         self.reporter.print(
-            f"m2flow: {r.replica} replaced in place ({r.state}); its {r.steps_redone} steps redone,"
-            f" {r.seconds:.1f}s after the failure was seen; the other replicas kept theirs"
+            f"m2flow: {r.replica} replaced in place ({r.state}); {redone or 'no env step redone'},"
+            f" {r.seconds:.1f}s after the failure was seen"
         )
         self._note_processes()
 

@@ -118,7 +118,7 @@ class Launch:
         self.bundle_of: dict[DeviceId, int] = {}
         self.rendezvous: dict[str, dict | None] = {}
         self.transports: dict[Edge, Transport] = {}
-        # what a replacement of one replica needs: the loop's channels, its sync routes
+        # what a replacement needs: the loop's channels, its sync routes
         self.channels: LoopChannels | None = None
         self.sync_setup: dict[ReplicaId, dict[Edge, tuple[str, Route | None]]] = {}  # edge -> (method, route)
         self.generation: dict[ReplicaId, int] = {}  # processes a replica has had before its current one

@@ -3,11 +3,13 @@ may lose some of them.
 
 Physics simulators crash and hang far more often than trainers; one that does should cost its own part
 of the iteration, not the job. A simulator or inference replica of the loop is replaceable when it runs
-in a process of its own and takes part in no sync edge whose group meets (`Launch.replaceable`), an
-inference replica also when nothing but the loop reads it (no after-loop edge leaves its worker: it holds
-no part of the batch), while the run's budget of replacements lasts. A failed simulator's peers drop it
-from the loop (`loop.py`); the simulators a failed inference replica served stop, naming it. The
-controller replaces them all and redoes the failed simulators' shards.
+in a process of its own and is no rank of a process group (`Launch.replaceable`; a weight-sync group meets
+again with the new process), an inference replica also when nothing but the loop reads it (no after-loop
+edge leaves its worker: it holds no part of the batch) and the flow is synchronous, while the run's budget
+of replacements lasts. A failed simulator's peers drop it from the loop (`loop.py`); the simulators a
+failed inference replica served stop, naming it. The controller replaces them all and redoes the failed
+simulators' shards (`in_place.py`). A training worker whose rank fails while it trains is restarted whole
+from the checkpoint written right before the iteration (`training_groups`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class Restore:
 
 @dataclass(frozen=True)
 class Replacement:
-    """A simulator replica replaced in place during the loop, and the part of the iteration it redid."""
+    """A replica replaced in place (a training worker: the rank that failed), and the env steps redone."""
 
     replica: ReplicaId
     iteration: int
@@ -58,7 +60,7 @@ class Replacement:
 
 @dataclass(frozen=True)
 class Started:
-    """How a replacement started: what its envs started from, and whether its failure quarantined an env."""
+    """How a replacement started: what it started from, and whether its failure quarantined an env."""
 
     state: str
     quarantined: bool
@@ -118,13 +120,18 @@ class Replacer:
             return None
         return self.restore.checkpoint_before(iteration)
 
-    def restart_group(self, worker: str, checkpoint: Path) -> Started:
+    def restart_group(self, worker: str, checkpoint: Path, dropped: Dropped) -> Started:
         """Every replica of `worker` in a new process (a process group meets again), restored from
-        `checkpoint`."""
+        `checkpoint`; past the budget, the failure is the iteration's."""
+        if self.budget <= 0:
+            raise WorkerError(f"'{worker}' failed ({dropped.why}); no in-place replacement left (run.max_replacements)")
         self.budget -= 1
         fresh = self.launch.restart_worker(worker)
         self.restore.workers(checkpoint, [worker])
-        return Started(f"its {len(fresh)} process(es) restarted from {checkpoint.name}, on the same batch", False)
+        return Started(
+            f"'{worker}' restarted whole, {len(fresh)} process(es) from {checkpoint.name}; it trains on the same batch",
+            False,
+        )
 
     def done(self, replica: Replica, dropped: Dropped, started: Started, iteration: int, steps: int) -> Replacement:
         """The replacement of `replica`, its `steps` redone, reported to the run."""
@@ -167,7 +174,9 @@ def training_groups(graph: MacroGraph, launch: Launch) -> tuple[list[str], list[
     feeds = {edge.src.worker for edge in graph.then}
     groups, why_not = [], []
     for worker in called:
-        if graph.spec.flow.asynchronous is not None:
+        if graph.info[worker].kind != "training":
+            why_not.append(f"'{worker}' is not a training worker")
+        elif graph.spec.flow.asynchronous is not None:
             why_not.append(f"'{worker}' trains beside the loop (flow.async)")
         elif worker in feeds:
             why_not.append(f"'{worker}' hands its outputs to another after-loop port")
@@ -244,10 +253,12 @@ def await_loop(
 
 
 def await_calls(
-    calls: list[Call], deadline: Deadline, replaceable: frozenset[ReplicaId]
+    calls: list[Call], deadline: Deadline, replaceable: frozenset[ReplicaId], together: bool = False
 ) -> tuple[list[Any], dict[int, Dropped]]:
     """Each call's result, or None for a call of a `replaceable` replica that raised, died or is still
-    running at the deadline (hung), with when and why; any other failure raises, as `wait_all` does."""
+    running at the deadline (hung), with when and why; any other failure raises, as `wait_all` does.
+    `together`: a worker's replicas fail together (the ranks of a group): once one fails, the others'
+    calls are given up at once."""
     import ray
 
     results: list[Any] = [None] * len(calls)
@@ -268,6 +279,11 @@ def await_calls(
             if calls[i][1].id not in replaceable:
                 raise
             failed[i] = _dropped(exc)
+            if together:
+                for ref, j in list(pending.items()):
+                    if calls[j][1].worker == calls[i][1].worker:
+                        failed[j] = Dropped(time.time(), f"{calls[j][1].id} given up with {calls[i][1].id}")
+                        del pending[ref]
     return results, failed
 
 

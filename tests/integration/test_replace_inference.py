@@ -1,7 +1,8 @@
 """Recovery in place of an inference replica: killed (SIGKILL) or hung (SIGSTOP) in the middle of the loop,
-it is replaced on its planned device and given the current weights; the simulators it left unfinished are
-replaced with it and only their part of the iteration is redone. Between loops it is replaced with nothing
-to redo. Training sees whole batches and nothing restarts."""
+it is replaced on its planned device and given the current weights (its weight-sync group meets again);
+the simulators it left unfinished are replaced with it and only their part of the iteration is redone, the
+other policy replica's simulators keep theirs. Between loops (SIGKILL) it is replaced with nothing to redo.
+Training sees whole batches, acts on no stale weights, and nothing restarts."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ HORIZON, ENVS, SIMULATORS, ITERATIONS = 16, 2, 2, 3
 FLOOR_S = 6.0  # every deadline comes from the plan, as by default, floored here to keep the test short
 
 
-def faulty_policy_ppo(tmp_path, fault: str, fault_in: str) -> mf.WorkflowSpec:
-    """Two simulator replicas of 2 envs and one policy replica, which faults at its step 6 of iteration 1
-    (or in the metrics() call after that iteration's loop)."""
+def faulty_policy_ppo(tmp_path, fault: str, fault_in: str, policies: int = 1) -> mf.WorkflowSpec:
+    """Two simulator replicas of 2 envs and `policies` policy replicas; policy replica 0 faults at its step 6
+    of iteration 1 (or in the metrics() call after that iteration's loop)."""
     raw = pendulum_ppo(
         tmp_path,
-        f"replace-policy-{fault}-{fault_in}",
+        f"replace-policy-{fault}-{fault_in}-{policies}",
         num_envs=ENVS,
         hidden=[16, 16],
         horizon=HORIZON,
@@ -37,6 +38,7 @@ def faulty_policy_ppo(tmp_path, fault: str, fault_in: str) -> mf.WorkflowSpec:
     )
     raw["workers"]["env"]["replicas"] = SIMULATORS
     policy = raw["workers"]["rollout"]
+    policy["replicas"] = policies
     policy["class"] = "tests.workers_for_tests.FaultyPolicy"
     policy["args"].update(fault=fault, fault_at_step=HORIZON + 6, marker=str(tmp_path / "fault"), fault_in=fault_in)
     raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
@@ -48,15 +50,17 @@ def assert_whole_batches(result: mf.RunResult) -> None:
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
     assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS
     assert result.last["actor/weights_version"] == ITERATIONS  # one update per iteration: none repeated
+    assert [h["actor/staleness_max"] for h in result.history] == [0] * ITERATIONS  # replacements got the weights
 
 
-@pytest.mark.parametrize("fault", ["kill", "stop"])
-def test_a_failed_policy_replica_is_replaced_in_place_with_the_simulators_it_left_unfinished(tmp_path, fault):
-    result = mf.run(faulty_policy_ppo(tmp_path, fault, "step"))
+@pytest.mark.parametrize(("fault", "policies"), [("kill", 2), ("stop", 1)])
+def test_a_failed_policy_replica_is_replaced_in_place_with_the_simulators_it_left_unfinished(tmp_path, fault, policies):
+    result = mf.run(faulty_policy_ppo(tmp_path, fault, "step", policies))
     struck_at = float((tmp_path / "fault").read_text())
 
+    served = ["env[0]"] if policies == 2 else ["env[0]", "env[1]"]  # the simulators policy replica 0 serves
     assert all(f["replaced"] for f in result.failures)  # no restart (a restart records replaced: None)
-    assert sorted(f["replaced"] for f in result.failures) == ["env[0]", "env[1]", "rollout[0]"]
+    assert sorted(f["replaced"] for f in result.failures) == [*served, "rollout[0]"]
     assert {f["iteration"] for f in result.failures} == {1}
     (policy,) = [f for f in result.failures if f["replaced"] == "rollout[0]"]
     detection = policy["detected_at"] - struck_at
@@ -67,8 +71,8 @@ def test_a_failed_policy_replica_is_replaced_in_place_with_the_simulators_it_lef
         assert "rollout[0]" in policy["error"] and "hung" in policy["error"]
 
     faulted = result.history[1]
-    assert faulted["failures/replaced"] == 3
-    assert faulted["failures/steps_redone"] == SIMULATORS * ENVS * HORIZON  # both shards were cut short
+    assert faulted["failures/replaced"] == len(served) + 1
+    assert faulted["failures/steps_redone"] == len(served) * ENVS * HORIZON  # the shards cut short, no more
     assert_whole_batches(result)
 
 

@@ -1,0 +1,177 @@
+"""Recovery in place (`run.on_failure: replace`) as the controller runs it: failed loop replicas replaced
+and the unfinished simulators' part of the loop redone, loop replicas replaced between loops, and a
+training worker restarted on the same batch. `Controller` mixes it in: these steps issue calls and record
+what they did as the rest of the controller does (`call`, `copy_state`, `_call_replica`, `_record`,
+`_record_loop`, `_stream`), and `replace.py` decides what may be replaced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from m2flow.program import own_items
+from m2flow.runtime.batches import Call
+from m2flow.runtime.launch import Replica
+from m2flow.runtime.loop import Dropped, LoopProgram
+from m2flow.runtime.replace import Failed, await_calls, await_loop, droppable
+from m2flow.runtime.stacks import explain
+from m2flow.runtime.tracing import TaskEvent
+from m2flow.runtime.waits import finished, wait_all
+from m2flow.schedule import Phase
+from m2flow.spec import PortRef
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A port call as issued, to issue again on a replica restarted in place: its inputs and its output."""
+
+    port: str
+    counts: list[int]
+    refs: list[Any]
+    items: float
+    out: Any
+
+
+class InPlace:
+    """The controller's recovery in place (module doc)."""
+
+    def _replace(self, failed: Failed, program: LoopProgram, loop: Phase) -> int:
+        """New processes for the failed loop replicas, each restored or reset (an inference replica also
+        given the weights its sync edges' sources hold now), and the failed simulators' part of this
+        iteration's loop redone, the other replicas' kept; a replacement that fails in the redo is replaced
+        in turn. Returns the bytes the redos sent. Past the run's budget of replacements the failure is the
+        iteration's, as without replacement."""
+        simulator, sent, replaced = self.graph.loop.entry.worker, 0, []
+        while failed:
+            started = self.replacer.start(failed, "in the loop")
+            self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed], loop)
+            shards = {r.index for r, _ in failed if r.worker == simulator}  # a simulator replica holds its own shard
+            groups = self._loop_processes(shards) if shards else []
+            # a replacement may fail again even with no budget left: caught, it stops the run naming the budget
+            in_redo = {r.id for group in groups for r in group}
+            may_fail = droppable(self.launch, self.replacer.candidates, budget=len(failed)) & in_redo
+            redo = dataclasses.replace(program, droppable=may_fail, only_shards=tuple(sorted(shards)))
+            calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
+            deadline = self._loop_deadline("the redone part of the loop", may_fail)
+            per_process, again = await_loop(calls, groups, deadline, simulator, may_fail)
+            steps_before = self._result.env_steps
+            for group, by_worker in zip(groups, per_process, strict=True):
+                for r in group if by_worker is not None else []:
+                    sent += self._record_loop(r, by_worker[r.worker], redo)
+            failed_again = {r.id: again[i] for i in again for r in groups[i]}
+            done = [r for r, _ in failed if r.worker == simulator and r.id not in failed_again]
+            share = (self._result.env_steps - steps_before) // max(1, len(done))
+            for replica, dropped in failed:
+                steps = share if replica in done else 0
+                replacement = self.replacer.done(replica, dropped, started[replica.id], self._it, steps)
+                self._result.replacements.append(replacement)
+            replaced += [replica for replica, _ in failed]
+            failed = [(r, again[i]) for i in again for r in groups[i]]
+        self._restream(replaced)
+        return sent
+
+    def _replace_idle(self, failed: Failed) -> None:
+        """New processes for loop replicas that died or hung after their loop (while training ran, say):
+        their trajectories were delivered, so nothing is redone; their episode statistics are lost."""
+        started = self.replacer.start(failed, "between loops")
+        self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed], None)
+        for replica, dropped in failed:
+            self._result.replacements.append(self.replacer.done(replica, dropped, started[replica.id], self._it, 0))
+
+    def _resync(self, replicas: list[Replica], now: Phase | None) -> None:
+        """New processes that receive a sync edge get what its source holds now (a new process starts from
+        its initial state: an inference replica from its initial weights): they alone, or every destination
+        replica where the edge's group met again (a broadcast reaches the whole group). The sync phase's
+        context switches come first, the phase running `now` gets its own back after."""
+        for phase in (p for p in self.plan.phases if p.op == "sync"):
+            edge, transport = self._sync_edge(phase)
+            targets = [r for r in replicas if r.worker == edge.dst.worker]
+            if not targets:
+                continue
+            self.swap(phase)
+            self.copy_state(edge.dst, self.call(edge.src, [], phase)[0], phase, None if transport.meets else targets)
+            calls, self._calls = self._calls, []
+            self._record(wait_all(calls, self._deadline(f"sync {edge} to a replacement", "sync")), calls)
+            self._release(phase)
+            if now is not None:
+                self.swap(now)
+
+    def _restream(self, replaced: list[Replica]) -> None:
+        """Streamed outputs of replaced replicas: the calls that died with them (and the part calls given
+        their outputs) are dropped; their replacements' outputs are streamed instead."""
+        if not self._streamed:  # nothing streams in this plan
+            return
+        then = self._then_phase()
+        gone = {id(r) for r in replaced}
+        dead = {ref for ref, r in self._producer.items() if id(r) in gone}
+        self._stream_calls = [
+            c for c in self._stream_calls if id(c[1]) not in gone and self._consumes.get(c[0]) not in dead
+        ]
+        for src, refs in self._streamed.items():
+            for i, ref in enumerate(refs):
+                if ref in dead:
+                    new = self.launch.replicas[src.worker][self._producer[ref].index]
+                    items = own_items(self.graph, src.worker, new.index, then.op)
+                    refs[i] = self._call_replica(new, src.port, [], [], items, then)
+        self._stream(then, only={r.id for r in replaced})
+
+    def _await_then(
+        self, phase: Phase, calls: list[Call], produced: dict[PortRef, list[Any]]
+    ) -> tuple[list[TaskEvent], list[Call]]:
+        """The after-loop phase's events, and its calls as last issued: a training worker whose rank fails
+        (dies, raises, or hangs past the phase's deadline: its other ranks are given up with it) is restarted
+        in place from the checkpoint right before this iteration and given its calls again, on the same
+        batch, when the replacer may; any other failure is the iteration's."""
+        deadline = self._deadline("the then phase", "then")
+        workers = sorted({r.worker for _, r, _ in calls})
+        checkpoints = {w: c for w in workers if (c := self.replacer.group_checkpoint(w, self._it)) is not None}
+        restartable = frozenset(r.id for _, r, _ in calls if r.worker in checkpoints)
+        with self._naming_ranks():
+            events, failed = await_calls(calls, deadline, restartable, together=True)
+        if not failed:
+            return events, calls
+        for worker in sorted({calls[i][1].worker for i in failed}):
+            i, dropped = self._culprit(worker, calls, {i: d for i, d in failed.items() if calls[i][1].worker == worker})
+            started = self.replacer.restart_group(worker, checkpoints[worker], dropped)
+            calls = self._reissue(calls, worker, produced, phase)
+            self._result.replacements.append(self.replacer.done(calls[i][1], dropped, started, self._it, 0))
+        with self._naming_ranks():
+            return wait_all(calls, self._deadline("the then phase (redone)", "then")), calls
+
+    def _culprit(self, worker: str, calls: list[Call], failed: dict[int, Dropped]) -> tuple[int, Dropped]:
+        """Which of `worker`'s failed calls failed first of its own: a rank whose process died (on this
+        host); else, where the ranks are still out, one that did not arrive at the collective the others
+        wait in (the explanation added); else the first failure seen."""
+        ids = {calls[i][1].id: i for i in failed}
+        dead = [i for r, i in ids.items() if self.launch.on_this_host(r) and not self.launch.alive_here(r)]
+        if dead:
+            return dead[0], failed[dead[0]]
+        first = min(failed, key=lambda i: failed[i].at)
+        if not self.launch.rendezvous.get(worker) or all(finished(calls[i][0]) for i in failed):
+            return first, failed[first]
+        try:
+            states = self._rank_states(worker)
+        except OSError:  # the question is a courtesy: the first failure seen stands
+            return first, failed[first]
+        absent = {s.rank for s in states if not s.arrived}
+        out = [i for r, i in ids.items() if str(r) in absent]
+        i = out[0] if out else first
+        return i, dataclasses.replace(failed[i], why=f"{failed[i].why} [{explain(worker, states)}]")
+
+    def _reissue(self, calls: list[Call], worker: str, produced: dict[PortRef, list[Any]], phase: Phase) -> list[Call]:
+        """`calls` with those of `worker`'s replicas issued again, in the same order, on its new processes;
+        their outputs renamed in `produced`."""
+        renamed, again = {}, []
+        for ref, r, what in calls:
+            if r.worker != worker:
+                again.append((ref, r, what))
+                continue
+            issued = self._issued[ref]
+            new = self.launch.replicas[worker][r.index]
+            renamed[issued.out] = self._call_replica(new, issued.port, issued.counts, issued.refs, issued.items, phase)
+            again.append(self._calls.pop())
+        for port, refs in produced.items():
+            produced[port] = [renamed.get(ref, ref) for ref in refs]
+        return again
