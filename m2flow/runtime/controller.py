@@ -28,7 +28,7 @@ from m2flow.runtime.in_place import InPlace, Issued
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.replace import Replacement, Replacer, await_calls, await_loop
-from m2flow.runtime.stacks import RankState, ask, explain
+from m2flow.runtime.stacks import RankState, ask, ask_on_node, explain
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
@@ -351,11 +351,19 @@ class Controller(InPlace):
             return f"process group of '{group}': its ranks could not be asked ({exc})"
 
     def _rank_states(self, group: str) -> list[RankState]:
-        """Each rank of `group`: asked where it is on this host, named as not asked elsewhere."""
-        replicas = self.launch.replicas[group]
-        here = {str(r.id): self.launch.pids[r.id] for r in replicas if self.launch.alive_here(r.id)}
-        gone = [RankState(str(r.id), None, "on another host, or gone: not asked") for r in replicas]
-        return ask(here, self.launch.output_dir) + [s for s in gone if s.rank not in here]
+        """Where each rank of `group` is: asked on this host, through its node's Ray on another."""
+        launch, replicas = self.launch, self.launch.replicas[group]
+        local = [r for r in replicas if launch.on_this_host(r.id)]
+        here = {str(r.id): launch.pids[r.id] for r in local if launch.alive_here(r.id)}
+        states = ask(here, launch.output_dir)
+        states += [RankState(str(r.id), None, "its process is gone") for r in local if str(r.id) not in here]
+        elsewhere: dict[str, dict[str, tuple[int, float]]] = {}
+        for r in replicas:
+            if r not in local:
+                elsewhere.setdefault(launch.nodes[r.id], {})[str(r.id)] = (launch.pids[r.id], launch.started[r.id])
+        for node, ranks in elsewhere.items():
+            states += ask_on_node(node, ranks, launch.output_dir)
+        return states
 
     def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:
         """A sync phase's edge and the transport the plan gave it."""

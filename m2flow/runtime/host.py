@@ -136,9 +136,7 @@ class WorkerHost:
             try:
                 return method() if value is None else method(value)
             except Exception as exc:
-                where = f"iteration {program.iteration}, loop slice {stage}"
-                env = exc.env if isinstance(exc, EnvFailed) else None
-                raise PortFailed(ctx.worker, ctx.replica, port, where, traceback.format_exc(), env) from None
+                raise _failed(ctx, port, f"iteration {program.iteration}, loop slice {stage}", exc) from None
 
         return Member(self.ctx.worker, self.ctx.replica, call_port, self.mailbox)
 
@@ -229,8 +227,15 @@ class WorkerHost:
         method = getattr(instance, port)
         try:
             return method(*args)
-        except Exception:
-            raise PortFailed(self.ctx.worker, self.ctx.replica, port, where, traceback.format_exc()) from None
+        except Exception as exc:
+            raise _failed(self.ctx, port, where, exc) from None
+
+
+def _failed(ctx: WorkerContext, port: str, where: str, exc: Exception) -> PortFailed:
+    """A port or hook that raised `exc` (being handled): where, its traceback, and the env it named if it
+    raised `m2flow.EnvFailed`."""
+    env = exc.env if isinstance(exc, EnvFailed) else None
+    return PortFailed(ctx.worker, ctx.replica, port, where, traceback.format_exc(), env)
 
 
 class ProcessHost:

@@ -2,9 +2,11 @@
 
 Every worker process writes the Python stacks of its threads to `<run>/stacks/<pid>.txt` when it gets
 SIGUSR1 (faulthandler: it answers even while blocked in a collective's C code). The controller signals
-each rank of the stuck group that runs on its own host and reads the answers: a rank whose stack is in
-`torch.distributed` has arrived at a collective and waits for the others; one that answers from anywhere
-else has not arrived (it says where it is); one that does not answer is stopped, or hung outside Python.
+each rank of the stuck group and reads the answers: those on its own host itself, those on another host
+through a task on that host's Ray node (`ask_on_node`; a host cut off does not answer in time). A rank
+whose stack is in `torch.distributed` has arrived at a collective and waits for the others; one that
+answers from anywhere else has not arrived (it says where it is); one that does not answer is stopped, or
+hung outside Python.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 ASK = signal.SIGUSR1
 ANSWER_S = 2.0  # how long a rank is given to answer
+REACH_S = 5.0  # how long another host is given to start the question there
 _answers = []  # this process's open answer file: kept open for faulthandler while the process lives
 
 
@@ -59,6 +62,41 @@ def ask(ranks: dict[str, int], run_dir: str) -> list[RankState]:
         text = answer.read_bytes()[sizes[rank] :].decode(errors="replace") if answer.exists() else ""
         states.append(_state(rank, text))
     return states
+
+
+def ask_on_node(node: str, ranks: dict[str, tuple[int, float]], run_dir: str) -> list[RankState]:
+    """Where each rank (replica name -> its pid and start time on Ray node `node`) is now, asked by a task
+    on that node; ranks whose process is no longer the one started for them are not signalled. A node that
+    does not run the task in time (cut off, gone) leaves its ranks unasked."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(_ask_here).options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+    )
+    asked = task.remote(ranks, run_dir)
+    try:
+        return ray.get(asked, timeout=ANSWER_S + REACH_S)
+    except ray.exceptions.GetTimeoutError:
+        ray.cancel(asked, force=True)
+        why = "its host did not answer in time"
+    except ray.exceptions.RayError:
+        why = "its host could not be asked"
+    return [RankState(rank, None, f"{why}: not asked") for rank in ranks]
+
+
+def _ask_here(ranks: dict[str, tuple[int, float]], run_dir: str) -> list[RankState]:
+    """`ask` on this host, for the ranks whose pid still belongs to the process started for them."""
+    import psutil
+
+    def same(pid: int, started: float) -> bool:
+        try:
+            return psutil.Process(pid).create_time() == started
+        except psutil.Error:
+            return False
+
+    live = {rank: pid for rank, (pid, started) in ranks.items() if same(pid, started)}
+    return ask(live, run_dir) + [RankState(rank, None, "its process is gone") for rank in ranks if rank not in live]
 
 
 def _state(rank: str, dump: str) -> RankState:

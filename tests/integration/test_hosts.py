@@ -1,7 +1,8 @@
 """Two hosts for real (`tests/netns.py`: network namespaces on veth links, a Ray node in each): the job
 runs across them — loop channels over TCP between hosts, a training group with a rank on each — through
 the CLI from host 0. A partition of host 1 and a host whose processes are all killed are detected within
-the run's deadlines, named, and the run goes on on the host that is left, from its last checkpoint."""
+the run's deadlines, named, and the run goes on on the host that is left, from its last checkpoint. A rank
+that hangs mid-update is named with the other rank, each asked where it is on its own host."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ ITERATIONS, FLOOR_S = 12, 10.0
 M2FLOW = str(Path(sys.executable).with_name("m2flow"))
 
 
-def job(out: Path, address: str) -> Path:
+def job(out: Path, address: str, actor: dict | None = None) -> Path:
     raw = pendulum_ppo(
         out,
         "hosts",
@@ -45,6 +46,7 @@ def job(out: Path, address: str) -> Path:
     )
     raw["workers"]["env"]["replicas"] = 2
     raw["workers"]["actor"]["replicas"] = 2
+    raw["workers"]["actor"].update(actor or {})
     raw["placement"] = {"mode": "hybrid", "pipeline_stages": 1, "replan": False}
     raw["cluster"] = {"address": address}
     path = out / "hosts.yaml"
@@ -104,3 +106,28 @@ def test_a_job_across_two_hosts_loses_one_and_goes_on_on_the_other(tmp_path, fau
     assert sorted(set(iterations)) == list(range(ITERATIONS))  # every iteration done, some of them twice
     after = json.loads((run_dir / "processes.json").read_text())
     assert {entry["address"] for entry in after.values()} == {hosts.address(0)}
+
+
+def test_a_training_rank_hung_across_hosts_is_named_with_both_ranks_asked_on_their_hosts(tmp_path):
+    hang = {"class": "tests.workers_for_tests.FaultyPPO"}
+    args = {"fault": "stop", "fault_replica": 1, "fault_at_step": 3, "marker": str(tmp_path / "hang")}
+    with Hosts(2, cpus=2) as hosts:
+        path = job(tmp_path, hosts.ray_address, hang)
+        raw = yaml.safe_load(path.read_text())
+        raw["workers"]["actor"]["args"].update(args)
+        path.write_text(yaml.safe_dump(raw))
+        log = (tmp_path / "driver.log").open("w")
+        driver = hosts.start_in(0, [M2FLOW, "run", str(path)], stdout=log, stderr=log)
+        try:
+            driver.wait(timeout=400)
+        finally:
+            driver.kill()
+            log.close()
+        output = (tmp_path / "driver.log").read_text()
+        assert driver.returncode == 0, output[-3000:]
+
+    (failure,) = read_jsonl(tmp_path / "hosts" / "failures.jsonl")
+    error = failure["error"]
+    assert "process group of 'actor': 1 of 2 ranks in a collective" in error, error
+    assert "not arrived: actor[1] no answer within 2s: stopped, or hung outside Python" in error, error
+    assert "not asked" not in error, error  # the rank on host 1 was asked there too

@@ -10,7 +10,7 @@ import pytest
 
 import m2flow
 from m2flow.context import RESEED_STRIDE, WorkerContext
-from m2flow.runtime.host import PortFailed
+from m2flow.runtime.host import PortFailed, WorkerHost
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.workers.env.env_ids import registered
 from m2flow.workers.env.evaluation import EvaluationConfig
@@ -59,6 +59,20 @@ def test_a_port_failure_carries_the_env_across_processes_and_says_it_on_one_line
     assert restored.headline() == (
         "worker 'env' replica 1 failed in port 'obs' (iteration 0): m2flow.errors.EnvFailed: env 3 failed: x"
     )
+
+
+class FailsOutsideTheLoop:
+    def metrics(self):
+        raise m2flow.EnvFailed(4, "its renderer crashed")
+
+
+def test_an_env_named_by_a_hook_outside_the_loop_is_carried_like_one_named_by_a_port(tmp_path):
+    ctx = WorkerContext(worker="env", replica=1, output_dir=str(tmp_path))
+    host = WorkerHost(FailsOutsideTheLoop, {}, ctx, instances=1, dist=None)
+
+    with pytest.raises(PortFailed, match=r"failed in port 'metrics' \(hook metrics\)") as caught:
+        host.hook("metrics")
+    assert caught.value.env == 4 and "env 4 failed: its renderer crashed" in caught.value.headline()
 
 
 def test_an_env_id_of_a_module_that_registers_it_is_accepted_and_a_module_that_does_not_import_is_named():
