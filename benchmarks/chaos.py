@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 from faults import job_dict
-from results_io import save_result
+from results_io import save_result, share_down
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
@@ -266,7 +266,7 @@ def main() -> None:
     print(
         f"chaos: {len(faults)} faults, {len(detected)} detected, {summary['in_place']} in place,"
         f" {summary['by_restart']} by restart, {summary['checkpoints_lost']} checkpoints lost,"
-        f" throughput {100 * summary['throughput_ratio']:.0f}% of fault-free"
+        f" throughput {share_down(summary['throughput_ratio'])} of fault-free"
     )
     sound = summary["completed"] and summary["detected"] == summary["failures_injected"]
     sound = sound and not (summary["checkpoints_lost"] or summary["spurious_failures"] or unaccounted)

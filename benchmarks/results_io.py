@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
 import shutil
@@ -127,3 +128,9 @@ class Results:
 if __name__ == "__main__":  # python benchmarks/results_io.py RUN_metrics.jsonl ...: stamp copied metrics files
     for arg in sys.argv[1:]:
         print(save_meta(arg))
+
+
+def share_down(ratio: float) -> str:
+    """A ratio as a percentage to one decimal, rounded down: 0.89995 reads 89.9%, never 90.0% (a target
+    of 90% is met only when the raw ratio meets it)."""
+    return f"{math.floor(ratio * 1000) / 10:.1f}%"

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from results_io import Results
+from results_io import Results, share_down
 
 ENGINE, PLANNER, FAULTS, CHAOS = "engine_overhead.json", "planner_scale.json", "faults.json", "chaos.json"
+CHAOS_SEED3 = "chaos_seed3.json"
 SPIN, BEFORE_HOPS, CAMERA_CPU = "modes_spin.json", "modes.json", "modes_camera.json"
 H200, H200_PROFILED, H200_HOPS, X2 = (f"{d}/modes_camera.json" for d in ("gpu", "gpu2", "gpu3", "gpu8"))
 METAWORLD, PPO_H200 = "ppo_metaworld_camera_metrics.jsonl", "gpu/ppo_camera_metrics.jsonl"
@@ -138,8 +139,8 @@ def faults(res: Results) -> Block:
     return Block(table([*header, "checkpoints lost"], rows, "rlrrllr"), [FAULTS])
 
 
-def chaos_faults(res: Results) -> Block:
-    data = res.json(CHAOS)
+def chaos_faults(name: str, res: Results) -> Block:
+    data = res.json(name)
     start = min((f["at"] for f in data["faults"]), default=0.0)
     rows = [
         [f"{f['at'] - start:.0f} s", f["kind"], f["victim"]]
@@ -147,11 +148,11 @@ def chaos_faults(res: Results) -> Block:
         for f in data["faults"]
     ]
     header = ["injected at", "fault", "process", "detected after", "recovered"]
-    return Block(table(header, rows, "rlllr"), [CHAOS])
+    return Block(table(header, rows, "rlllr"), [name])
 
 
-def chaos_summary(res: Results) -> Block:
-    s = res.json(CHAOS)["summary"]
+def chaos_summary(name: str, res: Results) -> Block:
+    s = res.json(name)["summary"]
     rows = [
         ["iterations, a fault every", f"{s['iterations']}, {s['fault_every_s']:.0f} s"],
         [
@@ -178,13 +179,13 @@ def chaos_summary(res: Results) -> Block:
             "env steps/s: fault-free / with faults",
             f"{count(s['fault_free_steps_per_s'])} / {count(s['chaos_steps_per_s'])}",
         ],
-        ["throughput, with faults over fault-free", f"{s['throughput_ratio']:.0%}"],
+        ["throughput, with faults over fault-free", share_down(s["throughput_ratio"])],
         [
             "final return (last 10% of iterations): fault-free / with faults",
             f"{s['fault_free_return']:.1f} / {s['chaos_return']:.1f}",
         ],
     ]
-    return Block(table(["", "value"], rows, "lr"), [CHAOS])
+    return Block(table(["", "value"], rows, "lr"), [name])
 
 
 ABLATION_CHANGES = {  # row -> what it changes over the previous one
@@ -488,8 +489,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "modes_camera_cpu": partial(modes_table, CAMERA_CPU),
     "planner_scale": planner_scale,
     "faults": faults,
-    "chaos_faults": chaos_faults,
-    "chaos_summary": chaos_summary,
+    "chaos_faults": partial(chaos_faults, CHAOS),
+    "chaos_summary": partial(chaos_summary, CHAOS),
+    "chaos_seed3_faults": partial(chaos_faults, CHAOS_SEED3),
+    "chaos_seed3_summary": partial(chaos_summary, CHAOS_SEED3),
     "ablation_metaworld": partial(ablation, "simulator_ablation_metaworld.json"),
     "ablation_cheetah_h200": partial(ablation, "gpu/simulator_ablation_cheetah.json"),
     "modes_camera_h200": partial(modes_table, H200),
