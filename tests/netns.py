@@ -123,9 +123,9 @@ class Hosts:
         command = ["ip", "netns", "exec", self.names[host], *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV)
 
-    def start_in(self, host: int, args: list[str], **kwargs) -> subprocess.Popen:
-        """Start `args` in `host`'s namespace."""
-        return subprocess.Popen(["ip", "netns", "exec", self.names[host], *args], env=ENV, **kwargs)
+    def start_in(self, host: int, args: list[str], env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+        """Start `args` in `host`'s namespace (`env` added to the environment)."""
+        return subprocess.Popen(["ip", "netns", "exec", self.names[host], *args], env={**ENV, **(env or {})}, **kwargs)
 
     def pids(self, host: int) -> list[int]:
         listed = subprocess.run(["ip", "netns", "pids", self.names[host]], capture_output=True, text=True)

@@ -35,6 +35,6 @@ def test_ranks_are_asked_on_their_node_and_a_reused_pid_is_not_signalled(tmp_pat
 
 
 def test_a_node_that_cannot_run_the_question_leaves_its_ranks_unasked(tmp_path):
-    (state,) = ask_on_node("ff" * 28, {"w[0]": (1, 0.0)}, str(tmp_path))  # no such node
+    (state,) = ask_on_node("ab" * 28, {"w[0]": (1, 0.0)}, str(tmp_path))  # no such node
 
     assert state.rank == "w[0]" and state.arrived is None and state.where.endswith(": not asked")

@@ -117,7 +117,8 @@ def test_a_training_rank_hung_across_hosts_is_named_with_both_ranks_asked_on_the
         raw["workers"]["actor"]["args"].update(args)
         path.write_text(yaml.safe_dump(raw))
         log = (tmp_path / "driver.log").open("w")
-        driver = hosts.start_in(0, [M2FLOW, "run", str(path)], stdout=log, stderr=log)
+        tests_importable = {"PYTHONPATH": str(Path(__file__).parents[2])}  # the faulty worker is the tests'
+        driver = hosts.start_in(0, [M2FLOW, "run", str(path)], tests_importable, stdout=log, stderr=log)
         try:
             driver.wait(timeout=400)
         finally:
