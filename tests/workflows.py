@@ -32,3 +32,21 @@ def pendulum_ppo(
         },
         "run": {"output_dir": str(out), "progress": False, **(run or {})},
     }
+
+
+def recovery_ppo(out: Path, name: str, *, horizon: int, iterations: int, seed: int, envs: int = 2, **run) -> dict:
+    """A small PPO job for the recovery tests: two simulator replicas of `envs` envs, a policy, a training
+    worker (one quick update an iteration), each replica a process of its own, shared placement of one
+    stage; `run` adds to the run section. A test sets replicas, classes and faults on the dict it gets."""
+    raw = pendulum_ppo(
+        out,
+        name,
+        num_envs=envs,
+        hidden=[16, 16],
+        horizon=horizon,
+        actor={"num_minibatches": 2, "update_epochs": 1},
+        run={"iterations": iterations, "seed": seed, **run},
+    )
+    raw["workers"]["env"]["replicas"] = 2
+    raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
+    return raw

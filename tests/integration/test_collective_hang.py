@@ -10,7 +10,7 @@ import pytest
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
-from tests.workflows import pendulum_ppo
+from tests.workflows import recovery_ppo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
@@ -20,27 +20,20 @@ FLOOR_S, ITERATIONS = 8.0, 3
 def test_a_training_rank_hung_in_an_update_is_named_against_the_rank_in_the_collective_and_the_run_restarts(
     tmp_path,
 ):
-    raw = pendulum_ppo(
+    raw = recovery_ppo(
         tmp_path,
         "rank-hang",
-        num_envs=2,
-        hidden=[16, 16],
         horizon=16,
-        actor={"num_minibatches": 2, "update_epochs": 1},
-        run={
-            "iterations": ITERATIONS,
-            "seed": 4,
-            "checkpoint_every": 1,
-            "on_failure": "restart",
-            "timeouts": {"floor_s": FLOOR_S, "ceiling_s": FLOOR_S},
-        },
+        iterations=ITERATIONS,
+        seed=4,
+        checkpoint_every=1,
+        on_failure="restart",
+        timeouts={"floor_s": FLOOR_S, "ceiling_s": FLOOR_S},
     )
-    raw["workers"]["env"]["replicas"] = 2
     actor = raw["workers"]["actor"]
     actor["class"] = "tests.workers_for_tests.FaultyPPO"
     actor["replicas"] = 2
     actor["args"].update(fault="stop", fault_replica=1, fault_at_step=2, marker=str(tmp_path / "hang"))
-    raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
 
     result = mf.run(spec_from_dict(raw))
     hung_at = float((tmp_path / "hang").read_text())

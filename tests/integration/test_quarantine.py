@@ -10,7 +10,7 @@ import pytest
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
-from tests.workflows import pendulum_ppo
+from tests.workflows import recovery_ppo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
@@ -20,28 +20,21 @@ ENV_ID = "tests.workers_for_tests:InvertedPendulumBadStarts-v0"
 
 def bad_starts_ppo(tmp_path, bad_seeds, **run) -> mf.WorkflowSpec:
     """Two simulator replicas of 2 envs (envs 0-3) whose reset fails from `bad_seeds`."""
-    raw = pendulum_ppo(
+    raw = recovery_ppo(
         tmp_path,
         "quarantine",
-        num_envs=ENVS,
-        hidden=[16, 16],
         horizon=HORIZON,
-        actor={"num_minibatches": 2, "update_epochs": 1},
-        run={
-            "iterations": ITERATIONS,
-            "seed": SEED,
-            "on_failure": "replace",
-            "quarantine_after": 2,
-            "timeouts": {"floor_s": 8.0},
-            **run,
-        },
+        iterations=ITERATIONS,
+        seed=SEED,
+        envs=ENVS,
+        on_failure="replace",
+        quarantine_after=2,
+        timeouts={"floor_s": 8.0},
+        **run,
     )
     for worker in raw["workers"].values():
         worker["args"]["env_id"] = ENV_ID
-    env = raw["workers"]["env"]
-    env["replicas"] = 2
-    env["args"]["env_kwargs"] = {"bad_seeds": bad_seeds}
-    raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
+    raw["workers"]["env"]["args"]["env_kwargs"] = {"bad_seeds": bad_seeds}
     return spec_from_dict(raw)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
-from tests.workflows import pendulum_ppo
+from tests.workflows import recovery_ppo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
@@ -19,29 +19,23 @@ FLOOR_S = 8.0  # every deadline comes from the plan, as by default, floored here
 def faulty_ppo(tmp_path, fault: str, state: str, fault_in: str = "step") -> mf.WorkflowSpec:
     """Two simulator replicas of 2 envs; replica 1 faults at step 6 of iteration 1 (or in the metrics() call
     after that iteration's loop)."""
-    raw = pendulum_ppo(
+    raw = recovery_ppo(
         tmp_path,
         f"replace-{fault}",
-        num_envs=ENVS,
-        hidden=[16, 16],
         horizon=HORIZON,
-        actor={"num_minibatches": 2, "update_epochs": 1},
-        run={
-            "iterations": ITERATIONS,
-            "seed": 3,
-            "checkpoint_every": 1,
-            "on_failure": "replace",
-            "replacement_state": state,
-            "timeouts": {"floor_s": FLOOR_S},
-        },
+        iterations=ITERATIONS,
+        seed=3,
+        envs=ENVS,
+        checkpoint_every=1,
+        on_failure="replace",
+        replacement_state=state,
+        timeouts={"floor_s": FLOOR_S},
     )
     env = raw["workers"]["env"]
     env["class"] = "tests.workers_for_tests.FaultyGymEnv"
-    env["replicas"] = 2
     env["args"].update(
         fault=fault, fault_replica=1, fault_at_step=HORIZON + 6, marker=str(tmp_path / "fault"), fault_in=fault_in
     )
-    raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
     return spec_from_dict(raw)
 
 

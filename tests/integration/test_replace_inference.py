@@ -10,38 +10,32 @@ import pytest
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
-from tests.workflows import pendulum_ppo
+from tests.workflows import recovery_ppo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
-HORIZON, ENVS, SIMULATORS, ITERATIONS = 16, 2, 2, 3
+HORIZON, ENVS, SIMULATORS, ITERATIONS = 16, 2, 2, 3  # SIMULATORS: as recovery_ppo has them
 FLOOR_S = 6.0  # every deadline comes from the plan, as by default, floored here to keep the test short
 
 
 def faulty_policy_ppo(tmp_path, fault: str, fault_in: str, policies: int = 1) -> mf.WorkflowSpec:
     """Two simulator replicas of 2 envs and `policies` policy replicas; policy replica 0 faults at its step 6
     of iteration 1 (or in the metrics() call after that iteration's loop)."""
-    raw = pendulum_ppo(
+    raw = recovery_ppo(
         tmp_path,
         f"replace-policy-{fault}-{fault_in}-{policies}",
-        num_envs=ENVS,
-        hidden=[16, 16],
         horizon=HORIZON,
-        actor={"num_minibatches": 2, "update_epochs": 1},
-        run={
-            "iterations": ITERATIONS,
-            "seed": 3,
-            "checkpoint_every": 1,
-            "on_failure": "replace",
-            "timeouts": {"floor_s": FLOOR_S},
-        },
+        iterations=ITERATIONS,
+        seed=3,
+        envs=ENVS,
+        checkpoint_every=1,
+        on_failure="replace",
+        timeouts={"floor_s": FLOOR_S},
     )
-    raw["workers"]["env"]["replicas"] = SIMULATORS
     policy = raw["workers"]["rollout"]
     policy["replicas"] = policies
     policy["class"] = "tests.workers_for_tests.FaultyPolicy"
     policy["args"].update(fault=fault, fault_at_step=HORIZON + 6, marker=str(tmp_path / "fault"), fault_in=fault_in)
-    raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
     return spec_from_dict(raw)
 
 

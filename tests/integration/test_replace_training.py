@@ -11,7 +11,7 @@ import pytest
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
-from tests.workflows import pendulum_ppo
+from tests.workflows import recovery_ppo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
@@ -21,27 +21,21 @@ FLOOR_S = 8.0  # every deadline comes from the plan, as by default, floored here
 
 def faulty_training(tmp_path, fault: str, checkpoint_every: int = 1) -> mf.WorkflowSpec:
     """Two simulator replicas, one policy, two training ranks; rank 1 faults as its second train call begins."""
-    raw = pendulum_ppo(
+    raw = recovery_ppo(
         tmp_path,
         f"replace-training-{fault}-{checkpoint_every}",
-        num_envs=ENVS,
-        hidden=[16, 16],
         horizon=HORIZON,
-        actor={"num_minibatches": 2, "update_epochs": 1},
-        run={
-            "iterations": ITERATIONS,
-            "seed": 5,
-            "checkpoint_every": checkpoint_every,
-            "on_failure": "replace",
-            "timeouts": {"floor_s": FLOOR_S, "ceiling_s": FLOOR_S},
-        },
+        iterations=ITERATIONS,
+        seed=5,
+        envs=ENVS,
+        checkpoint_every=checkpoint_every,
+        on_failure="replace",
+        timeouts={"floor_s": FLOOR_S, "ceiling_s": FLOOR_S},
     )
-    raw["workers"]["env"]["replicas"] = 2
     actor = raw["workers"]["actor"]
     actor["class"] = "tests.workers_for_tests.FaultyPPO"
     actor["replicas"] = 2
     actor["args"].update(fault=fault, fault_replica=1, fault_at_step=2, marker=str(tmp_path / "fault"))
-    raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
     return spec_from_dict(raw)
 
 
