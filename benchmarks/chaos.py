@@ -11,7 +11,8 @@ runs (the checkpoint right before the iteration holds its state), by a restart f
 when it strikes between (say in the weight sync). Reports faults injected,
 detected (and how long after), recovered in place and by restart, iterations and env steps redone,
 checkpoints lost, env steps unaccounted (a batch training did not see whole), and throughput and final
-return against the fault-free run. Last line:
+return against the fault-free run; the throughput also corrected for the machine's drift between the two
+runs (each run's speed taken from its iterations no failure touched). Last line:
 
     chaos: F faults, D detected, R in place, S by restart, C checkpoints lost, throughput X% of fault-free
 """
@@ -173,6 +174,11 @@ def checkpoints_lost(run_dir: Path, iterations: int) -> int:
     return lost
 
 
+def undisturbed_median_s(result: RunResult) -> float:
+    """The median seconds of the run's iterations that no failure touched: how fast the machine ran it."""
+    return statistics.median(h["time/iteration_s"] for h in result.history if "failures/replaced" not in h)
+
+
 def final_return(result: RunResult, share: float = 0.1) -> float:
     """The mean episode return over the last `share` of the iterations that reported one."""
     returns = [h["env/episode_return"] for h in result.history if "env/episode_return" in h]
@@ -252,6 +258,14 @@ def main() -> None:
         "fault_free_steps_per_s": clean_sps,
         "chaos_steps_per_s": chaos_sps,
         "throughput_ratio": chaos_sps / clean_sps,
+        # the machine's speed drifts between the two runs by more than faults cost: the fault-free wall time
+        # scaled by how fast undisturbed iterations ran in each run
+        "fault_free_iteration_median_s": undisturbed_median_s(clean),
+        "chaos_undisturbed_iteration_median_s": undisturbed_median_s(chaotic),
+        "throughput_ratio_drift_corrected": clean_s
+        * undisturbed_median_s(chaotic)
+        / undisturbed_median_s(clean)
+        / chaos_s,
         "fault_free_return": final_return(clean),
         "chaos_return": final_return(chaotic),
     }

@@ -151,6 +151,13 @@ def chaos_faults(name: str, res: Results) -> Block:
     return Block(table(header, rows, "rlllr"), [name])
 
 
+def seconds_pair(summary: dict, first: str, second: str) -> str:
+    """Two durations of a summary as "a s / b s", or a dash where the run did not record them."""
+    if first not in summary:
+        return "—"
+    return f"{summary[first]:.3f} s / {summary[second]:.3f} s"
+
+
 def chaos_summary(name: str, res: Results) -> Block:
     s = res.json(name)["summary"]
     rows = [
@@ -180,6 +187,14 @@ def chaos_summary(name: str, res: Results) -> Block:
             f"{count(s['fault_free_steps_per_s'])} / {count(s['chaos_steps_per_s'])}",
         ],
         ["throughput, with faults over fault-free", share_down(s["throughput_ratio"])],
+        [
+            "undisturbed iteration (median): fault-free / with faults",
+            seconds_pair(s, "fault_free_iteration_median_s", "chaos_undisturbed_iteration_median_s"),
+        ],
+        [
+            "throughput corrected for the machine's drift",
+            share_down(s["throughput_ratio_drift_corrected"]) if "throughput_ratio_drift_corrected" in s else "—",
+        ],
         [
             "final return (last 10% of iterations): fault-free / with faults",
             f"{s['fault_free_return']:.1f} / {s['chaos_return']:.1f}",
