@@ -224,6 +224,13 @@ class Fault(m2flow.WorkerConfig):
     fault_in: Literal["step", "metrics"] = Field("step", description="in the loop, or in the first metrics() after it")
     marker: str = Field(description="a file the fault writes its time to: it strikes once, not in the replacement")
 
+    @classmethod
+    def split(cls, args: dict, base: type[m2flow.WorkerConfig]) -> tuple[Fault, dict]:
+        """A faulty worker's args as its fault and the args of the worker it wraps (`base` its config)."""
+        return cls(**{k: v for k, v in args.items() if k in cls.model_fields}), {
+            k: v for k, v in args.items() if k in base.model_fields
+        }
+
     def stepped(self, steps: int) -> None:
         if self.fault_in == "step" and steps == self.fault_at_step:
             self._strike()
@@ -249,8 +256,8 @@ class FaultyGymEnv(GymEnv):
     Config = FaultyGymEnvConfig
 
     def __init__(self, **args):
-        self.fault = Fault(**{k: v for k, v in args.items() if k in Fault.model_fields})
-        super().__init__(**{k: v for k, v in args.items() if k in GymEnvConfig.model_fields})
+        self.fault, own = Fault.split(args, GymEnvConfig)
+        super().__init__(**own)
         self.steps = 0
 
     def step(self, policy_out):
@@ -273,8 +280,8 @@ class FaultyPolicy(TorchPolicy):
     Config = FaultyPolicyConfig
 
     def __init__(self, **args):
-        self.fault = Fault(**{k: v for k, v in args.items() if k in Fault.model_fields})
-        super().__init__(**{k: v for k, v in args.items() if k in TorchPolicyConfig.model_fields})
+        self.fault, own = Fault.split(args, TorchPolicyConfig)
+        super().__init__(**own)
         self.steps = 0
 
     def act(self, batch):
@@ -317,8 +324,8 @@ class FaultyPPO(PPO):
     Config = FaultyPPOConfig
 
     def __init__(self, **args):
-        self.fault = Fault(**{k: v for k, v in args.items() if k in Fault.model_fields})
-        super().__init__(**{k: v for k, v in args.items() if k in PPOConfig.model_fields})
+        self.fault, own = Fault.split(args, PPOConfig)
+        super().__init__(**own)
         self.trains = 0
 
     def train(self, trajectories):
