@@ -216,12 +216,14 @@ class WholeBatchPPO(PPO):
 class Fault(m2flow.WorkerConfig):
     """Where a faulty worker's `fault_replica` kills (SIGKILL: a crash) or stops (SIGSTOP: a hang) its own
     process, once: at a given step of the run, or in the first `metrics()` call after it (between loops,
-    while nothing waits on it)."""
+    while nothing waits on it), or in the first weight sync after it (a policy's `load_weights`)."""
 
     fault: Literal["kill", "stop"] = "kill"
     fault_replica: int = 0
     fault_at_step: int = Field(10, ge=1, description="the replica's step (counted over the run) it strikes at")
-    fault_in: Literal["step", "metrics"] = Field("step", description="in the loop, or in the first metrics() after it")
+    fault_in: Literal["step", "metrics", "sync"] = Field(
+        "step", description="in the loop, in the first metrics() after the step, or in the first sync after it"
+    )
     marker: str = Field(description="a file the fault writes its time to: it strikes once, not in the replacement")
 
     @classmethod
@@ -237,6 +239,10 @@ class Fault(m2flow.WorkerConfig):
 
     def reported(self, steps: int) -> None:
         if self.fault_in == "metrics" and steps >= self.fault_at_step:
+            self._strike()
+
+    def synced(self, steps: int) -> None:
+        if self.fault_in == "sync" and steps >= self.fault_at_step:
             self._strike()
 
     def _strike(self) -> None:
@@ -292,6 +298,10 @@ class FaultyPolicy(TorchPolicy):
     def metrics(self):
         self.fault.reported(self.steps)
         return {}
+
+    def load_weights(self, weights):
+        self.fault.synced(self.steps)
+        return super().load_weights(weights)
 
 
 class InvertedPendulumBadStarts(InvertedPendulumEnv):

@@ -303,12 +303,15 @@ class Controller(InPlace):
         if phase.op == "then":
             events, calls = self._await_then(phase, calls, produced)
             self._issued = {}
+        elif phase.op == "sync":
+            events, calls = self._await_sync(phase, calls)
         else:
             with self._naming_ranks():
                 events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
         self._record(events, calls)
         if phase.op == "sync":
-            self._result.metrics["sync/bytes"] = float(events[-1].bytes)
+            if size := max((e.bytes for e in events), default=0):  # the state's (none seen: its copies failed)
+                self._result.metrics["sync/bytes"] = float(size)
             self._release(phase)
         if phase.op == "then":
             self._then_metrics(produced, self._result.env_steps)

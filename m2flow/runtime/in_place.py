@@ -1,8 +1,9 @@
 """Recovery in place (`run.on_failure: replace`) as the controller runs it: failed loop replicas replaced
-and the unfinished simulators' part of the loop redone, loop replicas replaced between loops, and a
-training worker restarted on the same batch. `Controller` mixes it in: these steps issue calls and record
-what they did as the rest of the controller does (`call`, `copy_state`, `_call_replica`, `_record`,
-`_record_loop`, `_stream`), and `replace.py` decides what may be replaced.
+and the unfinished simulators' part of the loop redone, loop replicas replaced between loops or in the
+weight sync (the sync done again), and a training worker restarted on the same batch. `Controller` mixes
+it in: these steps issue calls and record what they did as the rest of the controller does (`call`,
+`copy_state`, `_call_replica`, `_record`, `_record_loop`, `_stream`), and `replace.py` decides what may
+be replaced.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from m2flow.program import own_items
 from m2flow.runtime.batches import Call
 from m2flow.runtime.launch import Replica
 from m2flow.runtime.loop import Dropped, LoopProgram
-from m2flow.runtime.replace import Failed, await_calls, await_loop, droppable
+from m2flow.runtime.replace import Failed, await_calls, await_loop, await_sync, droppable
 from m2flow.runtime.stacks import explain
 from m2flow.runtime.tracing import TaskEvent
-from m2flow.runtime.waits import finished, wait_all
+from m2flow.runtime.waits import finished, settle, wait_all
 from m2flow.schedule import Phase
 from m2flow.spec import PortRef
 
@@ -72,13 +73,30 @@ class InPlace:
         self._restream(replaced)
         return sent
 
-    def _replace_idle(self, failed: Failed) -> None:
-        """New processes for loop replicas that died or hung after their loop (while training ran, say):
-        their trajectories were delivered, so nothing is redone; their episode statistics are lost."""
-        started = self.replacer.start(failed, "between loops")
-        self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed], None)
+    def _replace_idle(self, failed: Failed, where: str = "between loops", now: Phase | None = None) -> None:
+        """New processes for loop replicas that died or hung outside their loop (while training ran, or in a
+        weight sync, the phase running `now`): their trajectories were delivered, so nothing is redone;
+        their episode statistics are lost."""
+        started = self.replacer.start(failed, where)
+        self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed], now)
         for replica, dropped in failed:
             self._result.replacements.append(self.replacer.done(replica, dropped, started[replica.id], self._it, 0))
+
+    def _await_sync(self, phase: Phase, calls: list[Call]) -> tuple[list[TaskEvent], list[Call]]:
+        """The sync phase's events, and the calls they are of (those that completed). Destination loop
+        replicas that fail (die, raise, hang past the phase's deadline, or wait in a broadcast another's
+        loss broke) are replaced in place and given what the source holds now, with the rest of their group
+        where the group meets again (`replace.await_sync`); the source's calls that the loss broke end once
+        the group meets again, and the resend asks it again. Any other failure is the iteration's."""
+        edge, _ = self._sync_edge(phase)
+        deadline = self._deadline(f"the {phase.op} phase", phase.op)
+        with self._naming_ranks():
+            events, failed = await_sync(calls, deadline, edge.dst.worker, self.replacer.replaceable())
+        if failed:
+            self._replace_idle([(calls[i][1], dropped) for i, dropped in failed.items()], "in the weight sync", phase)
+            settle([ref for (ref, _, _), event in zip(calls, events, strict=True) if event is None])
+        done = [(event, call) for event, call in zip(events, calls, strict=True) if event is not None]
+        return [event for event, _ in done], [call for _, call in done]
 
     def _resync(self, replicas: list[Replica], now: Phase | None) -> None:
         """New processes that receive a sync edge get what its source holds now (a new process starts from

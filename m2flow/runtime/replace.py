@@ -3,18 +3,21 @@ may lose some of them.
 
 Physics simulators crash and hang far more often than trainers; one that does should cost its own part
 of the iteration, not the job. A simulator or inference replica of the loop is replaceable when it runs
-in a process of its own and is no rank of a process group (`Launch.replaceable`; a weight-sync group meets
-again with the new process), an inference replica also when nothing but the loop reads it (no after-loop
-edge leaves its worker: it holds no part of the batch) and the flow is synchronous, while the run's budget
-of replacements lasts. A failed simulator's peers drop it from the loop (`loop.py`); the simulators a
-failed inference replica served stop, naming it. The controller replaces them all and redoes the failed
-simulators' shards (`in_place.py`). A training worker whose rank fails while it trains is restarted whole
-from the checkpoint written right before the iteration (`training_groups`).
+in a process of its own and is no rank of a process group (`Launch.replaceable`; a weight-sync group
+meets again with the new process), an inference replica also when nothing but the loop reads it (no
+after-loop edge leaves its worker: it holds no part of the batch) and the flow is synchronous, while the
+run's budget of replacements lasts. A failed simulator's peers drop it from the loop (`loop.py`); the
+simulators a failed inference replica served stop, naming it. The controller replaces them all and
+redoes the failed simulators' shards (`in_place.py`). One that fails while it receives weights is
+replaced and synced again (`await_sync` tells its failure from the source's). A training worker whose
+rank fails while it trains is restarted whole from the checkpoint written right before the iteration
+(`training_groups`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -285,6 +288,60 @@ def await_calls(
                         failed[j] = Dropped(time.time(), f"{calls[j][1].id} given up with {calls[i][1].id}")
                         del pending[ref]
     return results, failed
+
+
+def await_sync(
+    calls: list[Call], deadline: Deadline, destination: str, replaceable: frozenset[ReplicaId]
+) -> tuple[list[Any], dict[int, Dropped]]:
+    """A sync phase's results (None for a call that failed) and the failed calls of `replaceable`
+    destination replicas (of worker `destination`), each with when and why: one that raised, died, or is
+    still running at the deadline (hung); the source's calls still out then are left to end once the group
+    meets again (their failure is the destination's). A source call that fails (a broadcast a lost
+    destination broke) leaves the destinations still receiving a tenth of the deadline to finish; those
+    that do not are given up too: they wait in a collective that will not complete. The source's failure
+    raises where no destination failed of its own, as does any failure or hang of a replica that may not
+    be replaced."""
+    import ray
+
+    results: list[Any] = [None] * len(calls)
+    failed: dict[int, Dropped] = {}  # destinations that failed of their own
+    pending = {ref: i for i, (ref, _, _) in enumerate(calls)}
+    broken: WorkerError | WaitTimeout | None = None  # what a source call raised
+    grace_ends = math.inf
+
+    def receiving() -> list[int]:
+        return [i for i in pending.values() if calls[i][1].worker == destination]
+
+    while receiving() or (pending and not failed):  # once a destination failed, the source's calls are its loss
+        wait_s = min(deadline.left(), grace_ends - time.monotonic())
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, wait_s))
+        if not ready:
+            break
+        i = pending.pop(ready[0])
+        try:
+            results[i] = get(ready[0], calls[i][1], calls[i][2])
+        except (WorkerError, WaitTimeout) as exc:
+            if calls[i][1].worker != destination:
+                broken = broken or exc
+                grace_ends = min(grace_ends, time.monotonic() + 0.1 * deadline.seconds)
+            elif calls[i][1].id in replaceable:
+                failed[i] = _dropped(exc)
+            else:
+                raise
+
+    def still(ids: list[int], when: str) -> dict[int, Dropped]:
+        seen = time.time()
+        return {i: Dropped(seen, f"{calls[i][1].id} still in {calls[i][2]} {when}") for i in ids}
+
+    stuck = receiving()
+    if deadline.left() <= 0 and (stuck or not failed):  # hung: destinations, the source perhaps waiting on them
+        if not stuck or any(calls[i][1].id not in replaceable for i in stuck):
+            wait_all([calls[i] for i in pending.values()], deadline)  # raises the usual timeout, naming them
+        failed |= still(stuck, f"after {deadline.seconds:g}s")
+        stuck = []
+    if broken is not None and (not failed or any(calls[i][1].id not in replaceable for i in stuck)):
+        raise broken
+    return results, failed | still(stuck, "when the broadcast broke (a member was lost)")
 
 
 def _dropped(exc: WorkerError | WaitTimeout) -> Dropped:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from dataclasses import dataclass, field
@@ -54,6 +55,16 @@ def finished(ref: Any) -> bool:
     import ray
 
     return bool(ray.wait([ref], timeout=0)[0])
+
+
+def settle(refs: list[Any]) -> None:
+    """Calls whose failure is already accounted for: their errors, once they have ended, are taken (not
+    left for Ray to report as unhandled)."""
+    import ray
+
+    for ref in ray.wait(refs, num_returns=len(refs), timeout=0)[0] if refs else []:
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(ref)
 
 
 def get(ref: Any, replica: Any, what: str) -> Any:

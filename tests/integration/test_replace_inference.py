@@ -1,8 +1,9 @@
 """Recovery in place of an inference replica: killed (SIGKILL) or hung (SIGSTOP) in the middle of the loop,
 it is replaced on its planned device and given the current weights (its weight-sync group meets again);
 the simulators it left unfinished are replaced with it and only their part of the iteration is redone, the
-other policy replica's simulators keep theirs. Between loops (SIGKILL) it is replaced with nothing to redo.
-Training sees whole batches, acts on no stale weights, and nothing restarts."""
+other policy replica's simulators keep theirs. Between loops (SIGKILL), or in the weight sync (SIGKILL or
+SIGSTOP), it is replaced with nothing to redo and the sync done again. Training sees whole batches, acts on
+no stale weights, and nothing restarts."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ FLOOR_S = 6.0  # every deadline comes from the plan, as by default, floored here
 
 def faulty_policy_ppo(tmp_path, fault: str, fault_in: str, policies: int = 1) -> mf.WorkflowSpec:
     """Two simulator replicas of 2 envs and `policies` policy replicas; policy replica 0 faults at its step 6
-    of iteration 1 (or in the metrics() call after that iteration's loop)."""
+    of iteration 1 (or in the metrics() call after that iteration's loop, or in the weight sync of
+    iteration 2)."""
     raw = recovery_ppo(
         tmp_path,
         f"replace-policy-{fault}-{fault_in}-{policies}",
@@ -76,4 +78,22 @@ def test_a_policy_replica_that_dies_between_loops_is_replaced_with_nothing_to_re
     (failure,) = result.failures
     assert failure["replaced"] == "rollout[0]" and failure["iteration"] == 1
     assert result.history[1]["failures/steps_redone"] == 0
+    assert_whole_batches(result)
+
+
+@pytest.mark.parametrize(("fault", "policies"), [("kill", 2), ("stop", 1)])
+def test_a_policy_replica_that_fails_in_the_weight_sync_is_replaced_and_synced_again(tmp_path, fault, policies):
+    result = mf.run(faulty_policy_ppo(tmp_path, fault, "sync", policies))
+    struck_at = float((tmp_path / "fault").read_text())
+
+    (failure,) = result.failures
+    assert failure["replaced"] == "rollout[0]" and failure["iteration"] == 2
+    assert "load_weights" in failure["error"]
+    detection = failure["detected_at"] - struck_at
+    if fault == "stop":  # silent: caught at the sync phase's deadline
+        assert "still in sync" in failure["error"]
+        assert FLOOR_S - 1 <= detection < 3 * FLOOR_S, f"detected after {detection:.1f}s"
+    else:
+        assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
+    assert result.history[2]["failures/steps_redone"] == 0
     assert_whole_batches(result)
