@@ -288,8 +288,8 @@ class RunSpec(_Strict):
         "stop",
         description="restart: recreate the workers, restore the last checkpoint, continue; replace: a simulator"
         " or inference replica that dies or hangs (in the loop, between loops, in the weight sync) is replaced in"
-        " place and only the unfinished part of the loop is redone, a training worker whose rank fails while it trains restarts alone from a checkpoint written"
-        " right before the iteration (any other failure restarts)",
+        " place and only the unfinished part of the loop is redone, a training worker whose rank fails while it"
+        " trains restarts alone from a checkpoint written right before the iteration (any other failure restarts)",
     )
     max_restarts: int = Field(3, ge=0, description="restarts allowed before the run stops with its failure history")
     max_replacements: int = Field(
