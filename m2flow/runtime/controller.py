@@ -504,7 +504,7 @@ class Controller(InPlace):
         replaceable = self.replacer.replaceable()
         per_replica, failed = await_calls(calls, deadline, replaceable)
         if failed:
-            self._replace_idle([(calls[i][1], dropped) for i, dropped in failed.items()])
+            self._replace_outside_loop([(calls[i][1], dropped) for i, dropped in failed.items()])
         return _mean_of_dicts([m for values in per_replica if values for m in values])
 
 

@@ -16,7 +16,7 @@ from m2flow.program import own_items
 from m2flow.runtime.batches import Call
 from m2flow.runtime.launch import Replica
 from m2flow.runtime.loop import Dropped, LoopProgram
-from m2flow.runtime.replace import Failed, await_calls, await_loop, await_sync, droppable
+from m2flow.runtime.replace import Failed, await_calls, await_loop, await_transfer, droppable
 from m2flow.runtime.stacks import explain
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.runtime.waits import finished, settle, wait_all
@@ -73,7 +73,7 @@ class InPlace:
         self._restream(replaced)
         return sent
 
-    def _replace_idle(self, failed: Failed, where: str = "between loops", now: Phase | None = None) -> None:
+    def _replace_outside_loop(self, failed: Failed, where: str = "between loops", now: Phase | None = None) -> None:
         """New processes for loop replicas that died or hung outside their loop (while training ran, or in a
         weight sync, the phase running `now`): their trajectories were delivered, so nothing is redone;
         their episode statistics are lost."""
@@ -83,17 +83,29 @@ class InPlace:
             self._result.replacements.append(self.replacer.done(replica, dropped, started[replica.id], self._it, 0))
 
     def _await_sync(self, phase: Phase, calls: list[Call]) -> tuple[list[TaskEvent], list[Call]]:
-        """The sync phase's events, and the calls they are of (those that completed). Destination loop
-        replicas that fail (die, raise, hang past the phase's deadline, or wait in a broadcast another's
-        loss broke) are replaced in place and given what the source holds now, with the rest of their group
-        where the group meets again (`replace.await_sync`); the source's calls that the loss broke end once
-        the group meets again, and the resend asks it again. Any other failure is the iteration's."""
-        edge, _ = self._sync_edge(phase)
+        """The sync phase's events, and the calls they are of (those that completed). The source publishes
+        first (the calls before the first copy): its failure is the iteration's, as every copy waits on what
+        it publishes. Destination loop replicas that then fail (or whose transfer another's loss broke) are
+        replaced in place and given what the source holds now, with the rest of their group where the group
+        meets again (`replace.await_transfer`); the source's calls that the loss broke end when the group
+        meets again, and the resync publishes anew. Not for a broadcast over NCCL: killing its lost members
+        does not end the source's side, which holds the process until the group's timeout."""
+        edge, transport = self._sync_edge(phase)
         deadline = self._deadline(f"the {phase.op} phase", phase.op)
+        first_copy = next(i for i, (_, r, _) in enumerate(calls) if r.worker == edge.dst.worker)
+        source = self.launch.replicas[edge.src.worker][0]
+        in_place = not (transport.meets and source.device.kind == "gpu")
         with self._naming_ranks():
-            events, failed = await_sync(calls, deadline, edge.dst.worker, self.replacer.replaceable())
+            published = wait_all(calls[:first_copy], deadline)
+            transfer = calls[first_copy:]
+            moved, failed = await_transfer(
+                transfer, deadline, edge.dst, self.replacer.replaceable() if in_place else frozenset()
+            )
+        events = [*published, *moved]
         if failed:
-            self._replace_idle([(calls[i][1], dropped) for i, dropped in failed.items()], "in the weight sync", phase)
+            self._replace_outside_loop(
+                [(transfer[i][1], dropped) for i, dropped in failed.items()], "in the weight sync", phase
+            )
             settle([ref for (ref, _, _), event in zip(calls, events, strict=True) if event is None])
         done = [(event, call) for event, call in zip(events, calls, strict=True) if event is not None]
         return [event for event, _ in done], [call for _, call in done]
@@ -108,12 +120,13 @@ class InPlace:
             targets = [r for r in replicas if r.worker == edge.dst.worker]
             if not targets:
                 continue
-            self.swap(phase)
+            if phase != now:
+                self.swap(phase)
             self.copy_state(edge.dst, self.call(edge.src, [], phase)[0], phase, None if transport.meets else targets)
             calls, self._calls = self._calls, []
             self._record(wait_all(calls, self._deadline(f"sync {edge} to a replacement", "sync")), calls)
             self._release(phase)
-            if now is not None:
+            if now is not None and phase != now:
                 self.swap(now)
 
     def _restream(self, replaced: list[Replica]) -> None:

@@ -9,7 +9,7 @@ after-loop edge leaves its worker: it holds no part of the batch) and the flow i
 run's budget of replacements lasts. A failed simulator's peers drop it from the loop (`loop.py`); the
 simulators a failed inference replica served stop, naming it. The controller replaces them all and
 redoes the failed simulators' shards (`in_place.py`). One that fails while it receives weights is
-replaced and synced again (`await_sync` tells its failure from the source's). A training worker whose
+replaced and synced again (`await_transfer` tells its failure from the source's). A training worker whose
 rank fails while it trains is restarted whole from the checkpoint written right before the iteration
 (`training_groups`).
 """
@@ -17,7 +17,6 @@ rank fails while it trains is restarted whole from the checkpoint written right 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from m2flow.runtime.loop import Dropped, LoopStats, PeerLost
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.waits import Deadline, finished, get, wait_all
 from m2flow.schedule import ReplicaId
+from m2flow.spec import PortRef
 
 Call = tuple[Any, Replica, str]  # (the event's object reference, the replica called, what the call does)
 Failed = list[tuple[Replica, Dropped]]  # loop replicas to replace, each with its failure
@@ -273,7 +273,7 @@ def await_calls(
             if any(calls[i][1].id not in replaceable for i in pending.values()):
                 wait_all([calls[i] for i in pending.values()], deadline)  # raises the usual timeout, naming them
             for i in pending.values():
-                failed[i] = Dropped(time.time(), f"{calls[i][1].id} still in {calls[i][2]} after {deadline.seconds:g}s")
+                failed[i] = Dropped(time.time(), _still(calls[i], deadline))
             break
         i = pending.pop(ready[0])
         try:
@@ -290,58 +290,72 @@ def await_calls(
     return results, failed
 
 
-def await_sync(
-    calls: list[Call], deadline: Deadline, destination: str, replaceable: frozenset[ReplicaId]
+def await_transfer(
+    calls: list[Call], deadline: Deadline, destination: PortRef, replaceable: frozenset[ReplicaId]
 ) -> tuple[list[Any], dict[int, Dropped]]:
-    """A sync phase's results (None for a call that failed) and the failed calls of `replaceable`
-    destination replicas (of worker `destination`), each with when and why: one that raised, died, or is
-    still running at the deadline (hung); the source's calls still out then are left to end once the group
-    meets again (their failure is the destination's). A source call that fails (a broadcast a lost
-    destination broke) leaves the destinations still receiving a tenth of the deadline to finish; those
-    that do not are given up too: they wait in a collective that will not complete. The source's failure
-    raises where no destination failed of its own, as does any failure or hang of a replica that may not
-    be replaced."""
+    """A sync edge's transfer, once its source has published: each destination replica's copy (its port
+    `destination` called with what it received) and the source's send, if the transport has one (a
+    broadcast). Returns the results (None for a call that failed) and the destination replicas to replace,
+    each with when and why: those that failed of their own (their process died, their port raised, or they
+    are still out at the deadline when the source is done), and with them those whose transfer a lost
+    member broke (their step raised, or they still wait in it a tenth of the deadline after such a break).
+    The source's process dying, a broken transfer that no destination's own failure explains, a hang while
+    the source still sends, and any failure of a replica that may not be replaced raise, as `wait_all`
+    does."""
     import ray
 
     results: list[Any] = [None] * len(calls)
-    failed: dict[int, Dropped] = {}  # destinations that failed of their own
+    own: dict[int, Dropped] = {}  # destinations that failed of their own
+    broken: dict[int, Exception] = {}  # transfer steps that raised, on either side: a member of the group was lost
     pending = {ref: i for i, (ref, _, _) in enumerate(calls)}
-    broken: WorkerError | WaitTimeout | None = None  # what a source call raised
-    grace_ends = math.inf
+    breaks_at: float | None = None  # when the destinations still waiting in a broken transfer are given up
 
     def receiving() -> list[int]:
-        return [i for i in pending.values() if calls[i][1].worker == destination]
+        return [i for i in pending.values() if calls[i][1].worker == destination.worker]
 
-    while receiving() or (pending and not failed):  # once a destination failed, the source's calls are its loss
-        wait_s = min(deadline.left(), grace_ends - time.monotonic())
+    while receiving() or (pending and not own):  # once a destination failed, the source's send is its loss
+        wait_s = deadline.left() if breaks_at is None else min(deadline.left(), breaks_at - time.monotonic())
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, wait_s))
         if not ready:
             break
         i = pending.pop(ready[0])
+        replica = calls[i][1]
         try:
-            results[i] = get(ready[0], calls[i][1], calls[i][2])
+            results[i] = get(ready[0], replica, calls[i][2])
         except (WorkerError, WaitTimeout) as exc:
-            if calls[i][1].worker != destination:
-                broken = broken or exc
-                grace_ends = min(grace_ends, time.monotonic() + 0.1 * deadline.seconds)
-            elif calls[i][1].id in replaceable:
-                failed[i] = _dropped(exc)
+            stepped = isinstance(exc, PortFailed) and exc.port != destination.port  # its transport step raised
+            if stepped:
+                broken[i] = exc
+                breaks_at = breaks_at or time.monotonic() + 0.1 * deadline.seconds
+            elif replica.worker == destination.worker and replica.id in replaceable:
+                own[i] = _dropped(exc)
             else:
                 raise
-
-    def still(ids: list[int], when: str) -> dict[int, Dropped]:
-        seen = time.time()
-        return {i: Dropped(seen, f"{calls[i][1].id} still in {calls[i][2]} {when}") for i in ids}
-
     stuck = receiving()
-    if deadline.left() <= 0 and (stuck or not failed):  # hung: destinations, the source perhaps waiting on them
-        if not stuck or any(calls[i][1].id not in replaceable for i in stuck):
-            wait_all([calls[i] for i in pending.values()], deadline)  # raises the usual timeout, naming them
-        failed |= still(stuck, f"after {deadline.seconds:g}s")
+    if deadline.left() <= 0 and not own and not broken:  # a hang that no failure explains
+        if len(stuck) < len(pending) or any(calls[i][1].id not in replaceable for i in stuck):
+            wait_all([calls[i] for i in pending.values()], deadline)  # the source too: raises, naming them all
+        seen = time.time()
+        own = {i: Dropped(seen, _still(calls[i], deadline)) for i in stuck}  # hung: the source is done
         stuck = []
-    if broken is not None and (not failed or any(calls[i][1].id not in replaceable for i in stuck)):
-        raise broken
-    return results, failed | still(stuck, "when the broadcast broke (a member was lost)")
+    lost = [i for i in [*broken, *stuck] if calls[i][1].worker == destination.worker]
+    if broken and not own:
+        raise next(iter(broken.values()))
+    kept = ", ".join(str(calls[i][1].id) for i in lost if calls[i][1].id not in replaceable)
+    if kept:
+        first = min(own.values(), key=lambda dropped: dropped.at)
+        raise WorkerError(
+            f"{first.why}; its transfer's group cannot meet again without {kept}, which is not replaceable"
+        )
+    seen = time.time()
+    return results, own | {
+        i: Dropped(seen, f"{calls[i][1].id} lost with the transfer a failed member broke") for i in lost
+    }
+
+
+def _still(call: Call, deadline: Deadline) -> str:
+    """Why a call still out at its deadline failed: it hangs."""
+    return f"{call[1].id} still in {call[2]} after {deadline.seconds:g}s"
 
 
 def _dropped(exc: WorkerError | WaitTimeout) -> Dropped:

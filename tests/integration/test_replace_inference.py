@@ -97,3 +97,25 @@ def test_a_policy_replica_that_fails_in_the_weight_sync_is_replaced_and_synced_a
         assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
     assert result.history[2]["failures/steps_redone"] == 0
     assert_whole_batches(result)
+
+
+def test_a_sync_source_that_dies_as_it_publishes_restarts_the_run_and_replaces_no_receiver(tmp_path):
+    raw = recovery_ppo(
+        tmp_path,
+        "replace-source",
+        horizon=HORIZON,
+        iterations=ITERATIONS,
+        seed=3,
+        envs=ENVS,
+        checkpoint_every=1,
+        on_failure="replace",
+        timeouts={"floor_s": FLOOR_S},
+    )
+    raw["workers"]["actor"]["class"] = "tests.workers_for_tests.FaultyPPO"
+    raw["workers"]["actor"]["args"].update(fault_in="sync", fault_at_step=1, marker=str(tmp_path / "fault"))
+    result = mf.run(spec_from_dict(raw))
+
+    (failure,) = result.failures  # every copy waited on what the source was to publish: not theirs
+    assert failure["replaced"] is None and failure["iteration"] == 1
+    assert "worker 'actor' replica 0 died during port actor.weights" in failure["error"]  # not in a resync
+    assert_whole_batches(result)
