@@ -10,6 +10,7 @@ from typing import Literal
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.classic_control.pendulum import PendulumEnv
 from gymnasium.envs.mujoco.inverted_pendulum_v5 import InvertedPendulumEnv
 from pydantic import Field
 
@@ -304,9 +305,9 @@ class FaultyPolicy(TorchPolicy):
         return super().load_weights(weights)
 
 
-class InvertedPendulumBadStarts(InvertedPendulumEnv):
-    """InvertedPendulum whose reset raises for the seeds in `bad_seeds` (every seed with `bad_seeds="all"`), as
-    a simulator does whose sampled initial state is infeasible."""
+class BadStarts:
+    """A gymnasium env whose reset raises for the seeds in `bad_seeds` (every seed with `bad_seeds="all"`), as a
+    simulator does whose sampled initial state is infeasible."""
 
     def __init__(self, bad_seeds: list[int] | Literal["all"] = (), **kwargs):
         super().__init__(**kwargs)
@@ -318,9 +319,18 @@ class InvertedPendulumBadStarts(InvertedPendulumEnv):
         return super().reset(seed=seed, options=options)
 
 
+class InvertedPendulumBadStarts(BadStarts, InvertedPendulumEnv):
+    """A MuJoCo env: a checkpoint holds its simulator state."""
+
+
+class PendulumBadStarts(BadStarts, PendulumEnv):
+    """Not a MuJoCo env: a run resumed from a checkpoint starts its episodes from their seeds again."""
+
+
 gym.register(
     "InvertedPendulumBadStarts-v0", entry_point=InvertedPendulumBadStarts, max_episode_steps=1000, reward_threshold=950
 )
+gym.register("PendulumBadStarts-v0", entry_point=PendulumBadStarts, max_episode_steps=200)
 
 
 class FaultyPPOConfig(PPOConfig, Fault):
@@ -329,7 +339,8 @@ class FaultyPPOConfig(PPOConfig, Fault):
 
 class FaultyPPO(PPO):
     """PPO that strikes as its `Fault` says, counting its `train` calls (over the process's life): a rank
-    stopped as a train call begins leaves the other ranks waiting for it in the update's first collective."""
+    stopped as a train call begins leaves the other ranks waiting for it in the update's first collective;
+    one struck in the sync dies as it gathers the weights it is to send."""
 
     Config = FaultyPPOConfig
 
@@ -342,3 +353,7 @@ class FaultyPPO(PPO):
         self.trains += 1
         self.fault.stepped(self.trains)
         return super().train(trajectories)
+
+    def weights(self):
+        self.fault.synced(self.trains)
+        return super().weights()

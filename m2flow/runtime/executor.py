@@ -119,7 +119,9 @@ class Run:
                 f"m2flow: {len(unknown)} port cost(s) unknown ({', '.join(unknown)}): measuring them in the first"
                 f" {REPLAN_AFTER} iterations, then re-planning (placement.replan)"
             )
-        self.quarantine = Quarantine(spec.run.quarantine_after)  # kept across restarts: a restart keeps the seeds
+        quarantined = read_meta(self.restore_from).get("quarantined", {}) if self.restore_from else {}
+        # kept across restarts and resumes: a quarantined env keeps its new seed
+        self.quarantine = Quarantine(spec.run.quarantine_after, times={int(e): n for e, n in quarantined.items()})
         self.launch: Launch | None = None
         self.controller: Controller | None = None
         self.snapshots: Snapshots | None = None
@@ -243,7 +245,12 @@ class Run:
 
     def _checkpoint(self) -> Path:
         """A checkpoint of the last finished iteration."""
-        meta = {"env_steps": self.env_steps, "workflow": self.spec.name, "plan": self.plan.to_dict()}
+        meta = {
+            "env_steps": self.env_steps,
+            "workflow": self.spec.name,
+            "plan": self.plan.to_dict(),
+            "quarantined": self.quarantine.times,  # env -> times: how far its seed moved
+        }
         return self.snapshots.save(self.run_dir / "checkpoints", self.next_iteration - 1, meta)
 
     def recover(self, exc: Exception) -> None:

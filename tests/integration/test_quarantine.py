@@ -18,13 +18,13 @@ HORIZON, ENVS, ITERATIONS, SEED, BAD_ENV = 8, 2, 2, 5, 3
 ENV_ID = "tests.workers_for_tests:InvertedPendulumBadStarts-v0"
 
 
-def bad_starts_ppo(tmp_path, bad_seeds, **run) -> mf.WorkflowSpec:
+def bad_starts_ppo(tmp_path, bad_seeds, env_id: str = ENV_ID, iterations: int = ITERATIONS, **run) -> mf.WorkflowSpec:
     """Two simulator replicas of 2 envs (envs 0-3) whose reset fails from `bad_seeds`."""
     raw = recovery_ppo(
         tmp_path,
         "quarantine",
         horizon=HORIZON,
-        iterations=ITERATIONS,
+        iterations=iterations,
         seed=SEED,
         envs=ENVS,
         on_failure="replace",
@@ -33,7 +33,7 @@ def bad_starts_ppo(tmp_path, bad_seeds, **run) -> mf.WorkflowSpec:
         **run,
     )
     for worker in raw["workers"].values():
-        worker["args"]["env_id"] = ENV_ID
+        worker["args"]["env_id"] = env_id
     raw["workers"]["env"]["args"]["env_kwargs"] = {"bad_seeds": bad_seeds}
     return spec_from_dict(raw)
 
@@ -54,6 +54,17 @@ def test_an_env_that_always_crashes_at_reset_from_its_seed_is_quarantined_and_th
     out = " ".join(capsys.readouterr().err.split())  # the console wraps lines
     assert "env[1] failed in iteration 0 (env 3)" in out
     assert "env 3 quarantined: started from a new seed" in out
+
+
+def test_a_resumed_run_starts_a_quarantined_env_from_its_new_seed(tmp_path):
+    not_mujoco = "tests.workers_for_tests:PendulumBadStarts-v0"  # no simulator state checkpointed: reset from seeds
+    first = mf.run(bad_starts_ppo(tmp_path, [SEED + BAD_ENV], not_mujoco))
+    assert [f["quarantined"] for f in first.failures] == [False, True]
+
+    resumed = mf.run(bad_starts_ppo(tmp_path, [SEED + BAD_ENV], not_mujoco, ITERATIONS + 1, resume=True))
+
+    assert resumed.failures == []  # its old seed would fail the first reset again
+    assert [h["iteration"] for h in resumed.history] == [ITERATIONS]
 
 
 def test_an_env_that_crashes_whatever_its_seed_stops_the_run_naming_it_when_replacements_run_out(tmp_path):
