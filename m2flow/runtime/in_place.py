@@ -84,15 +84,17 @@ class InPlace:
 
     def _await_sync(self, phase: Phase, calls: list[Call]) -> tuple[list[TaskEvent], list[Call]]:
         """The sync phase's events, and the calls they are of (those that completed). The source publishes
-        first (the calls before the first copy): its failure is the iteration's, as every copy waits on what
+        first (a call on each of its replicas): its failure is the iteration's, as every copy waits on what
         it publishes. Destination loop replicas that then fail (or whose transfer another's loss broke) are
         replaced in place and given what the source holds now, with the rest of their group where the group
-        meets again (`replace.await_transfer`); the source's calls that the loss broke end when the group
-        meets again, and the resync publishes anew. Not for a broadcast over NCCL: killing its lost members
-        does not end the source's side, which holds the process until the group's timeout."""
+        meets again (`replace.await_transfer`). The source's calls that the loss broke must end before the
+        group can meet again (`Launch.replace` queues the new meeting behind them): a gloo broadcast fails
+        at once when its lost members are killed. The resync publishes anew. Not for a broadcast over NCCL:
+        killing its lost members does not end the source's side, which holds the process until the group's
+        timeout."""
         edge, transport = self._sync_edge(phase)
         deadline = self._deadline(f"the {phase.op} phase", phase.op)
-        first_copy = next(i for i, (_, r, _) in enumerate(calls) if r.worker == edge.dst.worker)
+        first_copy = len(self.launch.replicas[edge.src.worker])  # `call` publishes on every source replica
         source = self.launch.replicas[edge.src.worker][0]
         in_place = not (transport.meets and source.device.kind == "gpu")
         with self._naming_ranks():

@@ -349,7 +349,8 @@ class Launch:
         """A new process for each of `replicas` where the plan put it (the old one killed if it still runs),
         built as at start but for the envs quarantined since, its channels wired to the same peers and its
         sync routes set as at start; a sync edge whose group meets meets again, the new processes in it
-        (every other member must be idle: between phases)."""
+        (every other member's meeting is queued behind its calls in flight: those must end within
+        `run.timeouts.start_s`, as a broadcast does once its lost members are killed)."""
         import ray
 
         fresh = []

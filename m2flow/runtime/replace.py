@@ -308,15 +308,19 @@ def await_transfer(
     own: dict[int, Dropped] = {}  # destinations that failed of their own
     broken: dict[int, Exception] = {}  # transfer steps that raised, on either side: a member of the group was lost
     pending = {ref: i for i, (ref, _, _) in enumerate(calls)}
-    breaks_at: float | None = None  # when the destinations still waiting in a broken transfer are given up
+    breaks_at: float | None = None  # when destinations still waiting in a broken transfer are given up (once
+    # a destination failed of its own: Ray may report a death after the broken steps it caused)
+    timed_out = False
 
     def receiving() -> list[int]:
         return [i for i in pending.values() if calls[i][1].worker == destination.worker]
 
     while receiving() or (pending and not own):  # once a destination failed, the source's send is its loss
-        wait_s = deadline.left() if breaks_at is None else min(deadline.left(), breaks_at - time.monotonic())
+        grace = breaks_at is not None and own
+        wait_s = min(deadline.left(), breaks_at - time.monotonic()) if grace else deadline.left()
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, wait_s))
         if not ready:
+            timed_out = True  # the deadline passed, or the grace of a destination that failed (then `own`)
             break
         i = pending.pop(ready[0])
         replica = calls[i][1]
@@ -332,7 +336,7 @@ def await_transfer(
             else:
                 raise
     stuck = receiving()
-    if deadline.left() <= 0 and not own and not broken:  # a hang that no failure explains
+    if timed_out and not own and not broken:  # a hang that no failure explains
         if len(stuck) < len(pending) or any(calls[i][1].id not in replaceable for i in stuck):
             wait_all([calls[i] for i in pending.values()], deadline)  # the source too: raises, naming them all
         seen = time.time()
