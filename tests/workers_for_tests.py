@@ -217,13 +217,14 @@ class WholeBatchPPO(PPO):
 class Fault(m2flow.WorkerConfig):
     """Where a faulty worker's `fault_replica` kills (SIGKILL: a crash) or stops (SIGSTOP: a hang) its own
     process, once: at a given step of the run, or in the first `metrics()` call after it (between loops,
-    while nothing waits on it), or in the first weight sync after it (a policy's `load_weights`)."""
+    while nothing waits on it), in the first weight sync after it (a policy's `load_weights`, a training
+    worker's `weights`), or as the simulator hands over its first trajectory after it."""
 
     fault: Literal["kill", "stop"] = "kill"
     fault_replica: int = 0
     fault_at_step: int = Field(10, ge=1, description="the replica's step (counted over the run) it strikes at")
-    fault_in: Literal["step", "metrics", "sync"] = Field(
-        "step", description="in the loop, in the first metrics() after the step, or in the first sync after it"
+    fault_in: Literal["step", "metrics", "sync", "handover"] = Field(
+        "step", description="in the loop, or outside it the first time after the step: metrics(), sync, handover"
     )
     marker: str = Field(description="a file the fault writes its time to: it strikes once, not in the replacement")
 
@@ -238,12 +239,8 @@ class Fault(m2flow.WorkerConfig):
         if self.fault_in == "step" and steps == self.fault_at_step:
             self._strike()
 
-    def reported(self, steps: int) -> None:
-        if self.fault_in == "metrics" and steps >= self.fault_at_step:
-            self._strike()
-
-    def synced(self, steps: int) -> None:
-        if self.fault_in == "sync" and steps >= self.fault_at_step:
+    def outside_loop(self, where: Literal["metrics", "sync", "handover"], steps: int) -> None:
+        if self.fault_in == where and steps >= self.fault_at_step:
             self._strike()
 
     def _strike(self) -> None:
@@ -273,8 +270,12 @@ class FaultyGymEnv(GymEnv):
         return super().step(policy_out)
 
     def metrics(self):
-        self.fault.reported(self.steps)
+        self.fault.outside_loop("metrics", self.steps)
         return super().metrics()
+
+    def trajectory(self):
+        self.fault.outside_loop("handover", self.steps)
+        return super().trajectory()
 
 
 class FaultyPolicyConfig(TorchPolicyConfig, Fault):
@@ -297,11 +298,11 @@ class FaultyPolicy(TorchPolicy):
         return super().act(batch)
 
     def metrics(self):
-        self.fault.reported(self.steps)
+        self.fault.outside_loop("metrics", self.steps)
         return {}
 
     def load_weights(self, weights):
-        self.fault.synced(self.steps)
+        self.fault.outside_loop("sync", self.steps)
         return super().load_weights(weights)
 
 
@@ -355,5 +356,5 @@ class FaultyPPO(PPO):
         return super().train(trajectories)
 
     def weights(self):
-        self.fault.synced(self.trains)
+        self.fault.outside_loop("sync", self.trains)
         return super().weights()

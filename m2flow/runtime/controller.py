@@ -257,6 +257,9 @@ class Controller(InPlace):
         self._stream(phase)
         deadline = self._loop_deadline("the interaction loop", program.droppable)
         per_process, failed = await_loop(calls, processes, deadline, loop.entry.worker, program.droppable)
+        finished = {i for i, stats in enumerate(per_process) if stats is not None}
+        for i, dropped in self._await_handover(processes, finished, program.droppable).items():
+            per_process[i], failed[i] = None, dropped  # its steps are lost with its output: redone
         self.measured.loop_s += time.time() - began
         sent = 0
         for group, by_worker in zip(processes, per_process, strict=True):

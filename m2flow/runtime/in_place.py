@@ -1,9 +1,9 @@
 """Recovery in place (`run.on_failure: replace`) as the controller runs it: failed loop replicas replaced
-and the unfinished simulators' part of the loop redone, loop replicas replaced between loops or in the
-weight sync (the sync done again), and a training worker restarted on the same batch. `Controller` mixes
-it in: these steps issue calls and record what they did as the rest of the controller does (`call`,
-`copy_state`, `_call_replica`, `_record`, `_record_loop`, `_stream`), and `replace.py` decides what may
-be replaced.
+and the unfinished simulators' part of the loop redone (also a simulator that fails as it hands over its
+streamed trajectory), loop replicas replaced between loops or in the weight sync (the sync done again),
+and a training worker restarted on the same batch. `Controller` mixes it in: these steps issue calls and
+record what they did as the rest of the controller does (`call`, `copy_state`, `_call_replica`,
+`_record`, `_record_loop`, `_stream`), and `replace.py` decides what may be replaced.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from m2flow.runtime.replace import Failed, await_calls, await_loop, await_transf
 from m2flow.runtime.stacks import explain
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.runtime.waits import finished, settle, wait_all
-from m2flow.schedule import Phase
+from m2flow.schedule import Phase, ReplicaId
 from m2flow.spec import PortRef
 
 
@@ -72,6 +72,22 @@ class InPlace:
             failed = [(r, again[i]) for i in again for r in groups[i]]
         self._restream(replaced)
         return sent
+
+    def _await_handover(
+        self, processes: list[list[Replica]], finished: set[int], droppable: frozenset[ReplicaId]
+    ) -> dict[int, Dropped]:
+        """The streamed outputs (a trajectory, say) that `finished` loop processes hand over, queued behind
+        their loops: a process that dies, raises or hangs in its handover fails as in the loop, where its
+        replicas may be replaced (its part is redone); any other failure raises, as in the after-loop phase."""
+        hosting = {r.id: i for i, group in enumerate(processes) for r in group}
+        handover = [c for c in self._stream_calls if c[0] not in self._consumes and hosting.get(c[1].id) in finished]
+        if not handover:
+            return {}
+        _, failed = await_calls(handover, self._deadline("the loop's outputs", "loop"), droppable)
+        lost: dict[int, Dropped] = {}
+        for j, dropped in failed.items():
+            lost.setdefault(hosting[handover[j][1].id], dropped)
+        return lost
 
     def _replace_outside_loop(self, failed: Failed, where: str = "between loops", now: Phase | None = None) -> None:
         """New processes for loop replicas that died or hung outside their loop (while training ran, or in a

@@ -1,6 +1,6 @@
-"""Recovery in place: a simulator replica killed (SIGKILL) or hung (SIGSTOP) in the middle of the loop is
-replaced on its planned device and only its part of the iteration is redone; the other replicas keep
-their steps, training sees a whole batch, and nothing restarts."""
+"""Recovery in place: a simulator replica killed (SIGKILL) or hung (SIGSTOP) in the middle of the loop, or
+as it hands over its trajectory, is replaced on its planned device and only its part of the iteration is
+redone; the other replicas keep their steps, training sees a whole batch, and nothing restarts."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ FLOOR_S = 8.0  # every deadline comes from the plan, as by default, floored here
 
 
 def faulty_ppo(tmp_path, fault: str, state: str, fault_in: str = "step") -> mf.WorkflowSpec:
-    """Two simulator replicas of 2 envs; replica 1 faults at step 6 of iteration 1 (or in the metrics() call
-    after that iteration's loop)."""
+    """Two simulator replicas of 2 envs; replica 1 faults at step 6 of iteration 1 (or, after that
+    iteration's loop, in its metrics() call or as it hands over its trajectory)."""
     raw = recovery_ppo(
         tmp_path,
         f"replace-{fault}",
@@ -73,5 +73,19 @@ def test_a_simulator_that_fails_between_loops_is_replaced_in_place_with_nothing_
     per_iteration = 2 * ENVS * HORIZON
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
     assert result.history[1]["failures/steps_redone"] == 0  # its trajectory had been delivered
+    assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS
+    assert result.last["actor/weights_version"] == ITERATIONS
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_simulator_that_fails_handing_over_its_trajectory_is_replaced_and_its_part_redone(tmp_path, fault):
+    result = mf.run(faulty_ppo(tmp_path, fault, "reset", fault_in="handover"))
+
+    (failure,) = result.failures  # replaced, not restarted
+    assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
+    assert "env.trajectory" in failure["error"]
+    per_iteration = 2 * ENVS * HORIZON
+    assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
+    assert result.history[1]["failures/steps_redone"] == ENVS * HORIZON  # its steps went with its trajectory
     assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS
     assert result.last["actor/weights_version"] == ITERATIONS
