@@ -257,10 +257,10 @@ class Controller(InPlace):
         self._stream(phase)
         deadline = self._loop_deadline("the interaction loop", program.droppable)
         per_process, failed = await_loop(calls, processes, deadline, loop.entry.worker, program.droppable)
+        self.measured.loop_s += time.time() - began
         finished = {i for i, stats in enumerate(per_process) if stats is not None}
         for i, dropped in self._await_handover(processes, finished, program.droppable).items():
             per_process[i], failed[i] = None, dropped  # its steps are lost with its output: redone
-        self.measured.loop_s += time.time() - began
         sent = 0
         for group, by_worker in zip(processes, per_process, strict=True):
             for r in group if by_worker is not None else []:
@@ -404,8 +404,9 @@ class Controller(InPlace):
     def _stream(self, loop_phase: Phase, only: set[ReplicaId] | None = None) -> None:
         """Streamed then-edges, submitted with the loop: each loop replica's output port is queued behind
         its own loop, and its part goes to the destination replicas that own it (`<port>_part`) as soon
-        as it exists, while other replicas still step. The then-phase waits for these calls. `only`: the
-        parts of these replicas' outputs (replacements), the rest already sent."""
+        as it exists, while other replicas still step. The then-phase waits for these calls (the loop already
+        waited for the outputs of replicas it may replace: `_await_handover`). `only`: the parts of these
+        replicas' outputs (replacements), the rest already sent."""
         then = self._then_phase()
         for edge in then.streamed if then is not None else []:
             if edge.src not in self._streamed:

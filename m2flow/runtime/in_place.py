@@ -42,9 +42,10 @@ class InPlace:
         """New processes for the failed loop replicas, each restored or reset (an inference replica also
         given the weights its sync edges' sources hold now), and the failed simulators' part of this
         iteration's loop redone, the other replicas' kept; a replacement that fails in the redo is replaced
-        in turn. Returns the bytes the redos sent. Past the run's budget of replacements the failure is the
-        iteration's, as without replacement."""
-        simulator, sent, replaced = self.graph.loop.entry.worker, 0, []
+        in turn, also where it fails handing over its streamed outputs (issued again behind the redo). Returns
+        the bytes the redos sent. Past the run's budget of replacements the failure is the iteration's, as
+        without replacement."""
+        simulator, sent = self.graph.loop.entry.worker, 0
         while failed:
             started = self.replacer.start(failed, "in the loop")
             self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed], loop)
@@ -55,8 +56,12 @@ class InPlace:
             may_fail = droppable(self.launch, self.replacer.candidates, budget=len(failed)) & in_redo
             redo = dataclasses.replace(program, droppable=may_fail, only_shards=tuple(sorted(shards)))
             calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
+            self._restream([replica for replica, _ in failed])
             deadline = self._loop_deadline("the redone part of the loop", may_fail)
             per_process, again = await_loop(calls, groups, deadline, simulator, may_fail)
+            finished = {i for i, stats in enumerate(per_process) if stats is not None}
+            for i, dropped in self._await_handover(groups, finished, may_fail).items():
+                per_process[i], again[i] = None, dropped
             steps_before = self._result.env_steps
             for group, by_worker in zip(groups, per_process, strict=True):
                 for r in group if by_worker is not None else []:
@@ -68,19 +73,21 @@ class InPlace:
                 steps = share if replica in done else 0
                 replacement = self.replacer.done(replica, dropped, started[replica.id], self._it, steps)
                 self._result.replacements.append(replacement)
-            replaced += [replica for replica, _ in failed]
             failed = [(r, again[i]) for i in again for r in groups[i]]
-        self._restream(replaced)
         return sent
 
     def _await_handover(
         self, processes: list[list[Replica]], finished: set[int], droppable: frozenset[ReplicaId]
     ) -> dict[int, Dropped]:
-        """The streamed outputs (a trajectory, say) that `finished` loop processes hand over, queued behind
-        their loops: a process that dies, raises or hangs in its handover fails as in the loop, where its
-        replicas may be replaced (its part is redone); any other failure raises, as in the after-loop phase."""
+        """The streamed outputs (a trajectory, say) that `finished` loop processes of `droppable` replicas
+        hand over, queued behind their loops: one that dies, raises or hangs in its handover fails as in the
+        loop (its part is redone). The others' handovers are the after-loop phase's to wait for."""
         hosting = {r.id: i for i, group in enumerate(processes) for r in group}
-        handover = [c for c in self._stream_calls if c[0] not in self._consumes and hosting.get(c[1].id) in finished]
+        handover = [
+            c
+            for c in self._stream_calls
+            if c[0] not in self._consumes and c[1].id in droppable and hosting.get(c[1].id) in finished
+        ]
         if not handover:
             return {}
         _, failed = await_calls(handover, self._deadline("the loop's outputs", "loop"), droppable)

@@ -83,7 +83,8 @@ def test_a_simulator_that_fails_handing_over_its_trajectory_is_replaced_and_its_
 
     (failure,) = result.failures  # replaced, not restarted
     assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
-    assert "env.trajectory" in failure["error"]
+    # seen by the handover's wait, or by the loop's when its result was still on its way as the process went
+    assert "env.trajectory" in failure["error"] or "during the loop" in failure["error"], failure["error"]
     per_iteration = 2 * ENVS * HORIZON
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
     assert result.history[1]["failures/steps_redone"] == ENVS * HORIZON  # its steps went with its trajectory

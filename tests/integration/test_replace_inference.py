@@ -19,13 +19,11 @@ HORIZON, ENVS, SIMULATORS, ITERATIONS = 16, 2, 2, 3  # SIMULATORS: as recovery_p
 FLOOR_S = 6.0  # every deadline comes from the plan, as by default, floored here to keep the test short
 
 
-def faulty_policy_ppo(tmp_path, fault: str, fault_in: str, policies: int = 1) -> mf.WorkflowSpec:
-    """Two simulator replicas of 2 envs and `policies` policy replicas; policy replica 0 faults at its step 6
-    of iteration 1 (or in the metrics() call after that iteration's loop, or in the weight sync of
-    iteration 2)."""
-    raw = recovery_ppo(
+def replacing_ppo(tmp_path, name: str) -> dict:
+    """The recovery job with `run.on_failure: replace`, a checkpoint every iteration, deadlines floored."""
+    return recovery_ppo(
         tmp_path,
-        f"replace-policy-{fault}-{fault_in}-{policies}",
+        name,
         horizon=HORIZON,
         iterations=ITERATIONS,
         seed=3,
@@ -34,6 +32,13 @@ def faulty_policy_ppo(tmp_path, fault: str, fault_in: str, policies: int = 1) ->
         on_failure="replace",
         timeouts={"floor_s": FLOOR_S},
     )
+
+
+def faulty_policy_ppo(tmp_path, fault: str, fault_in: str, policies: int = 1) -> mf.WorkflowSpec:
+    """Two simulator replicas of 2 envs and `policies` policy replicas; policy replica 0 faults at its step 6
+    of iteration 1 (or in the metrics() call after that iteration's loop, or in the weight sync of
+    iteration 2)."""
+    raw = replacing_ppo(tmp_path, f"replace-policy-{fault}-{fault_in}-{policies}")
     policy = raw["workers"]["rollout"]
     policy["replicas"] = policies
     policy["class"] = "tests.workers_for_tests.FaultyPolicy"
@@ -100,17 +105,7 @@ def test_a_policy_replica_that_fails_in_the_weight_sync_is_replaced_and_synced_a
 
 
 def test_a_sync_source_that_dies_as_it_publishes_restarts_the_run_and_replaces_no_receiver(tmp_path):
-    raw = recovery_ppo(
-        tmp_path,
-        "replace-source",
-        horizon=HORIZON,
-        iterations=ITERATIONS,
-        seed=3,
-        envs=ENVS,
-        checkpoint_every=1,
-        on_failure="replace",
-        timeouts={"floor_s": FLOOR_S},
-    )
+    raw = replacing_ppo(tmp_path, "replace-source")
     raw["workers"]["actor"]["class"] = "tests.workers_for_tests.FaultyPPO"
     raw["workers"]["actor"]["args"].update(fault_in="sync", fault_at_step=1, marker=str(tmp_path / "fault"))
     result = mf.run(spec_from_dict(raw))
