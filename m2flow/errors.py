@@ -33,6 +33,11 @@ class WaitTimeout(M2FlowError):
         super().__init__(message)
         self.stuck = stuck
 
+    def detailed(self, detail: str) -> WaitTimeout:
+        """The same timeout with `detail` (where the stuck ones are) at the end of its first line."""
+        first, _, rest = str(self).partition("\n")
+        return WaitTimeout(f"{first} {detail}" + (f"\n{rest}" if rest else ""), self.stuck)
+
 
 class EnvFailed(Exception):  # noqa: N818 - what a simulator worker raises, not a user's mistake
     """Raised by a simulator worker's port to name the env (its global index) whose reset or step failed.

@@ -345,20 +345,20 @@ class Controller(InPlace):
             groups = sorted({r.worker for r in exc.stuck if self.launch.rendezvous.get(r.worker)})
             if not groups:
                 raise
-            ranks = " ".join(f"[{self._ranks_of(group)}]" for group in groups)
-            first, _, rest = str(exc).partition("\n")
-            raise WaitTimeout(f"{first} {ranks}" + (f"\n{rest}" if rest else ""), exc.stuck) from None
+            ranks = " ".join(f"[{self._ranks_of(group, self.launch.replicas[group])}]" for group in groups)
+            raise exc.detailed(ranks) from None
 
-    def _ranks_of(self, group: str) -> str:
-        """Where each rank of `group` is now: asked on this host, named elsewhere."""
+    def _ranks_of(self, group: str, out: list[Replica], finished: tuple[str, ...] = ()) -> str:
+        """Where each rank of `group` still `out` is now (the others `finished` their part): asked on this
+        host, named elsewhere."""
         try:
-            return explain(group, self._rank_states(group))
+            return explain(group, self._rank_states(out), finished)
         except OSError as exc:  # the question is a courtesy: never worse than the timeout itself
             return f"process group of '{group}': its ranks could not be asked ({exc})"
 
-    def _rank_states(self, group: str) -> list[RankState]:
-        """Where each rank of `group` is: asked on this host, through its node's Ray on another."""
-        launch, replicas = self.launch, self.launch.replicas[group]
+    def _rank_states(self, replicas: list[Replica]) -> list[RankState]:
+        """Where each of these ranks is: asked on this host, through its node's Ray on another."""
+        launch = self.launch
         local = [r for r in replicas if launch.on_this_host(r.id)]
         here = {str(r.id): launch.pids[r.id] for r in local if launch.alive_here(r.id)}
         states = ask(here, launch.output_dir)

@@ -9,6 +9,7 @@ record what they did as the rest of the controller does (`call`, `copy_state`, `
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +21,9 @@ from m2flow.runtime.replace import Failed, await_calls, await_loop, await_transf
 from m2flow.runtime.stacks import explain
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.runtime.waits import finished, settle, wait_all
+from m2flow.runtime.weight_sync import SyncTransport
 from m2flow.schedule import Phase, ReplicaId
-from m2flow.spec import PortRef
+from m2flow.spec import Edge, PortRef
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,9 @@ class InPlace:
         with self._naming_ranks():
             published = wait_all(calls[:first_copy], deadline)
             transfer = calls[first_copy:]
-            moved, failed = await_transfer(
-                transfer, deadline, edge.dst, self.replacer.replaceable() if in_place else frozenset()
-            )
+            replaceable = self.replacer.replaceable() if in_place else frozenset()
+            where_out = self._sync_group(edge, transport, transfer)
+            moved, failed = await_transfer(transfer, deadline, edge.dst, replaceable, where_out)
         events = [*published, *moved]
         if failed:
             self._replace_outside_loop(
@@ -134,6 +136,21 @@ class InPlace:
             settle([ref for (ref, _, _), event in zip(calls, events, strict=True) if event is None])
         done = [(event, call) for event, call in zip(events, calls, strict=True) if event is not None]
         return [event for event, _ in done], [call for _, call in done]
+
+    def _sync_group(
+        self, edge: Edge, transport: type[SyncTransport], transfer: list[Call]
+    ) -> Callable[[list[int]], str]:
+        """Where the members of a sync edge's group (the replicas of its `transfer` calls: the source's send
+        and each destination's receive) whose calls are still out are, the others finished; "" for a
+        transport without a group."""
+        if not transport.meets:
+            return lambda out: ""
+
+        def where_out(out: list[int]) -> str:
+            finished = tuple(str(call[1].id) for i, call in enumerate(transfer) if i not in out)
+            return f"[{self._ranks_of(f'sync {edge}', [transfer[i][1] for i in out], finished)}]"
+
+        return where_out
 
     def _resync(self, replicas: list[Replica], now: Phase | None) -> None:
         """New processes that receive a sync edge get what its source holds now (a new process starts from
@@ -208,7 +225,7 @@ class InPlace:
         if not self.launch.rendezvous.get(worker) or all(finished(calls[i][0]) for i in failed):
             return first, failed[first]
         try:
-            states = self._rank_states(worker)
+            states = self._rank_states(self.launch.replicas[worker])
         except OSError:  # the question is a courtesy: the first failure seen stands
             return first, failed[first]
         absent = {s.rank for s in states if not s.arrived}

@@ -291,7 +291,11 @@ def await_calls(
 
 
 def await_transfer(
-    calls: list[Call], deadline: Deadline, destination: PortRef, replaceable: frozenset[ReplicaId]
+    calls: list[Call],
+    deadline: Deadline,
+    destination: PortRef,
+    replaceable: frozenset[ReplicaId],
+    where_out: Callable[[list[int]], str] = lambda out: "",
 ) -> tuple[list[Any], dict[int, Dropped]]:
     """A sync edge's transfer, once its source has published: each destination replica's copy (its port
     `destination` called with what it received) and the source's send, if the transport has one (a
@@ -301,7 +305,7 @@ def await_transfer(
     member broke (their step raised, or they still wait in it a tenth of the deadline after such a break).
     The source's process dying, a broken transfer that no destination's own failure explains, a hang while
     the source still sends, and any failure of a replica that may not be replaced raise, as `wait_all`
-    does."""
+    does. A hang says where the calls still `out` are (`where_out`: the transfer's group, rank by rank)."""
     import ray
 
     results: list[Any] = [None] * len(calls)
@@ -337,10 +341,14 @@ def await_transfer(
                 raise
     stuck = receiving()
     if timed_out and not own and not broken:  # a hang that no failure explains
-        if len(stuck) < len(pending) or any(calls[i][1].id not in replaceable for i in stuck):
-            wait_all([calls[i] for i in pending.values()], deadline)  # the source too: raises, naming them all
-        seen = time.time()
-        own = {i: Dropped(seen, _still(calls[i], deadline)) for i in stuck}  # hung: the source is done
+        out = list(pending.values())
+        if len(stuck) < len(out) or any(calls[i][1].id not in replaceable for i in stuck):
+            try:
+                wait_all([calls[i] for i in out], deadline)  # the source too: raises, naming them all
+            except WaitTimeout as exc:
+                raise exc.detailed(where_out(out)) from None
+        seen, where = time.time(), where_out(out)
+        own = {i: Dropped(seen, f"{_still(calls[i], deadline)} {where}".rstrip()) for i in stuck}  # the source is done
         stuck = []
     lost = [i for i in [*broken, *stuck] if calls[i][1].worker == destination.worker]
     if broken and not own:

@@ -130,11 +130,15 @@ def _short(frame: str) -> str:
     return f"{func} ({'/'.join(Path(path).parts[-2:])}:{line})"
 
 
-def explain(group: str, states: list[RankState]) -> str:
-    """One line: which ranks of `group` arrived at a collective and which did not."""
+def explain(group: str, states: list[RankState], finished: tuple[str, ...] = ()) -> str:
+    """One line: which ranks of `group` arrived at a collective and which did not (`states`: the ranks still
+    out; `finished`: those whose part is done, a weight sync's source that has sent, say)."""
     arrived = [s for s in states if s.arrived]
     missing = [s for s in states if not s.arrived]
-    parts = [f"process group of '{group}': {len(arrived)} of {len(states)} ranks in a collective"]
+    total = len(states) + len(finished)
+    parts = [f"process group of '{group}': {len(arrived)} of {total} ranks in a collective"]
+    if finished:
+        parts.append("finished: " + ", ".join(finished))
     if arrived:
         parts.append("arrived: " + ", ".join(f"{s.rank} {s.where}" for s in arrived))
     if missing:

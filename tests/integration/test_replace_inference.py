@@ -19,7 +19,7 @@ HORIZON, ENVS, SIMULATORS, ITERATIONS = 16, 2, 2, 3  # SIMULATORS: as recovery_p
 FLOOR_S = 6.0  # every deadline comes from the plan, as by default, floored here to keep the test short
 
 
-def replacing_ppo(tmp_path, name: str) -> dict:
+def replacing_ppo(tmp_path, name: str, on_failure: str = "replace") -> dict:
     """The recovery job with `run.on_failure: replace`, a checkpoint every iteration, deadlines floored."""
     return recovery_ppo(
         tmp_path,
@@ -29,16 +29,18 @@ def replacing_ppo(tmp_path, name: str) -> dict:
         seed=3,
         envs=ENVS,
         checkpoint_every=1,
-        on_failure="replace",
+        on_failure=on_failure,
         timeouts={"floor_s": FLOOR_S},
     )
 
 
-def faulty_policy_ppo(tmp_path, fault: str, fault_in: str, policies: int = 1) -> mf.WorkflowSpec:
+def faulty_policy_ppo(
+    tmp_path, fault: str, fault_in: str, policies: int = 1, on_failure: str = "replace"
+) -> mf.WorkflowSpec:
     """Two simulator replicas of 2 envs and `policies` policy replicas; policy replica 0 faults at its step 6
     of iteration 1 (or in the metrics() call after that iteration's loop, or in the weight sync of
     iteration 2)."""
-    raw = replacing_ppo(tmp_path, f"replace-policy-{fault}-{fault_in}-{policies}")
+    raw = replacing_ppo(tmp_path, f"replace-policy-{fault}-{fault_in}-{policies}-{on_failure}", on_failure)
     policy = raw["workers"]["rollout"]
     policy["replicas"] = policies
     policy["class"] = "tests.workers_for_tests.FaultyPolicy"
@@ -95,8 +97,9 @@ def test_a_policy_replica_that_fails_in_the_weight_sync_is_replaced_and_synced_a
     assert failure["replaced"] == "rollout[0]" and failure["iteration"] == 2
     assert "load_weights" in failure["error"]
     detection = failure["detected_at"] - struck_at
-    if fault == "stop":  # silent: caught at the sync phase's deadline
+    if fault == "stop":  # silent: caught at the sync phase's deadline, naming the sync group's ranks
         assert "still in sync" in failure["error"]
+        assert_names_the_sync_group(failure["error"], finished=["actor[0]", *(["rollout[1]"] * (policies - 1))])
         assert FLOOR_S - 1 <= detection < 3 * FLOOR_S, f"detected after {detection:.1f}s"
     else:
         assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
@@ -114,3 +117,19 @@ def test_a_sync_source_that_dies_as_it_publishes_restarts_the_run_and_replaces_n
     assert failure["replaced"] is None and failure["iteration"] == 1
     assert "worker 'actor' replica 0 died during port actor.weights" in failure["error"]  # not in a resync
     assert_whole_batches(result)
+
+
+def test_a_policy_replica_hung_in_the_weight_sync_without_replacement_names_the_sync_group_and_restarts(tmp_path):
+    result = mf.run(faulty_policy_ppo(tmp_path, "stop", "sync", on_failure="restart"))
+
+    (failure,) = result.failures
+    assert failure["replaced"] is None and failure["iteration"] == 2  # recovered by a restart
+    assert_names_the_sync_group(failure["error"], finished=["actor[0]"])
+    assert [h["iteration"] for h in result.history] == list(range(ITERATIONS))
+
+
+def assert_names_the_sync_group(error: str, finished: list[str]) -> None:
+    """The error names the weight sync's group, its ranks done and the stopped policy replica still out."""
+    group = "process group of 'sync actor.weights -> rollout.load_weights'"
+    assert f"{group}: 0 of {len(finished) + 1} ranks in a collective; finished: {', '.join(finished)}" in error, error
+    assert "not arrived: rollout[0] no answer within 2s: stopped, or hung outside Python" in error, error

@@ -49,6 +49,14 @@ def test_the_explanation_names_the_ranks_that_arrived_and_those_that_did_not():
     )
 
 
+def test_the_explanation_names_the_ranks_that_finished_their_part_apart_from_those_still_out():
+    states = [RankState("rollout[1]", False, "not in a collective: at load_weights (tests/w.py:9)")]
+    assert explain("sync actor.weights -> rollout.load_weights", states, finished=("actor[0]", "rollout[0]")) == (
+        "process group of 'sync actor.weights -> rollout.load_weights': 0 of 3 ranks in a collective;"
+        " finished: actor[0], rollout[0]; not arrived: rollout[1] not in a collective: at load_weights (tests/w.py:9)"
+    )
+
+
 DUMP = """Thread 0x00007f0139dbf6c0 (most recent call first):
   File "/py/lib/python3.11/threading.py", line 327 in wait
   File "/py/lib/python3.11/site-packages/ray/_private/gc_collect_manager.py", line 29 in run
