@@ -6,7 +6,7 @@ in `__init__` if it needs any of this. Outside a run, `context()` returns a sing
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 RESEED_STRIDE = 1_000_003  # a quarantined env's seed moves by this per quarantine: past every env's and
@@ -38,6 +38,13 @@ class WorkerContext:
         moves = max((self.quarantined.get(e, 0) for e in (*shared_by, env)), default=0)
         return self.seed + (env if offset is None else offset) + RESEED_STRIDE * moves
 
+    def working_on(self, env: int) -> WorkingOn:
+        """`with ctx.working_on(env): ...` around a reset, step or render of global env `env` in a simulator:
+        should the process crash inside (a segfault in the physics engine, an abort in the renderer), the
+        crash counts against that env, as an `m2flow.EnvFailed` it raised would (`run.quarantine_after`).
+        Outside a run it does nothing."""
+        return WorkingOn(env)
+
     @property
     def rank(self) -> int:
         return self.replica
@@ -50,6 +57,23 @@ class WorkerContext:
         return replace(self, **changes)
 
 
+class WorkingOn:
+    """The env a process works on, noted where it outlives a crash (`WorkerContext.working_on`)."""
+
+    __slots__ = ("env",)
+
+    def __init__(self, env: int):
+        self.env = env
+
+    def __enter__(self) -> None:
+        _note_env(self.env)
+
+    def __exit__(self, *exc: object) -> None:
+        _note_env(NO_ENV)
+
+
+NO_ENV = -1
+_note_env: Callable[[int], None] = lambda env: None  # noqa: E731 - set in a worker process by the runtime
 _current = WorkerContext()
 
 
@@ -60,3 +84,9 @@ def context() -> WorkerContext:
 def set_context(ctx: WorkerContext) -> None:
     global _current
     _current = ctx
+
+
+def set_env_note(note: Callable[[int], None]) -> None:
+    """Where `WorkerContext.working_on` notes the env (`m2flow.runtime.crashes`)."""
+    global _note_env
+    _note_env = note

@@ -298,8 +298,9 @@ class RunSpec(_Strict):
     quarantine_after: int = Field(
         2,
         ge=1,
-        description="on_failure: replace: an env (named by m2flow.EnvFailed) failing this many times is"
-        " quarantined: started again from a new seed and reported",
+        description="on_failure: replace: an env failing this many times (it raised m2flow.EnvFailed, or"
+        " the process crashed inside WorkerContext.working_on(env)) is quarantined: started again from a new"
+        " seed and reported",
     )
     replacement_state: Literal["reset", "checkpoint"] = Field(
         "reset",

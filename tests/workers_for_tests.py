@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
@@ -307,15 +308,20 @@ class FaultyPolicy(TorchPolicy):
 
 
 class BadStarts:
-    """A gymnasium env whose reset raises for the seeds in `bad_seeds` (every seed with `bad_seeds="all"`), as a
-    simulator does whose sampled initial state is infeasible."""
+    """A gymnasium env whose reset fails for the seeds in `bad_seeds` (every seed with `bad_seeds="all"`), as a
+    simulator does whose sampled initial state is infeasible: it raises, or (`crash="segfault"`) crashes its
+    process as a physics engine's C code does, reading address 0."""
 
-    def __init__(self, bad_seeds: list[int] | Literal["all"] = (), **kwargs):
+    def __init__(
+        self, bad_seeds: list[int] | Literal["all"] = (), crash: Literal["raise", "segfault"] = "raise", **kwargs
+    ):
         super().__init__(**kwargs)
-        self.bad_seeds = bad_seeds
+        self.bad_seeds, self.crash = bad_seeds, crash
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None and (self.bad_seeds == "all" or seed in self.bad_seeds):
+            if self.crash == "segfault":
+                ctypes.string_at(0)
             raise RuntimeError(f"infeasible initial state from seed {seed}")
         return super().reset(seed=seed, options=options)
 

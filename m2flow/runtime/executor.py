@@ -254,7 +254,11 @@ class Run:
         return self.snapshots.save(self.run_dir / "checkpoints", self.next_iteration - 1, meta)
 
     def recover(self, exc: Exception) -> None:
-        """Restart every worker from the last checkpoint, or re-raise with the failure history."""
+        """Restart every worker from the last checkpoint, or re-raise with the failure history. A process
+        that died of a crash says how (faulthandler's stacks are in the run's folder, not the worker's log)."""
+        crashes = self.launch.crashes() if self.launch is not None else []
+        if crashes and type(exc) is WorkerError:
+            exc = WorkerError(f"{exc}; {'; '.join(crashes)}")
         failure = _failure(self.next_iteration, headline(exc), time.time())
         self._record_failure(failure)
         restarts = sum(1 for f in self.result.failures if not f["replaced"])

@@ -19,6 +19,7 @@ from m2flow.context import WorkerContext, set_context
 from m2flow.errors import EnvFailed, WorkerError
 from m2flow.runtime.batching import leading_size, payload_bytes
 from m2flow.runtime.channels import Mailbox, PeerId
+from m2flow.runtime.crashes import record_here
 from m2flow.runtime.loop import LoopProgram, LoopStats, Member, run_loop
 from m2flow.runtime.stacks import answer_when_asked
 from m2flow.runtime.tracing import TaskEvent
@@ -74,6 +75,7 @@ class WorkerHost:
         if core is not None:
             os.sched_setaffinity(0, {core % (os.cpu_count() or 1)})
         answer_when_asked(ctx.output_dir)
+        record_here(ctx.output_dir)
         self.ctx = ctx
         self.me: PeerId = (ctx.worker, ctx.replica)
         self.mailbox: Mailbox | None = None

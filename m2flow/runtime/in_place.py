@@ -71,9 +71,9 @@ class InPlace:
             failed_again = {r.id: again[i] for i in again for r in groups[i]}
             done = [r for r, _ in failed if r.worker == simulator and r.id not in failed_again]
             share = (self._result.env_steps - steps_before) // max(1, len(done))
-            for replica, dropped in failed:
+            for replica, _ in failed:
                 steps = share if replica in done else 0
-                replacement = self.replacer.done(replica, dropped, started[replica.id], self._it, steps)
+                replacement = self.replacer.done(replica, started[replica.id], self._it, steps)
                 self._result.replacements.append(replacement)
             failed = [(r, again[i]) for i in again for r in groups[i]]
         return sent
@@ -104,8 +104,8 @@ class InPlace:
         their episode statistics are lost."""
         started = self.replacer.start(failed, where)
         self._resync([self.launch.replicas[r.worker][r.index] for r, _ in failed], now)
-        for replica, dropped in failed:
-            self._result.replacements.append(self.replacer.done(replica, dropped, started[replica.id], self._it, 0))
+        for replica, _ in failed:
+            self._result.replacements.append(self.replacer.done(replica, started[replica.id], self._it, 0))
 
     def _await_sync(self, phase: Phase, calls: list[Call]) -> tuple[list[TaskEvent], list[Call]]:
         """The sync phase's events, and the calls they are of (those that completed). The source publishes
@@ -179,9 +179,9 @@ class InPlace:
         then = self._then_phase()
         gone = {id(r) for r in replaced}
         dead = {ref for ref, r in self._producer.items() if id(r) in gone}
-        self._stream_calls = [
-            c for c in self._stream_calls if id(c[1]) not in gone and self._consumes.get(c[0]) not in dead
-        ]
+        kept = [c for c in self._stream_calls if id(c[1]) not in gone and self._consumes.get(c[0]) not in dead]
+        settle([c[0] for c in self._stream_calls if c not in kept])  # failed with the replaced: not reported
+        self._stream_calls = kept
         for src, refs in self._streamed.items():
             for i, ref in enumerate(refs):
                 if ref in dead:
@@ -209,7 +209,7 @@ class InPlace:
             i, dropped = self._culprit(worker, calls, {i: d for i, d in failed.items() if calls[i][1].worker == worker})
             started = self.replacer.restart_group(worker, checkpoints[worker], dropped)
             calls = self._reissue(calls, worker, produced, phase)
-            self._result.replacements.append(self.replacer.done(calls[i][1], dropped, started, self._it, 0))
+            self._result.replacements.append(self.replacer.done(calls[i][1], started, self._it, 0))
         with self._naming_ranks():
             return wait_all(calls, self._deadline("the then phase (redone)", "then")), calls
 

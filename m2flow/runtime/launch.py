@@ -19,6 +19,7 @@ from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners.processes import same_process
 from m2flow.planners.render import render_gpus
+from m2flow.runtime.crashes import crashed
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.nodes import addresses
@@ -409,6 +410,12 @@ class Launch:
             return psutil.Process(self.pids[replica]).create_time() == self.started[replica]
         except psutil.Error:
             return False
+
+    def crashes(self) -> list[str]:
+        """How each replica whose process (on the driver's host) crashed of its own crashed (`crashes.py`)."""
+        here = [r.id for group in self.replicas.values() for r in group if self.on_this_host(r.id)]
+        found = {r: crashed(self.output_dir, self.pids[r]) for r in here if r in self.pids}
+        return [f"{r}: {crash}" for r, crash in found.items() if crash is not None]
 
     def _replica(self, replica: ReplicaId) -> Replica:
         return self.replicas[replica.worker][replica.replica]

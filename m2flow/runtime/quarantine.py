@@ -1,11 +1,12 @@
 """Envs that keep failing their simulator replica (`run.on_failure: replace`).
 
-A simulator names the env whose reset or step failed by raising `m2flow.EnvFailed`. The same env failing
+A simulator names the env whose reset or step failed by raising `m2flow.EnvFailed`, or, where the env crashed
+its process (a segfault), through the env its crash record holds (`crashes.py`). The same env failing
 `run.quarantine_after` times is quarantined: its replica's replacement starts every env afresh, that one
 from a new seed (`WorkerContext.env_seed`), and the run reports it — a bad initial state, say objects
 spawned inside each other, costs a replacement, not the job. An env that fails whatever its seed is
-quarantined again each time, until the run's replacements (`run.max_replacements`) run out. A process that
-dies without saying (a segfault) counts against no env.
+quarantined again each time, until the run's replacements (`run.max_replacements`) run out. A process killed
+from outside counts against no env.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph
+from m2flow.runtime.crashes import crashed
 from m2flow.runtime.host import PortFailed, headline
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopStats, PeerLost
@@ -63,9 +64,11 @@ class Replacement:
 
 @dataclass(frozen=True)
 class Started:
-    """How a replacement started: what it started from, and whether its failure quarantined an env."""
+    """How a replacement started: what it started from, the failure it stands in for (with the env a crash
+    of the old process named), and whether that failure quarantined an env."""
 
     state: str
+    failure: Dropped
     quarantined: bool
 
 
@@ -97,7 +100,9 @@ class Replacer:
         return droppable(self.launch, self.candidates, self.budget)
 
     def start(self, failed: Failed, where: str) -> dict[ReplicaId, Started]:
-        """A new process for each failed replica; past the budget, the failure is the iteration's."""
+        """A new process for each failed replica; past the budget, the failure is the iteration's. A
+        simulator whose process crashed working on an env (`crashes.py`) failed in that env."""
+        failed = [(replica, self._blamed(replica, dropped)) for replica, dropped in failed]
         if len(failed) > self.budget:
             names, env = ", ".join(str(r.id) for r, _ in failed), failed[0][1].env
             times = self.quarantine.times.get(env, 0)
@@ -110,11 +115,22 @@ class Replacer:
         quarantined = [self.quarantine.record(dropped.env) for _, dropped in failed]  # before they are built
         fresh = self.launch.replace([replica.id for replica, _ in failed])
         return {
-            new.id: Started(f"its envs reset, env {dropped.env} quarantined: started from a new seed", True)
+            new.id: Started(f"its envs reset, env {dropped.env} quarantined: started from a new seed", dropped, True)
             if moved
-            else Started(self.restore.replica(new), False)
+            else Started(self.restore.replica(new), dropped, False)
             for new, (_, dropped), moved in zip(fresh, failed, quarantined, strict=True)
         }
+
+    def _blamed(self, replica: Replica, dropped: Dropped) -> Dropped:
+        """`dropped`, for a simulator replica whose process (on this host) crashed, with how it crashed and
+        the env it was working on then."""
+        simulator = self.launch.graph.loop.entry.worker
+        if replica.worker != simulator or dropped.env is not None or not self.launch.on_this_host(replica.id):
+            return dropped
+        crash = crashed(self.launch.output_dir, self.launch.pids[replica.id])
+        if crash is None:
+            return dropped
+        return dataclasses.replace(dropped, why=f"{dropped.why}; {crash}", env=crash.env)
 
     def group_checkpoint(self, worker: str, iteration: int) -> Path | None:
         """The checkpoint `worker` may restart in place from in `iteration`'s after-loop phase (None: it may
@@ -133,11 +149,13 @@ class Replacer:
         self.restore.workers(checkpoint, [worker])
         return Started(
             f"'{worker}' restarted whole, {len(fresh)} process(es) from {checkpoint.name}; it trains on the same batch",
+            dropped,
             False,
         )
 
-    def done(self, replica: Replica, dropped: Dropped, started: Started, iteration: int, steps: int) -> Replacement:
+    def done(self, replica: Replica, started: Started, iteration: int, steps: int) -> Replacement:
         """The replacement of `replica`, its `steps` redone, reported to the run."""
+        dropped = started.failure
         replacement = Replacement(
             replica=replica.id,
             iteration=iteration,

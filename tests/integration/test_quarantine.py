@@ -18,8 +18,16 @@ HORIZON, ENVS, ITERATIONS, SEED, BAD_ENV = 8, 2, 2, 5, 3
 ENV_ID = "tests.workers_for_tests:InvertedPendulumBadStarts-v0"
 
 
-def bad_starts_ppo(tmp_path, bad_seeds, env_id: str = ENV_ID, iterations: int = ITERATIONS, **run) -> mf.WorkflowSpec:
-    """Two simulator replicas of 2 envs (envs 0-3) whose reset fails from `bad_seeds`."""
+def bad_starts_ppo(
+    tmp_path,
+    bad_seeds,
+    env_id: str = ENV_ID,
+    iterations: int = ITERATIONS,
+    crash: str = "raise",
+    on_failure: str = "replace",
+    **run,
+) -> mf.WorkflowSpec:
+    """Two simulator replicas of 2 envs (envs 0-3) whose reset fails from `bad_seeds` (raises, or segfaults)."""
     raw = recovery_ppo(
         tmp_path,
         "quarantine",
@@ -27,14 +35,14 @@ def bad_starts_ppo(tmp_path, bad_seeds, env_id: str = ENV_ID, iterations: int = 
         iterations=iterations,
         seed=SEED,
         envs=ENVS,
-        on_failure="replace",
+        on_failure=on_failure,
         quarantine_after=2,
         timeouts={"floor_s": 8.0},
         **run,
     )
     for worker in raw["workers"].values():
         worker["args"]["env_id"] = env_id
-    raw["workers"]["env"]["args"]["env_kwargs"] = {"bad_seeds": bad_seeds}
+    raw["workers"]["env"]["args"]["env_kwargs"] = {"bad_seeds": bad_seeds, "crash": crash}
     return spec_from_dict(raw)
 
 
@@ -54,6 +62,30 @@ def test_an_env_that_always_crashes_at_reset_from_its_seed_is_quarantined_and_th
     out = " ".join(capsys.readouterr().err.split())  # the console wraps lines
     assert "env[1] failed in iteration 0 (env 3)" in out
     assert "env 3 quarantined: started from a new seed" in out
+
+
+def test_an_env_that_segfaults_its_replica_at_reset_is_quarantined_as_one_that_raises(tmp_path):
+    result = mf.run(bad_starts_ppo(tmp_path, [SEED + BAD_ENV], crash="segfault"))
+
+    first, second = result.failures  # its replica crashed at the first reset, then again in the redo
+    assert [f["replaced"] for f in result.failures] == ["env[1]", "env[1]"]
+    assert [f["env"] for f in result.failures] == [BAD_ENV, BAD_ENV]  # named by the crash record, not by itself
+    assert [f["quarantined"] for f in result.failures] == [False, True]
+    assert "worker 'env' replica 1 died during the loop" in first["error"], first["error"]
+    assert "it crashed: Segmentation fault while working on env 3" in first["error"], first["error"]
+    per_iteration = 2 * ENVS * HORIZON
+    assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
+    assert result.history[0]["actor/steps_consumed"] == per_iteration
+
+
+def test_a_run_stopped_by_a_segfault_says_which_env_its_process_crashed_in(tmp_path):
+    spec = bad_starts_ppo(tmp_path, [SEED + BAD_ENV], crash="segfault", on_failure="stop")
+
+    with pytest.raises(mf.WorkerError) as caught:
+        mf.run(spec)
+    message = str(caught.value)
+    assert "worker 'env' replica 1 died during the loop" in message, message
+    assert "env[1]: it crashed: Segmentation fault while working on env 3 (its stacks: " in message, message
 
 
 def test_a_resumed_run_starts_a_quarantined_env_from_its_new_seed(tmp_path):
