@@ -3,9 +3,10 @@
 Each host is a network namespace of its own with one address (10.77.0.1, .2, ...) on a veth pair whose
 other end sits on a bridge in the root namespace; a Ray node runs inside each (its own temp dir), the head
 in host 0. A driver started with `run_in(0, ...)` joins the cluster from host 0, so every byte between
-workers crosses the veth links: nothing listens on the root namespace's addresses. Faults: `partition`
-takes a host's link down, `kill_host` kills every process in a host. The names are fixed (one harness per
-machine at a time): a harness removes what an earlier, killed one left behind.
+workers crosses the veth links: nothing listens on the root namespace's addresses, and no route leads
+out of the hosts' subnet (`ways_out`). Faults: `partition` takes a host's link down, `kill_host` kills
+every process in a host. The names are fixed (one harness per machine at a time): a harness removes what
+an earlier, killed one left behind.
 
 Making namespaces needs root and the `ip` tool; `available()` says why not where they are missing (tests
 skip with that reason). Everything made is removed on exit, also after a failure.
@@ -130,6 +131,24 @@ class Hosts:
     def pids(self, host: int) -> list[int]:
         listed = subprocess.run(["ip", "netns", "pids", self.names[host]], capture_output=True, text=True)
         return [int(p) for p in listed.stdout.split()]
+
+    def link_bytes(self, host: int) -> int:
+        """Bytes `host`'s link has carried both ways (its root-namespace end's counters)."""
+        stats = Path(f"/sys/class/net/m2flow-v{host}/statistics")
+        return sum(int((stats / f"{way}_bytes").read_text()) for way in ("rx", "tx"))
+
+    def ways_out(self) -> list[str]:
+        """Every way traffic could leave the hosts' namespaces (none: it stays between them): an address on
+        the bridge (the root namespace would answer on it), or a route in a host to anywhere but the hosts'
+        subnet."""
+        ways = []
+        bridge = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", BRIDGE], capture_output=True, text=True)
+        if bridge.stdout.strip():
+            ways.append(f"the bridge has an address: {bridge.stdout.strip()}")
+        for name in self.names:
+            routes = subprocess.run(["ip", "-n", name, "-4", "route"], capture_output=True, text=True).stdout
+            ways += [f"{name} routes {r}" for r in routes.splitlines() if not r.startswith(f"{SUBNET}.0/24 ")]
+        return ways
 
     def partition(self, host: int) -> None:
         """Take `host`'s link down: it and the others stop hearing each other."""

@@ -256,10 +256,11 @@ class Run:
     def recover(self, exc: Exception) -> None:
         """Restart every worker from the last checkpoint, or re-raise with the failure history. A process
         that died of a crash says how (faulthandler's stacks are in the run's folder, not the worker's log)."""
-        crashes = self.launch.crashes() if self.launch is not None else []
-        if crashes and type(exc) is WorkerError:
+        detected_at = time.time()
+        crashes = self.launch.crashes() if self.launch is not None and type(exc) is WorkerError else []
+        if crashes:
             exc = WorkerError(f"{exc}; {'; '.join(crashes)}")
-        failure = _failure(self.next_iteration, headline(exc), time.time())
+        failure = _failure(self.next_iteration, headline(exc), detected_at)
         self._record_failure(failure)
         restarts = sum(1 for f in self.result.failures if not f["replaced"])
         if self.spec.run.on_failure == "stop" or restarts > self.spec.run.max_restarts:

@@ -413,8 +413,11 @@ class Launch:
 
     def crashes(self) -> list[str]:
         """How each replica whose process (on the driver's host) crashed of its own crashed (`crashes.py`)."""
-        here = [r.id for group in self.replicas.values() for r in group if self.on_this_host(r.id)]
-        found = {r: crashed(self.output_dir, self.pids[r]) for r in here if r in self.pids}
+        import ray
+
+        where, me = addresses(), ray.util.get_node_ip_address()
+        here = [r for r, node in self.nodes.items() if where.get(node) == me and r in self.pids]
+        found = {r: crashed(self.output_dir, self.pids[r]) for r in here}
         return [f"{r}: {crash}" for r, crash in found.items() if crash is not None]
 
     def _replica(self, replica: ReplicaId) -> Replica:

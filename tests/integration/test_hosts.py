@@ -1,7 +1,8 @@
 """Two hosts for real (`tests/netns.py`: network namespaces on veth links, a Ray node in each): the job
 runs across them — loop channels over TCP between hosts, a training group with a rank on each — through
 the CLI from host 0. A partition of host 1 and a host whose processes are all killed are detected within
-the run's deadlines, named, and the run goes on on the host that is left, from its last checkpoint. A rank
+the run's deadlines, named, and the run goes on on the host that is left, from its last checkpoint, with
+nothing lost; no route leads out of the hosts' namespaces, and every process of the run is in one. A rank
 that hangs mid-update is named with the other rank, each asked where it is on its own host."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from m2flow.runtime.checkpoint import load_checkpoint
 from tests.netns import Hosts, available
 from tests.workflows import pendulum_ppo
 
@@ -24,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(UNAVAILABLE is not None, reason=f"needs network namespaces: {UNAVAILABLE}"),
 ]
 
-ITERATIONS, FLOOR_S = 12, 10.0
+ITERATIONS, FLOOR_S, CHECKPOINT_EVERY = 12, 10.0, 2
 M2FLOW = str(Path(sys.executable).with_name("m2flow"))
 
 
@@ -39,7 +41,8 @@ def job(out: Path, address: str, actor: dict | None = None) -> Path:
         run={
             "iterations": ITERATIONS,
             "seed": 6,
-            "checkpoint_every": 2,  # none after the third iteration: the fault lands in the fourth's loop or update
+            # none after the third iteration: the fault lands in the fourth's loop or update
+            "checkpoint_every": CHECKPOINT_EVERY,
             "on_failure": "restart",
             "timeouts": {"floor_s": FLOOR_S, "start_s": 60},
         },
@@ -69,8 +72,10 @@ def wait_for(condition, timeout_s: float, what: str, driver: subprocess.Popen, l
 @pytest.mark.parametrize("fault", ["partition", "host killed"])
 def test_a_job_across_two_hosts_loses_one_and_goes_on_on_the_other(tmp_path, fault):
     with Hosts(2, cpus=2) as hosts:
+        assert hosts.ways_out() == []  # traffic can only go between the hosts' namespaces
         run_dir = tmp_path / "hosts"
         log = (tmp_path / "driver.log").open("w")
+        carried_before = hosts.link_bytes(1)
         driver = hosts.start_in(0, [M2FLOW, "run", str(job(tmp_path, hosts.ray_address))], stdout=log, stderr=log)
         try:
             three = lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 3  # noqa: E731
@@ -80,6 +85,11 @@ def test_a_job_across_two_hosts_loses_one_and_goes_on_on_the_other(tmp_path, fau
             on_host_1 = [name for name, address in across.items() if address == hosts.address(1)]
             assert {across["actor[0]"], across["actor[1]"]} == {hosts.address(0), hosts.address(1)}
             assert across["env[0]"] != across["rollout[0]"]  # the loop's channels cross hosts
+            inside = {host: set(hosts.pids(host)) for host in (0, 1)}
+            assert driver.pid in inside[0]  # the driver and every worker run in the hosts' namespaces
+            for name, entry in where.items():
+                assert entry["pid"] in inside[[hosts.address(0), hosts.address(1)].index(entry["address"])], name
+            assert hosts.link_bytes(1) > carried_before  # the work crossed host 1's link
 
             struck_at = time.time()
             if fault == "partition":
@@ -106,6 +116,18 @@ def test_a_job_across_two_hosts_loses_one_and_goes_on_on_the_other(tmp_path, fau
     assert sorted(set(iterations)) == list(range(ITERATIONS))  # every iteration done, some of them twice
     after = json.loads((run_dir / "processes.json").read_text())
     assert {entry["address"] for entry in after.values()} == {hosts.address(0)}
+    assert_nothing_lost(run_dir)
+
+
+def assert_nothing_lost(run_dir: Path) -> None:
+    """Every iteration trained on a whole batch (an iteration done again: its last record stands), the env
+    steps add up, and every checkpoint the run wrote loads."""
+    last = {m["iteration"]: m for m in read_jsonl(run_dir / "metrics.jsonl")}
+    per_iteration = 2 * 2 * 16  # simulator replicas x envs x horizon, as `job` has them
+    assert [last[i]["actor/steps_consumed"] for i in range(ITERATIONS)] == [per_iteration] * ITERATIONS
+    assert [last[i]["env_steps"] for i in range(ITERATIONS)] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
+    for i in range(CHECKPOINT_EVERY - 1, ITERATIONS, CHECKPOINT_EVERY):
+        load_checkpoint(run_dir / "checkpoints" / f"iter_{i:08d}")
 
 
 def test_a_training_rank_hung_across_hosts_is_named_with_both_ranks_asked_on_their_hosts(tmp_path):
