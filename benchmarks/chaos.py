@@ -1,5 +1,5 @@
-"""Chaos under load: a long PPO run with faults injected at a fixed rate, beside the same run (same seed)
-without faults, each in a fresh local Ray cluster.
+"""Chaos under load: a long PPO run with faults injected at a fixed rate, between two runs of the same job
+(same seed) without faults, one before and one after it, each in a fresh local Ray cluster.
 
     python benchmarks/chaos.py [--iterations 600] [--fault-every 60] [--seed 0]
 
@@ -11,8 +11,10 @@ runs (the checkpoint right before the iteration holds its state), by a restart f
 when it strikes between (say in the weight sync). Reports faults injected,
 detected (and how long after), recovered in place and by restart, iterations and env steps redone,
 checkpoints lost, env steps unaccounted (a batch training did not see whole), and throughput and final
-return against the fault-free run; the throughput also corrected for the machine's drift between the two
-runs (each run's speed taken from its iterations no failure touched). Last line:
+return against the fault-free runs. The machine's speed drifts by more than the faults cost: the
+throughput is taken against the mean of the fault-free runs before and after (a drift steady over the
+three runs cancels), and also corrected for the drift (each run's speed taken from its iterations no
+failure touched). Last line:
 
     chaos: F faults, D detected, R in place, S by restart, C checkpoints lost, throughput X% of fault-free
 """
@@ -210,12 +212,17 @@ def main() -> None:
 
     scratch = Path(args.out) / "tmp"
     shutil.rmtree(scratch, ignore_errors=True)  # the injector must not read an earlier run's files
-    clean, clean_s = run(job(scratch, f"{args.name}-fault-free", args.iterations, args.seed))
-    print(f"fault-free: {clean.iterations} iterations in {clean_s:.0f} s", flush=True)
+    before, before_s = run(job(scratch, f"{args.name}-fault-free", args.iterations, args.seed))
+    print(f"fault-free, before: {before.iterations} iterations in {before_s:.0f} s", flush=True)
     spec = job(scratch, args.name, args.iterations, args.seed)
     run_dir = Path(spec.run.output_dir) / spec.name
     with Injector(run_dir, args.fault_every, random.Random(args.seed)) as injector:
         chaotic, chaos_s = run(spec)
+    print(f"with faults: {chaotic.iterations} iterations in {chaos_s:.0f} s", flush=True)
+    after, after_s = run(job(scratch, f"{args.name}-fault-free-after", args.iterations, args.seed))
+    print(f"fault-free, after: {after.iterations} iterations in {after_s:.0f} s", flush=True)
+    clean_s = statistics.fmean([before_s, after_s])
+    clean_median_s = statistics.fmean([undisturbed_median_s(before), undisturbed_median_s(after)])
     faults = injector.faults
     spurious = attribute(faults, chaotic.failures)
     failures = [f for f in faults if FAULT_KINDS[f.kind].failure]
@@ -228,7 +235,7 @@ def main() -> None:
     unaccounted = abs(
         chaotic.iterations * STEPS_PER_ITERATION - sum(h.get("actor/steps_consumed", 0) for h in chaotic.history)
     )
-    clean_sps = clean.iterations * STEPS_PER_ITERATION / clean_s
+    clean_sps = args.iterations * STEPS_PER_ITERATION / clean_s
     chaos_sps = chaotic.iterations * STEPS_PER_ITERATION / chaos_s
     summary = {
         "iterations": args.iterations,
@@ -252,21 +259,21 @@ def main() -> None:
         "env_steps_redone": steps_again + steps_in_place,
         "env_steps_unaccounted": unaccounted,
         "checkpoints_lost": checkpoints_lost(run_dir, chaotic.iterations),
-        "completed": chaotic.iterations == args.iterations,
-        "fault_free_s": clean_s,
+        "completed": all(r.iterations == args.iterations for r in (before, chaotic, after)),
+        "fault_free_s": clean_s,  # the mean of the runs before and after
+        "fault_free_runs_s": [before_s, after_s],
         "chaos_s": chaos_s,
         "fault_free_steps_per_s": clean_sps,
         "chaos_steps_per_s": chaos_sps,
         "throughput_ratio": chaos_sps / clean_sps,
-        # the machine's speed drifts between the two runs by more than faults cost: the fault-free wall time
-        # scaled by how fast undisturbed iterations ran in each run
-        "fault_free_iteration_median_s": undisturbed_median_s(clean),
+        "throughput_ratio_against_before": chaos_sps * before_s / (args.iterations * STEPS_PER_ITERATION),
+        "throughput_ratio_against_after": chaos_sps * after_s / (args.iterations * STEPS_PER_ITERATION),
+        # the fault-free wall time scaled by how fast undisturbed iterations ran in each run
+        "fault_free_iteration_median_s": clean_median_s,
         "chaos_undisturbed_iteration_median_s": undisturbed_median_s(chaotic),
-        "throughput_ratio_drift_corrected": clean_s
-        * undisturbed_median_s(chaotic)
-        / undisturbed_median_s(clean)
-        / chaos_s,
-        "fault_free_return": final_return(clean),
+        "throughput_ratio_drift_corrected": clean_s * undisturbed_median_s(chaotic) / clean_median_s / chaos_s,
+        "fault_free_return": final_return(before),
+        "fault_free_after_return": final_return(after),
         "chaos_return": final_return(chaotic),
     }
     for fault in faults:

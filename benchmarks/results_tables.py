@@ -158,6 +158,14 @@ def seconds_pair(summary: dict, first: str, second: str) -> str:
     return f"{summary[first]:.3f} s / {summary[second]:.3f} s"
 
 
+def fault_free_wall(summary: dict) -> str:
+    """The fault-free wall time: the mean of the runs before and after the one with faults, where both ran."""
+    if "fault_free_runs_s" not in summary:
+        return f"{summary['fault_free_s']:.0f} s"
+    before, after = summary["fault_free_runs_s"]
+    return f"{summary['fault_free_s']:.0f} s (mean of {before:.0f} s before, {after:.0f} s after)"
+
+
 def chaos_summary(name: str, res: Results) -> Block:
     s = res.json(name)["summary"]
     rows = [
@@ -181,12 +189,18 @@ def chaos_summary(name: str, res: Results) -> Block:
         ],
         ["iterations redone; env steps redone", f"{s['iterations_redone']}; {count(s['env_steps_redone'])}"],
         ["env steps unaccounted; checkpoints lost", f"{s['env_steps_unaccounted']:.0f}; {s['checkpoints_lost']}"],
-        ["wall time: fault-free / with faults", f"{s['fault_free_s']:.0f} s / {s['chaos_s']:.0f} s"],
+        ["wall time: fault-free / with faults", f"{fault_free_wall(s)} / {s['chaos_s']:.0f} s"],
         [
             "env steps/s: fault-free / with faults",
             f"{count(s['fault_free_steps_per_s'])} / {count(s['chaos_steps_per_s'])}",
         ],
         ["throughput, with faults over fault-free", share_down(s["throughput_ratio"])],
+        [
+            "throughput against the fault-free run before; after",
+            f"{share_down(s['throughput_ratio_against_before'])}; {share_down(s['throughput_ratio_against_after'])}"
+            if "throughput_ratio_against_before" in s
+            else "— (no run after)",
+        ],
         [
             "undisturbed iteration (median): fault-free / with faults",
             seconds_pair(s, "fault_free_iteration_median_s", "chaos_undisturbed_iteration_median_s"),
