@@ -21,6 +21,7 @@ from results_tables import (
     H200,
     H200_HOPS,
     H200_PROFILED,
+    HOSTS,
     METAWORLD,
     OFFLOAD,
     PLANNER,
@@ -169,6 +170,22 @@ def chaos_line(name: str, res: Results) -> str:
     )
 
 
+def hosts_line(res: Results) -> str:
+    """The benchmark's last line, from its raw output."""
+    runs = res.json(HOSTS)["runs"]
+
+    def seconds(value: float | None) -> str:
+        return "not seen" if value is None else f"{value:.1f} s"
+
+    struck = "; ".join(
+        f"{o['fault']} detected in {seconds(o['detected_s'])}, back in {seconds(o['back_s'])}"
+        for o in runs
+        if o["fault"] != "none"
+    )
+    lost, unaccounted = (sum(o[key] for o in runs) for key in ("checkpoints_lost", "env_steps_unaccounted"))
+    return f"`hosts: {struck}; {lost} checkpoints lost, {unaccounted} env steps unaccounted`"
+
+
 # --- registry ---------------------------------------------------------------------------------------------------
 
 
@@ -189,6 +206,7 @@ FIGURES: dict[str, Callable[[Results], str]] = {
     "planner.growth_5": partial(plan_growth, 5),
     "chaos.line": partial(chaos_line, CHAOS),
     "chaos_seed3.line": partial(chaos_line, CHAOS_SEED3),
+    "hosts.line": hosts_line,
     "faults.completed": lambda res: f"{sum(r['completed'] for r in res.rows(FAULTS))}/{len(res.rows(FAULTS))}",
     "faults.median_detection": lambda res: f"{statistics.median(r['detection_s'] for r in res.rows(FAULTS)):.2f} s",
     "h200.ablation_env_step": partial(port_cell, "gpu/ablation.txt", "env.step", 2),

@@ -17,6 +17,7 @@ from results_io import Results, share_down
 
 ENGINE, PLANNER, FAULTS, CHAOS = "engine_overhead.json", "planner_scale.json", "faults.json", "chaos.json"
 CHAOS_SEED3 = "chaos_seed3.json"
+HOSTS = "hosts.json"
 SPIN, BEFORE_HOPS, CAMERA_CPU = "modes_spin.json", "modes.json", "modes_camera.json"
 H200, H200_PROFILED, H200_HOPS, X2 = (f"{d}/modes_camera.json" for d in ("gpu", "gpu2", "gpu3", "gpu8"))
 METAWORLD, PPO_H200 = "ppo_metaworld_camera_metrics.jsonl", "gpu/ppo_camera_metrics.jsonl"
@@ -215,6 +216,30 @@ def chaos_summary(name: str, res: Results) -> Block:
         ],
     ]
     return Block(table(["", "value"], rows, "lr"), [name])
+
+
+def hosts(res: Results) -> Block:
+    """The two-host job by fault: completed, speed, host 1's link, detection and recovery, what was lost."""
+    data = res.json(HOSTS)
+
+    def after(value: float | None) -> str:
+        return "—" if value is None else f"{value:.1f} s"
+
+    rows = [
+        [o["fault"], "yes" if o["completed"] else "no", f"{o['wall_s']:.0f} s", count(o["steps_per_s"])]
+        + [f"{o['link_bytes_per_iteration'] / 1e3:.0f} kB", after(o["detected_s"]), after(o["back_s"])]
+        + [str(o["iterations_redone"]), str(o["env_steps_unaccounted"]), str(o["checkpoints_lost"])]
+        + ["none" if not o["ways_out"] else "; ".join(o["ways_out"])]
+        for o in data["runs"]
+    ]
+    args = data["args"]
+    caption = (
+        f"*{args['iterations']} iterations, the fault once {args['fault_at']} were logged; link: host 1's, both"
+        " ways, per iteration before the fault*"
+    )
+    header = ["fault", "completed", "wall", "env steps/s", "link", "detected after", "back after"]
+    header += ["iterations redone", "env steps unaccounted", "checkpoints lost", "ways out"]
+    return Block([caption, "", *table(header, rows, "llrrrrrrrrl")], [HOSTS])
 
 
 ABLATION_CHANGES = {  # row -> what it changes over the previous one
@@ -522,6 +547,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "chaos_summary": partial(chaos_summary, CHAOS),
     "chaos_seed3_faults": partial(chaos_faults, CHAOS_SEED3),
     "chaos_seed3_summary": partial(chaos_summary, CHAOS_SEED3),
+    "hosts": hosts,
     "ablation_metaworld": partial(ablation, "simulator_ablation_metaworld.json"),
     "ablation_cheetah_h200": partial(ablation, "gpu/simulator_ablation_cheetah.json"),
     "modes_camera_h200": partial(modes_table, H200),

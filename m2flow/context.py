@@ -58,22 +58,27 @@ class WorkerContext:
 
 
 class WorkingOn:
-    """The env a process works on, noted where it outlives a crash (`WorkerContext.working_on`)."""
+    """The env a process works on, noted where it outlives a crash (`WorkerContext.working_on`); on exit, the
+    env of the block it is nested in, if any."""
 
-    __slots__ = ("env",)
+    __slots__ = ("env", "outer")
 
     def __init__(self, env: int):
-        self.env = env
+        self.env, self.outer = env, None
 
     def __enter__(self) -> None:
+        global _working
+        self.outer, _working = _working, self.env
         _note_env(self.env)
 
     def __exit__(self, *exc: object) -> None:
-        _note_env(NO_ENV)
+        global _working
+        _working = self.outer
+        _note_env(self.outer)
 
 
-NO_ENV = -1
-_note_env: Callable[[int], None] = lambda env: None  # noqa: E731 - set in a worker process by the runtime
+_working: int | None = None  # the env this process works on now
+_note_env: Callable[[int | None], None] = lambda env: None  # noqa: E731 - set in a worker process by the runtime
 _current = WorkerContext()
 
 
@@ -86,7 +91,7 @@ def set_context(ctx: WorkerContext) -> None:
     _current = ctx
 
 
-def set_env_note(note: Callable[[int], None]) -> None:
+def set_env_note(note: Callable[[int | None], None]) -> None:
     """Where `WorkerContext.working_on` notes the env (`m2flow.runtime.crashes`)."""
     global _note_env
     _note_env = note

@@ -35,6 +35,8 @@ class WaitTimeout(M2FlowError):
 
     def detailed(self, detail: str) -> WaitTimeout:
         """The same timeout with `detail` (where the stuck ones are) at the end of its first line."""
+        if not detail:
+            return self
         first, _, rest = str(self).partition("\n")
         return WaitTimeout(f"{first} {detail}" + (f"\n{rest}" if rest else ""), self.stuck)
 

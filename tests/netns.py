@@ -45,6 +45,13 @@ def available() -> str | None:
     return None
 
 
+def _no_ipv6(link: str) -> None:
+    """Turn IPv6 off on a root-namespace link (no link-local address), where the kernel has IPv6."""
+    switch = Path(f"/proc/sys/net/ipv6/conf/{link}/disable_ipv6")
+    if switch.exists():
+        switch.write_text("1")
+
+
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
@@ -89,12 +96,16 @@ class Hosts:
     def _network(self) -> None:
         self._remove_network()  # what a killed earlier run left behind
         _ip("link", "add", BRIDGE, "type", "bridge")
+        _no_ipv6(BRIDGE)  # no link-local address: the root namespace answers on nothing the hosts can reach
         _ip("link", "set", BRIDGE, "up")
         for i, name in enumerate(self.names):
             _ip("netns", "add", name)
             _ip("link", "add", f"m2flow-v{i}", "type", "veth", "peer", "name", "eth0", "netns", name)
+            _no_ipv6(f"m2flow-v{i}")
             _ip("link", "set", f"m2flow-v{i}", "master", BRIDGE)
             _ip("link", "set", f"m2flow-v{i}", "up")
+            ipv6_off = "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6"  # the namespace's own, if it has IPv6
+            subprocess.run(["ip", "netns", "exec", name, "sh", "-c", ipv6_off], capture_output=True)
             _ip("-n", name, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
             _ip("-n", name, "link", "set", "eth0", "up")
             _ip("-n", name, "link", "set", "lo", "up")
@@ -139,15 +150,16 @@ class Hosts:
 
     def ways_out(self) -> list[str]:
         """Every way traffic could leave the hosts' namespaces (none: it stays between them): an address on
-        the bridge (the root namespace would answer on it), or a route in a host to anywhere but the hosts'
-        subnet."""
+        the bridge or a link's root-namespace end (the root namespace would answer on it), or a route in a
+        host to anywhere but the hosts' subnet."""
         ways = []
-        bridge = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", BRIDGE], capture_output=True, text=True)
-        if bridge.stdout.strip():
-            ways.append(f"the bridge has an address: {bridge.stdout.strip()}")
+        for link in [BRIDGE, *(f"m2flow-v{i}" for i in range(self.count))]:
+            held = subprocess.run(["ip", "-o", "addr", "show", "dev", link], capture_output=True, text=True).stdout
+            ways += [f"{link} has an address: {line}" for line in held.splitlines()]
         for name in self.names:
-            routes = subprocess.run(["ip", "-n", name, "-4", "route"], capture_output=True, text=True).stdout
-            ways += [f"{name} routes {r}" for r in routes.splitlines() if not r.startswith(f"{SUBNET}.0/24 ")]
+            for family in ("-4", "-6"):
+                routes = subprocess.run(["ip", "-n", name, family, "route"], capture_output=True, text=True).stdout
+                ways += [f"{name} routes {r}" for r in routes.splitlines() if not r.startswith(f"{SUBNET}.0/24 ")]
         return ways
 
     def partition(self, host: int) -> None:

@@ -50,3 +50,29 @@ def recovery_ppo(out: Path, name: str, *, horizon: int, iterations: int, seed: i
     raw["workers"]["env"]["replicas"] = 2
     raw["placement"] = {"mode": "shared", "pipeline_stages": 1, "colocate": False}
     return raw
+
+
+def two_host_ppo(out: Path, address: str, *, iterations: int, checkpoint_every: int, floor_s: float) -> dict:
+    """The job `tests/netns.py`'s hosts run, from host 0 through the CLI: two simulator replicas of 2 envs,
+    a policy and two training ranks placed hybrid (the loop's channels and the training group span the
+    hosts), restarted from its last checkpoint on a failure, on the cluster at `address`."""
+    raw = pendulum_ppo(
+        out,
+        "hosts",
+        num_envs=2,
+        hidden=[16, 16],
+        horizon=16,
+        actor={"num_minibatches": 2, "update_epochs": 1},
+        run={
+            "iterations": iterations,
+            "seed": 6,
+            "checkpoint_every": checkpoint_every,
+            "on_failure": "restart",
+            "timeouts": {"floor_s": floor_s, "start_s": 60},
+        },
+    )
+    raw["workers"]["env"]["replicas"] = 2
+    raw["workers"]["actor"]["replicas"] = 2
+    raw["placement"] = {"mode": "hybrid", "pipeline_stages": 1, "replan": False}
+    raw["cluster"] = {"address": address}
+    return raw

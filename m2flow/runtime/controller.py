@@ -30,7 +30,7 @@ from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.replace import Replacement, Replacer, await_calls, await_loop
 from m2flow.runtime.stacks import RankState, ask, ask_on_node, explain
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
-from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.runtime.waits import Deadline, settle, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
 from m2flow.schedule import Phase, Plan, ReplicaId
 from m2flow.sharding import shard_groups
@@ -86,6 +86,7 @@ class Controller(InPlace):
         self._streamed: dict[PortRef, list[Any]] = {}  # then-sources produced while the loop ran
         self._stream_calls: list[Call] = []
         self._consumes: dict[Any, Any] = {}  # a streamed part call's event -> the output it was given
+        self._given_up: list[Any] = []  # calls that failed with a replaced replica: their errors are taken
         self._issued: dict[Any, Issued] = {}  # this iteration's port calls by event, to issue again
         self.replacer = replacer  # what may be replaced in place
         asynchronous = graph.spec.flow.asynchronous
@@ -121,6 +122,8 @@ class Controller(InPlace):
             began = time.time()
             self._finish_training()
             self._add_time("time/train_wait_s", began)
+        settle(self._given_up)  # by now they have failed (not reported as unhandled)
+        self._given_up = []
         result = self._result
         result.metrics.update(self._worker_metrics())
         if result.replacements:  # a wait on a hung replica and a redo: not what the plan's costs are

@@ -1,12 +1,14 @@
 """A worker process's crash record: the fatal signal it died of (a segfault in a physics engine, an abort in a
 renderer) and the env it was working on then, read after its death, so the crash counts against that env
-(`quarantine.py`) as an `m2flow.EnvFailed` it raised would.
+(`quarantine.py`) as an `m2flow.EnvFailed` it raised would, and the failure says how the process died.
 
-Each worker process keeps two files under `<run>/crashes/`: `<pid>.env`, 8 bytes mapped into its memory
-holding the global env it works on now (`WorkerContext.working_on`; -1: none), whose page outlives the
-process, and `<pid>.txt`, where faulthandler writes the fatal error and the stacks (instead of the worker's
-log). A process killed from outside (SIGKILL: the OOM killer, an operator) writes no fatal error: its env is
-not blamed.
+Each worker process keeps two files under `<run>/crashes/`, named by its node's address and its pid:
+`<address>-<pid>.env`, 16 bytes mapped into its memory holding the global env it works on now and the
+thread working on it (`WorkerContext.working_on`), whose page outlives the process, and
+`<address>-<pid>.txt`, where faulthandler writes the fatal error and every thread's stacks (instead of the
+worker's log). A crash counts against the env only when the thread that noted it is the one that crashed.
+A process killed from outside (SIGKILL: the OOM killer, an operator) writes no fatal error and blames no
+env, nor does a fatal error of the interpreter itself (it turns faulthandler off before it aborts).
 """
 
 from __future__ import annotations
@@ -14,30 +16,38 @@ from __future__ import annotations
 import faulthandler
 import mmap
 import os
-import struct
+import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from m2flow.context import NO_ENV, set_env_note
+from m2flow.context import set_env_note
 
 FATAL = "Fatal Python error: "
+NOTE_BYTES = 16  # two unsigned 64-bit words: the env plus one (0: none), the thread working on it
+REACH_S = 5.0  # how long another host is given to read its records
 _kept: list = []  # this process's open record: kept for its life
 
 
-def record_here(run_dir: str) -> None:
-    """Keep this worker process's crash record under `<run_dir>/crashes/` (once per process)."""
+def record_here(run_dir: str, address: str) -> None:
+    """Keep this worker process's crash record under `<run_dir>/crashes/` (once per process); `address` is
+    its node's, which tells it from a process of the same pid on another host sharing the folder."""
     if _kept:
         return
-    folder = Path(run_dir) / "crashes"
-    folder.mkdir(parents=True, exist_ok=True)
-    pid = os.getpid()
-    (folder / f"{pid}.env").write_bytes(struct.pack("q", NO_ENV))
-    note = open(folder / f"{pid}.env", "r+b")  # noqa: SIM115 - mapped for the process's life
-    marks = mmap.mmap(note.fileno(), 8)
-    dump = open(folder / f"{pid}.txt", "w")  # noqa: SIM115 - open for faulthandler for the process's life
+    env_file, dump_file = _files(run_dir, address, os.getpid())
+    env_file.parent.mkdir(parents=True, exist_ok=True)
+    env_file.write_bytes(bytes(NOTE_BYTES))
+    note = open(env_file, "r+b")  # noqa: SIM115 - mapped for the process's life
+    marks = mmap.mmap(note.fileno(), NOTE_BYTES)
+    slot = memoryview(marks).cast("Q")
+    dump = open(dump_file, "w")  # noqa: SIM115 - open for faulthandler for the process's life
     faulthandler.enable(file=dump, all_threads=True)
-    _kept.extend([note, marks, dump])
-    set_env_note(lambda env: struct.pack_into("q", marks, 0, env))
+    _kept.extend([note, marks, slot, dump])
+
+    def note_env(env: int | None) -> None:
+        slot[0], slot[1] = (0, 0) if env is None else (env + 1, threading.get_ident())
+
+    set_env_note(note_env)
 
 
 @dataclass(frozen=True)
@@ -53,17 +63,48 @@ class Crash:
         return f"it crashed: {self.fatal}{on} (its stacks: {self.dump})"
 
 
-def crashed(run_dir: str, pid: int) -> Crash | None:
-    """How the worker process `pid` (on this host) crashed; None when it did not (it was killed from outside,
-    or it is not a worker process of this run)."""
-    folder = Path(run_dir) / "crashes"
-    dump = folder / f"{pid}.txt"
+def crashed(run_dir: str, address: str, pid: int) -> Crash | None:
+    """How the worker process `pid` on the node at `address` crashed, read on that node; None when it did
+    not (it was killed from outside, or it is not a worker process of this run)."""
+    env_file, dump = _files(run_dir, address, pid)
     try:
         text = dump.read_text(errors="replace")
-        (env,) = struct.unpack("q", (folder / f"{pid}.env").read_bytes()[:8])
-    except (OSError, struct.error):
+        slot = memoryview(env_file.read_bytes()[:NOTE_BYTES]).cast("Q")
+    except (OSError, TypeError, ValueError):
         return None
     fatal = next((line.removeprefix(FATAL) for line in text.splitlines() if line.startswith(FATAL)), None)
     if fatal is None:
         return None
-    return Crash(fatal.strip(), None if env == NO_ENV else env, dump)
+    env, thread = slot[0] - 1, slot[1]
+    crashing = re.search(r"^Current thread (0x[0-9a-f]+)", text, re.MULTILINE)
+    noted_there = env >= 0 and crashing is not None and int(crashing.group(1), 16) == thread
+    return Crash(fatal.strip(), env if noted_there else None, dump)
+
+
+def crashed_on(node: str, processes: dict[str, tuple[str, int]], run_dir: str) -> dict[str, Crash | None]:
+    """`crashed` for processes (name -> node address and pid) of Ray node `node`, read by a task there; a
+    node that does not run it in time (gone, cut off) leaves them unread (None)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(_read_here).options(
+        num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+    )
+    asked = task.remote(processes, run_dir)
+    try:
+        return ray.get(asked, timeout=REACH_S)
+    except ray.exceptions.GetTimeoutError:
+        ray.cancel(asked, force=True)
+    except ray.exceptions.RayError:
+        pass
+    return dict.fromkeys(processes)
+
+
+def _read_here(processes: dict[str, tuple[str, int]], run_dir: str) -> dict[str, Crash | None]:
+    return {name: crashed(run_dir, address, pid) for name, (address, pid) in processes.items()}
+
+
+def _files(run_dir: str, address: str, pid: int) -> tuple[Path, Path]:
+    """A process's env note and its fatal-error dump."""
+    folder, name = Path(run_dir) / "crashes", f"{address}-{pid}"
+    return folder / f"{name}.env", folder / f"{name}.txt"

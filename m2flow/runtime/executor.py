@@ -257,10 +257,9 @@ class Run:
         """Restart every worker from the last checkpoint, or re-raise with the failure history. A process
         that died of a crash says how (faulthandler's stacks are in the run's folder, not the worker's log)."""
         detected_at = time.time()
-        crashes = self.launch.crashes() if self.launch is not None and type(exc) is WorkerError else []
-        if crashes:
-            exc = WorkerError(f"{exc}; {'; '.join(crashes)}")
-        failure = _failure(self.next_iteration, headline(exc), detected_at)
+        crashes = self.launch.crashes() if self.launch is not None else {}
+        said = "; ".join(f"{r}: {crash}" for r, crash in crashes.items() if str(crash.dump) not in str(exc))
+        failure = _failure(self.next_iteration, f"{headline(exc)}; {said}" if said else headline(exc), detected_at)
         self._record_failure(failure)
         restarts = sum(1 for f in self.result.failures if not f["replaced"])
         if self.spec.run.on_failure == "stop" or restarts > self.spec.run.max_restarts:
@@ -274,6 +273,8 @@ class Run:
                     f"stopping after {restarts - 1} restart(s) (run.max_restarts="
                     f"{self.spec.run.max_restarts}); failures:\n{history}\nlast: {exc}"
                 ) from None
+            if said:
+                raise WorkerError(f"{exc}\n{said}") from None
             raise exc
         self.reporter.print(f"m2flow: iteration {failure['iteration']} failed: {failure['error']}")
         self.close()

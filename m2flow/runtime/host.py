@@ -75,7 +75,7 @@ class WorkerHost:
         if core is not None:
             os.sched_setaffinity(0, {core % (os.cpu_count() or 1)})
         answer_when_asked(ctx.output_dir)
-        record_here(ctx.output_dir)
+        record_here(ctx.output_dir, _node_address())
         self.ctx = ctx
         self.me: PeerId = (ctx.worker, ctx.replica)
         self.mailbox: Mailbox | None = None
@@ -231,6 +231,12 @@ class WorkerHost:
             return method(*args)
         except Exception as exc:
             raise _failed(self.ctx, port, where, exc) from None
+
+
+def _node_address() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
 
 
 def _failed(ctx: WorkerContext, port: str, where: str, exc: Exception) -> PortFailed:

@@ -124,10 +124,10 @@ class InPlace:
         in_place = not (transport.meets and source.device.kind == "gpu")
         with self._naming_ranks():
             published = wait_all(calls[:first_copy], deadline)
-            transfer = calls[first_copy:]
-            replaceable = self.replacer.replaceable() if in_place else frozenset()
-            where_out = self._sync_group(edge, transport, transfer)
-            moved, failed = await_transfer(transfer, deadline, edge.dst, replaceable, where_out)
+        transfer = calls[first_copy:]
+        replaceable = self.replacer.replaceable() if in_place else frozenset()
+        where_out = self._sync_group(edge, transport, transfer)  # a hang names the sync's group, not the source's
+        moved, failed = await_transfer(transfer, deadline, edge.dst, replaceable, where_out)
         events = [*published, *moved]
         if failed:
             self._replace_outside_loop(
@@ -179,9 +179,12 @@ class InPlace:
         then = self._then_phase()
         gone = {id(r) for r in replaced}
         dead = {ref for ref, r in self._producer.items() if id(r) in gone}
-        kept = [c for c in self._stream_calls if id(c[1]) not in gone and self._consumes.get(c[0]) not in dead]
-        settle([c[0] for c in self._stream_calls if c not in kept])  # failed with the replaced: not reported
-        self._stream_calls = kept
+        calls, self._stream_calls = self._stream_calls, []
+        for call in calls:
+            if id(call[1]) in gone or self._consumes.get(call[0]) in dead:
+                self._given_up.append(call[0])  # failed with the replaced replica
+            else:
+                self._stream_calls.append(call)
         for src, refs in self._streamed.items():
             for i, ref in enumerate(refs):
                 if ref in dead:

@@ -47,7 +47,7 @@ class Dropped:
 
     at: float  # time.time()
     why: str
-    env: int | None = None  # the env the replica itself said failed (`m2flow.EnvFailed`), if it did
+    env: int | None = None  # the env that failed: named by the replica (`m2flow.EnvFailed`) or its crash record
     peer: PeerId | None = None  # the droppable peer it stopped for (`PeerLost`), if it did
 
 

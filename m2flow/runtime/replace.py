@@ -25,7 +25,6 @@ from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph
-from m2flow.runtime.crashes import crashed
 from m2flow.runtime.host import PortFailed, headline
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopStats, PeerLost
@@ -58,7 +57,7 @@ class Replacement:
     steps_redone: int
     detected_at: float  # when its failure was seen (time.time())
     seconds: float  # from then to the end of the redo
-    env: int | None  # the env that failed, when the replica named it
+    env: int | None  # the env that failed, when the replica or its crash record named it
     quarantined: bool  # whether that env was quarantined (started again from a new seed)
 
 
@@ -102,7 +101,7 @@ class Replacer:
     def start(self, failed: Failed, where: str) -> dict[ReplicaId, Started]:
         """A new process for each failed replica; past the budget, the failure is the iteration's. A
         simulator whose process crashed working on an env (`crashes.py`) failed in that env."""
-        failed = [(replica, self._blamed(replica, dropped)) for replica, dropped in failed]
+        failed = self._blamed(failed)
         if len(failed) > self.budget:
             names, env = ", ".join(str(r.id) for r, _ in failed), failed[0][1].env
             times = self.quarantine.times.get(env, 0)
@@ -121,16 +120,19 @@ class Replacer:
             for new, (_, dropped), moved in zip(fresh, failed, quarantined, strict=True)
         }
 
-    def _blamed(self, replica: Replica, dropped: Dropped) -> Dropped:
-        """`dropped`, for a simulator replica whose process (on this host) crashed, with how it crashed and
-        the env it was working on then."""
+    def _blamed(self, failed: Failed) -> Failed:
+        """`failed`, each replica whose process crashed with how it crashed; a simulator's with the env it
+        was working on then, unless it named one itself."""
+        crashes = self.launch.crashes([replica.id for replica, _ in failed])
         simulator = self.launch.graph.loop.entry.worker
-        if replica.worker != simulator or dropped.env is not None or not self.launch.on_this_host(replica.id):
-            return dropped
-        crash = crashed(self.launch.output_dir, self.launch.pids[replica.id])
-        if crash is None:
-            return dropped
-        return dataclasses.replace(dropped, why=f"{dropped.why}; {crash}", env=crash.env)
+        blamed = []
+        for replica, dropped in failed:
+            crash = crashes.get(replica.id)
+            if crash is not None:
+                env = dropped.env if dropped.env is not None or replica.worker != simulator else crash.env
+                dropped = dataclasses.replace(dropped, why=f"{dropped.why}; {crash}", env=env)
+            blamed.append((replica, dropped))
+        return blamed
 
     def group_checkpoint(self, worker: str, iteration: int) -> Path | None:
         """The checkpoint `worker` may restart in place from in `iteration`'s after-loop phase (None: it may

@@ -83,7 +83,8 @@ def get(ref: Any, replica: Any, what: str) -> Any:
             raise WorkerError(f"worker '{replica.worker}' replica {replica.index} failed to start:\n{detail}") from None
         raise WorkerError(
             f"worker '{replica.worker}' replica {replica.index} died during {what} (process killed, crashed or out of"
-            f" memory): {str(exc).splitlines()[0]}. Its log is under {log_dir()}"
+            f" memory): {str(exc).splitlines()[0]}. Its log is under {log_dir()}; a crash's stacks, under the run's"
+            " crashes/ folder"
         ) from None
 
 

@@ -173,7 +173,7 @@ def test_a_time_limit_is_recorded_with_its_final_observation_to_bootstrap_from()
     assert trajectory["done"][5].tolist() == [1, 1]  # the next step starts a new episode: GAE stops there
 
 
-def test_ppo_bootstraps_the_value_of_episodes_a_time_limit_cut():
+def test_ppo_bootstraps_the_value_of_episodes_a_time_limit_cut_in_train_not_in_a_streamed_part():
     from m2flow.context import WorkerContext, set_context
     from m2flow.workers.actor import PPO
 
@@ -195,11 +195,19 @@ def test_ppo_bootstraps_the_value_of_episodes_a_time_limit_cut():
     }
     trajectory["truncated"][1, 0] = 1.0
     trajectory["final_obs"][1, 0] = rng.normal(size=17)
-    part = ppo._prepare(trajectory)
+    part = ppo._with_values(ppo._prepare(trajectory))
     with torch.no_grad():
         expected = ppo.model.get_value(torch.tensor(trajectory["final_obs"][1, 0][None]))[0]
     torch.testing.assert_close(part["final_value"][1, 0], expected)
     assert part["final_value"].shape == (steps, envs)
+
+    # a streamed part runs no forward (a sharded model's is a collective): its values wait for `train`
+    forwards = []
+    ppo.model.get_value = lambda obs: forwards.append(obs) or torch.zeros(len(obs))
+    ppo.train_part([trajectory])
+    assert forwards == []
+    ppo._with_values(ppo._parts[0])
+    assert len(forwards) == 2  # the last observation's value, the cut episode's final one
 
 
 def test_a_ppo_update_that_goes_non_finite_stops_with_a_clear_error():

@@ -13,6 +13,7 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -102,7 +103,7 @@ class PPO:
         self.scaler: ReturnScaler | None = None
         self.version = 0
         self.updates = 0
-        self._parts: list[dict[str, Any]] = []  # parts of this iteration's batch that arrived early
+        self._parts: list[Part] = []  # parts of this iteration's batch that arrived early
 
     @staticmethod
     def memory_estimate_gb(cfg: PPOConfig, samples: int) -> float:
@@ -138,39 +139,42 @@ class PPO:
 
     def train_part(self, trajectories: list[dict[str, Any]]) -> None:
         """Parts of the batch that are ready (one loop replica's slices), sent while other replicas still
-        step: moved to the device with their bootstrap values now. The update itself waits for `train`:
-        its minibatches are shuffled over the whole batch."""
+        step: moved to the device now. Nothing here runs the model: a sharded model's forward is a
+        collective, and the ranks' parts arrive at different times — or, where a loop replica is replaced
+        and its part redone, on one rank and not yet on another. The update itself, and the bootstrap
+        values, wait for `train`, where every rank runs them together."""
         self._parts += [self._prepare(t) for t in trajectories]
 
-    def _prepare(self, trajectory: dict[str, Any]) -> dict[str, Any]:
+    def _prepare(self, trajectory: dict[str, Any]) -> Part:
         """One part as tensors on the device, time-major [T, envs, ...] (arrays from Ray's object store are
-        read-only: copied where torch needs it), with the value of its last observation for GAE."""
+        read-only: copied where torch needs it), with the observations its bootstrap values are of (GAE)."""
         steps, envs = np.shape(trajectory["reward"])
         obs = _time_major(self.model.inputs(_flatten(trajectory["obs"]), self.device), steps, envs)
-        part = {"obs": obs, "next_done": torch.tensor(trajectory["next_done"], device=self.device)}
+        tensors = {"obs": obs, "next_done": torch.tensor(trajectory["next_done"], device=self.device)}
         arrays = [key for key in TIME_MAJOR if key != "obs" and key in trajectory]
-        part.update({key: torch.tensor(trajectory[key], device=self.device) for key in arrays})
+        tensors.update({key: torch.tensor(trajectory[key], device=self.device) for key in arrays})
         if "env_ids" in trajectory:
-            part["env_ids"] = torch.tensor(trajectory["env_ids"], dtype=torch.long, device=self.device)
-        if self.cfg.advantage == "gae":
-            with torch.no_grad(), self.backend.compute():
-                next_obs = self.model.inputs(trajectory["next_obs"], self.device)
-                part["next_value"] = self.model.get_value(next_obs).float()
-                if "final_obs" in trajectory:  # the value of episodes a time limit cut short, to bootstrap from
-                    part["final_value"] = self._final_values(trajectory, steps, envs)
-        return part
+            tensors["env_ids"] = torch.tensor(trajectory["env_ids"], dtype=torch.long, device=self.device)
+        gae = self.cfg.advantage == "gae"
+        return Part(tensors, Bootstrap.of(self.model, trajectory, self.device) if gae else None)
 
-    def _final_values(self, trajectory: dict[str, Any], steps: int, envs: int) -> torch.Tensor:
-        """[T, envs] values of the final observations of the episodes a time limit cut (0 elsewhere): only
-        those rows go through the model, and at least one (row 0, its value unused) on every rank: a sharded
-        model's forward is a collective, and image models cannot reshape an empty batch."""
-        cut = np.flatnonzero(np.asarray(trajectory["truncated"]).reshape(-1))
-        rows = cut if len(cut) else np.zeros(1, dtype=np.int64)
-        final = apply_to_obs(_flatten(trajectory["final_obs"]), lambda x: x[rows])
-        computed = self.model.get_value(self.model.inputs(final, self.device)).float()
-        values = torch.zeros(steps * envs, device=self.device)
-        values[torch.as_tensor(cut, device=self.device)] = computed[: len(cut)]
-        return values.reshape(steps, envs)
+    def _with_values(self, part: Part) -> dict[str, Any]:
+        """A part's tensors with its bootstrap values (GAE): of its last observation, and of the final
+        observations of the episodes a time limit cut short (0 elsewhere). Every rank runs the same forwards
+        (one or two per part), only those rows through the model and at least one (row 0, its value
+        unused): a sharded model's forward is a collective, and image models cannot reshape an empty batch."""
+        tensors, bootstrap = dict(part.tensors), part.bootstrap
+        if bootstrap is None:
+            return tensors
+        steps, envs = tensors["reward"].shape
+        with torch.no_grad(), self.backend.compute():
+            tensors["next_value"] = self.model.get_value(bootstrap.next_obs).float()
+            if bootstrap.final_obs is not None:
+                computed = self.model.get_value(bootstrap.final_obs).float()
+                values = torch.zeros(steps * envs, device=self.device)
+                values[torch.as_tensor(bootstrap.cut, device=self.device)] = computed[: len(bootstrap.cut)]
+                tensors["final_value"] = values.reshape(steps, envs)
+        return tensors
 
     def train(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:
         """One PPO update on this rank's data-parallel share of the batch (its producers' trajectories).
@@ -180,8 +184,8 @@ class PPO:
         backend averages over ranks is the one-rank gradient of the whole minibatch."""
         cfg = self.cfg
         streamed = len(self._parts) == len(trajectories)  # every part arrived early (a streamed then-edge)
-        parts = self._parts if streamed else [self._prepare(t) for t in trajectories]
-        self._parts = []
+        prepared = self._parts if streamed else [self._prepare(t) for t in trajectories]
+        parts, self._parts = [self._with_values(p) for p in prepared], []
         batch = {key: _cat([part[key] for part in parts], dim=1 if key in TIME_MAJOR else 0) for key in parts[0]}
         rewards, dones, values = batch["reward"], batch["done"], batch["value"]
         steps, envs = rewards.shape
@@ -467,6 +471,35 @@ def _grpo(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, do
 
 
 ADVANTAGES = {"gae": _gae, "grpo": _grpo}
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """A part's observations on the device that its GAE bootstrap values are of: the last one, and the
+    final ones of the episodes a time limit cut short (`cut`: their rows in [T * envs]; at least one row
+    goes through the model)."""
+
+    next_obs: Any
+    final_obs: Any | None
+    cut: np.ndarray
+
+    @classmethod
+    def of(cls, model: Any, trajectory: dict[str, Any], device: torch.device) -> Bootstrap:
+        next_obs = model.inputs(trajectory["next_obs"], device)
+        if "final_obs" not in trajectory:
+            return cls(next_obs, None, np.zeros(0, dtype=np.int64))
+        cut = np.flatnonzero(np.asarray(trajectory["truncated"]).reshape(-1))
+        rows = cut if len(cut) else np.zeros(1, dtype=np.int64)
+        final = apply_to_obs(_flatten(trajectory["final_obs"]), lambda x: x[rows])
+        return cls(next_obs, model.inputs(final, device), cut)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the batch on the device, as `train_part` prepared it; its bootstrap values wait for `train`."""
+
+    tensors: dict[str, Any]
+    bootstrap: Bootstrap | None
 
 
 def _cat(parts: list[Any], dim: int) -> Any:

@@ -155,19 +155,25 @@ class CameraEnv:
             return {}
         final = {m: np.zeros_like(v) for m, v in observation.items() if m != "env_id"}
         for i in np.flatnonzero(cut):
-            for m, view in self.renderers[i].render(self.envs[i].unwrapped.data).items():
+            for m, view in self._render(self.renderers[i], self.envs[i]).items():
                 final[m][i] = view
             if "proprio" in final:
                 final["proprio"][i] = self.proprio[i]
         return {"truncated": cut.astype(np.float32), "final_obs": final}
 
     def _observe(self) -> dict[str, np.ndarray]:
-        views = [r.render(env.unwrapped.data) for r, env in zip(self.renderers, self.envs, strict=True)]
+        views = [self._render(r, env) for r, env in zip(self.renderers, self.envs, strict=True)]
         observation = {m: np.stack([v[m] for v in views]) for m in views[0]} if views[0] else {}
         if "proprio" in self.config.observation.modalities:
             observation["proprio"] = self.proprio.copy()
         observation["env_id"] = self.env_ids
         return observation
+
+    @staticmethod
+    def _render(renderer: CameraRenderer, env: NamedFailures) -> dict[str, np.ndarray]:
+        """`env`'s views; a crash of the renderer counts against it."""
+        with env.working:
+            return renderer.render(env.unwrapped.data)
 
     def trajectory(self) -> dict[str, Any]:
         """Every chunk since the last call, time-major [T, envs, ...]; rewards are summed over the chunk."""

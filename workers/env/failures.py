@@ -20,22 +20,22 @@ class NamedFailures(gym.Wrapper):
     def __init__(self, env: gym.Env, index: int):
         super().__init__(env)
         self.index = index
-        self._working = m2flow.context().working_on(index)
+        self.working = m2flow.context().working_on(index)  # `with env.working:` around its own renderer's calls
 
     def reset(self, **kwargs: Any) -> Any:
-        with self._working:
+        with self.working:
             try:
                 return self.env.reset(**kwargs)
             except Exception as exc:
                 raise m2flow.EnvFailed(self.index, f"reset raised {type(exc).__name__}: {exc}") from exc
 
     def step(self, action: Any) -> Any:
-        with self._working:
+        with self.working:
             try:
                 return self.env.step(action)
             except Exception as exc:
                 raise m2flow.EnvFailed(self.index, f"step raised {type(exc).__name__}: {exc}") from exc
 
     def render(self) -> Any:
-        with self._working:
+        with self.working:
             return self.env.render()
