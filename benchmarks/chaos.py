@@ -49,6 +49,7 @@ HORIZON, ENV_REPLICAS, ENVS_PER_REPLICA = 64, 2, 4  # as faults.py's job has the
 STEPS_PER_ITERATION = HORIZON * ENV_REPLICAS * ENVS_PER_REPLICA
 WARM_UP_ITERATIONS = 3  # faults start once the run has measured its costs and re-planned
 SLOW_FOR_S = 1.0
+WINDOW = 25  # undisturbed iterations on either side that say how fast the machine ran a faulted one
 FLOOR_S = 10.0  # the run's deadlines: x20 the plan's prediction, at least this
 
 
@@ -181,6 +182,32 @@ def undisturbed_median_s(result: RunResult) -> float:
     return statistics.median(h["time/iteration_s"] for h in result.history if "failures/replaced" not in h)
 
 
+def iteration_times(result: RunResult) -> dict[str, list]:
+    """Each iteration's seconds as the run logged it (an iteration redone after a restart: its last time),
+    and whether a failure touched it."""
+    return {
+        "seconds": [h["time/iteration_s"] for h in result.history],
+        "touched": ["failures/replaced" in h for h in result.history],
+    }
+
+
+def local_throughput(chaos_s: float, times: dict[str, list], outside_clean_s: float, speed: float) -> float:
+    """The throughput with faults over the same run's without them, the machine's speed taken from the run
+    itself: each iteration a failure touched costs its time over the median of the WINDOW undisturbed
+    iterations on either side (the machine's speed then); the time outside iterations (start-up,
+    checkpoints, restarts) costs what it exceeds the fault-free runs' by, scaled by `speed` (undisturbed
+    iteration medians, with faults over without). A drift of the machine's speed between or within the
+    runs, larger on this machine than what the faults cost, cancels."""
+    seconds, touched = times["seconds"], times["touched"]
+    cost = 0.0
+    for i, took in enumerate(seconds):
+        if touched[i]:
+            near = range(max(0, i - WINDOW), min(len(seconds), i + WINDOW + 1))
+            cost += max(0.0, took - statistics.median(seconds[j] for j in near if not touched[j]))
+    cost += max(0.0, chaos_s - sum(seconds) - outside_clean_s * speed)
+    return (chaos_s - cost) / chaos_s
+
+
 def final_return(result: RunResult, share: float = 0.1) -> float:
     """The mean episode return over the last `share` of the iterations that reported one."""
     returns = [h["env/episode_return"] for h in result.history if "env/episode_return" in h]
@@ -272,6 +299,14 @@ def main() -> None:
         "fault_free_iteration_median_s": clean_median_s,
         "chaos_undisturbed_iteration_median_s": undisturbed_median_s(chaotic),
         "throughput_ratio_drift_corrected": clean_s * undisturbed_median_s(chaotic) / clean_median_s / chaos_s,
+        "throughput_ratio_local": local_throughput(
+            chaos_s,
+            iteration_times(chaotic),
+            statistics.fmean(
+                [before_s - sum(iteration_times(before)["seconds"]), after_s - sum(iteration_times(after)["seconds"])]
+            ),
+            undisturbed_median_s(chaotic) / clean_median_s,
+        ),
         "fault_free_return": final_return(before),
         "fault_free_after_return": final_return(after),
         "chaos_return": final_return(chaotic),
@@ -279,9 +314,9 @@ def main() -> None:
     for fault in faults:
         print(json.dumps(asdict(fault)), flush=True)
     print(json.dumps(summary, indent=1), flush=True)
-    save_result(
-        args.name, {"summary": summary, "faults": [asdict(f) for f in faults], "failures": chaotic.failures}, args.out
-    )
+    runs = {"before": iteration_times(before), "chaos": iteration_times(chaotic), "after": iteration_times(after)}
+    payload = {"summary": summary, "faults": [asdict(f) for f in faults], "failures": chaotic.failures}
+    save_result(args.name, {**payload, "iterations": runs}, args.out)
     slow = len(faults) - len(failures)
     print(f"slow replicas: {slow}, taken for failures: {summary['slow_mistaken_for_failures']}")
     print(

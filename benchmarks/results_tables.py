@@ -211,6 +211,10 @@ def chaos_summary(name: str, res: Results) -> Block:
             share_down(s["throughput_ratio_drift_corrected"]) if "throughput_ratio_drift_corrected" in s else "—",
         ],
         [
+            "throughput, each fault's cost against its neighbouring iterations",
+            share_down(s["throughput_ratio_local"]) if "throughput_ratio_local" in s else "—",
+        ],
+        [
             "final return (last 10% of iterations): fault-free / with faults",
             f"{s['fault_free_return']:.1f} / {s['chaos_return']:.1f}",
         ],

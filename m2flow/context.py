@@ -59,22 +59,24 @@ class WorkerContext:
 
 class WorkingOn:
     """The env a process works on, noted where it outlives a crash (`WorkerContext.working_on`); on exit, the
-    env of the block it is nested in, if any."""
+    env of the block it is nested in, if any (one block may be entered again inside itself). One note per
+    process: the thread that entered last holds it."""
 
     __slots__ = ("env", "outer")
 
     def __init__(self, env: int):
-        self.env, self.outer = env, None
+        self.env, self.outer = env, []
 
     def __enter__(self) -> None:
         global _working
-        self.outer, _working = _working, self.env
+        self.outer.append(_working)
+        _working = self.env
         _note_env(self.env)
 
     def __exit__(self, *exc: object) -> None:
         global _working
-        _working = self.outer
-        _note_env(self.outer)
+        _working = self.outer.pop()
+        _note_env(_working)
 
 
 _working: int | None = None  # the env this process works on now

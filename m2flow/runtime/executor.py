@@ -257,8 +257,7 @@ class Run:
         """Restart every worker from the last checkpoint, or re-raise with the failure history. A process
         that died of a crash says how (faulthandler's stacks are in the run's folder, not the worker's log)."""
         detected_at = time.time()
-        crashes = self.launch.crashes() if self.launch is not None else {}
-        said = "; ".join(f"{r}: {crash}" for r, crash in crashes.items() if str(crash.dump) not in str(exc))
+        said = self._crashes_beside(exc)
         failure = _failure(self.next_iteration, f"{headline(exc)}; {said}" if said else headline(exc), detected_at)
         self._record_failure(failure)
         restarts = sum(1 for f in self.result.failures if not f["replaced"])
@@ -273,6 +272,8 @@ class Run:
                     f"stopping after {restarts - 1} restart(s) (run.max_restarts="
                     f"{self.spec.run.max_restarts}); failures:\n{history}\nlast: {exc}"
                 ) from None
+            if said and isinstance(exc, WaitTimeout):
+                raise exc.detailed(f"({said})") from None
             if said:
                 raise WorkerError(f"{exc}\n{said}") from None
             raise exc
@@ -286,6 +287,15 @@ class Run:
             f" continuing at iteration {self.next_iteration}"
         )
         self.start()
+
+    def _crashes_beside(self, exc: Exception) -> str:
+        """How the processes that crashed of their own crashed, where `exc` does not say it already; the
+        question is a courtesy: "" where it cannot be answered."""
+        try:
+            crashes = self.launch.crashes() if self.launch is not None else {}
+        except Exception:  # noqa: BLE001 - never worse than the failure itself
+            return ""
+        return "; ".join(f"{r}: {crash}" for r, crash in crashes.items() if str(crash.dump) not in str(exc))
 
     def _leave_lost_nodes(self) -> None:
         """Probe the plan's nodes; without the ones that are gone or cut off, re-plan on those left (the

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -208,6 +211,13 @@ def test_ppo_bootstraps_the_value_of_episodes_a_time_limit_cut_in_train_not_in_a
     assert forwards == []
     ppo._with_values(ppo._parts[0])
     assert len(forwards) == 2  # the last observation's value, the cut episode's final one
+
+    # a rank with fewer parts than another (simulators split unevenly over the ranks) runs as many forwards
+    forwards.clear()
+    ranks = SimpleNamespace(data_world=2, gather_data_ranks=lambda n: torch.stack([n, n + 2]), compute=nullcontext)
+    ppo.backend = ranks
+    ppo._match_forwards(ppo._parts)  # one part here, three on the other rank
+    assert len(forwards) == 2 * 2
 
 
 def test_a_ppo_update_that_goes_non_finite_stops_with_a_clear_error():

@@ -160,9 +160,10 @@ class PPO:
 
     def _with_values(self, part: Part) -> dict[str, Any]:
         """A part's tensors with its bootstrap values (GAE): of its last observation, and of the final
-        observations of the episodes a time limit cut short (0 elsewhere). Every rank runs the same forwards
-        (one or two per part), only those rows through the model and at least one (row 0, its value
-        unused): a sharded model's forward is a collective, and image models cannot reshape an empty batch."""
+        observations of the episodes a time limit cut short (0 elsewhere): one or two forwards, only those
+        rows through the model and at least one (row 0, its value unused): a sharded model's forward is a
+        collective (every rank runs as many: `_match_forwards`), and image models cannot reshape an empty
+        batch."""
         tensors, bootstrap = dict(part.tensors), part.bootstrap
         if bootstrap is None:
             return tensors
@@ -176,6 +177,16 @@ class PPO:
                 tensors["final_value"] = values.reshape(steps, envs)
         return tensors
 
+    def _match_forwards(self, prepared: list[Part]) -> None:
+        """As many bootstrap forwards on this rank as on the rank with the most parts (simulator replicas
+        need not split evenly over the ranks; a forward is a collective under FSDP): the missing ones run on
+        this rank's first part, their values dropped."""
+        if self.backend.data_world == 1 or not prepared or prepared[0].bootstrap is None:
+            return
+        most = int(self.backend.gather_data_ranks(torch.tensor(len(prepared), device=self.device)).max())
+        for _ in range(most - len(prepared)):
+            self._with_values(prepared[0])
+
     def train(self, trajectories: list[dict[str, Any]]) -> dict[str, float]:
         """One PPO update on this rank's data-parallel share of the batch (its producers' trajectories).
 
@@ -186,6 +197,7 @@ class PPO:
         streamed = len(self._parts) == len(trajectories)  # every part arrived early (a streamed then-edge)
         prepared = self._parts if streamed else [self._prepare(t) for t in trajectories]
         parts, self._parts = [self._with_values(p) for p in prepared], []
+        self._match_forwards(prepared)
         batch = {key: _cat([part[key] for part in parts], dim=1 if key in TIME_MAJOR else 0) for key in parts[0]}
         rewards, dones, values = batch["reward"], batch["done"], batch["value"]
         steps, envs = rewards.shape
