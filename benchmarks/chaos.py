@@ -13,8 +13,9 @@ detected (and how long after), recovered in place and by restart, iterations and
 checkpoints lost, env steps unaccounted (a batch training did not see whole), and throughput and final
 return against the fault-free runs. The machine's speed drifts by more than the faults cost: the
 throughput is taken against the mean of the fault-free runs before and after (a drift steady over the
-three runs cancels), and also corrected for the drift (each run's speed taken from its iterations no
-failure touched). Last line:
+three runs cancels), also corrected for the drift (each run's speed taken from its iterations no
+failure touched), and estimated inside the run with faults (each fault's cost: a touched iteration's
+time over its undisturbed neighbours', the least sensitive to the drift). Last line:
 
     chaos: F faults, D detected, R in place, S by restart, C checkpoints lost, throughput X% of fault-free
 """
@@ -36,12 +37,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
-from faults import job_dict
+from faults import checkpoints_lost, job_dict
 from results_io import save_result, share_down
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
-from m2flow.runtime.checkpoint import load_checkpoint
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.executor import RunResult
 
@@ -167,16 +167,6 @@ def redone(metrics: Path) -> tuple[int, int]:
     return again, again * STEPS_PER_ITERATION
 
 
-def checkpoints_lost(run_dir: Path, iterations: int) -> int:
-    lost = 0
-    for it in range(iterations):
-        try:
-            load_checkpoint(run_dir / "checkpoints" / f"iter_{it:08d}")
-        except (OSError, RuntimeError):
-            lost += 1
-    return lost
-
-
 def undisturbed_median_s(result: RunResult) -> float:
     """The median seconds of the run's iterations that no failure touched: how fast the machine ran it."""
     return statistics.median(h["time/iteration_s"] for h in result.history if "failures/replaced" not in h)
@@ -285,7 +275,7 @@ def main() -> None:
         "iterations_redone": again,
         "env_steps_redone": steps_again + steps_in_place,
         "env_steps_unaccounted": unaccounted,
-        "checkpoints_lost": checkpoints_lost(run_dir, chaotic.iterations),
+        "checkpoints_lost": checkpoints_lost(run_dir, range(chaotic.iterations)),
         "completed": all(r.iterations == args.iterations for r in (before, chaotic, after)),
         "fault_free_s": clean_s,  # the mean of the runs before and after
         "fault_free_runs_s": [before_s, after_s],

@@ -13,6 +13,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from results_io import save_result
@@ -69,6 +70,17 @@ def job_dict(out: Path, name: str, horizon: int = 128) -> dict:
     }
 
 
+def checkpoints_lost(run_dir: Path, iterations: Iterable[int]) -> int:
+    """How many of the checkpoints of these iterations under `run_dir` do not load."""
+    lost = 0
+    for it in iterations:
+        try:
+            load_checkpoint(run_dir / "checkpoints" / f"iter_{it:08d}")
+        except (OSError, RuntimeError):
+            lost += 1
+    return lost
+
+
 def one_run(out: Path, index: int, rng: random.Random) -> dict:
     import ray
 
@@ -90,12 +102,7 @@ def one_run(out: Path, index: int, rng: random.Random) -> dict:
         result = mf.run(job(out, name))
     except mf.M2FlowError as exc:
         return {**record, "completed": False, "error": str(exc).splitlines()[0]}
-    lost = 0
-    for it in range(ITERATIONS):
-        try:
-            load_checkpoint(result.run_dir / "checkpoints" / f"iter_{it:08d}")
-        except (OSError, RuntimeError):
-            lost += 1
+    lost = checkpoints_lost(result.run_dir, range(ITERATIONS))
     detections = [f["detected_at"] - record["killed_at"] for f in result.failures if "killed_at" in record]
     return {
         **record,

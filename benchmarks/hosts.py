@@ -27,9 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
+from faults import checkpoints_lost
 from results_io import RESULTS, save_result
-
-from m2flow.runtime.checkpoint import load_checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness and the job are the tests'
 from tests.netns import Hosts, available  # noqa: E402
@@ -112,21 +111,14 @@ def one_run(out: Path, fault: str, iterations: int, fault_at: int) -> Outcome:
         failure=first["error"] if first else None,
         iterations_redone=len(metrics) - len(last),
         env_steps_unaccounted=int(unaccounted),
-        checkpoints_lost=checkpoints_lost(run_dir, iterations),
+        checkpoints_lost=checkpoints_lost(run_dir, due_checkpoints(iterations)),
         ways_out=ways_out,
     )
 
 
-def checkpoints_lost(run_dir: Path, iterations: int) -> int:
-    """Checkpoints the run should have written (every CHECKPOINT_EVERY iterations, and the last) that do not load."""
-    due = {*range(CHECKPOINT_EVERY - 1, iterations, CHECKPOINT_EVERY), iterations - 1}
-    lost = 0
-    for it in sorted(due):
-        try:
-            load_checkpoint(run_dir / "checkpoints" / f"iter_{it:08d}")
-        except (OSError, RuntimeError):
-            lost += 1
-    return lost
+def due_checkpoints(iterations: int) -> list[int]:
+    """The iterations the run writes a checkpoint after: every CHECKPOINT_EVERY, and the last."""
+    return sorted({*range(CHECKPOINT_EVERY - 1, iterations, CHECKPOINT_EVERY), iterations - 1})
 
 
 def seconds(value: float | None) -> str:
