@@ -18,10 +18,13 @@ import mmap
 import os
 import re
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from m2flow.context import set_env_note
+from m2flow.runtime.nodes import addresses
+from m2flow.schedule import ReplicaId
 
 FATAL = "Fatal Python error: "
 NOTE_BYTES = 16  # two unsigned 64-bit words: the env plus one (0: none), the thread working on it
@@ -98,6 +101,33 @@ def crashed_on(node: str, processes: dict[str, tuple[str, int]], run_dir: str) -
     except ray.exceptions.RayError:
         pass
     return dict.fromkeys(processes)
+
+
+def crashes_of(
+    nodes: Mapping[ReplicaId, str], pids: Mapping[ReplicaId, int], run_dir: str, replicas: Iterable[ReplicaId]
+) -> dict[ReplicaId, Crash]:
+    """How the processes of these replicas (on Ray nodes `nodes`, pids `pids`) that crashed of their own
+    crashed, each record read on its node; one entry per process (replicas sharing one: the first)."""
+    import ray
+
+    where, me = addresses(), ray.util.get_node_ip_address()
+    alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
+    by_process: dict[tuple[str, int], ReplicaId] = {}
+    for r in replicas:
+        if nodes[r] in alive:  # a node gone took its records with it
+            by_process.setdefault((nodes[r], pids[r]), r)
+    found: dict[ReplicaId, Crash | None] = {}
+    remote: dict[str, dict[str, tuple[str, int]]] = {}
+    for (node, pid), r in by_process.items():
+        address = where.get(node, "")
+        if address == me:
+            found[r] = crashed(run_dir, address, pid)
+        else:
+            remote.setdefault(node, {})[str(r)] = (address, pid)
+    named = {str(r): r for r in by_process.values()}
+    for node, processes in remote.items():
+        found.update({named[name]: crash for name, crash in crashed_on(node, processes, run_dir).items()})
+    return {r: crash for r, crash in found.items() if crash is not None}
 
 
 def _read_here(processes: dict[str, tuple[str, int]], run_dir: str) -> dict[str, Crash | None]:

@@ -24,6 +24,7 @@ from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
+from m2flow.runtime.crashes import crashes_of
 from m2flow.runtime.host import headline
 from m2flow.runtime.launch import Launch, cluster_from_ray, connect_ray
 from m2flow.runtime.nodes import addresses, unreachable
@@ -292,7 +293,8 @@ class Run:
         """How the processes that crashed of their own crashed, where `exc` does not say it already; the
         question is a courtesy: "" where it cannot be answered."""
         try:
-            crashes = self.launch.crashes() if self.launch is not None else {}
+            launch = self.launch
+            crashes = crashes_of(launch.nodes, launch.pids, launch.output_dir, launch.pids) if launch else {}
         except Exception:  # noqa: BLE001 - never worse than the failure itself
             return ""
         return "; ".join(f"{r}: {crash}" for r, crash in crashes.items() if str(crash.dump) not in str(exc))

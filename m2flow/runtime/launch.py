@@ -19,7 +19,6 @@ from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners.processes import same_process
 from m2flow.planners.render import render_gpus
-from m2flow.runtime.crashes import Crash, crashed, crashed_on
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.nodes import addresses
@@ -410,29 +409,6 @@ class Launch:
             return psutil.Process(self.pids[replica]).create_time() == self.started[replica]
         except psutil.Error:
             return False
-
-    def crashes(self, replicas: list[ReplicaId] | None = None) -> dict[ReplicaId, Crash]:
-        """How the processes of these replicas (default: all) that crashed of their own crashed, read on
-        their nodes (`crashes.py`); one entry per process (replicas sharing one: the first)."""
-        import ray
-
-        where, me = addresses(), ray.util.get_node_ip_address()
-        alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
-        by_process: dict[tuple[str, int], ReplicaId] = {}
-        for r in self.pids if replicas is None else replicas:
-            if self.nodes[r] in alive:  # a node gone took its records with it
-                by_process.setdefault((self.nodes[r], self.pids[r]), r)
-        local, remote = {}, {}
-        for (node, pid), r in by_process.items():
-            address = where.get(node, "")
-            if address == me:
-                local[r] = crashed(self.output_dir, address, pid)
-            else:
-                remote.setdefault(node, {})[str(r)] = (address, pid)
-        found, named = dict(local), {str(r): r for r in by_process.values()}
-        for node, processes in remote.items():
-            found.update({named[name]: crash for name, crash in crashed_on(node, processes, self.output_dir).items()})
-        return {r: crash for r, crash in found.items() if crash is not None}
 
     def _replica(self, replica: ReplicaId) -> Replica:
         return self.replicas[replica.worker][replica.replica]

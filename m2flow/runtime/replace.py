@@ -25,6 +25,7 @@ from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph
+from m2flow.runtime.crashes import crashes_of
 from m2flow.runtime.host import PortFailed, headline
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopStats, PeerLost
@@ -123,7 +124,8 @@ class Replacer:
     def _blamed(self, failed: Failed) -> Failed:
         """`failed`, each replica whose process crashed with how it crashed; a simulator's with the env it
         was working on then, unless it named one itself."""
-        crashes = self.launch.crashes([replica.id for replica, _ in failed])
+        launch = self.launch
+        crashes = crashes_of(launch.nodes, launch.pids, launch.output_dir, [replica.id for replica, _ in failed])
         simulator = self.launch.graph.loop.entry.worker
         blamed = []
         for replica, dropped in failed:
