@@ -238,6 +238,7 @@ def main() -> None:
     print(f"with faults: {chaotic.iterations} iterations in {chaos_s:.0f} s", flush=True)
     after, after_s = run(job(scratch, f"{args.name}-fault-free-after", args.iterations, args.seed))
     print(f"fault-free, after: {after.iterations} iterations in {after_s:.0f} s", flush=True)
+    runs = {"before": iteration_times(before), "chaos": iteration_times(chaotic), "after": iteration_times(after)}
     clean_s = statistics.fmean([before_s, after_s])
     clean_median_s = statistics.fmean([undisturbed_median_s(before), undisturbed_median_s(after)])
     faults = injector.faults
@@ -291,10 +292,8 @@ def main() -> None:
         "throughput_ratio_drift_corrected": clean_s * undisturbed_median_s(chaotic) / clean_median_s / chaos_s,
         "throughput_ratio_local": local_throughput(
             chaos_s,
-            iteration_times(chaotic),
-            statistics.fmean(
-                [before_s - sum(iteration_times(before)["seconds"]), after_s - sum(iteration_times(after)["seconds"])]
-            ),
+            runs["chaos"],
+            statistics.fmean([before_s - sum(runs["before"]["seconds"]), after_s - sum(runs["after"]["seconds"])]),
             undisturbed_median_s(chaotic) / clean_median_s,
         ),
         "fault_free_return": final_return(before),
@@ -304,7 +303,6 @@ def main() -> None:
     for fault in faults:
         print(json.dumps(asdict(fault)), flush=True)
     print(json.dumps(summary, indent=1), flush=True)
-    runs = {"before": iteration_times(before), "chaos": iteration_times(chaotic), "after": iteration_times(after)}
     payload = {"summary": summary, "faults": [asdict(f) for f in faults], "failures": chaotic.failures}
     save_result(args.name, {**payload, "iterations": runs}, args.out)
     slow = len(faults) - len(failures)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from m2flow.context import set_env_note
-from m2flow.runtime.nodes import addresses
+from m2flow.runtime.nodes import Unreached, addresses, run_on
 from m2flow.schedule import ReplicaId
 
 FATAL = "Fatal Python error: "
@@ -87,20 +87,10 @@ def crashed(run_dir: str, address: str, pid: int) -> Crash | None:
 def crashed_on(node: str, processes: dict[str, tuple[str, int]], run_dir: str) -> dict[str, Crash | None]:
     """`crashed` for processes (name -> node address and pid) of Ray node `node`, read by a task there; a
     node that does not run it in time (gone, cut off) leaves them unread (None)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    task = ray.remote(_read_here).options(
-        num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-    )
-    asked = task.remote(processes, run_dir)
     try:
-        return ray.get(asked, timeout=REACH_S)
-    except ray.exceptions.GetTimeoutError:
-        ray.cancel(asked, force=True)
-    except ray.exceptions.RayError:
-        pass
-    return dict.fromkeys(processes)
+        return run_on(node, _read_here, processes, run_dir, timeout_s=REACH_S)
+    except Unreached:
+        return dict.fromkeys(processes)
 
 
 def crashes_of(

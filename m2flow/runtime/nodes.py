@@ -3,6 +3,9 @@ that is gone, or cut off by a partition, is left out and the run re-plans on the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 def unreachable(node_ids: tuple[str, ...], timeout_s: float) -> set[str]:
     """The nodes (Ray node ids) that did not run a no-op task within `timeout_s`: gone, or unreachable.
@@ -35,6 +38,29 @@ def addresses() -> dict[str, str]:
     import ray
 
     return {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+
+
+class Unreached(Exception):  # noqa: N818 - a node that did not answer, said why
+    """A node that did not run a pinned task in time (cut off, gone), or could not run it."""
+
+
+def run_on(node: str, task: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
+    """`task(*args)`, run on Ray node `node` (no CPU reserved); `Unreached` saying why when the node does not
+    run it within `timeout_s`, or cannot."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    pinned = ray.remote(task).options(
+        num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+    )
+    ref = pinned.remote(*args)
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        ray.cancel(ref, force=True)
+        raise Unreached("its host did not answer in time") from None
+    except ray.exceptions.RayError:
+        raise Unreached("its host could not be asked") from None
 
 
 def _answer() -> bool:

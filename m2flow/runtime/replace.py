@@ -126,7 +126,7 @@ class Replacer:
         was working on then, unless it named one itself."""
         launch = self.launch
         crashes = crashes_of(launch.nodes, launch.pids, launch.output_dir, [replica.id for replica, _ in failed])
-        simulator = self.launch.graph.loop.entry.worker
+        simulator = launch.graph.loop.entry.worker
         blamed = []
         for replica, dropped in failed:
             crash = crashes.get(replica.id)

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from m2flow.runtime.nodes import Unreached, run_on
+
 ASK = signal.SIGUSR1
 ANSWER_S = 2.0  # how long a rank is given to answer
 REACH_S = 5.0  # how long another host is given to start the question there
@@ -68,21 +70,10 @@ def ask_on_node(node: str, ranks: dict[str, tuple[int, float]], run_dir: str) ->
     """Where each rank (replica name -> its pid and start time on Ray node `node`) is now, asked by a task
     on that node; ranks whose process is no longer the one started for them are not signalled. A node that
     does not run the task in time (cut off, gone) leaves its ranks unasked."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    task = ray.remote(_ask_here).options(
-        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-    )
-    asked = task.remote(ranks, run_dir)
     try:
-        return ray.get(asked, timeout=ANSWER_S + REACH_S)
-    except ray.exceptions.GetTimeoutError:
-        ray.cancel(asked, force=True)
-        why = "its host did not answer in time"
-    except ray.exceptions.RayError:
-        why = "its host could not be asked"
-    return [RankState(rank, None, f"{why}: not asked") for rank in ranks]
+        return run_on(node, _ask_here, ranks, run_dir, timeout_s=ANSWER_S + REACH_S)
+    except Unreached as why:
+        return [RankState(rank, None, f"{why}: not asked") for rank in ranks]
 
 
 def _ask_here(ranks: dict[str, tuple[int, float]], run_dir: str) -> list[RankState]:
