@@ -39,9 +39,9 @@ class Stage:
 
     # m2flow channel: each actor runs its side of the loop locally, like the loop program
     def open(self, authkey: bytes) -> str:
-        from m2flow.runtime.channels import Mailbox
+        from m2flow.runtime.channels import Mailbox, Patience
 
-        self.mailbox = Mailbox((self.name, 0), authkey, ["unix"])
+        self.mailbox, self.patience = Mailbox((self.name, 0), authkey, ["unix"]), Patience.fixed(30)
         return self.mailbox.addresses["unix"]
 
     def connect(self, peer: str, address: str) -> None:
@@ -54,9 +54,11 @@ class Stage:
         for t in range(steps):
             if first:
                 self.mailbox.send((peer, 0), (t,), self.call(x))
-                x = self.mailbox.recv((peer, 0), (t,), 30, "reply")
+                x = self.mailbox.recv((peer, 0), (t,), self.patience, "reply")
             else:
-                self.mailbox.send((peer, 0), (t,), self.call(self.mailbox.recv((peer, 0), (t,), 30, "request")))
+                self.mailbox.send(
+                    (peer, 0), (t,), self.call(self.mailbox.recv((peer, 0), (t,), self.patience, "request"))
+                )
         return time.perf_counter() - start
 
 

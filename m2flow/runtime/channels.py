@@ -3,10 +3,16 @@
 Each worker replica listens on one address per channel kind; a peer connects once per run and the
 connection carries every message from that peer, in program order. Same node: a Unix socket
 (~0.03 ms a hop here); other nodes: TCP. Every receive has a deadline and names what it waits for.
+
+A replica that waits long on one peer says so to every peer it sends to (a beat, a few bytes), so a
+replica waiting on it can tell "busy waiting on someone else" from "stopped": a peer that sends nothing
+at all, neither data nor a beat, for `Patience.silent_s` is taken as hung, however long the wait may
+last in all (`Patience.most_s`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
@@ -20,6 +26,21 @@ from typing import Any
 from m2flow.errors import WaitTimeout, WorkerError
 
 PeerId = tuple[str, int]  # (worker, replica)
+BEAT = ("beat",)  # the header of a beat: "alive, waiting on another peer"
+BEATS_PER_SILENCE = 4  # beats sent within the silence a peer may keep: one lost or late is no failure
+
+
+@dataclass(frozen=True)
+class Patience:
+    """How long a receive waits for its peer: `silent_s` with no word from it (data or beat), `most_s` in all."""
+
+    silent_s: float
+    most_s: float
+
+    @classmethod
+    def fixed(cls, seconds: float) -> Patience:
+        """One deadline, beats or not."""
+        return cls(seconds, seconds)
 
 
 @dataclass(frozen=True)
@@ -118,26 +139,60 @@ class Mailbox:
         self.sent_bytes += len(data)
         return len(data)
 
-    def recv(self, peer: PeerId, header: tuple, timeout_s: float, waiting_for: str) -> Any:
+    def recv(self, peer: PeerId, header: tuple, patience: Patience, waiting_for: str) -> Any:
+        """The message `header` from `peer`; past `patience` (module doc) raises `WaitTimeout`. While it waits
+        it beats to every peer it sends to."""
         conn = self.inbound[peer]
-        if not conn.poll(timeout_s):
-            raise WaitTimeout(
-                f"{_name(self.me)}: no data from {_name(peer)} for {timeout_s:g}s while waiting for {waiting_for}"
-                f" (step {header[0]}); is {_name(peer)} hung?"
-                " If it is just slow, raise run.timeouts.safety_factor or set run.timeouts.channel_s"
-            )
-        try:
-            got, payload = pickle.loads(conn.recv_bytes())
-        except (EOFError, ConnectionResetError, OSError):
-            raise WorkerError(
-                f"{_name(self.me)}: {_name(peer)} closed its channel while we waited for {waiting_for}"
-                " (it crashed or was killed)"
-            ) from None
+        start = heard = now = time.monotonic()
+        beat_every = patience.silent_s / BEATS_PER_SILENCE
+        next_beat = start + beat_every
+        while True:
+            until = min(heard + patience.silent_s, start + patience.most_s)
+            if now >= until:
+                raise self._timeout(peer, header, patience, now - heard, waiting_for)
+            if conn.poll(max(0.0, min(until, next_beat) - now)):
+                got, payload = self._read(conn, peer, waiting_for)
+                if tuple(got) != BEAT:
+                    break
+                heard = time.monotonic()
+            now = time.monotonic()
+            if now >= next_beat:
+                self._beat()
+                next_beat = now + beat_every
         if tuple(got) != tuple(header):
             raise RuntimeError(
                 f"{_name(self.me)}: out-of-order message from {_name(peer)}: got {got}, expected {header}"
             )
         return payload
+
+    def _read(self, conn: Connection, peer: PeerId, waiting_for: str) -> tuple[tuple, Any]:
+        try:
+            return pickle.loads(conn.recv_bytes())
+        except (EOFError, ConnectionResetError, OSError):
+            raise WorkerError(
+                f"{_name(self.me)}: {_name(peer)} closed its channel while we waited for {waiting_for}"
+                " (it crashed or was killed)"
+            ) from None
+
+    def _beat(self) -> None:
+        """Tell every peer this replica sends to that it is alive and waiting; a broken channel is the data's
+        to report."""
+        for conn in self.outbound.values():
+            with contextlib.suppress(OSError):
+                conn.send_bytes(_BEAT_BYTES)
+
+    def _timeout(self, peer: PeerId, header: tuple, patience: Patience, silent: float, waiting_for: str) -> WaitTimeout:
+        if silent >= patience.silent_s:
+            what = f"no word from {_name(peer)} for {patience.silent_s:g}s (data, or a sign it waits on another peer)"
+        else:  # it kept saying it waits on another peer, for longer than we may wait in all
+            what = f"no data from {_name(peer)} for {patience.most_s:g}s, the most we may wait"
+        return WaitTimeout(
+            f"{_name(self.me)}: {what} while waiting for {waiting_for} (step {header[0]}); is {_name(peer)} hung?"
+            " If it is just slow, raise run.timeouts.safety_factor or set run.timeouts.channel_s"
+        )
+
+
+_BEAT_BYTES = pickle.dumps((BEAT, None), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _name(peer: PeerId) -> str:

@@ -7,8 +7,9 @@ while its peer already works on slice s+1 — pipelining falls out of the datafl
 
 A `droppable` replica of the first worker (a simulator) whose channel breaks or stays silent past its
 deadline is dropped: its peers go on with the other shards and report it `lost`; the controller replaces
-it and runs a program of `only_shards` to redo its part. Everyone else then waits longer for its own
-peers, since those may be waiting out a silent simulator first. A droppable replica of another worker
+it and runs a program of `only_shards` to redo its part. Everyone else may then wait longer for its own
+peers, since those may be waiting out a silent simulator first: while they do, they say so (a beat,
+`channels.py`), and one silent for a channel deadline is hung. A droppable replica of another worker
 (an inference replica) cannot be gone around: the simulators it serves stop with `PeerLost` naming it,
 and the controller replaces it with them and redoes their shards.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.batching import concat, split
-from m2flow.runtime.channels import Mailbox, PeerId
+from m2flow.runtime.channels import Mailbox, Patience, PeerId
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.sharding import owner, shard_groups
 
@@ -152,16 +153,16 @@ class _LoopRun:
         """The members here that run port j: those left with shards to serve."""
         return [m for m in self.members if m.worker == self.prog.ports[j][0] and self.mine[(m.worker, m.replica)]]
 
-    def _timeout(self, peer: PeerId) -> float:
-        """How long to wait for `peer`'s message: the channel deadline for a droppable simulator replica; for
-        any other peer also the time it may spend waiting out each droppable simulator replica before (in
-        turn)."""
+    def _patience(self, peer: PeerId) -> Patience:
+        """How long to wait for `peer`'s message: a droppable simulator replica's silence ends at the channel
+        deadline; any other peer may also beat while it waits out each droppable simulator replica before
+        (in turn), and is hung only once silent for a channel deadline."""
         channel_s = self.prog.channel_timeout_s
         entry = self.prog.ports[0][0]
         simulators = sum(1 for worker, _ in self.prog.droppable if worker == entry)
         if peer[0] == entry and peer in self.prog.droppable:
-            return channel_s
-        return channel_s * (1 + simulators)
+            return Patience.fixed(channel_s)
+        return Patience(channel_s, channel_s * (1 + simulators))
 
     def drop(self, m: Member, peer: PeerId, error: Exception) -> None:
         """Go on without `peer`, a droppable simulator replica that failed `m`'s channel: its shards leave
@@ -232,7 +233,7 @@ class _LoopRun:
             port, source = prog.ports[j][1], prog.ports[upstream][1]
             what = f"{m.worker}.{port} input from {w_prev}.{source} (iteration {prog.iteration})"
             try:
-                pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), self._timeout((w_prev, peer)), what))
+                pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), self._patience((w_prev, peer)), what))
             except (WorkerError, WaitTimeout) as exc:
                 self.drop(m, (w_prev, peer), exc)
         shards = self.mine[(m.worker, m.replica)]

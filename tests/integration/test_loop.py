@@ -82,7 +82,7 @@ def test_a_hung_worker_is_reported_within_the_channel_deadline(tmp_path):
     assert time.monotonic() - began < 25
     message = str(info.value)
     # the deadline comes from the plan (a few ms per step, x20) and is held at the 2 s floor
-    assert "no data from policy[0] for 2s" in message and "env.step input from policy.act (iteration 0)" in message
+    assert "no word from policy[0] for 2s" in message and "env.step input from policy.act (iteration 0)" in message
 
 
 def test_a_worker_that_cannot_start_shows_its_own_error(tmp_path):
