@@ -361,10 +361,12 @@ class Controller(InPlace):
 
     def _rank_states(self, replicas: list[Replica]) -> list[RankState]:
         """Where each of these ranks is: asked on this host, through its node's Ray on another."""
+        import ray
+
         launch = self.launch
         local = [r for r in replicas if launch.on_this_host(r.id)]
         here = {str(r.id): launch.pids[r.id] for r in local if launch.alive_here(r.id)}
-        states = ask(here, launch.output_dir)
+        states = ask(here, launch.output_dir, ray.util.get_node_ip_address())
         states += [RankState(str(r.id), None, "its process is gone") for r in local if str(r.id) not in here]
         elsewhere: dict[str, dict[str, tuple[int, float]]] = {}
         for r in replicas:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from m2flow.context import set_env_note
-from m2flow.runtime.nodes import Unreached, addresses, run_on
+from m2flow.runtime.nodes import Unreached, addresses, process_name, run_on
 from m2flow.schedule import ReplicaId
 
 FATAL = "Fatal Python error: "
@@ -126,5 +126,5 @@ def _read_here(processes: dict[str, tuple[str, int]], run_dir: str) -> dict[str,
 
 def _files(run_dir: str, address: str, pid: int) -> tuple[Path, Path]:
     """A process's env note and its fatal-error dump."""
-    folder, name = Path(run_dir) / "crashes", f"{address}-{pid}"
+    folder, name = Path(run_dir) / "crashes", process_name(address, pid)
     return folder / f"{name}.env", folder / f"{name}.txt"

@@ -74,8 +74,9 @@ class WorkerHost:
     ):
         if core is not None:
             os.sched_setaffinity(0, {core % (os.cpu_count() or 1)})
-        answer_when_asked(ctx.output_dir)
-        record_here(ctx.output_dir, _node_address())
+        address = _node_address()
+        answer_when_asked(ctx.output_dir, address)
+        record_here(ctx.output_dir, address)
         self.ctx = ctx
         self.me: PeerId = (ctx.worker, ctx.replica)
         self.mailbox: Mailbox | None = None

@@ -40,6 +40,12 @@ def addresses() -> dict[str, str]:
     return {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
 
 
+def process_name(address: str, pid: int) -> str:
+    """A worker process's name in the run's folders, unique across hosts that share them: its node's address
+    and its pid."""
+    return f"{address}-{pid}"
+
+
 class Unreached(Exception):  # noqa: N818 - a node that did not answer, said why
     """A node that did not run a pinned task in time (cut off, gone), or could not run it."""
 

@@ -1,6 +1,7 @@
 """What a stuck worker is doing, asked when a wait on a process group's ranks passes its deadline.
 
-Every worker process writes the Python stacks of its threads to `<run>/stacks/<pid>.txt` when it gets
+Every worker process writes the Python stacks of its threads to `<run>/stacks/<address>-<pid>.txt` (its
+node's address: hosts may share the folder) when it gets
 SIGUSR1 (faulthandler: it answers even while blocked in a collective's C code). The controller signals
 each rank of the stuck group and reads the answers: those on its own host itself, those on another host
 through a task on that host's Ray node (`ask_on_node`; a host cut off does not answer in time). A rank
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from m2flow.runtime.nodes import Unreached, run_on
+from m2flow.runtime.nodes import Unreached, process_name, run_on
 
 ASK = signal.SIGUSR1
 ANSWER_S = 2.0  # how long a rank is given to answer
@@ -26,13 +27,13 @@ REACH_S = 5.0  # how long another host is given to start the question there
 _answers = []  # this process's open answer file: kept open for faulthandler while the process lives
 
 
-def answer_when_asked(run_dir: str) -> None:
-    """Make this worker process write its stacks to `<run_dir>/stacks/<pid>.txt` on SIGUSR1 (once per process)."""
+def answer_when_asked(run_dir: str, address: str) -> None:
+    """Make this worker process, on the node at `address`, write its stacks on SIGUSR1 (once per process)."""
     if _answers:
         return
-    folder = Path(run_dir) / "stacks"
-    folder.mkdir(parents=True, exist_ok=True)
-    _answers.append(open(folder / f"{os.getpid()}.txt", "w"))  # noqa: SIM115 - open for the process's life
+    answer = _answer_file(run_dir, address, os.getpid())
+    answer.parent.mkdir(parents=True, exist_ok=True)
+    _answers.append(open(answer, "w"))  # noqa: SIM115 - open for the process's life
     faulthandler.register(ASK, file=_answers[0], all_threads=True)
 
 
@@ -43,12 +44,11 @@ class RankState:
     where: str  # the collective and its caller, the frame it is in, or why it did not answer
 
 
-def ask(ranks: dict[str, int], run_dir: str) -> list[RankState]:
-    """Where each rank (replica name -> pid on this host) is now."""
-    folder = Path(run_dir) / "stacks"
+def ask(ranks: dict[str, int], run_dir: str, address: str) -> list[RankState]:
+    """Where each rank (replica name -> pid on this host, the node at `address`) is now."""
     sizes = {}
     for rank, pid in ranks.items():
-        answer = folder / f"{pid}.txt"
+        answer = _answer_file(run_dir, address, pid)
         sizes[rank] = answer.stat().st_size if answer.exists() else 0
         try:
             os.kill(pid, ASK)
@@ -60,7 +60,7 @@ def ask(ranks: dict[str, int], run_dir: str) -> list[RankState]:
         if sizes[rank] is None:
             states.append(RankState(rank, None, "its process is gone"))
             continue
-        answer = folder / f"{pid}.txt"
+        answer = _answer_file(run_dir, address, pid)
         text = answer.read_bytes()[sizes[rank] :].decode(errors="replace") if answer.exists() else ""
         states.append(_state(rank, text))
     return states
@@ -79,6 +79,7 @@ def ask_on_node(node: str, ranks: dict[str, tuple[int, float]], run_dir: str) ->
 def _ask_here(ranks: dict[str, tuple[int, float]], run_dir: str) -> list[RankState]:
     """`ask` on this host, for the ranks whose pid still belongs to the process started for them."""
     import psutil
+    import ray
 
     def same(pid: int, started: float) -> bool:
         try:
@@ -87,7 +88,14 @@ def _ask_here(ranks: dict[str, tuple[int, float]], run_dir: str) -> list[RankSta
             return False
 
     live = {rank: pid for rank, (pid, started) in ranks.items() if same(pid, started)}
-    return ask(live, run_dir) + [RankState(rank, None, "its process is gone") for rank in ranks if rank not in live]
+    here = ray.util.get_node_ip_address()
+    return ask(live, run_dir, here) + [
+        RankState(rank, None, "its process is gone") for rank in ranks if rank not in live
+    ]
+
+
+def _answer_file(run_dir: str, address: str, pid: int) -> Path:
+    return Path(run_dir) / "stacks" / f"{process_name(address, pid)}.txt"
 
 
 def _state(rank: str, dump: str) -> RankState:

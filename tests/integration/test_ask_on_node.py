@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 def test_ranks_are_asked_on_their_node_and_a_reused_pid_is_not_signalled(tmp_path):
     import ray
 
-    proc = subprocess.Popen([sys.executable, "-c", WAITING, str(tmp_path)], stdout=subprocess.PIPE)
+    address = ray.util.get_node_ip_address()  # as the task on the node names the answer files it reads
+    proc = subprocess.Popen([sys.executable, "-c", WAITING, str(tmp_path), address], stdout=subprocess.PIPE)
     try:
         assert proc.stdout.readline().strip() == b"ready"
         started = psutil.Process(proc.pid).create_time()

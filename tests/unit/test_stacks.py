@@ -9,10 +9,12 @@ import time
 
 from m2flow.runtime.stacks import RankState, _state, ask, explain
 
+ADDRESS = "10.0.0.1"  # the node the processes run on, as their answer files are named
+
 WAITING = """
 import sys, time
 from m2flow.runtime.stacks import answer_when_asked
-answer_when_asked(sys.argv[1])
+answer_when_asked(sys.argv[1], sys.argv[2])
 def waiting_for_a_peer():
     print("ready", flush=True)
     time.sleep(60)
@@ -21,14 +23,16 @@ waiting_for_a_peer()
 
 
 def test_a_running_process_says_where_it_is_and_a_stopped_one_is_named_as_not_answering(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-c", WAITING, str(tmp_path)], stdout=subprocess.PIPE) for _ in "ab"]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WAITING, str(tmp_path), ADDRESS], stdout=subprocess.PIPE) for _ in "ab"
+    ]
     try:
         for proc in procs:
             assert proc.stdout.readline().strip() == b"ready"
         procs[1].send_signal(signal.SIGSTOP)
         time.sleep(0.1)
 
-        running, stopped = ask({"w[0]": procs[0].pid, "w[1]": procs[1].pid}, str(tmp_path))
+        running, stopped = ask({"w[0]": procs[0].pid, "w[1]": procs[1].pid}, str(tmp_path), ADDRESS)
     finally:
         for proc in procs:
             proc.kill()
