@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from m2flow.workers.models.inputs import VisionInputs, image_channels, pixel_convs
 from m2flow.workers.models.policy_args import PolicyArgs, camera_inputs
-from m2flow.workers.models.vit_presets import vit_shape, vit_tokens
+from m2flow.workers.models.vit_presets import check_vit, vit_shape, vit_tokens
 
 FP32 = 4  # bytes per element: the built-in models load in fp32
 
@@ -54,7 +54,8 @@ def _cnn(args: PolicyArgs) -> int:
 
 def _vit(args: PolicyArgs) -> int:
     inputs = camera_inputs(args)
-    width, depth, _ = vit_shape(args.size, args.width, args.depth, args.heads)
+    width, depth, heads = vit_shape(args.size, args.width, args.depth, args.heads)
+    check_vit(width, heads, inputs.size, args.patch)
     channels = image_channels(inputs.modalities, inputs.cameras)
     patchify = channels * width * args.patch**2 + width
     proprio = linear(inputs.proprio_dim, width) if inputs.proprio_dim else 0

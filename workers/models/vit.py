@@ -16,7 +16,7 @@ from torch.utils.checkpoint import checkpoint
 from m2flow.workers.models.inputs import VisionInputs, image_channels
 from m2flow.workers.models.mlp import layer_init
 from m2flow.workers.models.vision import VisionActorCritic, image_planes
-from m2flow.workers.models.vit_presets import vit_tokens
+from m2flow.workers.models.vit_presets import check_vit, vit_tokens
 
 
 class Block(nn.Module):
@@ -41,10 +41,7 @@ class ViTPolicy(VisionActorCritic):
     def __init__(self, inputs: VisionInputs, width: int, depth: int, heads: int, patch: int = 8, causal: bool = False):
         super().__init__(inputs)
         size, proprio_dim, act_dim = inputs.size, inputs.proprio_dim, inputs.act_dim
-        if width % heads:
-            raise ValueError(f"width {width} must be a multiple of heads {heads}")
-        if size[0] % patch or size[1] % patch:
-            raise ValueError(f"image size {size} must be a multiple of the patch size {patch}")
+        check_vit(width, heads, size, patch)
         self.activation_checkpointing = False
         self.patchify = nn.Conv2d(image_channels(inputs.modalities, inputs.cameras), width, patch, stride=patch)
         tokens = vit_tokens(inputs, patch)

@@ -1,4 +1,4 @@
-"""The ViT policy's size presets and its token count: plain numbers, no torch, for the planner."""
+"""The ViT policy's size presets, shape checks and token count: plain numbers, no torch, for the planner."""
 
 from __future__ import annotations
 
@@ -16,3 +16,12 @@ def vit_shape(size: str, width: int | None, depth: int | None, heads: int | None
 def vit_tokens(inputs: VisionInputs, patch: int) -> int:
     """Tokens per sample: the image's patches, a proprioception token (if any) and the readout token."""
     return (inputs.size[0] // patch) * (inputs.size[1] // patch) + (1 if inputs.proprio_dim else 0) + 1
+
+
+def check_vit(width: int, heads: int, size: tuple[int, int], patch: int) -> None:
+    """ValueError for a shape the ViT cannot take: heads that do not divide the width, patches that do not
+    tile the image."""
+    if width % heads:
+        raise ValueError(f"width {width} must be a multiple of heads {heads}")
+    if size[0] % patch or size[1] % patch:
+        raise ValueError(f"image size {size} must be a multiple of the patch size {patch}")
