@@ -13,18 +13,22 @@ Two views of the state exist:
 from __future__ import annotations
 
 import contextlib
+import importlib
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
 from pydantic import BaseModel, ConfigDict
-from torch import nn
 
 from m2flow.context import WorkerContext
 from m2flow.errors import SpecError
 from m2flow.workers.models.precision import Precision, compute_in
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
 _BACKENDS: dict[str, type[TrainingBackend]] = {}
+BUILT_IN = {"megatron": "m2flow.workers.actor.megatron_backend"}  # registered on import, when first asked for
 
 
 class BackendOptions(BaseModel):
@@ -45,8 +49,10 @@ def register_backend(cls: type[TrainingBackend]) -> type[TrainingBackend]:
 def backend_class(name: str | None) -> type[TrainingBackend]:
     """The registered backend `name` (default fsdp); ValueError naming the known ones otherwise."""
     name = name or "fsdp"
+    if name not in _BACKENDS and name in BUILT_IN:
+        importlib.import_module(BUILT_IN[name])
     if name not in _BACKENDS:
-        raise ValueError(f"unknown backend '{name}' (known: {', '.join(sorted(_BACKENDS))})")
+        raise ValueError(f"unknown backend '{name}' (known: {', '.join(sorted({*_BACKENDS, *BUILT_IN}))})")
     return _BACKENDS[name]
 
 
@@ -62,6 +68,8 @@ class TrainingBackend(ABC):
     name: ClassVar[str]
 
     def __init__(self, ctx: WorkerContext, options: BackendOptions):
+        import torch
+
         self.ctx, self.options = ctx, options
         self.rank, self.world_size = ctx.rank, ctx.world_size
         self.data_world = self.data_parallel_size(ctx.world_size)  # ranks holding distinct data
@@ -116,12 +124,16 @@ class TrainingBackend(ABC):
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
+        from torch import nn
+
         norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
     def gather_data_ranks(self, values: torch.Tensor) -> torch.Tensor:
         """`values` of every data-parallel rank stacked in rank order: [data_world, ...] (a collective on
         the backend's device; the result on `values`' device)."""
+        import torch
+
         if self.data_world == 1:
             return values[None]
         import torch.distributed as dist
@@ -156,6 +168,8 @@ class FSDPBackend(TrainingBackend):
     name = "fsdp"
 
     def _wrap(self, model: nn.Module) -> nn.Module:
+        import torch
+
         for p in model.parameters():  # what trains keeps fp32 master weights, whatever dtype it loaded in
             if p.requires_grad and p.is_floating_point() and p.dtype != torch.float32:
                 p.data = p.data.float()

@@ -15,29 +15,22 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
 from pydantic import Field, model_validator
 
 import m2flow
 from m2flow.errors import WorkerError
 from m2flow.workers.actor.backends import BackendOptions, backend_class, get_backend
-from m2flow.workers.actor.samples import Samples, apply_to_obs
-from m2flow.workers.algorithms import (
-    PPOLossConfig,
-    ReturnScaler,
-    compute_gae,
-    group_advantages,
-    normalize_advantages,
-    ppo_loss,
-)
-from m2flow.workers.algorithms.moments import across_ranks
-from m2flow.workers.models import PolicyArgs, state_checksum
+from m2flow.workers.models import PolicyArgs, state_size
 from m2flow.workers.models.activations import activation_bytes
-from m2flow.workers.models.placement import move_module, move_optimizer
-from m2flow.workers.models.policy import state_size
+
+if TYPE_CHECKING:
+    import torch
+
+    from m2flow.workers.algorithms import ReturnScaler
+
 
 TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done", "truncated", "final_value", "policy_version")
 
@@ -86,6 +79,10 @@ class PPO:
     Config = PPOConfig
 
     def __init__(self, **args: Any):
+        import torch
+
+        from m2flow.workers.algorithms import PPOLossConfig
+
         ctx = m2flow.context()
         self.cfg = PPOConfig(**args)
         vf_coef = 0.0 if self.cfg.advantage == "grpo" else self.cfg.vf_coef
@@ -131,6 +128,8 @@ class PPO:
     def weights(self) -> dict[str, Any]:
         """The policy state for inference workers, versioned and checksummed (a collective on every rank): all
         of it, or — when parts are frozen (LoRA) — only what training changes (`scope: trainable`)."""
+        from m2flow.workers.models.mlp import state_checksum
+
         state = self.backend.full_state_dict(self.model)
         frozen = {name for name, p in self.model.named_parameters() if not p.requires_grad}
         scope = "trainable" if frozen else "all"
@@ -148,6 +147,8 @@ class PPO:
     def _prepare(self, trajectory: dict[str, Any]) -> Part:
         """One part as tensors on the device, time-major [T, envs, ...] (arrays from Ray's object store are
         read-only: copied where torch needs it), with the observations its bootstrap values are of (GAE)."""
+        import torch
+
         steps, envs = np.shape(trajectory["reward"])
         obs = _time_major(self.model.inputs(_flatten(trajectory["obs"]), self.device), steps, envs)
         tensors = {"obs": obs, "next_done": torch.tensor(trajectory["next_done"], device=self.device)}
@@ -164,6 +165,8 @@ class PPO:
         rows through the model and at least one (row 0, its value unused): a sharded model's forward is a
         collective (every rank runs as many: `_match_forwards`), and image models cannot reshape an empty
         batch."""
+        import torch
+
         tensors, bootstrap = dict(part.tensors), part.bootstrap
         if bootstrap is None:
             return tensors
@@ -181,6 +184,8 @@ class PPO:
         """As many bootstrap forwards on this rank as on the rank with the most parts (simulator replicas
         need not split evenly over the ranks; a forward is a collective under FSDP): the missing ones run on
         this rank's first part, their values dropped."""
+        import torch
+
         if self.backend.data_world == 1 or not prepared or prepared[0].bootstrap is None:
             return
         most = int(self.backend.gather_data_ranks(torch.tensor(len(prepared), device=self.device)).max())
@@ -193,6 +198,12 @@ class PPO:
         The minibatches are CleanRL's: a permutation of the whole batch, the same on every rank; each rank
         computes the loss on the samples of each minibatch that it holds, weighted so that the gradient the
         backend averages over ranks is the one-rank gradient of the whole minibatch."""
+        import torch
+
+        from m2flow.workers.actor.samples import Samples
+        from m2flow.workers.algorithms import ReturnScaler, ppo_loss
+        from m2flow.workers.algorithms.moments import across_ranks
+
         cfg = self.cfg
         streamed = len(self._parts) == len(trajectories)  # every part arrived early (a streamed then-edge)
         prepared = self._parts if streamed else [self._prepare(t) for t in trajectories]
@@ -308,6 +319,8 @@ class PPO:
     def _staleness(self, batch: dict[str, Any]) -> dict[str, float] | None:
         """How many updates behind this one the policy that acted on each sample is, over every rank's
         samples (None when the inference worker does not record its version)."""
+        import torch
+
         if "policy_version" not in batch:
             return None
         lag = (self.version - batch["policy_version"]).double()
@@ -316,31 +329,39 @@ class PPO:
         total, count = every[:, 1].sum(), every[:, 2].sum()
         return {"actor/staleness_max": float(every[:, 0].max()), "actor/staleness_mean": float(total / count)}
 
-    @torch.no_grad()
     def _proximal(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """The value and log-prob of every sample under the weights this update starts from, [T, envs],
         in minibatch-sized chunks (as many on every rank: a forward is a collective under FSDP)."""
-        steps, envs = batch["reward"].shape
-        rows = steps * envs
-        obs, actions = _flatten(batch["obs"]), batch["action"].reshape(rows, -1)
-        chunk = self.cfg.minibatch_of(rows)
-        chunks = -(-rows // chunk)
-        if self.backend.data_world > 1:
-            chunks = int(self.backend.gather_data_ranks(torch.tensor(chunks, device=self.device)).max())
-        logprobs, values = [], []
-        for c in range(chunks):
-            start = min(c * chunk, rows - 1)  # a rank with fewer rows repeats its last one, then drops it
-            end = min(start + chunk, rows)
-            with self.backend.compute():
-                rows_of = lambda x: x[start:end]  # noqa: B023, E731 (used at once)
-                _, logprob, _, value = self.model.get_action_and_value(apply_to_obs(obs, rows_of), actions[start:end])
-            if c * chunk < rows:
-                logprobs.append(logprob.float())
-                values.append(value.float().reshape(-1))
-        return torch.cat(values).reshape(steps, envs), torch.cat(logprobs).reshape(steps, envs)
+        import torch
+
+        from m2flow.workers.actor.samples import apply_to_obs
+
+        with torch.no_grad():
+            steps, envs = batch["reward"].shape
+            rows = steps * envs
+            obs, actions = _flatten(batch["obs"]), batch["action"].reshape(rows, -1)
+            chunk = self.cfg.minibatch_of(rows)
+            chunks = -(-rows // chunk)
+            if self.backend.data_world > 1:
+                chunks = int(self.backend.gather_data_ranks(torch.tensor(chunks, device=self.device)).max())
+            logprobs, values = [], []
+            for c in range(chunks):
+                start = min(c * chunk, rows - 1)  # a rank with fewer rows repeats its last one, then drops it
+                end = min(start + chunk, rows)
+                with self.backend.compute():
+                    rows_of = lambda x: x[start:end]  # noqa: B023, E731 (used at once)
+                    _, logprob, _, value = self.model.get_action_and_value(
+                        apply_to_obs(obs, rows_of), actions[start:end]
+                    )
+                if c * chunk < rows:
+                    logprobs.append(logprob.float())
+                    values.append(value.float().reshape(-1))
+            return torch.cat(values).reshape(steps, envs), torch.cat(logprobs).reshape(steps, envs)
 
     def _global_env_ids(self, batch: dict[str, Any], envs: int) -> torch.Tensor:
         """The global index of each env column (simulators send `env_ids`; one rank may do without)."""
+        import torch
+
         if "env_ids" in batch:
             return batch["env_ids"]
         if self.backend.data_world > 1:
@@ -356,6 +377,10 @@ class PPO:
 
     def _normalize(self, advantages: torch.Tensor) -> torch.Tensor:
         """Advantages normalised over the whole minibatch, whose samples may sit on several ranks."""
+        import torch
+
+        from m2flow.workers.algorithms import normalize_advantages
+
         if self.backend.data_world == 1:
             return normalize_advantages(advantages)
         local = torch.stack(
@@ -376,12 +401,18 @@ class PPO:
 
     def offload(self) -> None:
         """Model and optimizer state to pinned host memory while others use the device (CUDA, one rank)."""
+        import torch
+
+        from m2flow.workers.models.placement import move_module, move_optimizer
+
         if self.device.type == "cuda" and self.backend.world_size == 1:
             move_module(self.model, torch.device("cpu"))
             move_optimizer(self.optimizer, torch.device("cpu"))
             torch.cuda.empty_cache()
 
     def onload(self) -> None:
+        from m2flow.workers.models.placement import move_module, move_optimizer
+
         if self.device.type == "cuda" and self.backend.world_size == 1:
             move_module(self.model, self.device)
             move_optimizer(self.optimizer, self.device)
@@ -389,6 +420,7 @@ class PPO:
     def save_checkpoint(self, path: str) -> None:
         """Every rank writes its own shards (torch.distributed.checkpoint); rank 0 adds the run's progress.
         The shards carry the plain layout's names, so they reload at another world size or backend."""
+        import torch
         import torch.distributed.checkpoint as dcp
 
         root = Path(path)
@@ -407,6 +439,8 @@ class PPO:
 
     def _scaler_state(self) -> dict[str, torch.Tensor] | None:
         """The reward scaler with every env's running return: each data-parallel rank adds its own envs'."""
+        import torch
+
         if self.scaler is None:
             return None
         state = self.scaler.state_dict()
@@ -417,7 +451,10 @@ class PPO:
         return state
 
     def load_checkpoint(self, path: str) -> None:
+        import torch
         import torch.distributed.checkpoint as dcp
+
+        from m2flow.workers.algorithms import ReturnScaler
 
         root = Path(path)
         state = self.backend.sharded_state(self.model, self.optimizer)  # the layout to fill in, for this run
@@ -453,6 +490,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     {"model": ..., "optimizer": ..., "progress": ...} — to evaluate or inspect a policy offline."""
     import tempfile
 
+    import torch
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     root = Path(path)
@@ -464,6 +502,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def _gae(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
+    from m2flow.workers.algorithms import compute_gae
+
     cfg = ppo.cfg
     return compute_gae(rewards, values, dones, batch["next_value"], batch["next_done"], cfg.gamma, cfg.gae_lambda)
 
@@ -471,6 +511,8 @@ def _gae(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, don
 def _grpo(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
     """Each env's return over the iteration, relative to its group; the same advantage at every step. A
     group's envs must sit on one data-parallel rank: the rank's share holds whole groups."""
+    from m2flow.workers.algorithms import group_advantages
+
     size = ppo.cfg.group_size
     if rewards.shape[1] % size or bool((ppo._env_ids[::size] % size).any()):
         raise WorkerError(
@@ -497,6 +539,8 @@ class Bootstrap:
 
     @classmethod
     def of(cls, model: Any, trajectory: dict[str, Any], device: torch.device) -> Bootstrap:
+        from m2flow.workers.actor.samples import apply_to_obs
+
         next_obs = model.inputs(trajectory["next_obs"], device)
         if "final_obs" not in trajectory:
             return cls(next_obs, None, np.zeros(0, dtype=np.int64))
@@ -516,6 +560,8 @@ class Part:
 
 def _cat(parts: list[Any], dim: int) -> Any:
     """Parts side by side along the env axis (a tensor or a dict of them)."""
+    import torch
+
     if isinstance(parts[0], dict):
         return {key: _cat([p[key] for p in parts], dim) for key in parts[0]}
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=dim)

@@ -13,18 +13,17 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from pydantic import Field, model_validator
-from torch import nn
 
 import m2flow
 from m2flow.errors import WorkerError
-from m2flow.workers.models import PolicyArgs, state_checksum
-from m2flow.workers.models.policy import observation_encoder
-from m2flow.workers.models.squashed import Observation, relu_mlp
+from m2flow.workers.models import PolicyArgs
+
+if TYPE_CHECKING:
+    import torch
 
 
 class SACConfig(PolicyArgs):
@@ -48,29 +47,15 @@ class SACConfig(PolicyArgs):
         return self
 
 
-class TwinQ(nn.Module):
-    """The twin Q-networks on the features of one observation encoder (for a state, the state itself: two
-    independent MLPs as CleanRL's; for camera images, one CNN that the critic loss trains and the policy
-    reads, as DrQ shares it)."""
-
-    def __init__(self, encoder: nn.Module, act_dim: int, hidden: list[int]):
-        super().__init__()
-        self.encoder = encoder
-        self.q1 = relu_mlp([encoder.out_dim + act_dim, *hidden], 1)
-        self.q2 = relu_mlp([encoder.out_dim + act_dim, *hidden], 1)
-
-    def forward(
-        self, obs: Observation, action: torch.Tensor, detach_encoder: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.encoder(obs)
-        x = torch.cat([features.detach() if detach_encoder else features, action], dim=-1)
-        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
-
-
 class SAC:
     Config = SACConfig
 
     def __init__(self, **args: Any):
+        import torch
+
+        from m2flow.workers.models.policy import observation_encoder
+        from m2flow.workers.models.twin_q import TwinQ
+
         ctx = m2flow.context()
         if ctx.world_size > 1:
             raise WorkerError(f"SAC trains on one rank; set workers.{ctx.worker}.replicas: 1")
@@ -95,12 +80,16 @@ class SAC:
         self._priorities: dict[str, np.ndarray] = {}
 
     def weights(self) -> dict[str, Any]:
+        from m2flow.workers.models.mlp import state_checksum
+
         state = {k: v.detach().clone() for k, v in self.actor.state_dict().items()}
         return {"version": self.version, "state": state, "checksum": state_checksum(state), "scope": "all"}
 
     def train(self, minibatches: list[dict[str, np.ndarray]]) -> dict[str, float]:
         """One gradient step per minibatch: `minibatches` holds each buffer replica's [updates, batch, ...],
         its shard's share of every minibatch (side by side, they make the minibatch)."""
+        import torch
+
         self._priorities = {}
         sampled = [len(m["reward"]) for m in minibatches]
         if len(set(sampled)) > 1:
@@ -137,6 +126,8 @@ class SAC:
 
     def _minibatch(self, batch: dict[str, Any], update: int) -> dict[str, Any]:
         """Update `update`'s minibatch on the device; observations as the encoders read them."""
+        import torch
+
         mb: dict[str, Any] = {}
         for key, value in batch.items():
             if key in ("obs", "next_obs"):
@@ -146,6 +137,8 @@ class SAC:
         return mb
 
     def _update(self, mb: dict[str, Any]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        import torch
+
         cfg = self.cfg
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
@@ -195,6 +188,8 @@ class SAC:
         }
 
     def save_checkpoint(self, path: str) -> None:
+        import torch
+
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         state = {name: module.state_dict() for name, module in self._modules().items()}
@@ -211,6 +206,8 @@ class SAC:
             os.fsync(fh.fileno())
 
     def load_checkpoint(self, path: str) -> None:
+        import torch
+
         state = torch.load(Path(path) / "sac.pt", map_location=self.device, weights_only=False)
         for name, module in self._modules().items():
             module.load_state_dict(state[name])

@@ -10,7 +10,8 @@ if "MUJOCO_GL" not in os.environ:
             os.environ["MUJOCO_GL"] = os.environ.setdefault("PYOPENGL_PLATFORM", _backend)
             break
 
-from m2flow.workers.env.camera_env import CameraEnv, CameraEnvConfig, CameraObservation  # noqa: E402
+from m2flow.workers.env.camera_env import CameraEnv, CameraEnvConfig  # noqa: E402
 from m2flow.workers.env.gym_env import GymEnv, GymEnvConfig  # noqa: E402
+from m2flow.workers.env.observation import CameraObservation  # noqa: E402
 
 __all__ = ["CameraEnv", "CameraEnvConfig", "CameraObservation", "GymEnv", "GymEnvConfig"]

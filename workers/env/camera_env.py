@@ -13,29 +13,21 @@ plays deterministic evaluation episodes on an env of its own, filmed when `video
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
 import m2flow
 from m2flow.workers.env.env_ids import make_env, registered
 from m2flow.workers.env.evaluation import Evaluated, Evaluator
-from m2flow.workers.env.failures import NamedFailures
-from m2flow.workers.env.mujoco_state import load_simulator_state, simulator_state
+from m2flow.workers.env.observation import CameraObservation
 from m2flow.workers.env.recording import Recorder
-from m2flow.workers.env.rendering import CameraRenderer, ImageSize
 from m2flow.workers.env.video import EpisodeVideo
 
-Modality = Literal["rgb", "depth", "segmentation", "proprio"]
-
-
-class CameraObservation(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    cameras: list[str] = Field(min_length=1)
-    modalities: list[Modality] = Field(default_factory=lambda: ["rgb"], min_length=1)
-    size: ImageSize = (84, 84)
+if TYPE_CHECKING:
+    from m2flow.workers.env.failures import NamedFailures
+    from m2flow.workers.env.rendering import CameraRenderer
 
 
 class CameraEnvConfig(m2flow.WorkerConfig, Evaluated):
@@ -62,6 +54,9 @@ class CameraEnv:
     Config = CameraEnvConfig
 
     def __init__(self, **args: Any):
+        from m2flow.workers.env.failures import NamedFailures
+        from m2flow.workers.env.rendering import CameraRenderer
+
         self.config = cfg = CameraEnvConfig(**args)
         ctx = m2flow.context()
         self.env_ids = np.arange(*ctx.items)
@@ -87,6 +82,8 @@ class CameraEnv:
 
     def _evaluator(self, folder: Path, seed: int) -> Evaluator:
         """Evaluation on an env of its own, observed as the policy is in training (and filmed, if asked)."""
+        from m2flow.workers.env.rendering import CameraRenderer
+
         cfg, view = self.config, self.config.observation
         env = make_env(cfg.env_id, **cfg.env_kwargs)
         renderer = CameraRenderer(env.unwrapped.model, view.cameras, view.modalities, view.size, cfg.render_profile)
@@ -189,11 +186,15 @@ class CameraEnv:
         return {**self.recorder.metrics(), **evaluated}
 
     def state_dict(self) -> dict[str, Any]:
+        from m2flow.workers.env.mujoco_state import simulator_state
+
         if self._observation is None:
             return {}
         return simulator_state(self.envs, self.recorder, proprio=self.proprio, done=self._done)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        from m2flow.workers.env.mujoco_state import load_simulator_state
+
         if not state:
             return
         self.obs()

@@ -8,11 +8,13 @@ robosuite adapter.
 from __future__ import annotations
 
 import importlib
-from typing import Any
-
-import gymnasium as gym
+from typing import TYPE_CHECKING, Any
 
 from m2flow.errors import MissingDependency
+from m2flow.workers.env.spaces import KNOWN_TASKS
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 # env id prefixes whose package registers them with gymnasium on import, and the extra that installs it
 ENV_PACKAGES = {"Meta-World/": ("metaworld", "metaworld==3.1.1 (installed with m2flow)")}
@@ -31,14 +33,19 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
                 raise MissingDependency(
                     f"env_id '{env_id}' needs the package '{package}': pip install {extra}"
                 ) from None
+    import gymnasium as gym
+
     return gym.make(env_id, **kwargs)
 
 
 def registered(env_id: str) -> str:
     """A validator for `env_id` fields: gymnasium must know a plain id (ids of the packages above are
-    checked when the env is made: importing them costs seconds)."""
-    if env_id.startswith((*ENV_PACKAGES, *ENV_FACTORIES)):
+    checked when the env is made: importing them costs seconds). Ids of the known tasks' table need no
+    gymnasium import."""
+    if env_id.startswith((*ENV_PACKAGES, *ENV_FACTORIES)) or any(t.env_id == env_id for t in KNOWN_TASKS):
         return env_id
+    import gymnasium as gym
+
     module, _, name = env_id.rpartition(":")  # gymnasium's "module:EnvId": the module registers EnvId
     try:
         if module:

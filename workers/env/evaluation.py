@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from m2flow.workers.env.video import VideoConfig
@@ -86,7 +85,7 @@ class Evaluator:
         self.clip_actions = clip_actions
 
     def run(self, weights: dict[str, Any]) -> dict[str, float]:
-        from m2flow.workers.models import checksum_matches
+        from m2flow.workers.models.mlp import checksum_matches
 
         if not checksum_matches(weights["state"], weights["checksum"]):
             raise ValueError("evaluate: the weights do not match their checksum (a torn update); not evaluated")
@@ -120,9 +119,11 @@ class Evaluator:
             self.video.save(f"eval_v{version:05d}_episode{episode}", total, success)
         return total, steps, success
 
-    @torch.no_grad()
     def _act(self, observation: np.ndarray) -> np.ndarray:
         """The chunk of mean actions for the current observation (as the policy sees it in training)."""
-        mean = self.model.mean_action(self.model.inputs(self.observe(observation), torch.device("cpu")))
-        actions = mean.reshape(-1, self.act_dim).numpy()
-        return np.clip(actions, self.low, self.high) if self.clip_actions else actions
+        import torch
+
+        with torch.no_grad():
+            mean = self.model.mean_action(self.model.inputs(self.observe(observation), torch.device("cpu")))
+            actions = mean.reshape(-1, self.act_dim).numpy()
+            return np.clip(actions, self.low, self.high) if self.clip_actions else actions

@@ -16,21 +16,19 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import gymnasium as gym
-import mujoco
 import numpy as np
 from pydantic import AfterValidator, Field
 
 import m2flow
-from m2flow.workers.algorithms.moments import merge
 from m2flow.workers.env.env_ids import registered
 from m2flow.workers.env.evaluation import Evaluated, Evaluator
-from m2flow.workers.env.failures import NamedFailures
-from m2flow.workers.env.mujoco_state import is_mujoco, load_simulator_state, simulator_state
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.video import EpisodeVideo
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 
 class GymEnvConfig(m2flow.WorkerConfig, Evaluated):
@@ -48,6 +46,8 @@ class GymEnv:
     Config = GymEnvConfig
 
     def __init__(self, **args: Any):
+        import gymnasium as gym
+
         self.config = GymEnvConfig(**args)
         ctx = m2flow.context()
         first, last = ctx.items
@@ -113,6 +113,8 @@ class GymEnv:
         return {**self.recorder.metrics(), **evaluated}
 
     def _evaluator(self, folder: Path, seed: int) -> Evaluator:
+        import mujoco
+
         env = make_normalized(self.config)
         for norm in normalizers([env]):
             norm.update_running_mean = False
@@ -128,11 +130,15 @@ class GymEnv:
         """Everything the next step depends on, for exact resume: physics state, RNGs, step counters,
         the pending observations, the observation statistics and episode statistics. Non-MuJoCo envs
         restart their episodes instead."""
+        from m2flow.workers.env.mujoco_state import is_mujoco, simulator_state
+
         if self._obs is None or not all(is_mujoco(env) for env in self.envs.envs):
             return {}
         return simulator_state(self.envs.envs, self.recorder, obs=self._obs, done=self._done, **self._statistics())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        from m2flow.workers.env.mujoco_state import load_simulator_state
+
         if not state:
             return
         self.obs()  # the first reset builds the envs' internal state, then it is overwritten
@@ -155,11 +161,15 @@ class GymEnv:
 
 def make_named(config: GymEnvConfig, index: int) -> gym.Env:
     """Env `index` of the run, made as the config asks; a failure of it names it."""
+    from m2flow.workers.env.failures import NamedFailures
+
     return NamedFailures(make_normalized(config), index)
 
 
 def make_normalized(config: GymEnvConfig) -> gym.Env:
     """One env as the config asks: observations normalised per env and clipped, as CleanRL does."""
+    import gymnasium as gym
+
     env = gym.make(config.env_id, **config.env_kwargs)
     if config.normalize_obs:
         env = gym.wrappers.NormalizeObservation(env)
@@ -170,6 +180,8 @@ def make_normalized(config: GymEnvConfig) -> gym.Env:
 
 def merged_statistics(envs: list[gym.Env]) -> tuple[np.ndarray, np.ndarray, float]:
     """The observation statistics of all `envs` together (mean, variance, count)."""
+    from m2flow.workers.algorithms.moments import merge
+
     rms = [norm.obs_rms for norm in normalizers(envs)]
     moments = (rms[0].mean, rms[0].var, rms[0].count)
     for r in rms[1:]:
@@ -179,6 +191,8 @@ def merged_statistics(envs: list[gym.Env]) -> tuple[np.ndarray, np.ndarray, floa
 
 def normalizers(envs: list[gym.Env]) -> list[gym.wrappers.NormalizeObservation]:
     """The observation normaliser of each env (none when the config switches it off)."""
+    import gymnasium as gym
+
     found = []
     for env in envs:
         while isinstance(env, gym.Wrapper) and not isinstance(env, gym.wrappers.NormalizeObservation):

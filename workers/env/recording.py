@@ -4,10 +4,12 @@ and the statistics of the episodes that ended."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def stack_steps(values: list[Any]) -> Any:
@@ -65,6 +67,8 @@ class Recorder:
         return out
 
     def state_dict(self) -> dict[str, torch.Tensor]:
+        import torch
+
         return {
             "episode_return": torch.as_tensor(self.episode_return),
             "episode_len": torch.as_tensor(self.episode_len),

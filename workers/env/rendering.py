@@ -15,14 +15,9 @@ import glob
 import os
 from collections import Counter
 from collections.abc import Callable
-from typing import Annotated
 
 import mujoco
 import numpy as np
-from pydantic import Field
-
-Pixels = Annotated[int, Field(ge=1, le=8192)]
-ImageSize = tuple[Pixels, Pixels]  # (height, width) of a rendered image, as configs write it
 
 
 def _fast(model: mujoco.MjModel) -> None:

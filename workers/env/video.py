@@ -7,13 +7,15 @@ from __future__ import annotations
 import copy
 import importlib.util
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import mujoco
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from m2flow.workers.env.rendering import CameraRenderer, ImageSize
+from m2flow.workers.env.observation import ImageSize
+
+if TYPE_CHECKING:
+    import mujoco
 
 
 class VideoConfig(BaseModel):
@@ -35,6 +37,8 @@ class VideoConfig(BaseModel):
 
 class EpisodeVideo:
     def __init__(self, config: VideoConfig, model: mujoco.MjModel, camera: str, folder: str | Path):
+        from m2flow.workers.env.rendering import CameraRenderer
+
         self.config, self.folder = config, Path(folder)
         self.renderer = CameraRenderer(copy.copy(model), [camera], ["rgb"], config.size, "full")
         self.frames: list[np.ndarray] = []

@@ -1,16 +1,7 @@
-"""Policy models shared by inference and training workers, built by name from `PolicyArgs`."""
+"""Policies: their typed args and sizes (light, for the planner) — the torch models live in the modules
+beside them (`policy.MODELS`)."""
 
-from m2flow.workers.models.cnn import CNNPolicy
-from m2flow.workers.models.mlp import GaussianMLP, checksum_matches, env_dims, state_checksum
-from m2flow.workers.models.policy import MODELS, PolicyArgs, state_bytes
+from m2flow.workers.models.policy_args import PolicyArgs
+from m2flow.workers.models.sizes import StateSize, state_bytes, state_size
 
-__all__ = [
-    "MODELS",
-    "CNNPolicy",
-    "GaussianMLP",
-    "PolicyArgs",
-    "checksum_matches",
-    "env_dims",
-    "state_bytes",
-    "state_checksum",
-]
+__all__ = ["PolicyArgs", "StateSize", "state_bytes", "state_size"]

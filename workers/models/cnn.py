@@ -8,8 +8,9 @@ import torch
 from torch import nn
 
 from m2flow.workers.models.encoders import PixelEncoder
+from m2flow.workers.models.inputs import VisionInputs
 from m2flow.workers.models.mlp import layer_init
-from m2flow.workers.models.vision import VisionActorCritic, VisionInputs
+from m2flow.workers.models.vision import VisionActorCritic
 
 
 class CNNPolicy(VisionActorCritic):

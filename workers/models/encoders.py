@@ -11,10 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from m2flow.workers.models.inputs import VisionInputs, pixel_convs, reads_of
 from m2flow.workers.models.mlp import layer_init
-from m2flow.workers.models.vision import VisionInputs, image_channels, image_planes, read_observation, reads_of
-
-CONVS = [(8, 4, 32), (4, 2, 64), (3, 1, 64)]  # kernel, stride, output channels (Nature-CNN, for 64-128 px)
+from m2flow.workers.models.vision import image_planes, read_observation
 
 
 class StateEncoder(nn.Module):
@@ -41,14 +40,11 @@ class PixelEncoder(nn.Module):
         self.cameras = inputs.cameras
         self.reads = reads_of(inputs.modalities, inputs.proprio_dim)
         layers: list[nn.Module] = []
-        h, w, c_in = *inputs.size, image_channels(inputs.modalities, inputs.cameras)
-        for kernel, stride, c_out in CONVS:
+        convs, flat = pixel_convs(inputs)
+        for c_in, c_out, kernel, stride in convs:
             layers += [layer_init(nn.Conv2d(c_in, c_out, kernel, stride=stride)), nn.ReLU()]
-            h, w, c_in = (h - kernel) // stride + 1, (w - kernel) // stride + 1, c_out
-        if h < 1 or w < 1:
-            raise ValueError(f"images of {inputs.size} are too small for the encoder; use at least 36x36")
         self.encoder = nn.Sequential(*layers, nn.Flatten())
-        self.project = nn.Sequential(layer_init(nn.Linear(c_in * h * w, hidden)), nn.ReLU())
+        self.project = nn.Sequential(layer_init(nn.Linear(flat, hidden)), nn.ReLU())
         self.out_dim = hidden + inputs.proprio_dim
 
     def inputs(self, batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
@@ -91,17 +90,6 @@ class GaussianMLP(nn.Module):
     def _value(self, x: torch.Tensor) -> torch.Tensor:
         """A fresh tensor, not a view: FSDP2's backward hook must not see in-place edits of a view."""
         return self.critic(x).squeeze(-1).clone()
-
-
-def env_dims(env_id: str, **env_kwargs) -> tuple[int, int]:
-    """Observation and action sizes of a gymnasium env, read from a throwaway instance."""
-    from m2flow.workers.env.env_ids import make_env
-
-    env = make_env(env_id, **env_kwargs)
-    try:
-        return int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
-    finally:
-        env.close()
 
 
 def state_checksum(state: dict[str, torch.Tensor]) -> float:

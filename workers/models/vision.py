@@ -4,28 +4,12 @@ the features a subclass computes (`_features`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 from torch import nn
 
 from m2flow.workers.models.gaussian import gaussian_head
-
-IMAGE_CHANNELS = {"rgb": 3, "depth": 1, "segmentation": 1}
-DEPTH_SCALE_M = 10.0
-
-
-@dataclass(frozen=True)
-class VisionInputs:
-    """What a camera policy reads and emits: modalities of `cameras` images of `size`, proprioception of
-    `proprio_dim` (0: none), actions (a chunk of them) of `act_dim`."""
-
-    modalities: list[str]
-    cameras: int
-    size: tuple[int, int]
-    proprio_dim: int
-    act_dim: int
+from m2flow.workers.models.inputs import DEPTH_SCALE_M, VisionInputs, reads_of
 
 
 class VisionActorCritic(nn.Module):
@@ -97,12 +81,3 @@ def image_planes(obs: dict[str, torch.Tensor]) -> torch.Tensor:
     if "segmentation" in obs:
         planes.append(obs["segmentation"].float() / 100.0)
     return torch.cat(planes, dim=1)
-
-
-def image_channels(modalities: list[str], cameras: int) -> int:
-    return cameras * sum(IMAGE_CHANNELS.get(m, 0) for m in modalities)
-
-
-def reads_of(modalities: list[str], proprio_dim: int) -> list[str]:
-    """The observation keys a policy reads: its image modalities, and proprioception if it has any."""
-    return [m for m in modalities if m in IMAGE_CHANNELS] + (["proprio"] if proprio_dim else [])

@@ -13,11 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from m2flow.workers.models.inputs import VisionInputs, image_channels
 from m2flow.workers.models.mlp import layer_init
-from m2flow.workers.models.vision import VisionActorCritic, VisionInputs, image_channels, image_planes
-
-# preset -> (width, depth, heads); a block holds ~12 x width^2 parameters
-VIT_SIZES = {"1m": (128, 4, 4), "10m": (384, 6, 6), "30m": (512, 10, 8), "100m": (768, 14, 12), "300m": (1024, 24, 16)}
+from m2flow.workers.models.vision import VisionActorCritic, image_planes
+from m2flow.workers.models.vit_presets import check_vit, vit_tokens
 
 
 class Block(nn.Module):
@@ -42,10 +41,7 @@ class ViTPolicy(VisionActorCritic):
     def __init__(self, inputs: VisionInputs, width: int, depth: int, heads: int, patch: int = 8, causal: bool = False):
         super().__init__(inputs)
         size, proprio_dim, act_dim = inputs.size, inputs.proprio_dim, inputs.act_dim
-        if width % heads:
-            raise ValueError(f"width {width} must be a multiple of heads {heads}")
-        if size[0] % patch or size[1] % patch:
-            raise ValueError(f"image size {size} must be a multiple of the patch size {patch}")
+        check_vit(width, heads, size, patch)
         self.activation_checkpointing = False
         self.patchify = nn.Conv2d(image_channels(inputs.modalities, inputs.cameras), width, patch, stride=patch)
         tokens = vit_tokens(inputs, patch)
@@ -77,13 +73,3 @@ class ViTPolicy(VisionActorCritic):
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.norm(self.trunk(self.tokens(obs))[:, -1]).float()
-
-
-def vit_shape(size: str, width: int | None, depth: int | None, heads: int | None) -> tuple[int, int, int]:
-    preset = VIT_SIZES[size]
-    return width or preset[0], depth or preset[1], heads or preset[2]
-
-
-def vit_tokens(inputs: VisionInputs, patch: int) -> int:
-    """Tokens per sample: the image's patches, a proprioception token (if any) and the readout token."""
-    return (inputs.size[0] // patch) * (inputs.size[1] // patch) + (1 if inputs.proprio_dim else 0) + 1

@@ -12,17 +12,18 @@ BLAS libraries and GPUs may need another multiple.)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from pydantic import Field
 
 import m2flow
 from m2flow.errors import WorkerError
-from m2flow.workers.models import PolicyArgs, checksum_matches, state_bytes
-from m2flow.workers.models.placement import move_module
+from m2flow.workers.models import PolicyArgs, state_bytes
 from m2flow.workers.models.precision import Precision, compute_in
+
+if TYPE_CHECKING:
+    import torch
 
 ROW_MULTIPLE = 4
 
@@ -38,6 +39,8 @@ class TorchPolicy:
     Config = TorchPolicyConfig
 
     def __init__(self, **args: Any):
+        import torch
+
         ctx = m2flow.context()
         self.args = cfg = TorchPolicyConfig(**args)
         self.deterministic = cfg.deterministic
@@ -54,10 +57,15 @@ class TorchPolicy:
         """The model's weights: acting keeps no activations for a backward (one layer's at a time)."""
         return state_bytes(config) / 2**30
 
-    @torch.no_grad()
     def act(self, batch: dict[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
         """Actions for a batch of observations. Given `env_id`s (as `GymEnv` sends them), each env's
         exploration noise comes from its own stream, so results do not depend on how envs are batched."""
+        import torch
+
+        with torch.no_grad():
+            return self._act(batch)
+
+    def _act(self, batch: dict[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
         x = self.model.inputs(batch, self.device)
         rows = len(next(iter(x.values())) if isinstance(x, dict) else x)
         pad = -rows % ROW_MULTIPLE
@@ -77,6 +85,8 @@ class TorchPolicy:
         }
 
     def _noise(self, env_ids: np.ndarray, n: int) -> torch.Tensor:
+        import torch
+
         draws = np.empty((n, self.act_dim), dtype=np.float32)
         for row, env_id in enumerate(env_ids):
             rng = self.env_rngs.get(int(env_id))
@@ -97,11 +107,17 @@ class TorchPolicy:
     def offload(self) -> None:
         """Free the device for a worker sharing it: the model goes to pinned host memory (CUDA only)."""
         if self.device.type == "cuda":
+            import torch
+
+            from m2flow.workers.models.placement import move_module
+
             move_module(self.model, torch.device("cpu"))
             torch.cuda.empty_cache()
 
     def onload(self) -> None:
         if self.device.type == "cuda":
+            from m2flow.workers.models.placement import move_module
+
             move_module(self.model, self.device)
 
     def load_weights(self, weights: dict[str, Any]) -> int:
@@ -122,6 +138,8 @@ class TorchPolicy:
                 f"load_weights: torn weights v{version}: missing {sorted(missing)[:3]},"
                 f" unexpected {sorted(extra)[:3]}, wrong shape {bad[:3]}"
             )
+        from m2flow.workers.models.mlp import checksum_matches
+
         if "checksum" in weights and not checksum_matches(state, weights["checksum"]):
             raise WorkerError(f"load_weights: torn weights v{version}: contents do not match their checksum")
         self.model.load_state_dict(state, strict=weights.get("scope") != "trainable")
@@ -140,4 +158,6 @@ def _pad(x: torch.Tensor | dict[str, torch.Tensor], rows: int) -> torch.Tensor |
         return x
     if isinstance(x, dict):
         return {key: _pad(value, rows) for key, value in x.items()}
+    import torch
+
     return torch.cat([x, x[:1].expand(rows, *x.shape[1:])])

@@ -1,0 +1,43 @@
+"""`m2flow validate` and `m2flow plan` are a dry run: on every config of configs/, in a fresh process, they
+import no torch, gymnasium or MuJoCo, and no simulator package, so no env is built and no model either."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
+HEAVY = ("torch", "gymnasium", "mujoco", "metaworld", "robosuite", "transformers")
+# the task's sizes are not in the known tasks' table without robosuite installed: its plan stops there
+NEEDS_A_MISSING_SIMULATOR = {"ppo_robosuite_camera.yaml": "needs robosuite"}
+
+CHECK = """
+import json, sys
+from m2flow.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "imported": [m for m in HEAVY if m in sys.modules]}))
+"""
+
+
+def dry_run(*argv: str) -> dict:
+    code = f"HEAVY = {HEAVY!r}\n{CHECK}"
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "stderr": out.stderr}
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_validate_and_plan_import_no_torch_gymnasium_or_mujoco_and_build_no_env(config, tmp_path):
+    validated = dry_run("validate", f"configs/{config}")
+    assert validated["imported"] == [], validated["stderr"]
+    planned = dry_run("plan", f"configs/{config}", "--out", str(tmp_path))
+    if config in NEEDS_A_MISSING_SIMULATOR and planned["code"] != 0:
+        assert NEEDS_A_MISSING_SIMULATOR[config] in planned["stderr"]
+        assert not {"torch", "mujoco"} & set(planned["imported"])
+        return
+    assert planned["imported"] == [], planned["stderr"]
