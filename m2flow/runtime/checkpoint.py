@@ -1,4 +1,5 @@
-"""Checkpoints written atomically: a temporary directory renamed into place, loaded weights-only.
+"""Checkpoints written atomically: a temporary directory renamed into place, loaded weights-only (tensors,
+and numpy arrays: a simulator's state needs no torch in its process).
 
 Workers may add their own files to the directory before it is renamed (`write_files`), e.g. a training
 group's sharded `torch.distributed.checkpoint`; those files must be durable when `write_files` returns.
@@ -57,12 +58,21 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     import torch
 
     path = Path(path)
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+    with torch.serialization.safe_globals(_numpy_globals()):
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
     return state, read_meta(path)
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
     return json.loads((Path(path) / "meta.json").read_text())
+
+
+def _numpy_globals() -> list[Any]:
+    """What unpickling a numpy array needs: plain data, no code."""
+    import numpy as np
+
+    dtypes = [getattr(np.dtypes, name) for name in np.dtypes.__all__]
+    return [np.ndarray, np.dtype, np._core.multiarray._reconstruct, *dtypes]
 
 
 def _fsync_dir(path: Path) -> None:

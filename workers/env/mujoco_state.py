@@ -1,5 +1,6 @@
 """Snapshot and restore a gymnasium MuJoCo env exactly: MuJoCo's integration state, the env's RNG and
-its time limit counter. Used for exact resume from checkpoints."""
+its time limit counter. Used for exact resume from checkpoints. The state is numpy (checkpoints load
+numpy arrays weights-only): a simulator process needs no torch."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 import gymnasium as gym
 import mujoco
 import numpy as np
-import torch
 
 _SPEC = mujoco.mjtState.mjSTATE_INTEGRATION  # time, qpos, qvel, act, warm start, controls, applied forces
 
@@ -23,7 +23,7 @@ def env_state(env: gym.Env) -> dict[str, Any]:
     mujoco.mj_getState(inner.model, inner.data, physics, _SPEC)
     limit = time_limit(env)
     return {
-        "physics": torch.as_tensor(physics),
+        "physics": physics,
         "rng": inner.np_random.bit_generator.state,
         "elapsed": limit._elapsed_steps if limit is not None else 0,
     }
@@ -31,7 +31,7 @@ def env_state(env: gym.Env) -> dict[str, Any]:
 
 def set_env_state(env: gym.Env, saved: dict[str, Any]) -> None:
     inner = env.unwrapped
-    physics = saved["physics"].numpy()
+    physics = np.array(saved["physics"], dtype=np.float64)
     mujoco.mj_setState(inner.model, inner.data, physics, _SPEC)
     mujoco.mj_forward(inner.model, inner.data)  # positions, contacts, ... of the restored state
     mujoco.mj_setState(inner.model, inner.data, physics, _SPEC)  # and its warm start, which the solver rewrote
@@ -54,7 +54,7 @@ def simulator_state(envs: list[gym.Env], recorder: Any, **arrays: np.ndarray) ->
     observations, done flags) and the episode statistics so far."""
     return {
         "envs": [env_state(env) for env in envs],
-        "arrays": {key: torch.as_tensor(value) for key, value in arrays.items()},
+        "arrays": {key: np.array(value) for key, value in arrays.items()},
         "episodes": recorder.state_dict(),
     }
 
@@ -64,4 +64,4 @@ def load_simulator_state(envs: list[gym.Env], recorder: Any, state: dict[str, An
     for env, saved in zip(envs, state["envs"], strict=True):
         set_env_state(env, saved)
     recorder.load_state_dict(state["episodes"])
-    return {key: value.numpy().copy() for key, value in state["arrays"].items()}
+    return {key: np.array(value) for key, value in state["arrays"].items()}

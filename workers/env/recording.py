@@ -4,12 +4,9 @@ and the statistics of the episodes that ended."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    import torch
 
 
 def stack_steps(values: list[Any]) -> Any:
@@ -66,14 +63,9 @@ class Recorder:
             out["env/success_rate"] = float(np.nanmean(success))
         return out
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        import torch
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"episode_return": self.episode_return.copy(), "episode_len": self.episode_len.copy()}
 
-        return {
-            "episode_return": torch.as_tensor(self.episode_return),
-            "episode_len": torch.as_tensor(self.episode_len),
-        }
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.episode_return = state["episode_return"].numpy().copy()
-        self.episode_len = state["episode_len"].numpy().copy()
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.episode_return = np.array(state["episode_return"])
+        self.episode_len = np.array(state["episode_len"])
