@@ -304,8 +304,8 @@ class RunSpec(_Strict):
     )
     replacement_state: Literal["reset", "checkpoint"] = Field(
         "reset",
-        description="a replaced simulator replica's envs start new episodes (reset) or resume from its state in"
-        " the last checkpoint (checkpoint)",
+        description="a replaced simulator replica's envs start new episodes (reset; its load_statistics hook still"
+        " gets its state in the last checkpoint: observation statistics) or resume from that state (checkpoint)",
     )
 
 

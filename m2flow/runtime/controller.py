@@ -122,8 +122,7 @@ class Controller(InPlace):
             began = time.time()
             self._finish_training()
             self._add_time("time/train_wait_s", began)
-        settle(self._given_up)  # by now they have failed (not reported as unhandled)
-        self._given_up = []
+        self._given_up = settle(self._given_up)  # not reported as unhandled; those still queued, next time
         result = self._result
         result.metrics.update(self._worker_metrics())
         if result.replacements:  # a wait on a hung replica and a redo: not what the plan's costs are

@@ -197,7 +197,9 @@ class Run:
 
     def _replaced(self, r: Replacement) -> None:
         """A replica replaced in place: recorded, printed and noted as it happens."""
-        failure = _failure(r.iteration, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined)
+        failure = _failure(
+            r.iteration, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined, r.state
+        )
         self._record_failure(failure)
         named = "" if r.env is None else f" (env {r.env})"
         self.reporter.print(f"m2flow: {r.replica} failed in iteration {r.iteration}{named}: {r.why}")
@@ -228,13 +230,18 @@ class Run:
         tmp.write_text(json.dumps(where, indent=1))
         os.replace(tmp, self.run_dir / "processes.json")
 
-    def _restore(self, replica) -> str:
-        """A replacement's state: a simulator's envs as `run.replacement_state` asks, any other replica's
-        state from the last checkpoint (an inference replica's noise streams, say); says what it was."""
+    def _restore(self, replica, envs_anew: bool) -> str:
+        """A replacement's state: a simulator's envs as `run.replacement_state` asks (`envs_anew`: reset, an env
+        being quarantined), yet with what it learned of them (observation statistics) when they reset; any
+        other replica's state from the last checkpoint (an inference replica's noise streams, say); says what
+        it was."""
         checkpoint = latest_checkpoint(self.run_dir / "checkpoints")
         simulator = replica.worker == self.graph.loop.entry.worker
-        if checkpoint is None or (simulator and self.spec.run.replacement_state == "reset"):
+        if checkpoint is None:
             return "its envs reset" if simulator else "its state as built"
+        if simulator and (envs_anew or self.spec.run.replacement_state == "reset"):
+            kept = self.snapshots.restore_statistics(checkpoint, replica)
+            return f"its envs reset{f', their statistics from {checkpoint.name}' if kept else ''}"
         self.snapshots.restore_replica(checkpoint, replica)
         return f"its {'envs' if simulator else 'state'} restored from {checkpoint.name}"
 
@@ -391,9 +398,11 @@ def _failure(
     steps_redone: int = 0,
     env: int | None = None,
     quarantined: bool = False,
+    state: str | None = None,
 ) -> dict:
     """One entry of `RunResult.failures`: `replaced` names the replica replaced in place (None: a restart),
-    `env` the env its simulator said failed, `quarantined` whether that env was started from a new seed."""
+    `env` the env its simulator said failed, `quarantined` whether that env was started from a new seed,
+    `state` what the replacement started from."""
     return {
         "iteration": iteration,
         "error": error,
@@ -402,6 +411,7 @@ def _failure(
         "steps_redone": steps_redone,
         "env": env,
         "quarantined": quarantined,
+        "state": state,
     }
 
 

@@ -222,9 +222,13 @@ class WorkerHost:
             return None
         return [self._invoke(inst, name, args, f"hook {name}") for inst in self.instances]
 
-    def hook_each(self, name: str, per_instance: list[Any]) -> None:
+    def hook_each(self, name: str, per_instance: list[Any]) -> bool:
+        """Call an optional hook on each instance with its own value; False where the class does not define it."""
+        if not hasattr(self.instances[0], name):
+            return False
         for inst, value in zip(self.instances, per_instance, strict=True):
             self._invoke(inst, name, (value,), f"hook {name}")
+        return True
 
     def _invoke(self, instance: Any, port: str, args: tuple | list, where: str) -> Any:
         method = getattr(instance, port)

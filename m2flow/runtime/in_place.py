@@ -133,7 +133,7 @@ class InPlace:
             self._replace_outside_loop(
                 [(transfer[i][1], dropped) for i, dropped in failed.items()], "in the weight sync", phase
             )
-            settle([ref for (ref, _, _), event in zip(calls, events, strict=True) if event is None])
+            self._given_up += settle([ref for (ref, _, _), event in zip(calls, events, strict=True) if event is None])
         done = [(event, call) for event, call in zip(events, calls, strict=True) if event is not None]
         return [event for event, _ in done], [call for _, call in done]
 

@@ -42,7 +42,7 @@ Failed = list[tuple[Replica, Dropped]]  # loop replicas to replace, each with it
 class Restore:
     """Where replacements get their state: the run's checkpoints."""
 
-    replica: Callable[[Replica], str]  # sets a loop replacement's state; says what it is
+    replica: Callable[[Replica, bool], str]  # sets a loop replacement's state (its envs anew?); says what it is
     checkpoint_before: Callable[[int], Path | None]  # the checkpoint written right before an iteration, if any
     workers: Callable[[Path, list[str]], None]  # every replica of these workers restored from a checkpoint
 
@@ -115,9 +115,13 @@ class Replacer:
         quarantined = [self.quarantine.record(dropped.env) for _, dropped in failed]  # before they are built
         fresh = self.launch.replace([replica.id for replica, _ in failed])
         return {
-            new.id: Started(f"its envs reset, env {dropped.env} quarantined: started from a new seed", dropped, True)
+            new.id: Started(
+                f"{self.restore.replica(new, True)}, env {dropped.env} quarantined: started from a new seed",
+                dropped,
+                True,
+            )
             if moved
-            else Started(self.restore.replica(new), dropped, False)
+            else Started(self.restore.replica(new, False), dropped, False)
             for new, (_, dropped), moved in zip(fresh, failed, quarantined, strict=True)
         }
 

@@ -38,6 +38,17 @@ class Snapshots:
         replicas = [r for name in workers if (checkpoint / name).is_dir() for r in self.launch.replicas[name]]
         self._hooks(replicas, "load_checkpoint", f"load_checkpoint() of {', '.join(workers)} restarted", checkpoint)
 
+    def restore_statistics(self, checkpoint: Path, replica: Replica) -> bool:
+        """What a simulator replaced with its envs started anew keeps of its part of a checkpoint (its optional
+        `load_statistics` hook: observation statistics the policy learned on, say); whether it kept any."""
+        per_replica = load_checkpoint(checkpoint)[0].get(replica.worker)
+        if not per_replica:
+            return False
+        value = per_replica[0 if self.graph.info[replica.worker].group else replica.index]
+        call = (replica.actor.hook_each.remote("load_statistics", value), replica, "load_statistics()")
+        (kept,) = wait_all([call], Deadline(self.timeout_s, f"load_statistics() of the replacement of {replica.id}"))
+        return kept
+
     def restore_replica(self, checkpoint: Path, replica: Replica) -> None:
         """One replica's part of a checkpoint (a simulator replaced in place): its state and its files."""
         state, _ = load_checkpoint(checkpoint)

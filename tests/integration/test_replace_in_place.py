@@ -46,6 +46,10 @@ def test_a_failed_simulator_is_replaced_in_place_and_only_its_part_is_redone(tmp
 
     (failure,) = result.failures  # one failure, and it was not a restart (a restart records replaced: None)
     assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
+    if state == "reset":  # new episodes, on the observation scale the policy learned on
+        assert failure["state"] == "its envs reset, their statistics from iter_00000000"
+    else:
+        assert failure["state"] == "its envs restored from iter_00000000"
     detection = failure["detected_at"] - struck_at
     if fault == "kill":  # the channel closes at once
         assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"

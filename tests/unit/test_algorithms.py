@@ -62,6 +62,22 @@ def gym_env(**args):
     return GymEnv(env_id="HalfCheetah-v5", num_envs=2, **args)
 
 
+def test_a_simulator_started_anew_keeps_the_observation_statistics_and_resets_its_envs():
+    from m2flow.workers.env.gym_env import normalizers
+
+    env, anew = gym_env(), gym_env()
+    env.obs()
+    for _ in range(20):
+        env.step(np.full((2, 6), 0.5, np.float32))
+    anew.load_statistics(env.state_dict())
+
+    for kept, learned in zip(normalizers(anew.envs.envs), normalizers(env.envs.envs), strict=True):
+        np.testing.assert_array_equal(kept.obs_rms.mean, learned.obs_rms.mean)
+        np.testing.assert_array_equal(kept.obs_rms.var, learned.obs_rms.var)
+        assert kept.obs_rms.count == learned.obs_rms.count
+    assert anew._obs is None  # its envs start new episodes at its first observation
+
+
 def test_observations_are_normalised_per_env_and_the_statistics_resume_exactly():
     import gymnasium as gym
 

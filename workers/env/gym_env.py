@@ -144,8 +144,14 @@ class GymEnv:
         self.obs()  # the first reset builds the envs' internal state, then it is overwritten
         arrays = load_simulator_state(self.envs.envs, self.recorder, state)
         self._obs, self._done = arrays["obs"], arrays["done"]
-        for i, norm in enumerate(normalizers(self.envs.envs)):
-            norm.obs_rms.mean, norm.obs_rms.var = arrays["obs_mean"][i].copy(), arrays["obs_var"][i].copy()
+        self.load_statistics(state)
+
+    def load_statistics(self, state: dict[str, Any]) -> None:
+        """What a replacement whose envs start anew keeps of a checkpointed state: each env's observation
+        statistics, which the policy learned on (fresh ones would feed it observations on another scale)."""
+        arrays = state.get("arrays", {})
+        for i, norm in enumerate(normalizers(self.envs.envs) if "obs_mean" in arrays else []):
+            norm.obs_rms.mean, norm.obs_rms.var = np.array(arrays["obs_mean"][i]), np.array(arrays["obs_var"][i])
             norm.obs_rms.count = float(arrays["obs_count"][i])
 
     def _statistics(self) -> dict[str, np.ndarray]:
