@@ -174,10 +174,11 @@ def undisturbed_median_s(result: RunResult) -> float:
 
 def iteration_times(result: RunResult) -> dict[str, list]:
     """Each iteration's seconds as the run logged it (an iteration redone after a restart: its last time),
-    and whether a failure touched it."""
+    whether a failure touched it, and the mean return of the episodes that ended in it (None: none did)."""
     return {
         "seconds": [h["time/iteration_s"] for h in result.history],
         "touched": ["failures/replaced" in h for h in result.history],
+        "returns": [h.get("env/episode_return") for h in result.history],
     }
 
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import select
 import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
@@ -36,6 +38,10 @@ class Patience:
 
     silent_s: float
     most_s: float
+
+    def __post_init__(self):
+        if not 0 < self.silent_s <= self.most_s:
+            raise ValueError(f"patience needs 0 < silent_s <= most_s, got {self.silent_s}, {self.most_s}")
 
     @classmethod
     def fixed(cls, seconds: float) -> Patience:
@@ -139,9 +145,12 @@ class Mailbox:
         self.sent_bytes += len(data)
         return len(data)
 
-    def recv(self, peer: PeerId, header: tuple, patience: Patience, waiting_for: str) -> Any:
+    def recv(
+        self, peer: PeerId, header: tuple, patience: Patience, waiting_for: str, beat: Callable[[], None] | None = None
+    ) -> Any:
         """The message `header` from `peer`; past `patience` (module doc) raises `WaitTimeout`. While it waits
-        it beats to every peer it sends to."""
+        it beats (`beat`: for every replica its process hosts; default, its own `beat`)."""
+        beat = beat or self.beat
         conn = self.inbound[peer]
         start = heard = now = time.monotonic()
         beat_every = patience.silent_s / BEATS_PER_SILENCE
@@ -157,7 +166,7 @@ class Mailbox:
                 heard = time.monotonic()
             now = time.monotonic()
             if now >= next_beat:
-                self._beat()
+                beat()
                 next_beat = now + beat_every
         if tuple(got) != tuple(header):
             raise RuntimeError(
@@ -174,12 +183,20 @@ class Mailbox:
                 " (it crashed or was killed)"
             ) from None
 
-    def _beat(self) -> None:
-        """Tell every peer this replica sends to that it is alive and waiting; a broken channel is the data's
-        to report."""
+    def beat(self) -> None:
+        """Tell every peer this replica sends to that it is alive and waiting. Never blocks: a peer that reads
+        nothing (stopped) and whose channel is full misses it; a broken channel is the data's to report."""
         for conn in self.outbound.values():
-            with contextlib.suppress(OSError):
-                conn.send_bytes(_BEAT_BYTES)
+            with contextlib.suppress(OSError, ValueError):
+                if select.select([], [conn.fileno()], [], 0)[1]:
+                    conn.send_bytes(_BEAT_BYTES)
+
+    def close(self) -> None:
+        """Stop listening and close every channel."""
+        for listener in self._listeners.values():
+            listener.close()
+        for conn in [*self.inbound.values(), *self.outbound.values()]:
+            conn.close()
 
     def _timeout(self, peer: PeerId, header: tuple, patience: Patience, silent: float, waiting_for: str) -> WaitTimeout:
         if silent >= patience.silent_s:

@@ -68,11 +68,15 @@ def read_meta(path: str | Path) -> dict[str, Any]:
 
 
 def _numpy_globals() -> list[Any]:
-    """What unpickling a numpy array needs: plain data, no code."""
+    """What unpickling numpy arrays and scalars needs: plain data, no code."""
     import numpy as np
 
+    try:
+        from numpy._core.multiarray import _reconstruct, scalar
+    except ImportError:  # numpy 1
+        from numpy.core.multiarray import _reconstruct, scalar
     dtypes = [getattr(np.dtypes, name) for name in np.dtypes.__all__]
-    return [np.ndarray, np.dtype, np._core.multiarray._reconstruct, *dtypes]
+    return [np.ndarray, np.dtype, _reconstruct, scalar, *dtypes]
 
 
 def _fsync_dir(path: Path) -> None:

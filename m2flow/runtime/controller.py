@@ -94,6 +94,10 @@ class Controller(InPlace):
         self.backlog = Backlog(self.overlap) if self.overlap is not None else None
         self._last = 0  # the last iteration of the current segment (no batch pending after it)
 
+    def settle_given_up(self, timeout_s: float) -> None:
+        """The calls given up with replaced replicas that are still queued: their errors taken as they end."""
+        self._given_up = settle(self._given_up, timeout_s)
+
     def adopt(self, plan: Plan) -> None:
         """The same placement with a new prediction (measured costs): its deadlines follow."""
         self.plan = plan

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, the others are measured
 MAX_REPLANS = 2  # a switch to a plan with other batch sizes measures those too, and may refine once more
 RECOVERABLE = (WorkerError, WaitTimeout)
+SETTLE_S = 2.0  # how long a closing run waits for the given-up calls still queued to end
 
 
 @dataclass
@@ -381,6 +382,8 @@ class Run:
     def close(self) -> None:
         """Stop the workers (the run's outputs stay); safe to call more than once."""
         self.trace.write(self.run_dir / "trace.json")
+        if self.controller is not None:
+            self.controller.settle_given_up(SETTLE_S)
         if self.launch is not None:
             self.launch.close()
             self.launch = None

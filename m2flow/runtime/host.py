@@ -2,7 +2,7 @@
 
 The user's class stays plain: the host builds it under a `WorkerContext`, calls its ports when the
 controller or the loop program says so, calls the optional hooks it defines (`state_dict`,
-`load_state_dict`, `metrics`, `offload`, `onload`), and reports every task for the trace.
+`load_state_dict`, `load_statistics`, `metrics`, `offload`, `onload`), and reports every task for the trace.
 A simulator replica hosts one instance per pipeline slice; other workers one instance.
 `ProcessHost` hosts several replicas in one process (`placement.colocate`).
 """
@@ -222,13 +222,14 @@ class WorkerHost:
             return None
         return [self._invoke(inst, name, args, f"hook {name}") for inst in self.instances]
 
-    def hook_each(self, name: str, per_instance: list[Any]) -> bool:
-        """Call an optional hook on each instance with its own value; False where the class does not define it."""
-        if not hasattr(self.instances[0], name):
-            return False
-        for inst, value in zip(self.instances, per_instance, strict=True):
+    def hook_each(self, name: str, per_instance: list[Any], optional: bool = False) -> list[Any] | None:
+        """Call a hook on each instance with its own value; None where an `optional` one is not defined."""
+        if optional and not hasattr(self.instances[0], name):
+            return None
+        return [
             self._invoke(inst, name, (value,), f"hook {name}")
-        return True
+            for inst, value in zip(self.instances, per_instance, strict=True)
+        ]
 
     def _invoke(self, instance: Any, port: str, args: tuple | list, where: str) -> Any:
         method = getattr(instance, port)

@@ -164,6 +164,11 @@ class _LoopRun:
             return Patience.fixed(channel_s)
         return Patience(channel_s, channel_s * (1 + simulators))
 
+    def _beat(self) -> None:
+        """Every member this process hosts says it is alive: while one waits, the others send nothing either."""
+        for member in self.members:
+            member.mailbox.beat()
+
     def drop(self, m: Member, peer: PeerId, error: Exception) -> None:
         """Go on without `peer`, a droppable simulator replica that failed `m`'s channel: its shards leave
         every member here. Raises when `m` cannot go on: `PeerLost` if `peer` may be replaced (an inference
@@ -233,7 +238,8 @@ class _LoopRun:
             port, source = prog.ports[j][1], prog.ports[upstream][1]
             what = f"{m.worker}.{port} input from {w_prev}.{source} (iteration {prog.iteration})"
             try:
-                pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), self._patience((w_prev, peer)), what))
+                patience = self._patience((w_prev, peer))
+                pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), patience, what, self._beat))
             except (WorkerError, WaitTimeout) as exc:
                 self.drop(m, (w_prev, peer), exc)
         shards = self.mine[(m.worker, m.replica)]

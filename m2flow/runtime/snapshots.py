@@ -45,9 +45,9 @@ class Snapshots:
         if not per_replica:
             return False
         value = per_replica[0 if self.graph.info[replica.worker].group else replica.index]
-        call = (replica.actor.hook_each.remote("load_statistics", value), replica, "load_statistics()")
+        call = (replica.actor.hook_each.remote("load_statistics", value, True), replica, "load_statistics()")
         (kept,) = wait_all([call], Deadline(self.timeout_s, f"load_statistics() of the replacement of {replica.id}"))
-        return kept
+        return any(kept or [])
 
     def restore_replica(self, checkpoint: Path, replica: Replica) -> None:
         """One replica's part of a checkpoint (a simulator replaced in place): its state and its files."""

@@ -1,8 +1,8 @@
 """What a stuck worker is doing, asked when a wait on a process group's ranks passes its deadline.
 
 Every worker process writes the Python stacks of its threads to `<run>/stacks/<address>-<pid>.txt` (its
-node's address: hosts may share the folder) when it gets
-SIGUSR1 (faulthandler: it answers even while blocked in a collective's C code). The controller signals
+node's address: hosts may share the folder) when it gets SIGUSR1 (faulthandler: it answers even while
+blocked in a collective's C code). The controller signals
 each rank of the stuck group and reads the answers: those on its own host itself, those on another host
 through a task on that host's Ray node (`ask_on_node`; a host cut off does not answer in time). A rank
 whose stack is in `torch.distributed` has arrived at a collective and waits for the others; one that

@@ -57,13 +57,13 @@ def finished(ref: Any) -> bool:
     return bool(ray.wait([ref], timeout=0)[0])
 
 
-def settle(refs: list[Any]) -> list[Any]:
-    """Calls whose failure is already accounted for: the errors of those that have ended are taken (not left
-    for Ray to report as unhandled); returns those still running, to settle later (a call queued behind
-    others fails only when its turn comes)."""
+def settle(refs: list[Any], timeout_s: float = 0.0) -> list[Any]:
+    """Calls whose failure is already accounted for: the errors of those that end within `timeout_s` are
+    taken (not left for Ray to report as unhandled); returns those still running, to settle later (a call
+    queued behind others fails only when its turn comes)."""
     import ray
 
-    ended, running = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+    ended, running = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
     for ref in ended:
         with contextlib.suppress(ray.exceptions.RayError):
             ray.get(ref)

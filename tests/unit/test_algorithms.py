@@ -69,13 +69,16 @@ def test_a_simulator_started_anew_keeps_the_observation_statistics_and_resets_it
     env.obs()
     for _ in range(20):
         env.step(np.full((2, 6), 0.5, np.float32))
-    anew.load_statistics(env.state_dict())
+    assert anew.load_statistics(env.state_dict())
 
     for kept, learned in zip(normalizers(anew.envs.envs), normalizers(env.envs.envs), strict=True):
         np.testing.assert_array_equal(kept.obs_rms.mean, learned.obs_rms.mean)
         np.testing.assert_array_equal(kept.obs_rms.var, learned.obs_rms.var)
         assert kept.obs_rms.count == learned.obs_rms.count
-    assert anew._obs is None  # its envs start new episodes at its first observation
+    anew.obs()
+    assert [e.unwrapped.data.time for e in anew.envs.envs] == [0.0, 0.0]  # new episodes, not the saved physics
+    assert all(e.unwrapped.data.time > 0 for e in env.envs.envs)
+    assert not gym_env().load_statistics({})  # a state before any step holds no statistics
 
 
 def test_observations_are_normalised_per_env_and_the_statistics_resume_exactly():

@@ -21,7 +21,7 @@ class Mailbox:
     def __init__(self):
         self.sent: list[tuple] = []
 
-    def recv(self, peer, header, timeout_s, waiting_for):
+    def recv(self, peer, header, patience, waiting_for, beat):
         step = header[0]
         if peer == ("env", 1) and step >= BREAKS_AT:
             raise WorkerError("rollout[0]: env[1] closed its channel (it crashed or was killed)")
@@ -76,7 +76,7 @@ class PolicyMailbox:
 
     sent_bytes = 0
 
-    def recv(self, peer, header, timeout_s, waiting_for):
+    def recv(self, peer, header, patience, waiting_for, beat):
         if header[0] >= BREAKS_AT:
             raise WorkerError("env[0]: rollout[0] closed its channel (it crashed or was killed)")
         return {0: np.zeros((ENVS_PER_SHARD, 1), np.float32)}

@@ -146,13 +146,17 @@ class GymEnv:
         self._obs, self._done = arrays["obs"], arrays["done"]
         self.load_statistics(state)
 
-    def load_statistics(self, state: dict[str, Any]) -> None:
+    def load_statistics(self, state: dict[str, Any]) -> bool:
         """What a replacement whose envs start anew keeps of a checkpointed state: each env's observation
-        statistics, which the policy learned on (fresh ones would feed it observations on another scale)."""
+        statistics, which the policy learned on (fresh ones would feed it observations on another scale);
+        whether the state held any."""
         arrays = state.get("arrays", {})
-        for i, norm in enumerate(normalizers(self.envs.envs) if "obs_mean" in arrays else []):
+        if "obs_mean" not in arrays:
+            return False
+        for i, norm in enumerate(normalizers(self.envs.envs)):
             norm.obs_rms.mean, norm.obs_rms.var = np.array(arrays["obs_mean"][i]), np.array(arrays["obs_var"][i])
             norm.obs_rms.count = float(arrays["obs_count"][i])
+        return True
 
     def _statistics(self) -> dict[str, np.ndarray]:
         rms = [norm.obs_rms for norm in normalizers(self.envs.envs)]
