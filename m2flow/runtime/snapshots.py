@@ -41,26 +41,30 @@ class Snapshots:
     def restore_statistics(self, checkpoint: Path, replica: Replica) -> bool:
         """What a simulator replaced with its envs started anew keeps of its part of a checkpoint (its optional
         `load_statistics` hook: observation statistics the policy learned on, say); whether it kept any."""
-        per_replica = load_checkpoint(checkpoint)[0].get(replica.worker)
-        if not per_replica:
+        value = self._replica_state(checkpoint, replica)
+        if value is None:
             return False
-        value = per_replica[0 if self.graph.info[replica.worker].group else replica.index]
         call = (replica.actor.hook_each.remote("load_statistics", value, True), replica, "load_statistics()")
         (kept,) = wait_all([call], Deadline(self.timeout_s, f"load_statistics() of the replacement of {replica.id}"))
         return any(kept or [])
 
     def restore_replica(self, checkpoint: Path, replica: Replica) -> None:
         """One replica's part of a checkpoint (a simulator replaced in place): its state and its files."""
-        state, _ = load_checkpoint(checkpoint)
-        per_replica = state.get(replica.worker)
+        value = self._replica_state(checkpoint, replica)
         calls = []
-        if per_replica:
-            value = per_replica[0 if self.graph.info[replica.worker].group else replica.index]
+        if value is not None:
             calls.append((replica.actor.hook_each.remote("load_state_dict", value), replica, "load_state_dict()"))
         wait_all(calls, Deadline(self.timeout_s, f"load_state_dict() of the replacement of {replica.id}"))
         if self._files(checkpoint, replica).is_dir():
             what = f"load_checkpoint() of the replacement of {replica.id}"
             self._hooks([replica], "load_checkpoint", what, checkpoint)
+
+    def _replica_state(self, checkpoint: Path, replica: Replica) -> Any:
+        """`replica`'s entry in the checkpoint's state (a group's is its worker's one), None if it has none."""
+        per_replica = load_checkpoint(checkpoint)[0].get(replica.worker)
+        if not per_replica:
+            return None
+        return per_replica[0 if self.graph.info[replica.worker].group else replica.index]
 
     def _hooks(self, replicas: list[Replica], hook: str, what: str, folder: Path | None = None) -> list[Any]:
         """Call `hook` on every replica (given `folder`, with the path of its files there)."""
