@@ -1,19 +1,30 @@
-"""Time to return: m2flow's PPO (or SAC) against Stable-Baselines3's with rl-zoo3's tuned settings, on the same
-machine, env, env-step budget and seeds, evaluated the same way (10 deterministic episodes on fresh seeds
-every `--eval-every` env steps, observations normalised with the training statistics of that moment).
+"""Time to return: m2flow's PPO (or SAC) against Stable-Baselines3's, on the same machine, env, env-step budget
+and seeds, evaluated the same way (10 deterministic episodes on fresh seeds every `--eval-every` env steps,
+observations normalised with the training statistics of that moment).
 
-The peers are installed from PyPI into a virtualenv of their own (`--peers-venv`, created on first use:
-CPU torch 2.13.0 from this machine's wheel, stable-baselines3 and rl-zoo3 2.9.2 pinned); their tuned
-settings are read from rl-zoo3's own hyperparams/ppo.yml (sac.yml with `--algo sac`, m2flow running
-configs/sac_mujoco.yaml instead of configs/ppo_mujoco.yaml). CleanRL 1.2.0 is not run: its scripts target
-gymnasium 0.29's API (NEXT_STEP autoreset, `final_observation` infos), not gymnasium 1.x.
+The peers (`--peers`):
+- `sb3-zoo`: SB3 with rl-zoo3's tuned settings, read from rl-zoo3's own hyperparams/ppo.yml (sac.yml with
+  `--algo sac`, m2flow running configs/sac_mujoco.yaml instead of configs/ppo_mujoco.yaml);
+- `sb3-cleanrl` (PPO only): SB3's PPO set to CleanRL 1.2.0 ppo_continuous_action.py's defaults (one env, 2048
+  steps, 32 minibatches, 10 epochs, lr 3e-4 annealed to 0 over the run, gamma 0.99, GAE 0.95, clip 0.2, no
+  entropy bonus, gradient norm 0.5, tanh 64x64 orthogonally initialised, log-std 0, Adam eps 1e-5,
+  observations and rewards normalised and clipped at 10). Two differences SB3 cannot express: the value loss
+  is the plain MSE weighted 0.25 (CleanRL: half the MSE weighted 0.5, the same gradient) and it is not
+  clipped (CleanRL clips it at 0.2 by default). CleanRL 1.2.0 itself is not run: its scripts target gymnasium
+  0.29's API (NEXT_STEP autoreset, `final_observation` infos), not gymnasium 1.x.
+They are installed from PyPI into a virtualenv of their own (`--peers-venv`, created on first use: CPU torch
+2.13.0 from this machine's wheel, stable-baselines3 and rl-zoo3 2.9.2 pinned), or run by an interpreter that
+already has them (`--peers-python`; `sb3-cleanrl` needs no rl-zoo3).
 
     python benchmarks/learning.py [--algo ppo|sac] [--env HalfCheetah-v5] [--steps 100000] [--seeds 1 2 3]
-        [--eval-every 10000] [--skip-peers] [--set workers.actor.args.minibatch_size=128 ...]
+        [--eval-every 10000] [--peers sb3-zoo sb3-cleanrl | --skip-peers] [--skip-m2flow]
+        [--set workers.actor.args.minibatch_size=128 ...]
+    python benchmarks/learning.py --merge PART.json ... --name NAME   # one result from parts run apart
 
 Writes benchmarks/results/learning_<env>.json (learning_sac_<env>.json for SAC) and its .png (evaluation return
-against env steps and against wall time). Last line: `learning: m2flow <mean> ± <std> vs sb3-zoo <mean> ± <std>;
-time to 1500 (s): m2flow [...], sb3-zoo [...] (None: not reached) at <N> steps (<k> seeds)`.
+against env steps and against wall time). Last line: `learning: m2flow <mean> ± <std> (<x> steps/s) vs <peer>
+<mean> ± <std> (<y> steps/s); time to 1500: <r>x faster at <N> steps (<k> seeds)` (per peer; the times to 1500
+listed instead where a seed did not reach it).
 """
 
 from __future__ import annotations
@@ -31,8 +42,6 @@ from pathlib import Path
 
 from results_io import RESULTS, save_result
 
-import m2flow as mf
-
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ["stable-baselines3==2.9.2", "rl-zoo3==2.9.2"]
 
@@ -47,6 +56,15 @@ class Algo:
 ALGOS = {"ppo": Algo("ppo_mujoco.yaml", 8 * 64, "PPO"), "sac": Algo("sac_mujoco.yaml", 4 * 32, "SAC")}
 
 
+@dataclass(frozen=True)
+class Peer:
+    settings: str  # what SB3_SCRIPT sets the algorithm to: rl-zoo3's tuned file, or CleanRL's defaults
+    algos: tuple[str, ...]  # the algorithms it has settings for
+
+
+PEER_KINDS = {"sb3-zoo": Peer("zoo", ("ppo", "sac")), "sb3-cleanrl": Peer("cleanrl", ("ppo",))}
+
+
 def m2flow_run(
     env_id: str,
     steps: int,
@@ -57,6 +75,8 @@ def m2flow_run(
     label: str = "m2flow",
     algo: Algo = ALGOS["ppo"],
 ) -> dict:
+    import m2flow as mf
+
     iterations = steps // algo.steps_per_iteration
     every = max(1, eval_every // algo.steps_per_iteration)
     policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
@@ -105,7 +125,7 @@ SB3_SCRIPT = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    import numpy as np, yaml, rl_zoo3, gymnasium as gym
+    import numpy as np, yaml, gymnasium as gym
     import stable_baselines3
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
@@ -113,16 +133,25 @@ SB3_SCRIPT = textwrap.dedent(
     from stable_baselines3.common.callbacks import BaseCallback
     import torch.nn as nn
 
-    env_id, steps, seed, every, out, algo = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5], sys.argv[6]
-    zoo = yaml.safe_load((Path(rl_zoo3.__file__).parent / "hyperparams" / f"{algo.lower()}.yml").read_text())
-    key = env_id.replace("-v5", "-v4")
-    hp = dict(zoo[key])
-    normalize = bool(hp.get("normalize", False))
-    for k in ("n_timesteps", "policy", "normalize", "n_envs", "normalize_kwargs"):
-        hp.pop(k, None)
-    if isinstance(hp.get("policy_kwargs"), str):
-        hp["policy_kwargs"] = eval(hp["policy_kwargs"], {"nn": nn, "dict": dict})
-    env = make_vec_env(env_id, n_envs=zoo[key].get("n_envs", 1), seed=seed)
+    env_id, steps, seed, every, out, algo, settings = sys.argv[1], *map(int, sys.argv[2:5]), *sys.argv[5:8]
+    if settings == "zoo":
+        import rl_zoo3
+        zoo = yaml.safe_load((Path(rl_zoo3.__file__).parent / "hyperparams" / f"{algo.lower()}.yml").read_text())
+        hp = dict(zoo[env_id.replace("-v5", "-v4")])
+        normalize, n_envs = bool(hp.get("normalize", False)), hp.get("n_envs", 1)
+        for k in ("n_timesteps", "policy", "normalize", "n_envs", "normalize_kwargs"):
+            hp.pop(k, None)
+        if isinstance(hp.get("policy_kwargs"), str):
+            hp["policy_kwargs"] = eval(hp["policy_kwargs"], {"nn": nn, "dict": dict})
+        described = {k: str(v) for k, v in hp.items()}
+    else:  # CleanRL 1.2.0 ppo_continuous_action.py's defaults; SB3's own defaults give the rest (tanh 64x64,
+        # orthogonal init, log-std 0, Adam eps 1e-5, per-minibatch advantage normalisation)
+        hp = dict(n_steps=2048, batch_size=64, n_epochs=10, gamma=0.99, gae_lambda=0.95, clip_range=0.2,
+                  ent_coef=0.0, vf_coef=0.25, max_grad_norm=0.5)
+        described = {**{k: str(v) for k, v in hp.items()}, "learning_rate": "3e-4 annealed linearly to 0"}
+        hp["learning_rate"] = lambda remaining: 3e-4 * remaining
+        normalize, n_envs = True, 1
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     evaluation = make_vec_env(env_id, n_envs=1, seed=seed + 10_000)
     if normalize:
         env = VecNormalize(env, gamma=hp.get("gamma", 0.99))
@@ -147,8 +176,7 @@ SB3_SCRIPT = textwrap.dedent(
     model = getattr(stable_baselines3, algo)("MlpPolicy", env, seed=seed, verbose=0, **hp)
     model.learn(steps + 1, callback=callback)
     wall = time.time() - callback.start  # evaluations left out
-    hyperparameters = {k: str(v) for k, v in hp.items()}
-    Path(out).write_text(json.dumps({"curve": callback.curve, "wall_s": wall, "hyperparameters": hyperparameters}))
+    Path(out).write_text(json.dumps({"curve": callback.curve, "wall_s": wall, "hyperparameters": described}))
     """
 )
 
@@ -166,15 +194,17 @@ def peers_python(venv: Path) -> Path:
     return python
 
 
-def sb3_run(python: Path, env_id: str, steps: int, seed: int, eval_every: int, out: Path, algo: Algo) -> dict:
-    script, result = out / "sb3_zoo.py", out / f"sb3_{seed}.json"
+def sb3_run(
+    python: Path, env_id: str, steps: int, seed: int, eval_every: int, out: Path, algo: Algo, peer: str = "sb3-zoo"
+) -> dict:
+    script, result = out / "sb3.py", out / f"{peer}_{seed}.json"
     script.write_text(SB3_SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
-    arguments = [env_id, str(steps), str(seed), str(eval_every), str(result), algo.sb3]
+    arguments = [env_id, str(steps), str(seed), str(eval_every), str(result), algo.sb3, PEER_KINDS[peer].settings]
     subprocess.run([str(python), str(script), *arguments], check=True, env=env)
     data = json.loads(result.read_text())
     return {
-        "implementation": "sb3-zoo",
+        "implementation": peer,
         "seed": seed,
         "curve": data["curve"],
         "wall_s": data["wall_s"],
@@ -233,6 +263,54 @@ def plot(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def report(run: dict, steps: int) -> None:
+    print(f"{run['implementation']} seed {run['seed']}: {at(run['curve'], steps):.0f} at {steps} steps", flush=True)
+
+
+def summary_line(summary: dict, steps: int, seeds: int) -> str:
+    """m2flow's (or the first implementation's) return, then each other one's, with the time to 1,500."""
+
+    def returns(name: str) -> str:
+        of = summary[name]
+        return f"{name} {of['return_mean']:.0f} ± {of['return_std']:.0f} ({of['steps_per_s']:.0f} steps/s)"
+
+    names = sorted(summary, key=lambda name: name != "m2flow")
+    mine = summary[names[0]]
+    line = f"learning: {returns(names[0])}"
+    for name in names[1:]:
+        peer = summary[name]
+        line += f" vs {returns(name)}"
+        ours, theirs = mine["time_to_1500_s"], peer["time_to_1500_s"]
+        if None not in ours and None not in theirs:
+            line += f"; time to 1500: {statistics.mean(theirs) / statistics.mean(ours):.1f}x faster"
+        else:
+            line += f"; time to 1500 (s): {names[0]} {ours}, {name} {theirs} (None: not reached)"
+    return line + f" at {steps} steps ({seeds} seeds)"
+
+
+def merge(parts: list[str]) -> tuple[dict, list[dict], dict]:
+    """The arguments, runs and `meta` of results written apart (m2flow and its peers in two calls on one
+    machine, say). They must agree on the algorithm, env, step budget, evaluation interval and machine; the
+    merged `meta` is theirs (commit, date and machine where they ran), each part's kept under `parts`."""
+    loaded = {part: json.loads(Path(part).read_text()) for part in parts}
+    same = ("algo", "env", "steps", "eval_every")
+    first = loaded[parts[0]]
+    for part, result in loaded.items():
+        differ = [key for key in same if result["args"][key] != first["args"][key]]
+        differ += ["machine"] * (result["meta"]["machine"] != first["meta"]["machine"])
+        if differ:
+            raise SystemExit(f"learning.py --merge: {part} differs from {parts[0]} in {', '.join(differ)}")
+    runs = [run for result in loaded.values() for run in result["runs"]]
+    keys = [(run["implementation"], run["seed"]) for run in runs]
+    if len(set(keys)) < len(keys):
+        raise SystemExit(f"learning.py --merge: a run is in more than one part: {sorted(keys)}")
+    args = {**{key: first["args"][key] for key in same}, "seeds": sorted({run["seed"] for run in runs})}
+    commits = sorted({result["meta"]["commit"] for result in loaded.values()})
+    meta = {**first["meta"], "commit": " and ".join(commits)}
+    meta["parts"] = [{"file": Path(part).name, **result["meta"]} for part, result in loaded.items()]
+    return {**args, "merged": [Path(part).name for part in parts]}, runs, meta
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--algo", choices=sorted(ALGOS), default="ppo")
@@ -240,37 +318,42 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--eval-every", type=int, default=10_000)
+    parser.add_argument("--peers", nargs="*", choices=sorted(PEER_KINDS), default=["sb3-zoo"])
+    parser.add_argument("--skip-peers", action="store_true", help="the same as --peers with none")
+    parser.add_argument("--skip-m2flow", action="store_true", help="run only the peers")
     parser.add_argument("--peers-venv", default=str(Path(tempfile.gettempdir()) / "m2flow-peers"))
-    parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--peers-python", help="an interpreter that already has the peers (no virtualenv made)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of m2flow's config")
+    parser.add_argument("--merge", nargs="+", metavar="PART", help="combine results written apart; runs nothing")
     parser.add_argument("--name", help="the result's name (default learning_<env>)")
     args = parser.parse_args()
-    algo = ALGOS[args.algo]
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="m2flow-learning-") as tmp:
-        for seed in args.seeds:
-            runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp), args.set, algo=algo))
-            print(f"m2flow seed {seed}: {at(runs[-1]['curve'], args.steps):.0f} at {args.steps} steps", flush=True)
-        if not args.skip_peers:
-            python = peers_python(Path(args.peers_venv))
-            for seed in args.seeds:
-                runs.append(sb3_run(python, args.env, args.steps, seed, args.eval_every, Path(tmp), algo))
-                print(f"sb3-zoo seed {seed}: {at(runs[-1]['curve'], args.steps):.0f} at {args.steps} steps", flush=True)
+    peers = [] if args.skip_peers else args.peers
+    for peer in peers:
+        if args.algo not in PEER_KINDS[peer].algos:
+            parser.error(f"--peers {peer} has no {args.algo} settings (it has {', '.join(PEER_KINDS[peer].algos)})")
+    meta = {}
+    if args.merge:
+        recorded, runs, meta = merge(args.merge)
+        args.algo, args.env, args.steps, args.seeds = (recorded[k] for k in ("algo", "env", "steps", "seeds"))
+    else:
+        recorded, runs = vars(args), []
+        algo = ALGOS[args.algo]
+        with tempfile.TemporaryDirectory(prefix="m2flow-learning-") as tmp:
+            for seed in [] if args.skip_m2flow else args.seeds:
+                runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp), args.set, algo=algo))
+                report(runs[-1], args.steps)
+            if peers:
+                python = Path(args.peers_python) if args.peers_python else peers_python(Path(args.peers_venv))
+            for peer in peers:
+                for seed in args.seeds:
+                    runs.append(sb3_run(python, args.env, args.steps, seed, args.eval_every, Path(tmp), algo, peer))
+                    report(runs[-1], args.steps)
     summary = summarise(runs, args.steps)
     algo_part = "" if args.algo == "ppo" else f"{args.algo}_"
     name = args.name or f"learning_{algo_part}{args.env.split('-')[0].lower()}"
     plot(runs, RESULTS / f"{name}.png")
-    mine, peer = summary["m2flow"], summary.get("sb3-zoo")
-    line = f"learning: m2flow {mine['return_mean']:.0f} ± {mine['return_std']:.0f} ({mine['steps_per_s']:.0f} steps/s)"
-    if peer is not None:
-        line += f" vs sb3-zoo {peer['return_mean']:.0f} ± {peer['return_std']:.0f} ({peer['steps_per_s']:.0f} steps/s)"
-        ours, theirs = mine["time_to_1500_s"], peer["time_to_1500_s"]
-        if None not in ours and None not in theirs:
-            line += f"; time to 1500: {statistics.mean(theirs) / statistics.mean(ours):.1f}x faster"
-        else:
-            line += f"; time to 1500 (s): m2flow {ours}, sb3-zoo {theirs} (None: not reached)"
-    line += f" at {args.steps} steps ({len(args.seeds)} seeds)"
-    save_result(name, {"args": vars(args), "runs": runs, "summary": summary, "line": line})
+    line = summary_line(summary, args.steps, len(args.seeds))
+    save_result(name, {"args": recorded, "runs": runs, "summary": summary, "line": line, "meta": meta})
     print(line)
 
 
