@@ -18,7 +18,7 @@ already has them (`--peers-python`; `sb3-cleanrl` needs no rl-zoo3).
 
     python benchmarks/learning.py [--algo ppo|sac] [--env HalfCheetah-v5] [--steps 100000] [--seeds 1 2 3]
         [--eval-every 10000] [--peers sb3-zoo sb3-cleanrl | --skip-peers] [--skip-m2flow]
-        [--set workers.actor.args.minibatch_size=128 ...]
+        [--config ppo_hopper.yaml] [--set workers.actor.args.minibatch_size=128 ...]
     python benchmarks/learning.py --merge PART.json ... --name NAME   # one result from parts run apart
 
 Writes benchmarks/results/learning_<env>.json (learning_sac_<env>.json for SAC) and its .png (evaluation return
@@ -74,14 +74,16 @@ def m2flow_run(
     overrides: list[str],
     label: str = "m2flow",
     algo: Algo = ALGOS["ppo"],
+    config: str | None = None,
 ) -> dict:
+    """One m2flow run of `config` (in configs/; default the algorithm's preset) on `env_id`."""
     import m2flow as mf
 
     iterations = steps // algo.steps_per_iteration
     every = max(1, eval_every // algo.steps_per_iteration)
     policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
     spec = mf.load_spec(
-        ROOT / "configs" / algo.config,
+        ROOT / "configs" / (config or algo.config),
         [
             f"run.iterations={iterations + 1}",  # the last sync runs an evaluation at `steps`
             f"run.seed={seed}",
@@ -323,6 +325,7 @@ def main() -> None:
     parser.add_argument("--skip-m2flow", action="store_true", help="run only the peers")
     parser.add_argument("--peers-venv", default=str(Path(tempfile.gettempdir()) / "m2flow-peers"))
     parser.add_argument("--peers-python", help="an interpreter that already has the peers (no virtualenv made)")
+    parser.add_argument("--config", help="m2flow's workflow in configs/ (default ppo_mujoco.yaml, sac_mujoco.yaml)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of m2flow's config")
     parser.add_argument("--merge", nargs="+", metavar="PART", help="combine results written apart; runs nothing")
     parser.add_argument("--name", help="the result's name (default learning_<env>)")
@@ -340,7 +343,8 @@ def main() -> None:
         algo = ALGOS[args.algo]
         with tempfile.TemporaryDirectory(prefix="m2flow-learning-") as tmp:
             for seed in [] if args.skip_m2flow else args.seeds:
-                runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp), args.set, algo=algo))
+                out = Path(tmp)
+                runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, out, args.set, algo, args.config))
                 report(runs[-1], args.steps)
             if peers:
                 python = Path(args.peers_python) if args.peers_python else peers_python(Path(args.peers_venv))
