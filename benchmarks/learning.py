@@ -343,8 +343,8 @@ def main() -> None:
         algo = ALGOS[args.algo]
         with tempfile.TemporaryDirectory(prefix="m2flow-learning-") as tmp:
             for seed in [] if args.skip_m2flow else args.seeds:
-                out = Path(tmp)
-                runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, out, args.set, algo, args.config))
+                preset = {"algo": algo, "config": args.config}
+                runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp), args.set, **preset))
                 report(runs[-1], args.steps)
             if peers:
                 python = Path(args.peers_python) if args.peers_python else peers_python(Path(args.peers_venv))
