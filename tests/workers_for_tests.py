@@ -17,8 +17,7 @@ from pydantic import Field
 
 import m2flow
 from m2flow.sharding import shard_groups
-from m2flow.workers.actor import PPO
-from m2flow.workers.actor.ppo import PPOConfig
+from m2flow.workers.actor import PPO, PPOConfig
 from m2flow.workers.env.gym_env import GymEnv, GymEnvConfig
 from m2flow.workers.rollout import TorchPolicy
 from m2flow.workers.rollout.torch_policy import TorchPolicyConfig

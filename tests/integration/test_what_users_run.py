@@ -1,5 +1,5 @@
 """What a user runs, run as they would: the CLI on the main job (progress bar on), the README's Python
-code, the examples as scripts, and the camera configs — each at toy size."""
+code, the examples as scripts, the camera configs and the locomotion presets — each at toy size."""
 
 from __future__ import annotations
 
@@ -93,8 +93,11 @@ def test_every_example_runs_as_a_script(script, tmp_path):
     assert "outputs in" in out.stdout
 
 
-@pytest.mark.parametrize("config", ["ppo_camera.yaml", "ppo_metaworld_camera.yaml"])
-def test_the_camera_configs_run_an_iteration(config, tmp_path):
+TOY_SIZE_CONFIGS = ["ppo_camera.yaml", "ppo_metaworld_camera.yaml", "ppo_hopper.yaml", "ppo_walker2d.yaml"]
+
+
+@pytest.mark.parametrize("config", TOY_SIZE_CONFIGS)
+def test_the_camera_and_locomotion_configs_run_an_iteration(config, tmp_path):
     import m2flow as mf
 
     spec = mf.load_spec(

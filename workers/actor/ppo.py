@@ -13,66 +13,23 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import Field, model_validator
 
 import m2flow
 from m2flow.errors import WorkerError
 from m2flow.workers.actor.backends import BackendOptions, backend_class, get_backend
-from m2flow.workers.models import PolicyArgs, state_size
+from m2flow.workers.actor.ppo_batch import ADVANTAGES, TIME_MAJOR, Bootstrap, Part, cat, flatten, time_major
+from m2flow.workers.actor.ppo_config import PPOConfig
+from m2flow.workers.models import state_size
 from m2flow.workers.models.activations import activation_bytes
 
 if TYPE_CHECKING:
     import torch
 
     from m2flow.workers.algorithms import ReturnScaler
-
-
-TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done", "truncated", "final_value", "policy_version")
-
-
-class PPOConfig(PolicyArgs, BackendOptions):
-    """CleanRL's `ppo_continuous_action.py` arguments (its defaults), plus GRPO and minibatch-size options."""
-
-    learning_rate: float = Field(3e-4, gt=0, description="Adam's learning rate (eps 1e-5)")
-    anneal_lr: bool = Field(True, description="decay the learning rate linearly to 0 over the run's iterations")
-    gamma: float = Field(0.99, ge=0, le=1, description="discount factor")
-    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE's lambda")
-    num_minibatches: int = Field(32, ge=1, description="minibatches per epoch (the batch is every env step)")
-    minibatch_size: int | None = Field(None, ge=1, description="samples per minibatch instead (SB3's batch_size)")
-    update_epochs: int = Field(10, ge=1, description="passes over the batch per update")
-    norm_adv: bool = Field(True, description="normalise advantages per minibatch")
-    clip_coef: float = Field(0.2, gt=0, description="the surrogate's ratio clip (and the value clip)")
-    clip_vloss: bool = Field(True, description="clip the value loss as CleanRL does")
-    ent_coef: float = Field(0.0, description="entropy bonus coefficient")
-    vf_coef: float = Field(0.5, description="value loss coefficient")
-    max_grad_norm: float = Field(0.5, gt=0, description="gradient clipping by global norm")
-    target_kl: float | None = Field(None, description="stop the epochs once the approximate KL exceeds this")
-    normalize_reward: bool = Field(True, description="scale rewards by the running std of the discounted return")
-    advantage: Literal["gae", "grpo"] = Field("gae", description="gae: critic-based; grpo: group-relative")
-    group_size: int = Field(1, ge=1, description="GRPO: envs per group (adjacent env ids)")
-    grpo_normalize_std: bool = Field(True, description="GRPO: divide by the group's return std")
-    off_policy: Literal["decoupled", "ratio"] = Field(
-        "decoupled",
-        description="samples an older policy acted on (flow.async): their values are recomputed with the weights"
-        " the update starts from; decoupled — so are their log-probs, the ratio is clipped against those and each"
-        " sample weighted by their ratio to the acting policy (decoupled PPO); ratio — PPO's ratio to the acting"
-        " policy as is",
-    )
-    behavior_weight_cap: float = Field(2.0, gt=0, description="decoupled: the cap of each sample's weight")
-
-    @model_validator(mode="after")
-    def _scores_actions(self) -> PPOConfig:
-        if self.model == "squashed":
-            raise ValueError("model: squashed is SAC's acting policy; PPO re-scores actions: use mlp, cnn, vit or hf")
-        return self
-
-    def minibatch_of(self, batch_size: int) -> int:
-        return min(self.minibatch_size or max(1, batch_size // self.num_minibatches), batch_size)
 
 
 class PPO:
@@ -150,7 +107,7 @@ class PPO:
         import torch
 
         steps, envs = np.shape(trajectory["reward"])
-        obs = _time_major(self.model.inputs(_flatten(trajectory["obs"]), self.device), steps, envs)
+        obs = time_major(self.model.inputs(flatten(trajectory["obs"]), self.device), steps, envs)
         tensors = {"obs": obs, "next_done": torch.tensor(trajectory["next_done"], device=self.device)}
         arrays = [key for key in TIME_MAJOR if key != "obs" and key in trajectory]
         tensors.update({key: torch.tensor(trajectory[key], device=self.device) for key in arrays})
@@ -209,7 +166,7 @@ class PPO:
         prepared = self._parts if streamed else [self._prepare(t) for t in trajectories]
         parts, self._parts = [self._with_values(p) for p in prepared], []
         self._match_forwards(prepared)
-        batch = {key: _cat([part[key] for part in parts], dim=1 if key in TIME_MAJOR else 0) for key in parts[0]}
+        batch = {key: cat([part[key] for part in parts], dim=1 if key in TIME_MAJOR else 0) for key in parts[0]}
         rewards, dones, values = batch["reward"], batch["done"], batch["value"]
         steps, envs = rewards.shape
         staleness = self._staleness(batch)
@@ -228,7 +185,7 @@ class PPO:
         if "final_value" in batch:  # a time limit cut these episodes: their return goes on (SB3's bootstrap)
             rewards = rewards + cfg.gamma * batch["final_value"] * batch["truncated"]
         advantages, returns = ADVANTAGES[cfg.advantage](self, batch, rewards, values, dones)
-        b_obs = _flatten(batch["obs"])
+        b_obs = flatten(batch["obs"])
         b_actions = batch["action"].reshape(steps * envs, -1)
         b_logprobs = (proximal if proximal is not None else batch["logprob"]).reshape(-1)
         behavior_weights = None
@@ -339,7 +296,7 @@ class PPO:
         with torch.no_grad():
             steps, envs = batch["reward"].shape
             rows = steps * envs
-            obs, actions = _flatten(batch["obs"]), batch["action"].reshape(rows, -1)
+            obs, actions = flatten(batch["obs"]), batch["action"].reshape(rows, -1)
             chunk = self.cfg.minibatch_of(rows)
             chunks = -(-rows // chunk)
             if self.backend.data_world > 1:
@@ -499,83 +456,3 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         state = torch.load(Path(tmp) / "state.pt", map_location="cpu", weights_only=False)
     state["progress"] = torch.load(root / "progress.pt", map_location="cpu", weights_only=True)
     return state
-
-
-def _gae(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
-    from m2flow.workers.algorithms import compute_gae
-
-    cfg = ppo.cfg
-    return compute_gae(rewards, values, dones, batch["next_value"], batch["next_done"], cfg.gamma, cfg.gae_lambda)
-
-
-def _grpo(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
-    """Each env's return over the iteration, relative to its group; the same advantage at every step. A
-    group's envs must sit on one data-parallel rank: the rank's share holds whole groups."""
-    from m2flow.workers.algorithms import group_advantages
-
-    size = ppo.cfg.group_size
-    if rewards.shape[1] % size or bool((ppo._env_ids[::size] % size).any()):
-        raise WorkerError(
-            f"GRPO groups of {size} adjacent envs straddle this rank's share ({rewards.shape[1]} envs from env"
-            f" {int(ppo._env_ids[0])}): make each simulator replica's num_envs a multiple of group_size"
-        )
-    per_env = group_advantages(rewards.sum(dim=0), size, ppo.cfg.grpo_normalize_std)
-    advantages = per_env.expand_as(rewards).contiguous()
-    return advantages, advantages  # no critic: the value loss is switched off (vf_coef 0)
-
-
-ADVANTAGES = {"gae": _gae, "grpo": _grpo}
-
-
-@dataclass(frozen=True)
-class Bootstrap:
-    """A part's observations on the device that its GAE bootstrap values are of: the last one, and the
-    final ones of the episodes a time limit cut short (`cut`: their rows in [T * envs]; at least one row
-    goes through the model)."""
-
-    next_obs: Any
-    final_obs: Any | None
-    cut: np.ndarray
-
-    @classmethod
-    def of(cls, model: Any, trajectory: dict[str, Any], device: torch.device) -> Bootstrap:
-        from m2flow.workers.actor.samples import apply_to_obs
-
-        next_obs = model.inputs(trajectory["next_obs"], device)
-        if "final_obs" not in trajectory:
-            return cls(next_obs, None, np.zeros(0, dtype=np.int64))
-        cut = np.flatnonzero(np.asarray(trajectory["truncated"]).reshape(-1))
-        rows = cut if len(cut) else np.zeros(1, dtype=np.int64)
-        final = apply_to_obs(_flatten(trajectory["final_obs"]), lambda x: x[rows])
-        return cls(next_obs, model.inputs(final, device), cut)
-
-
-@dataclass(frozen=True)
-class Part:
-    """One part of the batch on the device, as `train_part` prepared it; its bootstrap values wait for `train`."""
-
-    tensors: dict[str, Any]
-    bootstrap: Bootstrap | None
-
-
-def _cat(parts: list[Any], dim: int) -> Any:
-    """Parts side by side along the env axis (a tensor or a dict of them)."""
-    import torch
-
-    if isinstance(parts[0], dict):
-        return {key: _cat([p[key] for p in parts], dim) for key in parts[0]}
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=dim)
-
-
-def _time_major(obs: Any, steps: int, envs: int) -> Any:
-    """[T*N, ...] -> [T, N, ...] (a tensor or a dict of them)."""
-    if isinstance(obs, dict):
-        return {key: _time_major(value, steps, envs) for key, value in obs.items()}
-    return obs.reshape(steps, envs, *obs.shape[1:])
-
-
-def _flatten(obs: Any) -> Any:
-    """Time-major [T, N, ...] observations (an array or a dict of them) -> [T*N, ...]."""
-    if isinstance(obs, dict):
-        return {key: _flatten(value) for key, value in obs.items()}
-    return obs.reshape(-1, *obs.shape[2:])
