@@ -269,12 +269,14 @@ def report(run: dict, steps: int) -> None:
     print(f"{run['implementation']} seed {run['seed']}: {at(run['curve'], steps):.0f} at {steps} steps", flush=True)
 
 
-def summary_line(summary: dict, steps: int, seeds: int) -> str:
-    """m2flow's (or the first implementation's) return, then each other one's, with the time to 1,500."""
+def summary_line(summary: dict, steps: int, seeds: int, times_comparable: bool = True) -> str:
+    """m2flow's (or the first implementation's) return, then each other one's, with the time to 1,500 where
+    the implementations ran on one machine."""
 
     def returns(name: str) -> str:
         of = summary[name]
-        return f"{name} {of['return_mean']:.0f} ± {of['return_std']:.0f} ({of['steps_per_s']:.0f} steps/s)"
+        rate = f" ({of['steps_per_s']:.0f} steps/s)" if times_comparable else ""
+        return f"{name} {of['return_mean']:.0f} ± {of['return_std']:.0f}{rate}"
 
     names = sorted(summary, key=lambda name: name != "m2flow")
     mine = summary[names[0]]
@@ -283,33 +285,42 @@ def summary_line(summary: dict, steps: int, seeds: int) -> str:
         peer = summary[name]
         line += f" vs {returns(name)}"
         ours, theirs = mine["time_to_1500_s"], peer["time_to_1500_s"]
+        if not times_comparable:
+            continue
         if None not in ours and None not in theirs:
             line += f"; time to 1500: {statistics.mean(theirs) / statistics.mean(ours):.1f}x faster"
         else:
             line += f"; time to 1500 (s): {names[0]} {ours}, {name} {theirs} (None: not reached)"
-    return line + f" at {steps} steps ({seeds} seeds)"
+    apart = "" if times_comparable else "; returns only: run on different machines"
+    return line + f" at {steps} steps ({seeds} seeds{apart})"
 
 
 def merge(parts: list[str]) -> tuple[dict, list[dict], dict]:
-    """The arguments, runs and `meta` of results written apart (m2flow and its peers in two calls on one
-    machine, say). They must agree on the algorithm, env, step budget, evaluation interval and machine; the
-    merged `meta` is theirs (commit, date and machine where they ran), each part's kept under `parts`."""
+    """The arguments, runs and `meta` of results written apart (m2flow on one machine and its peers on
+    another, say). They must agree on the algorithm, env, step budget and evaluation interval. The merged
+    `meta` names each implementation's machine where they differ (then only returns compare, not times: the
+    arguments say `times_comparable: false`), and keeps each part's under `parts`."""
     loaded = {part: json.loads(Path(part).read_text()) for part in parts}
     same = ("algo", "env", "steps", "eval_every")
     first = loaded[parts[0]]
     for part, result in loaded.items():
         differ = [key for key in same if result["args"][key] != first["args"][key]]
-        differ += ["machine"] * (result["meta"]["machine"] != first["meta"]["machine"])
         if differ:
             raise SystemExit(f"learning.py --merge: {part} differs from {parts[0]} in {', '.join(differ)}")
     runs = [run for result in loaded.values() for run in result["runs"]]
     keys = [(run["implementation"], run["seed"]) for run in runs]
     if len(set(keys)) < len(keys):
         raise SystemExit(f"learning.py --merge: a run is in more than one part: {sorted(keys)}")
-    args = {**{key: first["args"][key] for key in same}, "seeds": sorted({run["seed"] for run in runs})}
-    commits = sorted({result["meta"]["commit"] for result in loaded.values()})
-    meta = {**first["meta"], "commit": " and ".join(commits)}
-    meta["parts"] = [{"file": Path(part).name, **result["meta"]} for part, result in loaded.items()]
+    machines = {run["implementation"]: r["meta"]["machine"] for r in loaded.values() for run in r["runs"]}
+    one_machine = len(set(machines.values())) == 1
+    meta = {
+        "commit": " and ".join(sorted({result["meta"]["commit"] for result in loaded.values()})),
+        "date": max(result["meta"]["date"] for result in loaded.values()),
+        "machine": first["meta"]["machine"] if one_machine else "; ".join(f"{k}: {v}" for k, v in machines.items()),
+        "parts": [{"file": Path(part).name, **result["meta"]} for part, result in loaded.items()],
+    }
+    args = {key: first["args"][key] for key in same}
+    args |= {"seeds": sorted({run["seed"] for run in runs}), "times_comparable": one_machine}
     return {**args, "merged": [Path(part).name for part in parts]}, runs, meta
 
 
@@ -356,7 +367,7 @@ def main() -> None:
     algo_part = "" if args.algo == "ppo" else f"{args.algo}_"
     name = args.name or f"learning_{algo_part}{args.env.split('-')[0].lower()}"
     plot(runs, RESULTS / f"{name}.png")
-    line = summary_line(summary, args.steps, len(args.seeds))
+    line = summary_line(summary, args.steps, len(args.seeds), recorded.get("times_comparable", True))
     save_result(name, {"args": recorded, "runs": runs, "summary": summary, "line": line, "meta": meta})
     print(line)
 

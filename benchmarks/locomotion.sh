@@ -20,7 +20,7 @@ case $implementation in
 esac
 declare -A VARIANTS
 actor=workers.actor.args
-VARIANTS[mb64]="$actor.minibatch_size=64 $actor.learning_rate=1e-4"
+VARIANTS[zoo-minibatch-32]="$actor.minibatch_size=32 $actor.learning_rate=5.05041e-5"
 rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD
 export RAY_DEDUP_LOGS=0 OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES="" PYTHONUNBUFFERED=1

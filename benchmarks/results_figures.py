@@ -30,10 +30,8 @@ from results_tables import (
     X2,
     backend_key,
     ended,
-    pct,
-    span,
-    times,
 )
+from tables_format import pct, span, times
 
 VIT, CHECK = "gpu6/vit_metrics.jsonl", "gpu7/ppo_camera_check_metrics.jsonl"
 FSDP_100, MEGATRON_100 = ("fsdp", "100m", "bf16"), ("megatron", "100m", "bf16")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 from results_io import Results, share_down
+from tables_format import Block, count, fixed, pct, table, times
+from tables_learning import learning
 
 ENGINE, PLANNER, FAULTS, CHAOS = "engine_overhead.json", "planner_scale.json", "faults.json", "chaos.json"
 CHAOS_SEED3 = "chaos_seed3.json"
@@ -32,41 +33,6 @@ ASYNC_H200_DROP, ASYNC_H200_KOFF = "gpu16/async_halfcheetah_h200.json", "gpu16/k
 SYNC_CPU, SYNC_H200, SYNC_X2 = "weight_sync_cpu.json", "gpu13/weight_sync.json", "gpu12/weight_sync_x2.json"
 HF_X2_256, HF_X2_1024 = "gpu12/multigpu_hf_256.json", "gpu12/multigpu_hf_1024.json"
 CAMERA_VIT_STORE, CAMERA_VIT = "gpu12/modes_camera_vit_store.json", "gpu12/modes_camera_vit.json"
-
-
-@dataclass
-class Block:
-    """A rendered table: its lines (caption included) and the results files it was read from."""
-
-    lines: list[str]
-    sources: list[str]
-
-
-def fixed(x: float, digits: int = 3) -> str:
-    return f"{x:,.{digits}f}"
-
-
-def times(x: float, digits: int = 2) -> str:
-    return f"{x:.{digits}f}x"
-
-
-def pct(x: float) -> str:
-    return f"{x:+.1%}"
-
-
-def count(x: float) -> str:
-    return f"{x:,.0f}"
-
-
-def span(values: list[float], fmt: Callable[[float], str]) -> str:
-    low, high = fmt(min(values)), fmt(max(values))
-    return low if low == high else f"{low} .. {high}"
-
-
-def table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
-    """A markdown table; `align` has one letter per column, l or r."""
-    rule = ["---:" if a == "r" else "---" for a in align]
-    return ["| " + " | ".join(cells) + " |" for cells in [header, rule, *rows]]
 
 
 # --- engine_overhead.py, modes.py -------------------------------------------------------------------------------
@@ -426,53 +392,6 @@ def hf_policy(res: Results) -> Block:
         "synced MiB",
     ]
     return Block([caption, "", *table(header, rows, "llrrrrrrrr")], [HF_H200])
-
-
-def learning(rel: str, res: Results) -> Block:
-    """learning.py's and async.py's runs: one row per implementation or variant."""
-    data = res.json(rel)
-    steps = data["args"]["steps"]
-
-    def seconds(values: list) -> str:
-        reached = [v for v in values if v is not None]
-        return f"{statistics.mean(reached):.0f} s ({len(reached)}/{len(values)} seeds)" if reached else "not reached"
-
-    traced = any("busy" in run for run in data["runs"])  # async.py's runs say how busy each device was
-
-    def busy(name: str) -> list[str]:
-        if not traced:
-            return []
-        per_run = [run["busy"] for run in data["runs"] if run["implementation"] == name]
-        devices = sorted({device for run in per_run for device in run})
-        shares = {d: statistics.mean(run.get(d, 0.0) for run in per_run) for d in devices}
-        return [", ".join(f"{d} {share:.0%}" for d, share in shares.items())]
-
-    rows = [
-        [
-            name,
-            f"{s['return_mean']:,.0f} ± {s['return_std']:,.0f}",
-            ", ".join(f"{r:,.0f}" for r in s["returns"]),
-            seconds(s["time_to_1000_s"]),
-            seconds(s["time_to_1500_s"]),
-            f"{s['steps_per_s']:,.0f}",
-            *busy(name),
-        ]
-        for name, s in data["summary"].items()
-    ]
-    caption = (
-        f"*{data['args']['env']}, {steps:,} env steps, seeds {data['args']['seeds']}, 10 deterministic episodes every"
-        f" {data['args']['eval_every']:,} steps; wall time is training time (evaluations left out); `{data['line']}`*"
-    )
-    header = [
-        "implementation",
-        f"return at {steps:,} (mean ± std)",
-        "per seed",
-        "time to 1,000",
-        "time to 1,500",
-        "env steps/s (training)",
-        *(["devices busy (mean over seeds)"] if traced else []),
-    ]
-    return Block([caption, "", *table(header, rows, "lrrrrr" + ("l" if traced else ""))], [rel])
 
 
 # --- registry ---------------------------------------------------------------------------------------------------
