@@ -49,11 +49,10 @@ PEERS = ["stable-baselines3==2.9.2", "rl-zoo3==2.9.2"]
 @dataclass(frozen=True)
 class Algo:
     config: str  # m2flow's preset in configs/
-    steps_per_iteration: int  # its envs x horizon
     sb3: str  # the Stable-Baselines3 class, whose RL Zoo settings are hyperparams/<name>.yml
 
 
-ALGOS = {"ppo": Algo("ppo_mujoco.yaml", 8 * 64, "PPO"), "sac": Algo("sac_mujoco.yaml", 4 * 32, "SAC")}
+ALGOS = {"ppo": Algo("ppo_mujoco.yaml", "PPO"), "sac": Algo("sac_mujoco.yaml", "SAC")}
 
 
 @dataclass(frozen=True)
@@ -79,24 +78,15 @@ def m2flow_run(
     """One m2flow run of `config` (in configs/; default the algorithm's preset) on `env_id`."""
     import m2flow as mf
 
-    iterations = steps // algo.steps_per_iteration
-    every = max(1, eval_every // algo.steps_per_iteration)
     policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
-    spec = mf.load_spec(
-        ROOT / "configs" / (config or algo.config),
-        [
-            f"run.iterations={iterations + 1}",  # the last sync runs an evaluation at `steps`
-            f"run.seed={seed}",
-            f"run.output_dir={out}",
-            "run.progress=false",
-            "run.checkpoint_every=0",
-            f"flow.sync.1.every={every}",
-            "workers.env.args.evaluation.episodes=10",
-            f"workers.env.args.env_id={env_id}",
-            *[f"workers.{key}.env_id={env_id}" for key in policy],
-            *overrides,
-        ],
-    )
+    path, task = ROOT / "configs" / (config or algo.config), [f"workers.{key}.env_id={env_id}" for key in policy]
+    settings = [f"run.seed={seed}", f"run.output_dir={out}", "run.progress=false", "run.checkpoint_every=0"]
+    settings += ["workers.env.args.evaluation.episodes=10", f"workers.env.args.env_id={env_id}", *task, *overrides]
+    env, loop = (drafted := mf.load_spec(path, settings)).workers["env"], drafted.flow.loop
+    per_iteration = env.replicas * env.args["num_envs"] * loop.horizon  # env steps an iteration collects
+    iterations, every = steps // per_iteration, max(1, eval_every // per_iteration)
+    # the last sync runs an evaluation at `steps`
+    spec = mf.load_spec(path, [*settings, f"run.iterations={iterations + 1}", f"flow.sync.1.every={every}"])
     result = mf.run(spec)
     curve, wall, collected = [], 0.0, 0
     for h in result.history:

@@ -5,8 +5,8 @@
 #   bash benchmarks/locomotion.sh m2flow Hopper-v5 Walker2d-v5 Ant-v5   # carry [".whl"]; 2 Ray CPUs per run
 #   bash benchmarks/locomotion.sh sb3-cleanrl Hopper-v5 ...             # carry [".whl-peers"]; no Ray
 # m2flow runs the task's preset, configs/ppo_<task>.yaml, where there is one (else configs/ppo_mujoco.yaml);
-# `<task>:<variant>` adds a variant's overrides (VARIANTS below). .whl-peers holds the Python 3.12 wheels the
-# device lacks for SB3 (stable-baselines3==2.9.2 cloudpickle pytz tzdata python-dateutil six pyyaml
+# `<task>:<variant>` runs a variant instead: another config (CONFIGS below) or overrides (SETS).
+# .whl-peers holds the Python 3.12 wheels the device lacks for SB3 (stable-baselines3==2.9.2 cloudpickle pytz tzdata python-dateutil six pyyaml
 # gymnasium==1.4.0 farama-notifications mujoco==3.3.0 glfw; `pip download --only-binary=:all: --python-version
 # 3.12 ...`). Results come back as $OUT/loco_<implementation>.tar.gz (loco_<implementation>_<task>[_<variant>]_
 # <seed>.json and .log); merge them here, per task, with
@@ -18,9 +18,10 @@ case $implementation in
   sb3-cleanrl) wheels=.whl-peers; run=(--skip-m2flow --peers sb3-cleanrl --peers-python python3) ;;
   *) echo "locomotion.sh: no implementation '$implementation' (m2flow or sb3-cleanrl)"; exit 2 ;;
 esac
-declare -A VARIANTS
+declare -A CONFIGS SETS
 actor=workers.actor.args
-VARIANTS[zoo-minibatch-32]="$actor.minibatch_size=32 $actor.learning_rate=5.05041e-5"
+CONFIGS[cleanrl]=ppo_mujoco_cleanrl.yaml
+SETS[zoo-minibatch-32]="$actor.minibatch_size=32 $actor.learning_rate=5.05041e-5"
 rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD
 export RAY_DEDUP_LOGS=0 OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES="" PYTHONUNBUFFERED=1
@@ -31,8 +32,9 @@ for spec in "$@"; do
   short=$(echo "${task%-*}" | tr A-Z a-z)
   options=("${run[@]}")
   if [ "$implementation" = m2flow ]; then
-    [ -f "configs/ppo_$short.yaml" ] && options+=(--config "ppo_$short.yaml")
-    options+=(--set cluster.cpus=2 cluster.gpus=0 placement.pin_cpus=false ${variant:+${VARIANTS[$variant]}})
+    config=${CONFIGS[${variant:-none}]:-ppo_$short.yaml}
+    [ -f "configs/$config" ] && options+=(--config "$config")
+    options+=(--set cluster.cpus=2 cluster.gpus=0 placement.pin_cpus=false ${SETS[${variant:-none}]:-})
   fi
   for seed in ${SEEDS:-1 2 3}; do
     name="loco_${implementation}_${short}${variant:+_$variant}_$seed"

@@ -31,6 +31,7 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
+        os.environ.setdefault("RAY_worker_niceness", "0")  # as connect_ray: workers at the tests' priority
         ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

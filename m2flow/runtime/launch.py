@@ -40,6 +40,10 @@ def connect_ray(spec: ClusterSpec) -> Cluster:
 
     if not ray.is_initialized():
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        # Ray starts its workers at nice 15 to keep its own daemons responsive; m2flow's workers are the job:
+        # at 15, any other busy process on the machine starves them (a training worker took over 180 s to
+        # start beside two CPU-bound processes on 2 cores). A local cluster's raylet reads this at start.
+        os.environ.setdefault("RAY_worker_niceness", "0")
         if spec.address:
             ray.init(address=spec.address, include_dashboard=False, logging_level=logging.WARNING)
         else:
