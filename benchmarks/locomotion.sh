@@ -5,7 +5,7 @@
 #   bash benchmarks/locomotion.sh m2flow Hopper-v5 Walker2d-v5 Ant-v5   # carry [".whl"]; 2 Ray CPUs per run
 #   bash benchmarks/locomotion.sh sb3-cleanrl Hopper-v5 ...             # carry [".whl-peers"]; no Ray
 # m2flow runs the task's preset, configs/ppo_<task>.yaml, where there is one (else configs/ppo_mujoco.yaml);
-# `<task>:<variant>` runs a variant instead: another config (CONFIGS below) or overrides (SETS).
+# `<task>:<variant>` runs another config instead (CONFIGS below).
 # .whl-peers holds the Python 3.12 wheels the device lacks for SB3 (stable-baselines3==2.9.2 cloudpickle pytz tzdata python-dateutil six pyyaml
 # gymnasium==1.4.0 farama-notifications mujoco==3.3.0 glfw; `pip download --only-binary=:all: --python-version
 # 3.12 ...`). Results come back as $OUT/loco_<implementation>.tar.gz (loco_<implementation>_<task>[_<variant>]_
@@ -18,10 +18,9 @@ case $implementation in
   sb3-cleanrl) wheels=.whl-peers; run=(--skip-m2flow --peers sb3-cleanrl --peers-python python3) ;;
   *) echo "locomotion.sh: no implementation '$implementation' (m2flow or sb3-cleanrl)"; exit 2 ;;
 esac
-declare -A CONFIGS SETS
-actor=workers.actor.args
+declare -A CONFIGS
 CONFIGS[cleanrl]=ppo_mujoco_cleanrl.yaml
-SETS[zoo-minibatch-32]="$actor.minibatch_size=32 $actor.learning_rate=5.05041e-5"
+CONFIGS[halfcheetah]=ppo_mujoco.yaml
 rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD
 export RAY_DEDUP_LOGS=0 OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES="" PYTHONUNBUFFERED=1
@@ -34,7 +33,7 @@ for spec in "$@"; do
   if [ "$implementation" = m2flow ]; then
     config=${CONFIGS[${variant:-none}]:-ppo_$short.yaml}
     [ -f "configs/$config" ] && options+=(--config "$config")
-    options+=(--set cluster.cpus=2 cluster.gpus=0 placement.pin_cpus=false ${SETS[${variant:-none}]:-})
+    options+=(--set cluster.cpus=2 cluster.gpus=0 placement.pin_cpus=false)
   fi
   for seed in ${SEEDS:-1 2 3}; do
     name="loco_${implementation}_${short}${variant:+_$variant}_$seed"
