@@ -19,7 +19,7 @@ already has them (`--peers-python`; `sb3-cleanrl` needs no rl-zoo3).
     python benchmarks/learning.py [--algo ppo|sac] [--env HalfCheetah-v5] [--steps 100000] [--seeds 1 2 3]
         [--eval-every 10000] [--peers sb3-zoo sb3-cleanrl | --skip-peers] [--skip-m2flow]
         [--config ppo_hopper.yaml] [--set workers.actor.args.minibatch_size=128 ...]
-    python benchmarks/learning.py --merge PART.json ... --name NAME   # one result from parts run apart
+    python benchmarks/learning.py --merge [LABEL=]PART.json ... --name NAME   # one result from parts run apart
 
 Writes benchmarks/results/learning_<env>.json (learning_sac_<env>.json for SAC) and its .png (evaluation return
 against env steps and against wall time). Last line: `learning: m2flow <mean> ± <std> (<x> steps/s) vs <peer>
@@ -290,7 +290,13 @@ def merge(parts: list[str]) -> tuple[dict, list[dict], dict]:
     another, say). They must agree on the algorithm, env, step budget and evaluation interval. The merged
     `meta` names each implementation's machine where they differ (then only returns compare, not times: the
     arguments say `times_comparable: false`), and keeps each part's under `parts`."""
-    loaded = {part: json.loads(Path(part).read_text()) for part in parts}
+    loaded, labels = {}, {}
+    for spec in parts:  # `[LABEL=]FILE`: LABEL names the part's runs instead of their implementation
+        label, _, part = spec.rpartition("=")
+        loaded[part], labels[part] = json.loads(Path(part).read_text()), label
+        for run in loaded[part]["runs"]:
+            run["implementation"] = label or run["implementation"]
+    parts = list(loaded)
     same = ("algo", "env", "steps", "eval_every")
     first = loaded[parts[0]]
     for part, result in loaded.items():
@@ -301,17 +307,22 @@ def merge(parts: list[str]) -> tuple[dict, list[dict], dict]:
     keys = [(run["implementation"], run["seed"]) for run in runs]
     if len(set(keys)) < len(keys):
         raise SystemExit(f"learning.py --merge: a run is in more than one part: {sorted(keys)}")
-    machines = {run["implementation"]: r["meta"]["machine"] for r in loaded.values() for run in r["runs"]}
-    one_machine = len(set(machines.values())) == 1
+    ran_on: dict[str, list[str]] = {}  # machine -> the implementations that ran there
+    for result in loaded.values():
+        for name in dict.fromkeys(run["implementation"] for run in result["runs"]):
+            ran_on.setdefault(result["meta"]["machine"], []).append(name)
+    one_machine = len(ran_on) == 1
     meta = {
         "commit": " and ".join(sorted({result["meta"]["commit"] for result in loaded.values()})),
         "date": max(result["meta"]["date"] for result in loaded.values()),
-        "machine": first["meta"]["machine"] if one_machine else "; ".join(f"{k}: {v}" for k, v in machines.items()),
-        "parts": [{"file": Path(part).name, **result["meta"]} for part, result in loaded.items()],
+        "machine": "; ".join(f"{', '.join(dict.fromkeys(names))}: {machine}" for machine, names in ran_on.items())
+        if not one_machine
+        else first["meta"]["machine"],
+        "parts": [{"file": part, "label": labels[part], **result["meta"]} for part, result in loaded.items()],
     }
     args = {key: first["args"][key] for key in same}
     args |= {"seeds": sorted({run["seed"] for run in runs}), "times_comparable": one_machine}
-    return {**args, "merged": [Path(part).name for part in parts]}, runs, meta
+    return {**args, "merged": parts}, runs, meta
 
 
 def main() -> None:
@@ -328,7 +339,9 @@ def main() -> None:
     parser.add_argument("--peers-python", help="an interpreter that already has the peers (no virtualenv made)")
     parser.add_argument("--config", help="m2flow's workflow in configs/ (default ppo_mujoco.yaml, sac_mujoco.yaml)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of m2flow's config")
-    parser.add_argument("--merge", nargs="+", metavar="PART", help="combine results written apart; runs nothing")
+    parser.add_argument(
+        "--merge", nargs="+", metavar="[LABEL=]PART", help="combine results written apart (LABEL renames their runs)"
+    )
     parser.add_argument("--name", help="the result's name (default learning_<env>)")
     args = parser.parse_args()
     peers = [] if args.skip_peers else args.peers
