@@ -8,9 +8,12 @@ The peers (`--peers`):
 - `sb3-cleanrl` (PPO only): SB3's PPO set to CleanRL 1.2.0 ppo_continuous_action.py's defaults (one env, 2048
   steps, 32 minibatches, 10 epochs, lr 3e-4 annealed to 0 over the run, gamma 0.99, GAE 0.95, clip 0.2, no
   entropy bonus, gradient norm 0.5, tanh 64x64 orthogonally initialised, log-std 0, Adam eps 1e-5,
-  observations and rewards normalised and clipped at 10). Two differences SB3 cannot express: the value loss
-  is the plain MSE weighted 0.25 (CleanRL: half the MSE weighted 0.5, the same gradient) and it is not
-  clipped (CleanRL clips it at 0.2 by default). CleanRL 1.2.0 itself is not run: its scripts target gymnasium
+  observations and rewards normalised and clipped at 10). Where it differs from CleanRL: the value loss is the
+  plain MSE weighted 0.25 (CleanRL: half the MSE weighted 0.5, the same gradient) and it is not clipped
+  (CleanRL takes the larger of the clipped and the unclipped loss, which SB3's `clip_range_vf` does not); an
+  episode a time limit cuts is bootstrapped from its last observation's value, as m2flow does (CleanRL 1.2.0
+  ends the return there); the learning rate of an update is the one for the steps collected before it (one
+  update behind CleanRL's schedule). CleanRL 1.2.0 itself is not run: its scripts target gymnasium
   0.29's API (NEXT_STEP autoreset, `final_observation` infos), not gymnasium 1.x.
 They are installed from PyPI into a virtualenv of their own (`--peers-venv`, created on first use: CPU torch
 2.13.0 from this machine's wheel, stable-baselines3 and rl-zoo3 2.9.2 pinned), or run by an interpreter that
@@ -83,9 +86,10 @@ def m2flow_run(
     settings = [f"run.seed={seed}", f"run.output_dir={out}", "run.progress=false", "run.checkpoint_every=0"]
     settings += ["workers.env.args.evaluation.episodes=10", f"workers.env.args.env_id={env_id}", *task, *overrides]
     env, loop = (drafted := mf.load_spec(path, settings)).workers["env"], drafted.flow.loop
-    per_iteration = env.replicas * env.args["num_envs"] * loop.horizon  # env steps an iteration collects
+    per_iteration = env.replicas * env.args.get("num_envs", 1) * loop.horizon  # env steps an iteration collects
+    # evaluations every `every` iterations from the first: the last at or before `steps` (where `every` does not
+    # divide the iterations, short of it: the results record each evaluation's env steps)
     iterations, every = steps // per_iteration, max(1, eval_every // per_iteration)
-    # the last sync runs an evaluation at `steps`
     spec = mf.load_spec(path, [*settings, f"run.iterations={iterations + 1}", f"flow.sync.1.every={every}"])
     result = mf.run(spec)
     curve, wall, collected = [], 0.0, 0
@@ -141,7 +145,7 @@ SB3_SCRIPT = textwrap.dedent(
         hp = dict(n_steps=2048, batch_size=64, n_epochs=10, gamma=0.99, gae_lambda=0.95, clip_range=0.2,
                   ent_coef=0.0, vf_coef=0.25, max_grad_norm=0.5)
         described = {**{k: str(v) for k, v in hp.items()}, "learning_rate": "3e-4 annealed linearly to 0"}
-        hp["learning_rate"] = lambda remaining: 3e-4 * remaining
+        hp["learning_rate"] = lambda remaining: 3e-4 * max(remaining, 0.0)
         normalize, n_envs = True, 1
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     evaluation = make_vec_env(env_id, n_envs=1, seed=seed + 10_000)
@@ -285,18 +289,20 @@ def summary_line(summary: dict, steps: int, seeds: int, times_comparable: bool =
     return line + f" at {steps} steps ({seeds} seeds{apart})"
 
 
-def merge(parts: list[str]) -> tuple[dict, list[dict], dict]:
+def merge(parts: list[str], same_conditions: bool = False, note: str | None = None) -> tuple[dict, list[dict], dict]:
     """The arguments, runs and `meta` of results written apart (m2flow on one machine and its peers on
-    another, say). They must agree on the algorithm, env, step budget and evaluation interval. The merged
-    `meta` names each implementation's machine where they differ (then only returns compare, not times: the
-    arguments say `times_comparable: false`), and keeps each part's under `parts`."""
+    another, say). They must agree on the algorithm, env, step budget and evaluation interval, and every
+    implementation must have the same seeds. Times compare only where the caller says the parts ran under the
+    same conditions on one machine (`same_conditions`); otherwise only returns do (`times_comparable: false`).
+    The merged `meta` names each implementation's machine and keeps each part's meta and arguments under
+    `parts`; `note` says what else the reader should know of where they came from."""
     loaded, labels = {}, {}
     for spec in parts:  # `[LABEL=]FILE`: LABEL names the part's runs instead of their implementation
         label, _, part = spec.rpartition("=")
         loaded[part], labels[part] = json.loads(Path(part).read_text()), label
         for run in loaded[part]["runs"]:
             run["implementation"] = label or run["implementation"]
-    parts = list(loaded)
+    given, parts = len(parts), list(loaded)
     same = ("algo", "env", "steps", "eval_every")
     first = loaded[parts[0]]
     for part, result in loaded.items():
@@ -305,24 +311,38 @@ def merge(parts: list[str]) -> tuple[dict, list[dict], dict]:
             raise SystemExit(f"learning.py --merge: {part} differs from {parts[0]} in {', '.join(differ)}")
     runs = [run for result in loaded.values() for run in result["runs"]]
     keys = [(run["implementation"], run["seed"]) for run in runs]
-    if len(set(keys)) < len(keys):
+    if len(set(keys)) < len(keys) or len(parts) < given:
         raise SystemExit(f"learning.py --merge: a run is in more than one part: {sorted(keys)}")
+    seeds = {name: sorted(seed for impl, seed in keys if impl == name) for name, _ in keys}
+    if len({tuple(s) for s in seeds.values()}) > 1:
+        raise SystemExit(f"learning.py --merge: the implementations ran different seeds: {seeds}")
     ran_on: dict[str, list[str]] = {}  # machine -> the implementations that ran there
     for result in loaded.values():
         for name in dict.fromkeys(run["implementation"] for run in result["runs"]):
             ran_on.setdefault(result["meta"]["machine"], []).append(name)
     one_machine = len(ran_on) == 1
+    comparable = one_machine and same_conditions
     meta = {
         "commit": " and ".join(sorted({result["meta"]["commit"] for result in loaded.values()})),
         "date": max(result["meta"]["date"] for result in loaded.values()),
         "machine": "; ".join(f"{', '.join(dict.fromkeys(names))}: {machine}" for machine, names in ran_on.items())
         if not one_machine
         else first["meta"]["machine"],
-        "parts": [{"file": part, "label": labels[part], **result["meta"]} for part, result in loaded.items()],
+        "parts": [
+            {"file": _shown(part), "label": labels[part], "args": result["args"], **result["meta"]}
+            for part, result in loaded.items()
+        ],
+        **({"meta_source": note} if note else {}),
     }
     args = {key: first["args"][key] for key in same}
-    args |= {"seeds": sorted({run["seed"] for run in runs}), "times_comparable": one_machine}
-    return {**args, "merged": parts}, runs, meta
+    args |= {"seeds": sorted({run["seed"] for run in runs}), "times_comparable": comparable}
+    return {**args, "merged": [_shown(part) for part in parts]}, runs, meta
+
+
+def _shown(path: str) -> str:
+    """A part's path as the results record it: under benchmarks/results/ where it lies there, else its name."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(RESULTS)) if resolved.is_relative_to(RESULTS) else resolved.name
 
 
 def main() -> None:
@@ -342,15 +362,19 @@ def main() -> None:
     parser.add_argument(
         "--merge", nargs="+", metavar="[LABEL=]PART", help="combine results written apart (LABEL renames their runs)"
     )
+    parser.add_argument("--same-conditions", action="store_true", help="--merge: the parts' times compare")
+    parser.add_argument("--note", help="--merge: where the parts came from, beyond their meta (shown in RESULTS.md)")
     parser.add_argument("--name", help="the result's name (default learning_<env>)")
     args = parser.parse_args()
     peers = [] if args.skip_peers else args.peers
+    if args.skip_m2flow and not peers and not args.merge:
+        parser.error("--skip-m2flow with no --peers runs nothing")
     for peer in peers:
         if args.algo not in PEER_KINDS[peer].algos:
             parser.error(f"--peers {peer} has no {args.algo} settings (it has {', '.join(PEER_KINDS[peer].algos)})")
     meta = {}
     if args.merge:
-        recorded, runs, meta = merge(args.merge)
+        recorded, runs, meta = merge(args.merge, args.same_conditions, args.note)
         args.algo, args.env, args.steps, args.seeds = (recorded[k] for k in ("algo", "env", "steps", "seeds"))
     else:
         recorded, runs = vars(args), []

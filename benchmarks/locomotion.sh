@@ -9,7 +9,9 @@
 # .whl-peers holds the Python 3.12 wheels the device lacks for SB3 (stable-baselines3==2.9.2 cloudpickle pytz tzdata python-dateutil six pyyaml
 # gymnasium==1.4.0 farama-notifications mujoco==3.3.0 glfw; `pip download --only-binary=:all: --python-version
 # 3.12 ...`). Results come back as $OUT/loco_<implementation>.tar.gz (loco_<implementation>_<task>[_<variant>]_
-# <seed>.json and .log); merge them here, per task, with
+# <seed>.json and .log; SECONDS_LIMIT (default 540) bounds each run, so that the archive is written inside
+# the device's 10 minutes). The device's copy of the repository does not know the commit the wheel was built
+# from: pass M2FLOW_RESULTS_COMMIT=<it> for the results' meta. Merge them here, per task, with
 #   python benchmarks/learning.py --merge loco_*_hopper_?.json --name learning_hopper_300k
 set -u
 implementation=$1; shift
@@ -21,8 +23,8 @@ esac
 declare -A CONFIGS
 CONFIGS[cleanrl]=ppo_mujoco_cleanrl.yaml
 CONFIGS[halfcheetah]=ppo_mujoco.yaml
-rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD
+rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD
 export RAY_DEDUP_LOGS=0 OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES="" PYTHONUNBUFFERED=1
 repo=$PWD results=$(mktemp -d)
 cd "$(mktemp -d)" && ln -s "$repo/configs" configs && ln -s "$repo/benchmarks" benchmarks
@@ -31,13 +33,16 @@ for spec in "$@"; do
   short=$(echo "${task%-*}" | tr A-Z a-z)
   options=("${run[@]}")
   if [ "$implementation" = m2flow ]; then
+    if [ -n "$variant" ] && [ -z "${CONFIGS[$variant]:-}" ]; then
+      echo "locomotion.sh: no variant '$variant' (${!CONFIGS[*]})"; exit 2
+    fi
     config=${CONFIGS[${variant:-none}]:-ppo_$short.yaml}
     [ -f "configs/$config" ] && options+=(--config "$config")
     options+=(--set cluster.cpus=2 cluster.gpus=0 placement.pin_cpus=false)
   fi
   for seed in ${SEEDS:-1 2 3}; do
     name="loco_${implementation}_${short}${variant:+_$variant}_$seed"
-    (timeout "${SECONDS_LIMIT:-570}" python3 benchmarks/learning.py --env "$task" --steps "${STEPS:-300000}" \
+    (timeout "${SECONDS_LIMIT:-540}" python3 benchmarks/learning.py --env "$task" --steps "${STEPS:-300000}" \
        --seeds "$seed" --eval-every 30000 --name "$name" "${options[@]}" > "$results/$name.log" 2>&1
      grep -E "^learning|seed $seed:|Error" "$results/$name.log" | sed "s/^/$name: /"
      cp "benchmarks/results/$name.json" "$results/" 2>/dev/null) &

@@ -80,6 +80,9 @@ def _gpus() -> str:
 
 
 def _commit() -> str:
+    """HEAD here, or M2FLOW_RESULTS_COMMIT where the code that ran came from elsewhere (a wheel on the device)."""
+    if os.environ.get("M2FLOW_RESULTS_COMMIT"):
+        return os.environ["M2FLOW_RESULTS_COMMIT"]
     try:
         return subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10, check=True

@@ -32,6 +32,7 @@ from m2flow.transfer import Transport
 log = logging.getLogger(__name__)
 
 NODE_ID_LABEL = "ray.io/node-id"  # Ray's default label on every node
+NICENESS = "RAY_worker_niceness"  # how much a Ray worker lowers its priority as it starts
 
 
 def connect_ray(spec: ClusterSpec) -> Cluster:
@@ -40,12 +41,16 @@ def connect_ray(spec: ClusterSpec) -> Cluster:
 
     if not ray.is_initialized():
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        # Ray starts its workers at nice 15 to keep its own daemons responsive; m2flow's workers are the job:
-        # at 15, any other busy process on the machine starves them (a training worker took over 180 s to
-        # start beside two CPU-bound processes on 2 cores). A local cluster's raylet reads this at start.
-        os.environ.setdefault("RAY_worker_niceness", "0")
+        # Ray's workers lower their priority by 15 as they start, to keep Ray's own daemons responsive; m2flow's
+        # workers are the job: at nice 15 any other busy process on the machine starves them (a training worker
+        # took over 180 s to start beside two CPU-bound processes on 2 cores). Each worker reads this variable
+        # from the environment it inherits: a local Ray's from this process, a cluster's from the job's.
+        os.environ.setdefault(NICENESS, "0")
         if spec.address:
-            ray.init(address=spec.address, include_dashboard=False, logging_level=logging.WARNING)
+            runtime_env = {"env_vars": {NICENESS: os.environ[NICENESS]}}
+            ray.init(
+                address=spec.address, include_dashboard=False, logging_level=logging.WARNING, runtime_env=runtime_env
+            )
         else:
             local = Cluster.from_spec(spec)
             ray.init(

@@ -22,6 +22,7 @@ ray.shutdown()
 """
 
 
+@pytest.mark.skipif(os.nice(0) > 4, reason="at nice > 4 Ray's +15 is capped at 19 too: the test could not fail")
 def test_workers_of_a_local_cluster_run_at_the_drivers_niceness():
     env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
     out = subprocess.run(
