@@ -57,24 +57,27 @@ def learning(rel: str, res: Results) -> Block:
 
 
 def locomotion(rel: str, res: Results) -> Block:
-    """learning.py's runs merged from parts run apart (`--merge`): returns only where the parts' machines
-    differ; the last three evaluations' mean beside the final one (a single evaluation of a policy that
-    sometimes falls swings by hundreds)."""
+    """learning.py's runs merged from parts run apart (`--merge`): returns only. The last evaluation within the
+    step budget and the env steps it came at (m2flow evaluates every k iterations, so short of the budget
+    where k does not divide them), and the mean of the last three (one evaluation of a policy that sometimes
+    falls swings by hundreds)."""
     data = res.json(rel)
     steps = data["args"]["steps"]
 
-    def last_three(name: str) -> list[float]:
+    def evaluated(name: str) -> list[list[dict]]:  # each run's evaluations up to the step budget
         runs = [run for run in data["runs"] if run["implementation"] == name]
-        return [statistics.mean(p["return"] for p in run["curve"][-3:]) for run in runs]
+        return [[p for p in run["curve"] if p["steps"] <= steps] for run in runs]
 
     rows = []
     for name, s in data["summary"].items():
-        tail = last_three(name)
+        curves = evaluated(name)
+        tail = [statistics.mean(p["return"] for p in curve[-3:]) for curve in curves]
         rows.append(
             [
                 name,
                 f"{s['return_mean']:,.0f} ± {s['return_std']:,.0f}",
                 ", ".join(f"{r:,.0f}" for r in s["returns"]),
+                ", ".join(f"{at:,}" for at in sorted({curve[-1]["steps"] for curve in curves})),
                 f"{statistics.mean(tail):,.0f} ± {statistics.pstdev(tail):,.0f}",
             ]
         )
@@ -82,5 +85,5 @@ def locomotion(rel: str, res: Results) -> Block:
         f"*{data['args']['env']}, {steps:,} env steps, seeds {data['args']['seeds']}, 10 deterministic episodes every"
         f" {data['args']['eval_every']:,} steps; `{data['line']}`*"
     )
-    header = ["implementation", f"return at {steps:,} (mean ± std)", "per seed", "last 3 evaluations (mean ± std)"]
-    return Block([caption, "", *table(header, rows, "lrrr")], [rel])
+    header = ["implementation", "last evaluation (mean ± std)", "per seed", "at env steps", "last 3 evaluations"]
+    return Block([caption, "", *table(header, rows, "lrrrr")], [rel])
