@@ -234,26 +234,31 @@ def summarise(runs: list[dict], steps: int) -> dict:
     return by
 
 
-def plot(runs: list[dict], path: Path) -> None:
+def plot(runs: list[dict], path: Path, times_comparable: bool = True) -> None:
+    """Evaluation return against env steps, and against wall time where the runs' times compare."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panels = ("steps", "wall_s") if times_comparable else ("steps",)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
     palette = iter(["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"])
     colours = {name: next(palette) for name in dict.fromkeys(r["implementation"] for r in runs)}
     for run in runs:
-        c = colours[run["implementation"]]
         label = f"{run['implementation']} seed {run['seed']}"
-        axes[0].plot([p["steps"] for p in run["curve"]], [p["return"] for p in run["curve"]], color=c, label=label)
-        axes[1].plot([p["wall_s"] for p in run["curve"]], [p["return"] for p in run["curve"]], color=c, label=label)
-    axes[0].set_xlabel("env steps")
-    axes[1].set_xlabel("wall seconds (training)")
-    for ax in axes:
+        for ax, x in zip(axes[0], panels, strict=True):
+            ax.plot(
+                [p[x] for p in run["curve"]],
+                [p["return"] for p in run["curve"]],
+                color=colours[run["implementation"]],
+                label=label,
+            )
+    for ax, x in zip(axes[0], panels, strict=True):
+        ax.set_xlabel({"steps": "env steps", "wall_s": "wall seconds (training)"}[x])
         ax.set_ylabel("deterministic evaluation return")
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize="small")
+    axes[0][-1].legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -325,7 +330,7 @@ def merge(parts: list[str], same_conditions: bool = False, note: str | None = No
     meta = {
         "commit": " and ".join(sorted({result["meta"]["commit"] for result in loaded.values()})),
         "date": max(result["meta"]["date"] for result in loaded.values()),
-        "machine": "; ".join(f"{', '.join(dict.fromkeys(names))}: {machine}" for machine, names in ran_on.items())
+        "machine": " / ".join(f"{machine} ({'; '.join(dict.fromkeys(names))})" for machine, names in ran_on.items())
         if not one_machine
         else first["meta"]["machine"],
         "parts": [
@@ -393,7 +398,7 @@ def main() -> None:
     summary = summarise(runs, args.steps)
     algo_part = "" if args.algo == "ppo" else f"{args.algo}_"
     name = args.name or f"learning_{algo_part}{args.env.split('-')[0].lower()}"
-    plot(runs, RESULTS / f"{name}.png")
+    plot(runs, RESULTS / f"{name}.png", recorded.get("times_comparable", True))
     line = summary_line(summary, args.steps, len(args.seeds), recorded.get("times_comparable", True))
     save_result(name, {"args": recorded, "runs": runs, "summary": summary, "line": line, "meta": meta})
     print(line)
