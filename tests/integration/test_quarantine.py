@@ -84,7 +84,9 @@ def test_a_run_stopped_by_a_segfault_says_which_env_its_process_crashed_in(tmp_p
     with pytest.raises(mf.WorkerError) as caught:
         mf.run(spec)
     message = str(caught.value)
-    assert "worker 'env' replica 1 died during the loop" in message, message
+    # the death is seen first either by Ray (the actor died) or by its loop peer (its channel closed)
+    died = "worker 'env' replica 1 died during the loop" in message
+    assert died or "env[1] closed its channel while we waited" in message, message
     assert "env[1]: it crashed: Segmentation fault while working on env 3 (its stacks: " in message, message
 
 
