@@ -46,7 +46,7 @@ from pathlib import Path
 from results_io import RESULTS, save_result
 
 ROOT = Path(__file__).resolve().parent.parent
-PEERS = ["stable-baselines3==2.9.2", "rl-zoo3==2.9.2"]
+PEER_REQUIREMENTS = ["stable-baselines3==2.9.2", "rl-zoo3==2.9.2"]
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,9 @@ def peers_python(venv: Path) -> Path:
         pip = [str(python), "-m", "pip", "install", "-q"]
         subprocess.run([*pip, "torch==2.13.0"], check=True)
         constraints = ROOT / "requirements" / "constraints.txt"
-        subprocess.run([*pip, "-c", str(constraints), *PEERS, "gymnasium[mujoco]==1.4.0", "mujoco==3.3.0"], check=True)
+        subprocess.run(
+            [*pip, "-c", str(constraints), *PEER_REQUIREMENTS, "gymnasium[mujoco]==1.4.0", "mujoco==3.3.0"], check=True
+        )
         (venv / ".installed").touch()
     return python
 
