@@ -5,7 +5,7 @@
 #   bash benchmarks/locomotion.sh m2flow Hopper-v5 Walker2d-v5 Ant-v5   # carry [".whl"]; 2 Ray CPUs per run
 #   bash benchmarks/locomotion.sh sb3-cleanrl Hopper-v5 ...             # carry [".whl-peers"]; no Ray
 # m2flow runs the task's preset, configs/ppo_<task>.yaml, where there is one (else configs/ppo_mujoco.yaml);
-# `<task>:<variant>` runs another config instead (CONFIGS below).
+# `<task>:<variant>` runs a variant (VARIANTS below): another config, overrides of the preset, or both.
 # .whl-peers holds the Python 3.12 wheels the device lacks for SB3 (stable-baselines3==2.9.2 cloudpickle pytz tzdata python-dateutil six pyyaml
 # gymnasium==1.4.0 farama-notifications mujoco==3.3.0 glfw; `pip download --only-binary=:all: --python-version
 # 3.12 ...`). Results come back as $OUT/loco_<implementation>.tar.gz (loco_<implementation>_<task>[_<variant>]_
@@ -20,9 +20,11 @@ case $implementation in
   sb3-cleanrl) wheels=.whl-peers; run=(--skip-m2flow --peers sb3-cleanrl --peers-python python3) ;;
   *) echo "locomotion.sh: no implementation '$implementation' (m2flow or sb3-cleanrl)"; exit 2 ;;
 esac
-declare -A CONFIGS
-CONFIGS[cleanrl]=ppo_mujoco_cleanrl.yaml
-CONFIGS[halfcheetah]=ppo_mujoco.yaml
+declare -A VARIANTS  # [config in configs/] [key=value ...]
+VARIANTS[cleanrl]=ppo_mujoco_cleanrl.yaml
+VARIANTS[halfcheetah]=ppo_mujoco.yaml
+VARIANTS[one-env]="workers.env.replicas=1 workers.env.args.num_envs=1 flow.loop.horizon=2048"  # CleanRL's layout
+VARIANTS[shared-obs-statistics]="workers.env.args.share_obs_statistics=true"                   # SB3's VecNormalize
 rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 export RAY_DEDUP_LOGS=0 OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES="" PYTHONUNBUFFERED=1
@@ -33,12 +35,16 @@ for spec in "$@"; do
   short=$(echo "${task%-*}" | tr A-Z a-z)
   options=("${run[@]}")
   if [ "$implementation" = m2flow ]; then
-    if [ -n "$variant" ] && [ -z "${CONFIGS[$variant]:-}" ]; then
-      echo "locomotion.sh: no variant '$variant' (${!CONFIGS[*]})"; exit 2
+    if [ -n "$variant" ] && [ -z "${VARIANTS[$variant]:-}" ]; then
+      echo "locomotion.sh: no variant '$variant' (${!VARIANTS[*]})"; exit 2
     fi
-    config=${CONFIGS[${variant:-none}]:-ppo_$short.yaml}
+    read -r -a words <<< "${VARIANTS[${variant:-none}]:-}"
+    config=ppo_$short.yaml overrides=()
+    for word in "${words[@]}"; do
+      case $word in *.yaml) config=$word ;; *) overrides+=("$word") ;; esac
+    done
     [ -f "configs/$config" ] && options+=(--config "$config")
-    options+=(--set cluster.cpus=2 cluster.gpus=0 placement.pin_cpus=false)
+    options+=(--set cluster.cpus=2 cluster.gpus=0 placement.pin_cpus=false "${overrides[@]}")
   fi
   for seed in ${SEEDS:-1 2 3}; do
     name="loco_${implementation}_${short}${variant:+_$variant}_$seed"

@@ -102,6 +102,26 @@ def test_observations_are_normalised_per_env_and_the_statistics_resume_exactly()
     np.testing.assert_array_equal(resumed.step(action)["obs"], env.step(action)["obs"])
 
 
+def test_shared_observation_statistics_are_one_running_mean_over_every_env_of_the_replica():
+    from m2flow.workers.env.gym_env import merged_statistics
+
+    env, raw = gym_env(share_obs_statistics=True), gym_env(normalize_obs=False)
+    seen = [raw.obs()["obs"]]
+    env.obs()
+    rng = np.random.default_rng(1)
+    for _ in range(25):
+        action = rng.uniform(-1, 1, (2, 6)).astype(np.float32)
+        obs, plain = env.step(action)["obs"], raw.step(action)["obs"]
+        seen.append(plain)
+    every = np.concatenate(seen)  # both envs' raw observations: the statistics of all of them, as one
+    mean, var, count = merged_statistics(env.envs.envs)
+    np.testing.assert_allclose(mean, every.mean(axis=0), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(var, every.var(axis=0), rtol=1e-3, atol=1e-6)
+    assert round(count) == len(every)  # counted once, not once per env
+    last = np.clip((plain[-1] - mean) / np.sqrt(var + 1e-8), -10, 10)  # the last env stepped saw every update
+    np.testing.assert_allclose(obs[-1], last, rtol=1e-4, atol=1e-4)
+
+
 def reference_scaled_rewards(rewards: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
     """gymnasium's NormalizeReward arithmetic, over all envs of a step, in plain numpy."""
     returns, mean, var, count = np.zeros(rewards.shape[1]), 0.0, 1.0, 1e-4

@@ -8,8 +8,10 @@ names itself (`m2flow.EnvFailed`), and one the runtime quarantined starts from a
 
 With `normalize_obs` (default) each env is wrapped as CleanRL's `ppo_continuous_action.py` wraps it:
 gymnasium's `NormalizeObservation` (a running mean and variance per env, updated every step) and a clip to
-±`obs_clip`. The policy, the trajectories and the bootstrap observation all see normalised observations;
-the statistics are part of the worker's checkpointed state, and evaluation freezes them.
+±`obs_clip`; with `share_obs_statistics` the envs of a replica update and read one running mean and variance
+instead, as SB3's `VecNormalize` does for its vector of envs. The policy, the trajectories and the bootstrap
+observation all see normalised observations; the statistics are part of the worker's checkpointed state, and
+evaluation freezes them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class GymEnvConfig(m2flow.WorkerConfig, Evaluated):
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
     clip_actions: bool = Field(True, description="clip actions to the action space's bounds before stepping")
     normalize_obs: bool = Field(True, description="normalise observations per env with running statistics")
+    share_obs_statistics: bool = Field(
+        False, description="one running mean and variance for the envs of a replica (as VecNormalize), not one per env"
+    )
     obs_clip: float = Field(10.0, gt=0, description="normalised observations are clipped to +-obs_clip")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
 
@@ -56,6 +61,8 @@ class GymEnv:
             [partial(make_named, self.config, int(i)) for i in self.env_ids],
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
+        if self.config.share_obs_statistics:
+            share_statistics(self.envs.envs)
         self.seeds = [ctx.env_seed(int(i)) for i in self.env_ids]
         self._obs: np.ndarray | None = None
         self._done = np.zeros(len(self.env_ids), dtype=np.float32)
@@ -188,11 +195,19 @@ def make_normalized(config: GymEnvConfig) -> gym.Env:
     return env
 
 
+def share_statistics(envs: list[gym.Env]) -> None:
+    """Make every env's observation normaliser update and read the first one's running statistics."""
+    found = normalizers(envs)
+    for norm in found[1:]:
+        norm.obs_rms = found[0].obs_rms
+
+
 def merged_statistics(envs: list[gym.Env]) -> tuple[np.ndarray, np.ndarray, float]:
-    """The observation statistics of all `envs` together (mean, variance, count)."""
+    """The observation statistics of all `envs` together (mean, variance, count); statistics the envs share
+    count once."""
     from m2flow.workers.algorithms.moments import merge
 
-    rms = [norm.obs_rms for norm in normalizers(envs)]
+    rms = list({id(norm.obs_rms): norm.obs_rms for norm in normalizers(envs)}.values())
     moments = (rms[0].mean, rms[0].var, rms[0].count)
     for r in rms[1:]:
         moments = merge(*moments, (r.mean, r.var, r.count))
