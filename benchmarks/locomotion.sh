@@ -9,7 +9,8 @@
 # .whl-peers holds the Python 3.12 wheels the device lacks for SB3 (stable-baselines3==2.9.2 cloudpickle pytz tzdata python-dateutil six pyyaml
 # gymnasium==1.4.0 farama-notifications mujoco==3.3.0 glfw; `pip download --only-binary=:all: --python-version
 # 3.12 ...`). Results come back as $OUT/loco_<implementation>.tar.gz (loco_<implementation>_<task>[_<variant>]_
-# <seed>.json and .log; SECONDS_LIMIT (default 540) bounds each run, so that the archive is written inside
+# <seed>.json and .log; STEPS (default 300000) and EVAL_EVERY (30000) set the budget and the evaluation
+# interval; SECONDS_LIMIT (default 540) bounds each run, so that the archive is written inside
 # the device's 10 minutes). The device's copy of the repository does not know the commit the wheel was built
 # from: pass M2FLOW_RESULTS_COMMIT=<it> for the results' meta. Merge them here, per task, with
 #   python benchmarks/learning.py --merge loco_*_hopper_?.json --name learning_hopper_300k
@@ -49,7 +50,7 @@ for spec in "$@"; do
   for seed in ${SEEDS:-1 2 3}; do
     name="loco_${implementation}_${short}${variant:+_$variant}_$seed"
     (timeout "${SECONDS_LIMIT:-540}" python3 benchmarks/learning.py --env "$task" --steps "${STEPS:-300000}" \
-       --seeds "$seed" --eval-every 30000 --name "$name" "${options[@]}" > "$results/$name.log" 2>&1
+       --seeds "$seed" --eval-every "${EVAL_EVERY:-30000}" --name "$name" "${options[@]}" > "$results/$name.log" 2>&1
      grep -E "^learning|seed $seed:|Error" "$results/$name.log" | sed "s/^/$name: /"
      cp "benchmarks/results/$name.json" "$results/" 2>/dev/null) &
   done

@@ -28,6 +28,7 @@ OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
 ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu13/hf_policy.json"
 LEARNING, ASYNC_H200 = "learning_halfcheetah.json", "gpu15/async_halfcheetah_h200.json"
 LOCOMOTION = ("hopper", "walker2d", "ant")  # learning_<task>_300k.json: locomotion.sh's runs, merged
+OBS_STATISTICS = "learning_halfcheetah_obs_statistics.json"  # locomotion.sh, HalfCheetah per env vs shared
 ASYNC_CPU_SHARED_FIRST, ASYNC_CPU = "async_halfcheetah_shared_first.json", "async_halfcheetah.json"
 LEARNING_SAC, LEARNING_SAC_100K = "learning_sac_halfcheetah_30k.json", "learning_sac_halfcheetah_100k.json"
 ASYNC_H200_DROP, ASYNC_H200_KOFF = "gpu16/async_halfcheetah_h200.json", "gpu16/koff/async_halfcheetah_h200.json"
@@ -489,6 +490,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "hf_policy_h200": hf_policy,
     "learning": partial(learning, LEARNING),
     **{f"locomotion_{task}": partial(locomotion, f"learning_{task}_300k.json") for task in LOCOMOTION},
+    "obs_statistics_halfcheetah": partial(learning, OBS_STATISTICS),
     "async_cpu_shared_first": partial(learning, ASYNC_CPU_SHARED_FIRST),
     "learning_sac": partial(learning, LEARNING_SAC),
     "learning_sac_100k": partial(learning, LEARNING_SAC_100K),

@@ -93,7 +93,13 @@ def test_every_example_runs_as_a_script(script, tmp_path):
     assert "outputs in" in out.stdout
 
 
-TOY_SIZE_CONFIGS = ["ppo_camera.yaml", "ppo_metaworld_camera.yaml", "ppo_hopper.yaml", "ppo_walker2d.yaml"]
+TOY_SIZE_CONFIGS = [
+    "ppo_camera.yaml",
+    "ppo_metaworld_camera.yaml",
+    "ppo_hopper.yaml",
+    "ppo_walker2d.yaml",
+    "ppo_ant.yaml",
+]
 
 
 @pytest.mark.parametrize("config", TOY_SIZE_CONFIGS)

@@ -9,9 +9,10 @@ names itself (`m2flow.EnvFailed`), and one the runtime quarantined starts from a
 With `normalize_obs` (default) each env is wrapped as CleanRL's `ppo_continuous_action.py` wraps it:
 gymnasium's `NormalizeObservation` (a running mean and variance per env, updated every step) and a clip to
 ±`obs_clip`; with `share_obs_statistics` the envs of a replica update and read one running mean and variance
-instead, as SB3's `VecNormalize` does for its vector of envs. The policy, the trajectories and the bootstrap
-observation all see normalised observations; the statistics are part of the worker's checkpointed state, and
-evaluation freezes them.
+instead, as SB3's `VecNormalize` does for its vector of envs (updated in the order the schedule steps the envs,
+so pipeline slices and replica counts change a run's numbers, which per-env statistics never do). The policy,
+the trajectories and the bootstrap observation all see normalised observations; the statistics are part of the
+worker's checkpointed state, and evaluation freezes them.
 """
 
 from __future__ import annotations
