@@ -279,3 +279,19 @@ def test_a_ppo_update_that_goes_non_finite_stops_with_a_clear_error():
     }
     with pytest.raises(WorkerError, match="non-finite.*NaN or inf"):
         ppo.train([trajectory])
+
+
+def test_grpo_groups_that_straddle_a_ranks_envs_stop_with_a_clear_error():
+    from m2flow.context import WorkerContext, set_context
+    from m2flow.errors import WorkerError
+    from m2flow.workers.actor import PPO
+
+    set_context(WorkerContext(worker="actor", kind="training", iterations=1))
+    ppo = PPO(env_id="HalfCheetah-v5", hidden=[8], advantage="grpo", group_size=3, minibatch_size=4, update_epochs=1)
+    env = gym_env()  # 2 envs: a group of 3 cannot sit whole in them
+    env.obs()
+    for _ in range(3):
+        zeros = np.zeros(2, np.float32)
+        env.step({"action": np.zeros((2, 6), np.float32), "logprob": zeros, "value": zeros})
+    with pytest.raises(WorkerError, match="groups of 3 adjacent envs straddle.*multiple of group_size"):
+        ppo.train([env.trajectory()])

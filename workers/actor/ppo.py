@@ -21,7 +21,16 @@ import numpy as np
 import m2flow
 from m2flow.errors import WorkerError
 from m2flow.workers.actor.backends import BackendOptions, backend_class, get_backend
-from m2flow.workers.actor.ppo_batch import ADVANTAGES, TIME_MAJOR, Bootstrap, Part, cat, flatten, time_major
+from m2flow.workers.actor.ppo_batch import (
+    ADVANTAGES,
+    TIME_MAJOR,
+    AdvantageInputs,
+    Bootstrap,
+    Part,
+    cat,
+    flatten,
+    time_major,
+)
 from m2flow.workers.actor.ppo_config import PPOConfig
 from m2flow.workers.models import state_size
 from m2flow.workers.models.activations import activation_bytes
@@ -184,7 +193,8 @@ class PPO:
             rewards = self.scaler(rewards.cpu(), dones.cpu(), env_ids.cpu(), combine).to(self.device)
         if "final_value" in batch:  # a time limit cut these episodes: their return goes on (SB3's bootstrap)
             rewards = rewards + cfg.gamma * batch["final_value"] * batch["truncated"]
-        advantages, returns = ADVANTAGES[cfg.advantage](self, batch, rewards, values, dones)
+        inputs = AdvantageInputs(rewards, values, dones, batch.get("next_value"), batch["next_done"], env_ids)
+        advantages, returns = ADVANTAGES[cfg.advantage](cfg, inputs)
         b_obs = flatten(batch["obs"])
         b_actions = batch["action"].reshape(steps * envs, -1)
         b_logprobs = (proximal if proximal is not None else batch["logprob"]).reshape(-1)

@@ -14,31 +14,45 @@ from m2flow.errors import WorkerError
 if TYPE_CHECKING:
     import torch
 
-    from m2flow.workers.actor.ppo import PPO
+    from m2flow.workers.actor.ppo_config import PPOConfig
 
 TIME_MAJOR = ("obs", "action", "logprob", "value", "reward", "done", "truncated", "final_value", "policy_version")
 
 
-def gae_advantages(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an advantage estimator reads of an update's batch, time-major [T, envs]: the rewards (scaled, and
+    bootstrapped where a time limit cut an episode), the critic's values, the done flags, the value (GAE only:
+    None for GRPO, which has no critic) and done after the last step, and the global index of each env
+    (column)."""
+
+    rewards: torch.Tensor
+    values: torch.Tensor
+    dones: torch.Tensor
+    next_value: torch.Tensor | None
+    next_done: torch.Tensor
+    env_ids: torch.Tensor
+
+
+def gae_advantages(cfg: PPOConfig, x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     from m2flow.workers.algorithms import compute_gae
 
-    cfg = ppo.cfg
-    return compute_gae(rewards, values, dones, batch["next_value"], batch["next_done"], cfg.gamma, cfg.gae_lambda)
+    return compute_gae(x.rewards, x.values, x.dones, x.next_value, x.next_done, cfg.gamma, cfg.gae_lambda)
 
 
-def grpo_advantages(ppo: PPO, batch: dict, rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor):
+def grpo_advantages(cfg: PPOConfig, x: AdvantageInputs) -> tuple[torch.Tensor, torch.Tensor]:
     """Each env's return over the iteration, relative to its group; the same advantage at every step. A
     group's envs must sit on one data-parallel rank: the rank's share holds whole groups."""
     from m2flow.workers.algorithms import group_advantages
 
-    size = ppo.cfg.group_size
-    if rewards.shape[1] % size or bool((ppo._env_ids[::size] % size).any()):
+    size = cfg.group_size
+    if x.rewards.shape[1] % size or bool((x.env_ids[::size] % size).any()):
         raise WorkerError(
-            f"GRPO groups of {size} adjacent envs straddle this rank's share ({rewards.shape[1]} envs from env"
-            f" {int(ppo._env_ids[0])}): make each simulator replica's num_envs a multiple of group_size"
+            f"GRPO groups of {size} adjacent envs straddle this rank's share ({x.rewards.shape[1]} envs from env"
+            f" {int(x.env_ids[0])}): make each simulator replica's num_envs a multiple of group_size"
         )
-    per_env = group_advantages(rewards.sum(dim=0), size, ppo.cfg.grpo_normalize_std)
-    advantages = per_env.expand_as(rewards).contiguous()
+    per_env = group_advantages(x.rewards.sum(dim=0), size, cfg.grpo_normalize_std)
+    advantages = per_env.expand_as(x.rewards).contiguous()
     return advantages, advantages  # no critic: the value loss is switched off (vf_coef 0)
 
 
