@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from learning import at, m2flow_run, plot, summarise
+from learning import ALGOS, at, evaluation_grid, m2flow_run, plot, summarise
 from results_io import RESULTS, save_result
 
 
@@ -58,12 +58,12 @@ def main() -> None:
     args = parser.parse_args()
     overlapped = [Variant(k, drop) for k in args.staleness for drop in ([False, True] if args.drop else [False])]
     variants = [Variant(None), *overlapped]
-    runs = []
+    runs, grid = [], evaluation_grid(args.env, args.eval_every, args.set, ALGOS["ppo"], None)
     with tempfile.TemporaryDirectory(prefix="m2flow-async-") as tmp:
         for seed in args.seeds:  # variants side by side per seed: drift in the machine hits them alike
             for variant in variants:
                 overrides = [*args.set, *variant.overrides]
-                run = m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp), overrides, variant.label)
+                run = m2flow_run(args.env, args.steps, seed, grid, Path(tmp), overrides, variant.label)
                 runs.append(run)
                 busy = ", ".join(f"{device} {share:.0%}" for device, share in run["busy"].items())
                 print(
@@ -94,7 +94,11 @@ def main() -> None:
         f"async: {first}/sync env steps/s: {ratio:.2f}x (mean of {per_seed:.2f}x per seed); return {returns}"
         f" at {args.steps} steps ({len(args.seeds)} seeds)"
     )
-    save_result(name, {"args": vars(args), "runs": runs, "summary": summary, "line": line}, args.out)
+    save_result(
+        name,
+        {"args": {**vars(args), "evaluation_grid": grid}, "runs": runs, "summary": summary, "line": line},
+        args.out,
+    )
     print(line)
 
 

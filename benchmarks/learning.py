@@ -1,5 +1,6 @@
 """Time to return: m2flow's PPO (or SAC) against Stable-Baselines3's, on the same machine, env, env-step budget
 and seeds, evaluated the same way (10 deterministic episodes on fresh seeds every `--eval-every` env steps,
+rounded down to a multiple of m2flow's iteration, the same grid for every implementation (`evaluation_grid`);
 observations normalised with the training statistics of that moment).
 
 The peers (`--peers`):
@@ -67,29 +68,54 @@ class Peer:
 PEER_KINDS = {"sb3-zoo": Peer("zoo", ("ppo", "sac")), "sb3-cleanrl": Peer("cleanrl", ("ppo",))}
 
 
+def m2flow_spec(
+    env_id: str, seed: int, out: Path, overrides: list[str], algo: Algo, config: str | None
+) -> tuple[Path, list[str]]:
+    """The workflow file of `config` (in configs/; default the algorithm's preset) and the settings that run
+    it on `env_id` with this seed, output folder and evaluation."""
+    policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
+    path, task = ROOT / "configs" / (config or algo.config), [f"workers.{key}.env_id={env_id}" for key in policy]
+    settings = [f"run.seed={seed}", f"run.output_dir={out}", "run.progress=false", "run.checkpoint_every=0"]
+    settings += ["workers.env.args.evaluation.episodes=10", f"workers.env.args.env_id={env_id}", *task]
+    return path, [*settings, *overrides]
+
+
+def per_iteration(path: Path, settings: list[str]) -> int:
+    """The env steps an iteration of the workflow collects."""
+    import m2flow as mf
+
+    drafted = mf.load_spec(path, settings)
+    env = drafted.workers["env"]
+    return env.replicas * env.args.get("num_envs", 1) * drafted.flow.loop.horizon
+
+
+def evaluation_grid(env_id: str, eval_every: int, overrides: list[str], algo: Algo, config: str | None) -> int:
+    """The env steps between evaluations, for m2flow and its peers alike: the largest multiple of m2flow's
+    iteration at or below `eval_every`, one iteration at least (m2flow evaluates between iterations), so that
+    the implementations of one run are evaluated at the same env step counts and the last evaluation within
+    the budget comes at the same one. Parts run apart share it where they are given the same workflow."""
+    size = per_iteration(*m2flow_spec(env_id, 0, Path("."), overrides, algo, config))
+    return max(1, eval_every // size) * size
+
+
 def m2flow_run(
     env_id: str,
     steps: int,
     seed: int,
-    eval_every: int,
+    grid: int,
     out: Path,
     overrides: list[str],
     label: str = "m2flow",
     algo: Algo = ALGOS["ppo"],
     config: str | None = None,
 ) -> dict:
-    """One m2flow run of `config` (in configs/; default the algorithm's preset) on `env_id`."""
+    """One m2flow run of `config` (in configs/; default the algorithm's preset) on `env_id`, evaluated every
+    `grid` env steps (a multiple of its iteration) from the first iteration."""
     import m2flow as mf
 
-    policy = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
-    path, task = ROOT / "configs" / (config or algo.config), [f"workers.{key}.env_id={env_id}" for key in policy]
-    settings = [f"run.seed={seed}", f"run.output_dir={out}", "run.progress=false", "run.checkpoint_every=0"]
-    settings += ["workers.env.args.evaluation.episodes=10", f"workers.env.args.env_id={env_id}", *task, *overrides]
-    env, loop = (drafted := mf.load_spec(path, settings)).workers["env"], drafted.flow.loop
-    per_iteration = env.replicas * env.args.get("num_envs", 1) * loop.horizon  # env steps an iteration collects
-    # evaluations every `every` iterations from the first: the last at or before `steps` (where `every` does not
-    # divide the iterations, short of it: the results record each evaluation's env steps)
-    iterations, every = steps // per_iteration, max(1, eval_every // per_iteration)
+    path, settings = m2flow_spec(env_id, seed, out, overrides, algo, config)
+    size = per_iteration(path, settings)
+    iterations, every = steps // size, max(1, grid // size)
     spec = mf.load_spec(path, [*settings, f"run.iterations={iterations + 1}", f"flow.sync.1.every={every}"])
     result = mf.run(spec)
     curve, wall, collected = [], 0.0, 0
@@ -310,7 +336,7 @@ def merge(parts: list[str], same_conditions: bool = False, note: str | None = No
         for run in loaded[part]["runs"]:
             run["implementation"] = label or run["implementation"]
     given, parts = len(parts), list(loaded)
-    same = ("algo", "env", "steps", "eval_every")
+    same = ("algo", "env", "steps", "eval_every")  # each part's evaluation grid stays in its `meta` entry
     first = loaded[parts[0]]
     for part, result in loaded.items():
         differ = [key for key in same if result["args"][key] != first["args"][key]]
@@ -387,15 +413,16 @@ def main() -> None:
         recorded, runs = vars(args), []
         algo = ALGOS[args.algo]
         with tempfile.TemporaryDirectory(prefix="m2flow-learning-") as tmp:
+            preset = {"algo": algo, "config": args.config}
+            grid = recorded["evaluation_grid"] = evaluation_grid(args.env, args.eval_every, args.set, **preset)
             for seed in [] if args.skip_m2flow else args.seeds:
-                preset = {"algo": algo, "config": args.config}
-                runs.append(m2flow_run(args.env, args.steps, seed, args.eval_every, Path(tmp), args.set, **preset))
+                runs.append(m2flow_run(args.env, args.steps, seed, grid, Path(tmp), args.set, **preset))
                 report(runs[-1], args.steps)
             if peers:
                 python = Path(args.peers_python) if args.peers_python else peers_python(Path(args.peers_venv))
             for peer in peers:
                 for seed in args.seeds:
-                    runs.append(sb3_run(python, args.env, args.steps, seed, args.eval_every, Path(tmp), algo, peer))
+                    runs.append(sb3_run(python, args.env, args.steps, seed, grid, Path(tmp), algo, peer))
                     report(runs[-1], args.steps)
     summary = summarise(runs, args.steps)
     algo_part = "" if args.algo == "ppo" else f"{args.algo}_"

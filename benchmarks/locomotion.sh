@@ -3,9 +3,10 @@
 # task and seed, all at once on a many-core machine's CPUs (the lent device's 16 cores; no GPU: CUDA hidden).
 # One call per implementation, each under the device's 10-minute limit:
 #   bash benchmarks/locomotion.sh m2flow Hopper-v5 Walker2d-v5 Ant-v5   # carry [".whl"]; 2 Ray CPUs per run
-#   bash benchmarks/locomotion.sh sb3-cleanrl Hopper-v5 ...             # carry [".whl-peers"]; no Ray
+#   bash benchmarks/locomotion.sh sb3-cleanrl Hopper-v5 ...             # carry [".whl", ".whl-peers"]; no Ray
 # m2flow runs the task's preset, configs/ppo_<task>.yaml, where there is one (else configs/ppo_mujoco.yaml);
-# `<task>:<variant>` runs a variant (VARIANTS below): another config, overrides of the preset, or both.
+# `<task>:<variant>` runs a variant (VARIANTS below): another config, overrides of the preset, or both. The
+# peers are evaluated on the grid of the task's preset (learning.py's `evaluation_grid`: m2flow computes it).
 # .whl-peers holds the Python 3.12 wheels the device lacks for SB3 (stable-baselines3==2.9.2 cloudpickle pytz tzdata python-dateutil six pyyaml
 # gymnasium==1.4.0 farama-notifications mujoco==3.3.0 glfw; `pip download --only-binary=:all: --python-version
 # 3.12 ...`). Results come back as $OUT/loco_<implementation>.tar.gz (loco_<implementation>_<task>[_<variant>]_
@@ -18,7 +19,7 @@ set -u
 implementation=$1; shift
 case $implementation in
   m2flow) wheels=.whl; run=(--skip-peers) ;;
-  sb3-cleanrl) wheels=.whl-peers; run=(--skip-m2flow --peers sb3-cleanrl --peers-python python3) ;;
+  sb3-cleanrl) wheels=".whl .whl-peers"; run=(--skip-m2flow --peers sb3-cleanrl --peers-python python3) ;;
   *) echo "locomotion.sh: no implementation '$implementation' (m2flow or sb3-cleanrl)"; exit 2 ;;
 esac
 declare -A VARIANTS  # [config in configs/] [key=value ...]
@@ -26,7 +27,10 @@ VARIANTS[cleanrl]=ppo_mujoco_cleanrl.yaml
 VARIANTS[halfcheetah]=ppo_mujoco.yaml
 VARIANTS[one-env]="workers.env.replicas=1 workers.env.args.num_envs=1 flow.loop.horizon=2048"  # CleanRL's layout
 VARIANTS[shared-obs-statistics]="workers.env.args.share_obs_statistics=true"                   # SB3's VecNormalize
-rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl || exit 1
+rm -rf /tmp/site
+for dir in $wheels; do  # a wheel already installed from an earlier folder is kept (pip warns)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$dir"/*.whl || exit 1
+done
 export PYTHONPATH=/tmp/site:$PWD
 export RAY_DEDUP_LOGS=0 OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES="" PYTHONUNBUFFERED=1
 repo=$PWD results=$(mktemp -d)
@@ -35,18 +39,17 @@ for spec in "$@"; do
   task=${spec%%:*} variant=${spec#"$task"} variant=${variant#:}
   short=$(echo "${task%-*}" | tr A-Z a-z)
   options=("${run[@]}")
-  if [ "$implementation" = m2flow ]; then
-    if [ -n "$variant" ] && [ -z "${VARIANTS[$variant]:-}" ]; then
-      echo "locomotion.sh: no variant '$variant' (${!VARIANTS[*]})"; exit 2
-    fi
-    read -r -a words <<< "${VARIANTS[${variant:-none}]:-}"
-    config=ppo_$short.yaml overrides=()
-    for word in "${words[@]}"; do
-      case $word in *.yaml) config=$word ;; *) overrides+=("$word") ;; esac
-    done
-    [ -f "configs/$config" ] && options+=(--config "$config")
-    options+=(--set cluster.cpus=2 cluster.gpus=0 placement.pin_cpus=false "${overrides[@]}")
+  if [ -n "$variant" ] && [ -z "${VARIANTS[$variant]:-}" ]; then
+    echo "locomotion.sh: no variant '$variant' (${!VARIANTS[*]})"; exit 2
   fi
+  read -r -a words <<< "${VARIANTS[${variant:-none}]:-}"
+  config=ppo_$short.yaml overrides=()
+  for word in "${words[@]}"; do
+    case $word in *.yaml) config=$word ;; *) overrides+=("$word") ;; esac
+  done
+  # m2flow's workflow; for the peers, the one whose iteration sets the evaluation grid they share with it
+  [ -f "configs/$config" ] && options+=(--config "$config")
+  options+=(--set cluster.cpus=2 cluster.gpus=0 placement.pin_cpus=false "${overrides[@]}")
   for seed in ${SEEDS:-1 2 3}; do
     name="loco_${implementation}_${short}${variant:+_$variant}_$seed"
     (timeout "${SECONDS_LIMIT:-540}" python3 benchmarks/learning.py --env "$task" --steps "${STEPS:-300000}" \

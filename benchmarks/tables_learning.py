@@ -9,6 +9,12 @@ from results_io import Results
 from tables_format import Block, table
 
 
+def every(args: dict) -> int:
+    """The env steps between evaluations: the grid the implementations shared where the result records one
+    (learning.py's `evaluation_grid`), else the interval asked for."""
+    return args.get("evaluation_grid", args["eval_every"])
+
+
 def learning(rel: str, res: Results) -> Block:
     """learning.py's and async.py's runs: one row per implementation or variant."""
     data = res.json(rel)
@@ -23,7 +29,9 @@ def learning(rel: str, res: Results) -> Block:
     def busy(name: str) -> list[str]:
         if not traced:
             return []
-        per_run = [run["busy"] for run in data["runs"] if run["implementation"] == name]
+        per_run = [run["busy"] for run in data["runs"] if run["implementation"] == name and "busy" in run]
+        if not per_run:  # a peer: its processes are not traced
+            return ["—"]
         devices = sorted({device for run in per_run for device in run})
         shares = {d: statistics.mean(run.get(d, 0.0) for run in per_run) for d in devices}
         return [", ".join(f"{d} {share:.0%}" for d, share in shares.items())]
@@ -42,7 +50,7 @@ def learning(rel: str, res: Results) -> Block:
     ]
     caption = (
         f"*{data['args']['env']}, {steps:,} env steps, seeds {data['args']['seeds']}, 10 deterministic episodes every"
-        f" {data['args']['eval_every']:,} steps; wall time is training time (evaluations left out); `{data['line']}`*"
+        f" {every(data['args']):,} steps; wall time is training time (evaluations left out); `{data['line']}`*"
     )
     header = [
         "implementation",
@@ -83,7 +91,7 @@ def locomotion(rel: str, res: Results) -> Block:
         )
     caption = (
         f"*{data['args']['env']}, {steps:,} env steps, seeds {data['args']['seeds']}, 10 deterministic episodes every"
-        f" {data['args']['eval_every']:,} steps; `{data['line']}`*"
+        f" {every(data['args']):,} steps; `{data['line']}`*"
     )
     header = ["implementation", "last evaluation (mean ± std)", "per seed", "at env steps", "last 3 evaluations"]
     return Block([caption, "", *table(header, rows, "lrrrr")], [rel])

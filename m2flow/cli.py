@@ -90,8 +90,8 @@ def _profile(args: argparse.Namespace) -> int:
         profile = fit_trace_file(args.from_trace)
         profile["workflow"] = spec.name
     else:
-        from m2flow.runtime.launch import connect_ray
         from m2flow.runtime.profiling import measure_profile
+        from m2flow.runtime.ray_cluster import connect_ray
 
         connect_ray(spec.cluster)
         profile = measure_profile(spec)

@@ -11,8 +11,11 @@ import json
 import os
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from m2flow.durable import write_durably
 
 _PREFIX = "iter_"
 
@@ -34,10 +37,7 @@ def save_checkpoint(
     tmp.mkdir()
     if write_files is not None:
         write_files(tmp)
-    with open(tmp / "state.pt", "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    write_durably(tmp / "state.pt", partial(torch.save, state))
     (tmp / "meta.json").write_text(json.dumps({"iteration": iteration, **meta}, indent=1))
     if final.exists():
         shutil.rmtree(final)

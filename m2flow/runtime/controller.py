@@ -11,52 +11,26 @@ from __future__ import annotations
 import copy
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
-from m2flow.cluster import DeviceId
 from m2flow.dispatch import gather, split
-from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph
 from m2flow.overlap import Overlap
 from m2flow.program import own_items, part_port, run_phase
 from m2flow.runtime.batches import Backlog, Call, check_staleness
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.in_place import InPlace, Issued
+from m2flow.runtime.iteration_metrics import IterationResult, Measured, check_accounting, mean_of_dicts, sum_of_dicts
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
-from m2flow.runtime.replace import Replacement, Replacer, await_calls, await_loop
-from m2flow.runtime.stacks import RankState, ask, ask_on_node, explain
+from m2flow.runtime.rank_naming import naming_ranks
+from m2flow.runtime.replace import Replacer, await_calls, await_loop
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, settle, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport
 from m2flow.schedule import Phase, Plan, ReplicaId
 from m2flow.sharding import shard_groups
 from m2flow.spec import Edge, PortRef
-
-
-@dataclass
-class IterationResult:
-    metrics: dict[str, float] = field(default_factory=dict)
-    env_steps: int = 0
-    replacements: list[Replacement] = field(default_factory=list)
-
-
-@dataclass
-class Measured:
-    """Seconds spent per port and per device over the run, to set beside the plan's prediction."""
-
-    port_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    device_s: dict[DeviceId, float] = field(default_factory=lambda: defaultdict(float))
-    loop_s: float = 0.0  # the loop phases' wall time
-    loop_busy_s: dict[ReplicaId, dict[str, float]] = field(default_factory=dict)  # replica -> port -> seconds
-    warming_up: bool = True  # the controller's first iteration: not counted
-
-    def add(self, port: str, device: DeviceId, seconds: float) -> None:
-        self.port_s[port] += seconds
-        self.device_s[device] += seconds
 
 
 class Controller(InPlace):
@@ -315,7 +289,7 @@ class Controller(InPlace):
         elif phase.op == "sync":
             events, calls = self._await_sync(phase, calls)
         else:
-            with self._naming_ranks():
+            with naming_ranks(self.launch):
                 events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
         self._record(events, calls)
         if phase.op == "sync":
@@ -329,7 +303,7 @@ class Controller(InPlace):
         """Wait for the training issued beside the loop (its deadline counts from its issue); its metrics
         are this iteration's."""
         training = self.backlog.training
-        with self._naming_ranks():
+        with naming_ranks(self.launch):
             events = wait_all(training.calls, training.deadline)
         self.backlog.finish()
         self._record(events, training.calls)
@@ -341,44 +315,6 @@ class Controller(InPlace):
         metrics["async/trained_batches"] = metrics.get("async/trained_batches", 0.0) + 1
 
     # -- helpers -----------------------------------------------------------------------------------
-    @contextmanager
-    def _naming_ranks(self) -> Iterator[None]:
-        """A wait that passes its deadline on ranks of a process group says which ranks arrived at a
-        collective and which did not (`m2flow.runtime.stacks`), on its first line."""
-        try:
-            yield
-        except WaitTimeout as exc:
-            groups = sorted({r.worker for r in exc.stuck if self.launch.rendezvous.get(r.worker)})
-            if not groups:
-                raise
-            ranks = " ".join(f"[{self._ranks_of(group, self.launch.replicas[group])}]" for group in groups)
-            raise exc.detailed(ranks) from None
-
-    def _ranks_of(self, group: str, out: list[Replica], finished: tuple[str, ...] = ()) -> str:
-        """Where each rank of `group` still `out` is now (the others `finished` their part): asked on this
-        host, named elsewhere."""
-        try:
-            return explain(group, self._rank_states(out), finished)
-        except OSError as exc:  # the question is a courtesy: never worse than the timeout itself
-            return f"process group of '{group}': its ranks could not be asked ({exc})"
-
-    def _rank_states(self, replicas: list[Replica]) -> list[RankState]:
-        """Where each of these ranks is: asked on this host, through its node's Ray on another."""
-        import ray
-
-        launch = self.launch
-        local = [r for r in replicas if launch.on_this_host(r.id)]
-        here = {str(r.id): launch.pids[r.id] for r in local if launch.alive_here(r.id)}
-        states = ask(here, launch.output_dir, ray.util.get_node_ip_address())
-        states += [RankState(str(r.id), None, "its process is gone") for r in local if str(r.id) not in here]
-        elsewhere: dict[str, dict[str, tuple[int, float]]] = {}
-        for r in replicas:
-            if r not in local:
-                elsewhere.setdefault(launch.nodes[r.id], {})[str(r.id)] = (launch.pids[r.id], launch.started[r.id])
-        for node, ranks in elsewhere.items():
-            states += ask_on_node(node, ranks, launch.output_dir)
-        return states
-
     def _sync_edge(self, phase: Phase) -> tuple[Edge, type[SyncTransport]]:
         """A sync phase's edge and the transport the plan gave it."""
         (edge,) = phase.edges
@@ -465,24 +401,12 @@ class Controller(InPlace):
             calls = [(ref, self._producer[ref], str(port)) for ref in produced[port]]
             outputs = wait_all(calls, self._deadline(str(port), "then"))
             items = [item for per_replica in outputs for item in per_replica]
-            self._result.metrics.update(_mean_of_dicts(items))
+            self._result.metrics.update(mean_of_dicts(items))
             rule = self.graph.info[port.worker].dispatch(port.port)
             if (rule.split, rule.gather) == ("shard", "all"):  # each replica reports its own share: they add up
-                self._result.metrics.update(_sum_of_dicts(items, "/steps_consumed"))
-        self._account(env_steps)
-
-    def _account(self, env_steps: int) -> None:
-        """Steps produced by the loop = steps consumed, for every consumer that reports `.../steps_consumed`."""
-        if self.graph.loop is None:
-            return
-        result = self._result
-        result.metrics["accounting/steps_produced"] = float(env_steps)
-        for key, steps in result.metrics.items():
-            if key.endswith("/steps_consumed") and int(steps) != env_steps:
-                raise WorkerError(
-                    f"iteration {self._it}: the loop produced {env_steps} env steps but {key} reports"
-                    f" {int(steps)}: steps were lost or counted twice between the loop and training"
-                )
+                self._result.metrics.update(sum_of_dicts(items, "/steps_consumed"))
+        if self.graph.loop is not None:
+            check_accounting(self._it, env_steps, self._result.metrics)
 
     def _record(self, events: list[TaskEvent], calls: list[Call]) -> None:
         for event, (ref, r, _) in zip(events, calls, strict=True):
@@ -517,27 +441,4 @@ class Controller(InPlace):
         per_replica, failed = await_calls(calls, deadline, replaceable)
         if failed:
             self._replace_outside_loop([(calls[i][1], dropped) for i, dropped in failed.items()])
-        return _mean_of_dicts([m for values in per_replica if values for m in values])
-
-
-def _sum_of_dicts(items: list[Any], suffix: str) -> dict[str, float]:
-    """The sum of each key ending in `suffix` over the dicts among `items`."""
-    sums: dict[str, float] = defaultdict(float)
-    for item in items:
-        if isinstance(item, dict):
-            for key, value in item.items():
-                if key.endswith(suffix):
-                    sums[key] += float(value)
-    return dict(sums)
-
-
-def _mean_of_dicts(items: list[Any]) -> dict[str, float]:
-    sums: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
-    for item in items:
-        if isinstance(item, dict):
-            for key, value in item.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    sums[key] += float(value)
-                    counts[key] += 1
-    return {key: sums[key] / counts[key] for key in sums}
+        return mean_of_dicts([m for values in per_replica if values for m in values])

@@ -26,9 +26,10 @@ from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.crashes import crashes_of
 from m2flow.runtime.host import headline
-from m2flow.runtime.launch import Launch, cluster_from_ray, connect_ray
+from m2flow.runtime.launch import Launch
 from m2flow.runtime.nodes import addresses, unreachable
 from m2flow.runtime.quarantine import Quarantine
+from m2flow.runtime.ray_cluster import cluster_from_ray, connect_ray
 from m2flow.runtime.replace import Replacement, Replacer, Restore, candidates, training_groups
 from m2flow.runtime.replan import Running, remember, replan
 from m2flow.runtime.reporting import Reporter

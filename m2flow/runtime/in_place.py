@@ -17,6 +17,7 @@ from m2flow.program import own_items
 from m2flow.runtime.batches import Call
 from m2flow.runtime.launch import Replica
 from m2flow.runtime.loop import Dropped, LoopProgram
+from m2flow.runtime.rank_naming import naming_ranks, rank_states, ranks_of
 from m2flow.runtime.replace import Failed, await_calls, await_loop, await_transfer, droppable
 from m2flow.runtime.stacks import explain
 from m2flow.runtime.tracing import TaskEvent
@@ -122,7 +123,7 @@ class InPlace:
         first_copy = len(self.launch.replicas[edge.src.worker])  # `call` publishes on every source replica
         source = self.launch.replicas[edge.src.worker][0]
         in_place = not (transport.meets and source.device.kind == "gpu")
-        with self._naming_ranks():
+        with naming_ranks(self.launch):
             published = wait_all(calls[:first_copy], deadline)
         transfer = calls[first_copy:]
         replaceable = self.replacer.replaceable() if in_place else frozenset()
@@ -148,7 +149,7 @@ class InPlace:
 
         def where_out(out: list[int]) -> str:
             finished = tuple(str(call[1].id) for i, call in enumerate(transfer) if i not in out)
-            return f"[{self._ranks_of(f'sync {edge}', [transfer[i][1] for i in out], finished)}]"
+            return f"[{ranks_of(self.launch, f'sync {edge}', [transfer[i][1] for i in out], finished)}]"
 
         return where_out
 
@@ -204,7 +205,7 @@ class InPlace:
         workers = sorted({r.worker for _, r, _ in calls})
         checkpoints = {w: c for w in workers if (c := self.replacer.group_checkpoint(w, self._it)) is not None}
         restartable = frozenset(r.id for _, r, _ in calls if r.worker in checkpoints)
-        with self._naming_ranks():
+        with naming_ranks(self.launch):
             events, failed = await_calls(calls, deadline, restartable, together=True)
         if not failed:
             return events, calls
@@ -213,7 +214,7 @@ class InPlace:
             started = self.replacer.restart_group(worker, checkpoints[worker], dropped)
             calls = self._reissue(calls, worker, produced, phase)
             self._result.replacements.append(self.replacer.done(calls[i][1], started, self._it, 0))
-        with self._naming_ranks():
+        with naming_ranks(self.launch):
             return wait_all(calls, self._deadline("the then phase (redone)", "then")), calls
 
     def _culprit(self, worker: str, calls: list[Call], failed: dict[int, Dropped]) -> tuple[int, Dropped]:
@@ -228,7 +229,7 @@ class InPlace:
         if not self.launch.rendezvous.get(worker) or all(finished(calls[i][0]) for i in failed):
             return first, failed[first]
         try:
-            states = self._rank_states(self.launch.replicas[worker])
+            states = rank_states(self.launch, self.launch.replicas[worker])
         except OSError:  # the question is a courtesy: the first failure seen stands
             return first, failed[first]
         absent = {s.rank for s in states if not s.arrived}

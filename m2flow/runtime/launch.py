@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from m2flow.cluster import Cluster, DeviceId, gpu_memory_gb
+from m2flow.cluster import DeviceId
 from m2flow.context import WorkerContext
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
@@ -26,64 +26,12 @@ from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
 from m2flow.runtime.wiring import LoopChannels
 from m2flow.schedule import Plan, ReplicaId
-from m2flow.spec import ClusterSpec, Edge
+from m2flow.spec import Edge
 from m2flow.transfer import Transport
 
 log = logging.getLogger(__name__)
 
 NODE_ID_LABEL = "ray.io/node-id"  # Ray's default label on every node
-NICENESS = "RAY_worker_niceness"  # how much a Ray worker lowers its priority as it starts
-
-
-def connect_ray(spec: ClusterSpec) -> Cluster:
-    """Join `cluster.address` or start a local Ray (dashboard off); return the cluster to plan on."""
-    import ray
-
-    if not ray.is_initialized():
-        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        # Ray's workers lower their priority by 15 as they start, to keep Ray's own daemons responsive; m2flow's
-        # workers are the job: at nice 15 any other busy process on the machine starves them (a training worker
-        # took over 180 s to start beside two CPU-bound processes on 2 cores). Each worker reads this variable
-        # from the environment it inherits: a local Ray's from this process, a cluster's from the job's.
-        os.environ.setdefault(NICENESS, "0")
-        if spec.address:
-            runtime_env = {"env_vars": {NICENESS: os.environ[NICENESS]}}
-            ray.init(
-                address=spec.address, include_dashboard=False, logging_level=logging.WARNING, runtime_env=runtime_env
-            )
-        else:
-            local = Cluster.from_spec(spec)
-            ray.init(
-                address="local",  # a new local Ray even where a `ray start` cluster is recorded
-                num_cpus=local.count("cpu"),
-                num_gpus=local.count("gpu"),
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-                log_to_driver=True,
-            )
-    if spec.address or spec.gpus is None or spec.cpus is None:
-        return cluster_from_ray(spec)
-    return Cluster.from_spec(spec)
-
-
-def cluster_from_ray(spec: ClusterSpec, without: frozenset[str] = frozenset()) -> Cluster:
-    """The devices Ray reports, node by node (GPUs, then one CPU slot per core), but for the nodes (Ray
-    node ids) `without`."""
-    import ray
-
-    nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in without]
-    devices: dict[DeviceId, float] = {}
-    for kind, key, memory in (("gpu", "GPU", gpu_memory_gb(spec)), ("cpu", "CPU", None)):
-        index = 0
-        for node_index, node in enumerate(nodes):
-            count = int(node["Resources"].get(key, 0))
-            if kind == "cpu" and spec.cpus is not None:
-                count = min(count, spec.cpus)
-            cpu_mem = spec.cpu_memory_gb or node["Resources"].get("memory", 8 * 2**30) / 2**30 / max(1, count)
-            for _ in range(count):
-                devices[DeviceId(node_index, kind, index)] = memory or cpu_mem
-                index += 1
-    return Cluster(devices, len(nodes), tuple(n["NodeID"] for n in nodes))
 
 
 @dataclass

@@ -13,7 +13,7 @@ from m2flow.config import spec_from_dict
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
-from m2flow.runtime.launch import cluster_from_ray
+from m2flow.runtime.ray_cluster import cluster_from_ray
 
 pytestmark = pytest.mark.integration
 

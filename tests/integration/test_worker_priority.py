@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 PROBE = """
 import os, ray
-from m2flow.runtime.launch import connect_ray
+from m2flow.runtime.ray_cluster import connect_ray
 from m2flow.spec import ClusterSpec
 connect_ray(ClusterSpec(cpus=1, gpus=0))
 print("worker niceness", ray.get(ray.remote(lambda: os.nice(0)).remote()), "driver", os.nice(0))

@@ -122,6 +122,46 @@ def test_shared_observation_statistics_are_one_running_mean_over_every_env_of_th
     np.testing.assert_allclose(obs[-1], last, rtol=1e-4, atol=1e-4)
 
 
+def slices_of_one_replica(**args):
+    """A replica of 4 envs built as its host builds two pipeline slices, in one process."""
+    from m2flow.context import WorkerContext, set_context
+    from m2flow.workers.env import GymEnv
+
+    slices = []
+    for stage, items in enumerate([(0, 2), (2, 4)]):
+        set_context(WorkerContext(worker="env", stage=stage, stages=2, items=items, replica_items=(0, 4), seed=3))
+        slices.append(GymEnv(env_id="HalfCheetah-v5", num_envs=4, **args))
+    return slices
+
+
+def test_shared_observation_statistics_span_the_pipeline_slices_of_a_replica():
+    from m2flow.workers.env.gym_env import normalizers
+
+    first, second = slices_of_one_replica(share_obs_statistics=True)
+    shared = {id(norm.obs_rms) for norm in normalizers([*first.envs.envs, *second.envs.envs])}
+    assert len(shared) == 1
+    first.obs(), second.obs()
+    assert round(normalizers(first.envs.envs)[0].obs_rms.count) == 4  # each slice's resets counted in the one
+
+
+def test_evaluation_normalises_with_the_statistics_of_every_slice_of_the_replica():
+    from m2flow.workers.env.gym_env import merged_statistics
+
+    first, second = slices_of_one_replica()  # statistics per env
+    first.obs(), second.obs()
+    assert first.replica_envs == [*first.envs.envs, *second.envs.envs]
+    assert round(merged_statistics(first.replica_envs)[2]) == 4  # one reset of each of the 4 envs
+
+
+def test_sharing_statistics_without_normalising_is_refused_naming_both_keys():
+    from pydantic import ValidationError
+
+    from m2flow.workers.env.gym_env import GymEnvConfig
+
+    with pytest.raises(ValidationError, match="share_obs_statistics: true .* normalize_obs is false"):
+        GymEnvConfig(env_id="HalfCheetah-v5", share_obs_statistics=True, normalize_obs=False)
+
+
 def reference_scaled_rewards(rewards: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
     """gymnasium's NormalizeReward arithmetic, over all envs of a step, in plain numpy."""
     returns, mean, var, count = np.zeros(rewards.shape[1]), 0.0, 1.0, 1e-4

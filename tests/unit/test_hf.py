@@ -409,7 +409,7 @@ def test_a_checkpoint_with_dropout_acts_and_trains_as_one_function(folder, tmp_p
 
 
 def test_a_lora_checkpoint_holds_only_the_adapters_and_heads_and_resumes_them(folder, tmp_path):
-    from m2flow.workers.actor.ppo import read_checkpoint
+    from m2flow.workers.actor import read_checkpoint
 
     actor, _ = pair(folder, lora={"r": 4})
     actor.train([trajectory()])

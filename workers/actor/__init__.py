@@ -1,7 +1,8 @@
 """Training workers and their backends."""
 
 from m2flow.workers.actor.backends import BackendOptions, TrainingBackend, get_backend, register_backend
-from m2flow.workers.actor.ppo import PPO, PPOConfig, read_checkpoint
+from m2flow.workers.actor.ppo import PPO, PPOConfig
+from m2flow.workers.actor.ppo_checkpoint import read_checkpoint
 from m2flow.workers.actor.sac import SAC, SACConfig
 
 __all__ = [

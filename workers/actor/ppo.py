@@ -9,10 +9,6 @@ averages equals the one-rank gradient.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +16,7 @@ import numpy as np
 
 import m2flow
 from m2flow.errors import WorkerError
+from m2flow.workers.actor import ppo_checkpoint
 from m2flow.workers.actor.backends import BackendOptions, backend_class, get_backend
 from m2flow.workers.actor.ppo_batch import (
     ADVANTAGES,
@@ -385,24 +382,14 @@ class PPO:
             move_optimizer(self.optimizer, self.device)
 
     def save_checkpoint(self, path: str) -> None:
-        """Every rank writes its own shards (torch.distributed.checkpoint); rank 0 adds the run's progress.
-        The shards carry the plain layout's names, so they reload at another world size or backend."""
-        import torch
-        import torch.distributed.checkpoint as dcp
-
-        root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
-        with _single_process_is_fine():
-            dcp.save(self.backend.sharded_state(self.model, self.optimizer), checkpoint_id=root / "shards")
+        """Every rank writes its own shards; rank 0 adds the run's progress (`ppo_checkpoint`)."""
         scaler = self._scaler_state()  # a collective: every rank takes part
+        progress = None
         if self.backend.rank == 0:
             progress = {"generator": self.generator.get_state(), "version": self.version, "updates": self.updates}
             if scaler is not None:
                 progress["reward_scaler"] = scaler
-            with open(root / "progress.pt", "wb") as fh:
-                torch.save(progress, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
+        ppo_checkpoint.write(Path(path), self.backend.sharded_state(self.model, self.optimizer), progress)
 
     def _scaler_state(self) -> dict[str, torch.Tensor] | None:
         """The reward scaler with every env's running return: each data-parallel rank adds its own envs'."""
@@ -418,51 +405,13 @@ class PPO:
         return state
 
     def load_checkpoint(self, path: str) -> None:
-        import torch
-        import torch.distributed.checkpoint as dcp
-
         from m2flow.workers.algorithms import ReturnScaler
 
-        root = Path(path)
         state = self.backend.sharded_state(self.model, self.optimizer)  # the layout to fill in, for this run
-        # parameters that never had a gradient (an unused layer of a loaded model) have no optimizer state
-        saved = dcp.FileSystemReader(str(root / "shards")).read_metadata().state_dict_metadata
-        stepped = {
-            key.removeprefix("optimizer.state.").rsplit(".", 1)[0]
-            for key in saved
-            if key.startswith("optimizer.state.")
-        }
-        state["optimizer"]["state"] = {p: s for p, s in state["optimizer"]["state"].items() if p in stepped}
-        with _single_process_is_fine():
-            dcp.load(state, checkpoint_id=root / "shards")
+        progress = ppo_checkpoint.read_into(Path(path), state)
         self.backend.load_sharded_state(self.model, self.optimizer, state)
-        progress = torch.load(root / "progress.pt", map_location="cpu", weights_only=True)
         self.generator.set_state(progress["generator"])
         self.version, self.updates = int(progress["version"]), int(progress["updates"])
         if "reward_scaler" in progress:
             self.scaler = ReturnScaler(progress["reward_scaler"]["returns"].shape[0], self.cfg.gamma)
             self.scaler.load_state_dict(progress["reward_scaler"])
-
-
-@contextlib.contextmanager
-def _single_process_is_fine() -> Iterator[None]:
-    """A rank without a process group writes and reads its checkpoint alone, as intended: no warning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        yield
-
-
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A training worker's checkpoint folder as whole tensors in one process (no process group):
-    {"model": ..., "optimizer": ..., "progress": ...} — to evaluate or inspect a policy offline."""
-    import tempfile
-
-    import torch
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    root = Path(path)
-    with tempfile.TemporaryDirectory() as tmp:
-        dcp_to_torch_save(root / "shards", Path(tmp) / "state.pt")
-        state = torch.load(Path(tmp) / "state.pt", map_location="cpu", weights_only=False)
-    state["progress"] = torch.load(root / "progress.pt", map_location="cpu", weights_only=True)
-    return state

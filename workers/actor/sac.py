@@ -11,7 +11,7 @@ One rank: SAC's networks are small and its updates sequential.
 from __future__ import annotations
 
 import copy
-import os
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 import m2flow
+from m2flow.durable import write_durably
 from m2flow.errors import WorkerError
 from m2flow.workers.models import PolicyArgs
 
@@ -200,10 +201,7 @@ class SAC:
             rng=torch.get_rng_state(),
             cuda_rng=torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
         )
-        with open(root / "sac.pt", "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_durably(root / "sac.pt", partial(torch.save, state))
 
     def load_checkpoint(self, path: str) -> None:
         import torch

@@ -26,7 +26,6 @@ total held (a shard's size times the shards).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +33,7 @@ import numpy as np
 from pydantic import Field
 
 import m2flow
+from m2flow.durable import write_durably
 from m2flow.errors import WorkerError
 
 SEPARATOR = "."  # a camera observation's modality is stored as its own field: "obs.rgb"
@@ -141,10 +141,11 @@ class ReplayBuffer:
         floats = np.array([self.owed, self.max_priority], dtype=np.float64)
         arrays = {f"storage_{k}": v[: self.size] for k, v in self.storage.items()}
         rng = np.frombuffer(repr(self.rng.bit_generator.state).encode(), dtype=np.uint8)
-        with open(folder / "buffer.npz", "wb") as fh:
-            np.savez(fh, scalars=scalars, floats=floats, priorities=self.priorities[: self.size], rng=rng, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
+        priorities = self.priorities[: self.size]
+        write_durably(
+            folder / "buffer.npz",
+            lambda fh: np.savez(fh, scalars=scalars, floats=floats, priorities=priorities, rng=rng, **arrays),
+        )
 
     def load_checkpoint(self, path: str) -> None:
         import ast

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 import m2flow
 from m2flow.workers.env.env_ids import registered
@@ -47,6 +47,15 @@ class GymEnvConfig(m2flow.WorkerConfig, Evaluated):
     obs_clip: float = Field(10.0, gt=0, description="normalised observations are clipped to +-obs_clip")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
 
+    @model_validator(mode="after")
+    def _statistics_to_share(self) -> GymEnvConfig:
+        if self.share_obs_statistics and not self.normalize_obs:
+            raise ValueError(
+                "share_obs_statistics: true shares the observation normaliser's statistics, but normalize_obs is"
+                " false: set normalize_obs: true, or leave share_obs_statistics out"
+            )
+        return self
+
 
 class GymEnv:
     Config = GymEnvConfig
@@ -62,8 +71,9 @@ class GymEnv:
             [partial(make_named, self.config, int(i)) for i in self.env_ids],
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
+        self.replica_envs = replica_envs(ctx, self.envs.envs)  # this replica's, over its pipeline slices
         if self.config.share_obs_statistics:
-            share_statistics(self.envs.envs)
+            share_statistics(self.replica_envs)
         self.seeds = [ctx.env_seed(int(i)) for i in self.env_ids]
         self._obs: np.ndarray | None = None
         self._done = np.zeros(len(self.env_ids), dtype=np.float32)
@@ -113,7 +123,7 @@ class GymEnv:
             return
         if self.config.normalize_obs:
             frozen = normalizers([self.evaluator.env])[0]
-            frozen.obs_rms.mean, frozen.obs_rms.var, frozen.obs_rms.count = merged_statistics(self.envs.envs)
+            frozen.obs_rms.mean, frozen.obs_rms.var, frozen.obs_rms.count = merged_statistics(self.replica_envs)
         self._evaluated = self.evaluator.run(weights)
 
     def metrics(self) -> dict[str, float]:
@@ -194,6 +204,19 @@ def make_normalized(config: GymEnvConfig) -> gym.Env:
         clip = config.obs_clip
         env = gym.wrappers.TransformObservation(env, lambda o: np.clip(o, -clip, clip), env.observation_space)
     return env
+
+
+_REPLICA_ENVS: dict[tuple[str, int], list[gym.Env]] = {}  # this process's replicas: the envs of their slices
+
+
+def replica_envs(ctx: m2flow.WorkerContext, envs: list[gym.Env]) -> list[gym.Env]:
+    """The envs of every pipeline slice of this replica that this process has built, these included (one
+    list, extended as the host builds the next slices; a replica's first slice starts it anew)."""
+    key = (ctx.worker, ctx.replica)
+    if ctx.stage == 0:
+        _REPLICA_ENVS[key] = []
+    _REPLICA_ENVS.setdefault(key, []).extend(envs)
+    return _REPLICA_ENVS[key]
 
 
 def share_statistics(envs: list[gym.Env]) -> None:

@@ -1,0 +1,72 @@
+"""What an iteration reports and what a run measured: an iteration's metrics, env steps and replacements;
+seconds per port and per device beside the plan's prediction; the step accounting between the loop and
+training; and the reduction of the replicas' metric dicts (a mean, or a sum for shares that add up)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from m2flow.cluster import DeviceId
+from m2flow.errors import WorkerError
+from m2flow.runtime.replace import Replacement
+from m2flow.schedule import ReplicaId
+
+
+@dataclass
+class IterationResult:
+    metrics: dict[str, float] = field(default_factory=dict)
+    env_steps: int = 0
+    replacements: list[Replacement] = field(default_factory=list)
+
+
+@dataclass
+class Measured:
+    """Seconds spent per port and per device over the run, to set beside the plan's prediction."""
+
+    port_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    device_s: dict[DeviceId, float] = field(default_factory=lambda: defaultdict(float))
+    loop_s: float = 0.0  # the loop phases' wall time
+    loop_busy_s: dict[ReplicaId, dict[str, float]] = field(default_factory=dict)  # replica -> port -> seconds
+    warming_up: bool = True  # the controller's first iteration: not counted
+
+    def add(self, port: str, device: DeviceId, seconds: float) -> None:
+        self.port_s[port] += seconds
+        self.device_s[device] += seconds
+
+
+def check_accounting(it: int, env_steps: int, metrics: dict[str, float]) -> None:
+    """Steps produced by the loop = steps consumed, for every consumer that reports `.../steps_consumed`;
+    records the steps produced."""
+    metrics["accounting/steps_produced"] = float(env_steps)
+    for key, steps in metrics.items():
+        if key.endswith("/steps_consumed") and int(steps) != env_steps:
+            raise WorkerError(
+                f"iteration {it}: the loop produced {env_steps} env steps but {key} reports"
+                f" {int(steps)}: steps were lost or counted twice between the loop and training"
+            )
+
+
+def sum_of_dicts(items: list[Any], suffix: str) -> dict[str, float]:
+    """The sum of each key ending in `suffix` over the dicts among `items`."""
+    sums: dict[str, float] = defaultdict(float)
+    for item in items:
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key.endswith(suffix):
+                    sums[key] += float(value)
+    return dict(sums)
+
+
+def mean_of_dicts(items: list[Any]) -> dict[str, float]:
+    """The mean of each numeric key over the dicts among `items` (each key over the dicts that have it)."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for item in items:
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    sums[key] += float(value)
+                    counts[key] += 1
+    return {key: sums[key] / counts[key] for key in sums}

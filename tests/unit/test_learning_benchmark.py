@@ -1,0 +1,29 @@
+"""benchmarks/learning.py evaluates every implementation on one grid of env steps: m2flow's iteration's."""
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def learning(monkeypatch):
+    """benchmarks/learning.py, imported as its script runs: its sibling modules importable by name."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module("learning")
+
+
+@pytest.mark.parametrize(
+    ("config", "eval_every", "grid"),
+    [
+        (None, 10_000, 19 * 512),  # configs/ppo_mujoco.yaml: 2 replicas x 4 envs x 64 steps an iteration
+        ("ppo_hopper.yaml", 30_000, 14 * 2048),  # 2 x 4 x 256
+        ("ppo_hopper.yaml", 1_000, 2048),  # never below one iteration
+    ],
+)
+def test_the_evaluation_grid_is_the_largest_multiple_of_m2flows_iteration_up_to_eval_every_and_one_at_least(
+    learning, config, eval_every, grid
+):
+    assert learning.evaluation_grid("Hopper-v5", eval_every, [], learning.ALGOS["ppo"], config) == grid
