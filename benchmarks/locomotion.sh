@@ -27,11 +27,11 @@ VARIANTS[cleanrl]=ppo_mujoco_cleanrl.yaml
 VARIANTS[halfcheetah]=ppo_mujoco.yaml
 VARIANTS[one-env]="workers.env.replicas=1 workers.env.args.num_envs=1 flow.loop.horizon=2048"  # CleanRL's layout
 VARIANTS[shared-obs-statistics]="workers.env.args.share_obs_statistics=true"                   # SB3's VecNormalize
-rm -rf /tmp/site
+site=$(mktemp -d)  # the implementation's own: two invocations may run at once
 for dir in $wheels; do  # a wheel already installed from an earlier folder is kept (pip warns)
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$dir"/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$dir"/*.whl || exit 1
 done
-export PYTHONPATH=/tmp/site:$PWD
+export PYTHONPATH=$site:$PWD
 export RAY_DEDUP_LOGS=0 OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES="" PYTHONUNBUFFERED=1
 repo=$PWD results=$(mktemp -d)
 cd "$(mktemp -d)" && ln -s "$repo/configs" configs && ln -s "$repo/benchmarks" benchmarks
