@@ -3,17 +3,19 @@
 # task and seed, all at once on a many-core machine's CPUs (the lent device's 16 cores; no GPU: CUDA hidden).
 # One call per implementation, each under the device's 10-minute limit:
 #   bash benchmarks/locomotion.sh m2flow Hopper-v5 Walker2d-v5 Ant-v5   # carry [".whl"]; 2 Ray CPUs per run
-#   bash benchmarks/locomotion.sh sb3-cleanrl Hopper-v5 ...             # carry [".whl", ".whl-peers"]; no Ray
+#   bash benchmarks/locomotion.sh sb3-cleanrl Hopper-v5 ...             # carry [".whl-peers"]; no Ray
 # m2flow runs the task's preset, configs/ppo_<task>.yaml, where there is one (else configs/ppo_mujoco.yaml);
 # `<task>:<variant>` runs a variant (VARIANTS below): another config, overrides of the preset, or both. The
 # peers are evaluated on the grid of the task's preset (learning.py's `evaluation_grid`: m2flow computes it).
-# .whl-peers holds the Python 3.12 wheels the device lacks for SB3 (stable-baselines3==2.9.2 cloudpickle pytz tzdata python-dateutil six pyyaml
-# gymnasium==1.4.0 farama-notifications mujoco==3.3.0 glfw; `pip download --only-binary=:all: --python-version
-# 3.12 ...`). Results come back as $OUT/loco_<implementation>.tar.gz (loco_<implementation>_<task>[_<variant>]_
-# <seed>.json and .log; STEPS (default 300000) and EVAL_EVERY (30000) set the budget and the evaluation
-# interval; SECONDS_LIMIT (default 540) bounds each run, so that the archive is written inside
-# the device's 10 minutes). The device's copy of the repository does not know the commit the wheel was built
-# from: pass M2FLOW_RESULTS_COMMIT=<it> for the results' meta. Merge them here, per task, with
+# .whl-peers holds the Python 3.12 wheels the device lacks for SB3 (stable-baselines3==2.9.2 cloudpickle pytz
+# tzdata python-dateutil six pyyaml pandas gymnasium==1.4.0 farama-notifications mujoco==3.3.0 glfw; `pip download
+# --only-binary=:all: --python-version 3.12 ...`) and m2flow's with pydantic's (pydantic-core annotated-types
+# typing-inspection): the peers' evaluation grid is m2flow's, read from its spec. Results come back as
+# $OUT/loco_<implementation>.tar.gz (loco_<implementation>_<task>[_<variant>]_<seed>.json and .log). STEPS
+# (default 300000) and EVAL_EVERY (30000) set the budget and the evaluation interval; SECONDS_LIMIT (default
+# 540) bounds each run, so that the archive is written inside the device's 10 minutes. The device's copy of the
+# repository does not know the commit the wheel was built from: pass M2FLOW_RESULTS_COMMIT=<it> for the
+# results' meta. Merge them here, per task, with
 #   python benchmarks/learning.py --merge loco_*_hopper_?.json --name learning_hopper_300k
 set -u
 implementation=$1; shift
@@ -28,7 +30,8 @@ VARIANTS[halfcheetah]=ppo_mujoco.yaml
 VARIANTS[one-env]="workers.env.replicas=1 workers.env.args.num_envs=1 flow.loop.horizon=2048"  # CleanRL's layout
 VARIANTS[shared-obs-statistics]="workers.env.args.share_obs_statistics=true"                   # SB3's VecNormalize
 site=$(mktemp -d)  # the implementation's own: two invocations may run at once
-for dir in $wheels; do  # a wheel already installed from an earlier folder is kept (pip warns)
+for dir in $wheels; do  # a wheel already installed from an earlier folder is kept (pip warns); a folder not carried is skipped
+  [ -d "$dir" ] || continue
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$dir"/*.whl || exit 1
 done
 export PYTHONPATH=$site:$PWD
