@@ -30,7 +30,7 @@ VARIANTS[halfcheetah]=ppo_mujoco.yaml
 VARIANTS[one-env]="workers.env.replicas=1 workers.env.args.num_envs=1 flow.loop.horizon=2048"  # CleanRL's layout
 VARIANTS[shared-obs-statistics]="workers.env.args.share_obs_statistics=true"                   # SB3's VecNormalize
 site=$(mktemp -d)  # the implementation's own: two invocations may run at once
-for dir in $wheels; do  # a wheel already installed from an earlier folder is kept (pip warns); a folder not carried is skipped
+for dir in $wheels; do  # a folder not carried is skipped; a wheel an earlier folder installed is kept
   [ -d "$dir" ] || continue
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$dir"/*.whl || exit 1
 done
