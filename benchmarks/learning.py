@@ -223,7 +223,7 @@ def sb3_run(
 ) -> dict:
     script, result = out / "sb3.py", out / f"{peer}_{seed}.json"
     script.write_text(SB3_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": "egl"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # nothing renders: MuJoCo needs no GL backend
     arguments = [env_id, str(steps), str(seed), str(eval_every), str(result), algo.sb3, PEER_KINDS[peer].settings]
     subprocess.run([str(python), str(script), *arguments], check=True, env=env)
     data = json.loads(result.read_text())

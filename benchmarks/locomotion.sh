@@ -36,6 +36,7 @@ for dir in $wheels; do  # a folder not carried is skipped; a wheel an earlier fo
 done
 export PYTHONPATH=$site:$PWD
 export RAY_DEDUP_LOGS=0 OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES="" PYTHONUNBUFFERED=1
+unset MUJOCO_GL  # nothing renders here; with CUDA hidden, EGL would find no device
 repo=$PWD results=$(mktemp -d)
 cd "$(mktemp -d)" && ln -s "$repo/configs" configs && ln -s "$repo/benchmarks" benchmarks
 for spec in "$@"; do
