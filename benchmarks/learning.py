@@ -318,7 +318,7 @@ def summary_line(summary: dict, steps: int, seeds: int, times_comparable: bool =
             line += f"; time to 1500: {statistics.mean(theirs) / statistics.mean(ours):.1f}x faster"
         else:
             line += f"; time to 1500 (s): {names[0]} {ours}, {name} {theirs} (None: not reached)"
-    apart = "" if times_comparable else "; returns only: run on different machines"
+    apart = "" if times_comparable else "; returns only: not run side by side on one machine"
     return line + f" at {steps} steps ({seeds} seeds{apart})"
 
 
@@ -368,6 +368,9 @@ def merge(parts: list[str], same_conditions: bool = False, note: str | None = No
         **({"meta_source": note} if note else {}),
     }
     args = {key: first["args"][key] for key in same}
+    grids = {result["args"].get("evaluation_grid") for result in loaded.values()}
+    if len(grids) == 1 and None not in grids:  # the parts were evaluated on one grid: the result says which
+        args["evaluation_grid"] = grids.pop()
     args |= {"seeds": sorted({run["seed"] for run in runs}), "times_comparable": comparable}
     return {**args, "merged": [_shown(part) for part in parts]}, runs, meta
 

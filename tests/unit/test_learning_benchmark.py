@@ -1,6 +1,7 @@
 """benchmarks/learning.py evaluates every implementation on one grid of env steps: m2flow's iteration's."""
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,18 @@ def test_the_evaluation_grid_is_the_largest_multiple_of_m2flows_iteration_up_to_
     learning, config, eval_every, grid
 ):
     assert learning.evaluation_grid("Hopper-v5", eval_every, [], learning.ALGOS["ppo"], config) == grid
+
+
+def test_a_merge_records_the_evaluation_grid_only_where_every_part_was_evaluated_on_it(learning, tmp_path):
+    def part(name, grid, implementation):
+        args = {"algo": "ppo", "env": "Hopper-v5", "steps": 300_000, "eval_every": 30_000}
+        args |= {"evaluation_grid": grid} if grid else {}
+        run = {"implementation": implementation, "seed": 1, "curve": [], "wall_s": 1.0, "steps_per_s": 1.0}
+        meta = {"commit": "c", "date": "d", "machine": "m"}
+        (tmp_path / name).write_text(json.dumps({"args": args, "runs": [run], "meta": meta}))
+        return str(tmp_path / name)
+
+    shared, _, _ = learning.merge([part("a.json", 28_672, "m2flow"), part("b.json", 28_672, "sb3-cleanrl")])
+    assert shared["evaluation_grid"] == 28_672
+    apart, _, _ = learning.merge([part("c.json", 28_672, "m2flow"), part("d.json", None, "sb3-cleanrl")])
+    assert "evaluation_grid" not in apart
