@@ -5,6 +5,7 @@ before any cluster starts, from `validate` and from `plan`, without a traceback.
 from __future__ import annotations
 
 import copy
+import importlib
 
 import pytest
 import yaml
@@ -165,3 +166,22 @@ def test_any_value_of_a_built_in_workers_arg_plans_or_names_the_worker(where, va
         assert f"workers.{worker}.args.{key}" in str(exc) or f"workers.{worker}.args:" in str(exc), str(exc)
     except M2FlowError as exc:  # a value the config accepts but the model cannot be built with: its worker named
         assert f"workers.{worker}" in str(exc), str(exc)
+
+
+BUILT_IN_WORKERS = [
+    "m2flow.workers.env.GymEnv",
+    "m2flow.workers.env.CameraEnv",
+    "m2flow.workers.env.behavior.BehaviorEnv",
+    "m2flow.workers.rollout.TorchPolicy",
+    "m2flow.workers.actor.PPO",
+    "m2flow.workers.actor.SAC",
+    "m2flow.workers.buffer.replay.ReplayBuffer",
+    "m2flow.workers.synthetic.SpinSimulator",
+]
+
+
+@pytest.mark.parametrize("path", BUILT_IN_WORKERS)
+def test_every_argument_of_a_built_in_worker_is_documented(path):
+    module, _, name = path.rpartition(".")
+    config = getattr(importlib.import_module(module), name).Config
+    assert [field for field, info in config.model_fields.items() if not info.description] == []

@@ -17,7 +17,7 @@ import importlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from m2flow.context import WorkerContext
 from m2flow.errors import SpecError
@@ -36,9 +36,11 @@ class BackendOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    precision: Precision = "fp32"
-    activation_checkpointing: bool = False
-    cpu_offload: bool = False
+    precision: Precision = Field("fp32", description="compute dtype: bf16 autocast over fp32 master weights, or fp32")
+    activation_checkpointing: bool = Field(
+        False, description="recompute each block's activations in the backward (models with blocks: vit, hf)"
+    )
+    cpu_offload: bool = Field(False, description="CUDA: parameters and optimizer state on the host between uses")
 
 
 def register_backend(cls: type[TrainingBackend]) -> type[TrainingBackend]:

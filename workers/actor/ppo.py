@@ -5,6 +5,10 @@ Each rank receives its data-parallel share of the batch (whole simulator shards)
 same permutation of the whole batch; each computes the loss on the samples of every minibatch that it
 holds (advantages normalised over the whole minibatch), weighted so that the gradient the backend
 averages equals the one-rank gradient.
+
+Where it is not CleanRL 1.2.0's update: an episode a time limit cuts (not the task) goes on in its return
+from the value of its final observation, as Stable-Baselines3 bootstraps it (CleanRL ends the return there);
+observations are normalised by the simulator (`GymEnv`), so the batch arrives normalised.
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ class SACConfig(PolicyArgs):
     """CleanRL's `sac_continuous_action.py` arguments (its defaults); the policy is `model: squashed`."""
 
     model: str = Field("squashed", description="SAC's policy: the tanh-squashed Gaussian (model: squashed)")
-    hidden: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
+    hidden: list[int] = Field(
+        default_factory=lambda: [256, 256], min_length=1, description="the actor's and both critics' hidden widths"
+    )
     gamma: float = Field(0.99, ge=0, le=1, description="discount factor")
     tau: float = Field(0.005, gt=0, le=1, description="Polyak step of the target Q-networks")
     policy_lr: float = Field(3e-4, gt=0, description="Adam's learning rate for the policy")

@@ -39,21 +39,23 @@ OG_MODALITY = {"rgb": "rgb", "depth": "depth_linear", "segmentation": "seg_insta
 class BehaviorConfig(m2flow.WorkerConfig):
     items_field = "num_envs"
 
-    task: str = "turning_on_radio"
+    task: str = Field("turning_on_radio", description="the BEHAVIOR activity (OmniGibson's activity_name)")
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
-    robot: str = "R1Pro"
-    action_dim: int = 23
+    robot: str = Field("R1Pro", description="OmniGibson's robot type")
+    action_dim: int = Field(23, ge=1, description="the robot's action size")
     cameras: list[Literal["head", "left_wrist", "right_wrist"]] = Field(
-        default_factory=lambda: ["head", "left_wrist", "right_wrist"]
+        default_factory=lambda: ["head", "left_wrist", "right_wrist"], description="the sensors rendered"
     )
-    modalities: list[Literal["rgb", "depth", "segmentation", "proprio"]] = Field(default_factory=lambda: ["rgb"])
-    size: tuple[int, int] = (224, 224)
-    chunk: int = Field(1, ge=1)
+    modalities: list[Literal["rgb", "depth", "segmentation", "proprio"]] = Field(
+        default_factory=lambda: ["rgb"], description="what each camera observes (and proprio: the robot's state)"
+    )
+    size: tuple[int, int] = Field((224, 224), description="image height and width")
+    chunk: int = Field(1, ge=1, description="actions per policy call (an action chunk)")
     action_frequency: float = Field(30.0, gt=0, description="policy steps per simulated second")
-    physics_frequency: float = Field(120.0, gt=0)
-    viewport: bool = False
+    physics_frequency: float = Field(120.0, gt=0, description="physics steps per simulated second")
+    viewport: bool = Field(False, description="keep OmniGibson's viewer (off: no viewport rendered)")
     threads: int = Field(1, ge=1, description="CPU threads for the simulator's own pools")
-    numba_cache_dir: str = "/tmp/m2flow-numba-cache"
+    numba_cache_dir: str = Field("/tmp/m2flow-numba-cache", description="numba's compiled-code cache, kept across runs")
 
 
 def process_environment(cfg: BehaviorConfig) -> dict[str, str]:

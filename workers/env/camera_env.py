@@ -33,21 +33,25 @@ if TYPE_CHECKING:
 class CameraEnvConfig(m2flow.WorkerConfig, Evaluated):
     items_field = "num_envs"
 
-    env_id: Annotated[str, AfterValidator(registered)]
+    env_id: Annotated[str, AfterValidator(registered)] = Field(
+        description="a registered gymnasium MuJoCo or Meta-World env id"
+    )
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
-    observation: CameraObservation
-    render_profile: Literal["fast", "full"] = "fast"
+    observation: CameraObservation = Field(description="the cameras, modalities and size the policy reads")
+    render_profile: Literal["fast", "full"] = Field(
+        "fast", description="fast: no anti-aliasing, shadows or reflections (MACHINE.md); full: the model's own"
+    )
     chunk: int = Field(1, ge=1, description="actions per policy call (an action chunk)")
-    obs_every_step: bool = False
+    obs_every_step: bool = Field(False, description="render after every physics step, not once per chunk (slower)")
     group_size: int = Field(1, ge=1, description="envs per group sharing initial states (GRPO)")
-    clip_actions: bool = True
+    clip_actions: bool = Field(True, description="clip actions to the action space's bounds before stepping")
     bootstrap_time_limits: bool = Field(
         False,
         description="record which episodes a time limit cut and their final observation (rendered before the"
         " reset), so training bootstraps from it (a replay buffer needs it); the trajectory then carries a"
         " second observation field",
     )
-    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to the env's constructor")
 
 
 class CameraEnv:

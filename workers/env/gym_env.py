@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 class GymEnvConfig(m2flow.WorkerConfig, Evaluated):
     items_field = "num_envs"
 
-    env_id: Annotated[str, AfterValidator(registered)]
+    env_id: Annotated[str, AfterValidator(registered)] = Field(description="a registered gymnasium env id")
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
     clip_actions: bool = Field(True, description="clip actions to the action space's bounds before stepping")
     normalize_obs: bool = Field(True, description="normalise observations per env with running statistics")

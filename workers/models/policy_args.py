@@ -24,13 +24,19 @@ if TYPE_CHECKING:
 class PolicyArgs(m2flow.WorkerConfig):
     """The policy both inference and training workers build (their `args` share these fields)."""
 
-    env_id: Annotated[str, AfterValidator(registered)]
+    env_id: Annotated[str, AfterValidator(registered)] = Field(
+        description="the gymnasium env the policy acts in: its observation and action sizes"
+    )
     model: Literal["mlp", "cnn", "vit", "hf", "squashed"] = Field(
         "mlp",
         description="mlp: PPO's Gaussian actor-critic; squashed: SAC's tanh-Gaussian actor (on a state, or on"
         " cameras given an `observation`); cnn, vit, hf: cameras",
     )
-    hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [64, 64], min_length=1)
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [64, 64],
+        min_length=1,
+        description="mlp, squashed: hidden-layer widths; cnn: the first is the pixel encoder's width",
+    )
     size: Literal[tuple(VIT_SIZES)] = Field("1m", description="vit: preset by parameter count")
     width: int | None = Field(None, ge=8, description="vit: overrides the preset's width")
     depth: int | None = Field(None, ge=1, description="vit: overrides the preset's number of blocks")
@@ -45,7 +51,7 @@ class PolicyArgs(m2flow.WorkerConfig):
         None, description="the camera observation (cnn, vit, hf; squashed from pixels)"
     )
     hf: HFOptions | None = Field(None, description="hf: the Hugging Face model (a local folder) and its action head")
-    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make for the sizes")
 
     @model_validator(mode="after")
     def _hf_has_its_options(self) -> PolicyArgs:
