@@ -491,6 +491,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "learning": partial(learning, LEARNING),
     **{f"locomotion_{task}": partial(locomotion, f"learning_{task}_300k.json") for task in LOCOMOTION},
     "obs_statistics_halfcheetah": partial(learning, OBS_STATISTICS),
+    "learning_three_way": partial(learning, "learning_halfcheetah_three_way.json"),
     "locomotion_hopper_seeds_4_6": partial(locomotion, "learning_hopper_300k_seeds_4_6.json"),
     "async_cpu_shared_first": partial(learning, ASYNC_CPU_SHARED_FIRST),
     "learning_sac": partial(learning, LEARNING_SAC),
