@@ -16,8 +16,8 @@ HORIZON, ENVS, ITERATIONS = 16, 2, 3
 FLOOR_S = 8.0  # every deadline comes from the plan, as by default, floored here to keep the test short
 
 
-def faulty_ppo(tmp_path, fault: str, state: str, fault_in: str = "step") -> mf.WorkflowSpec:
-    """Two simulator replicas of 2 envs; replica 1 faults at step 6 of iteration 1 (or, after that
+def faulty_ppo(tmp_path, fault: str, state: str, fault_in: str = "step", at_step: int = 6) -> mf.WorkflowSpec:
+    """Two simulator replicas of 2 envs; replica 1 faults at step `at_step` of iteration 1 (or, after that
     iteration's loop, in its metrics() call or as it hands over its trajectory)."""
     raw = recovery_ppo(
         tmp_path,
@@ -34,7 +34,7 @@ def faulty_ppo(tmp_path, fault: str, state: str, fault_in: str = "step") -> mf.W
     env = raw["workers"]["env"]
     env["class"] = "tests.workers_for_tests.FaultyGymEnv"
     env["args"].update(
-        fault=fault, fault_replica=1, fault_at_step=HORIZON + 6, marker=str(tmp_path / "fault"), fault_in=fault_in
+        fault=fault, fault_replica=1, fault_at_step=HORIZON + at_step, marker=str(tmp_path / "fault"), fault_in=fault_in
     )
     return spec_from_dict(raw)
 
@@ -88,9 +88,28 @@ def test_a_simulator_that_fails_handing_over_its_trajectory_is_replaced_and_its_
     (failure,) = result.failures  # replaced, not restarted
     assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
     # seen by the handover's wait, or by the loop's when its result was still on its way as the process went
-    assert "env.trajectory" in failure["error"] or "during the loop" in failure["error"], failure["error"]
+    # (a killed process: its loop call died; a stopped one: its loop call is still out at the loop's deadline)
+    seen_by = ("env.trajectory", "during the loop", "still in the loop")
+    assert any(seen in failure["error"] for seen in seen_by), failure["error"]
     per_iteration = 2 * ENVS * HORIZON
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
     assert result.history[1]["failures/steps_redone"] == ENVS * HORIZON  # its steps went with its trajectory
+    assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS
+    assert result.last["actor/weights_version"] == ITERATIONS
+
+
+def test_a_simulator_hung_in_its_last_step_where_no_peer_waits_on_it_is_replaced_at_the_loops_deadline(tmp_path):
+    # replica 1 stops in its last step of iteration 1: nothing is sent on after it, so no peer waits on it
+    result = mf.run(faulty_ppo(tmp_path, "stop", "reset", at_step=HORIZON))
+    struck_at = float((tmp_path / "fault").read_text())
+
+    (failure,) = result.failures  # replaced, not restarted
+    assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
+    assert "env[1] still in the loop" in failure["error"], failure["error"]
+    # the loop's deadline: its phase's, plus a channel deadline for each replica its peers may wait out
+    assert FLOOR_S <= failure["detected_at"] - struck_at < 7 * FLOOR_S
+    per_iteration = 2 * ENVS * HORIZON
+    assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
+    assert result.history[1]["failures/steps_redone"] == ENVS * HORIZON
     assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS
     assert result.last["actor/weights_version"] == ITERATIONS
