@@ -32,13 +32,15 @@ class Evaluation:
     checkpoint: Path
     episodes: int
     metrics: dict[str, float]
+    videos: Path | None = None  # the folder the episodes were filmed into, if they were
 
     def summary(self) -> str:
         mean, std = self.metrics.get("eval/return", math.nan), self.metrics.get("eval/return_std", math.nan)
         length = self.metrics.get("eval/length", math.nan)
+        filmed = f"; videos in {self.videos}" if self.videos is not None else ""
         return (
             f"eval: {self.episodes} deterministic episode(s) of {self.checkpoint.name}: return {mean:.1f} ± {std:.1f}"
-            f" (mean length {length:.0f})"
+            f" (mean length {length:.0f}){filmed}"
         )
 
 
@@ -58,7 +60,8 @@ def evaluate_run(run_dir: str | Path, episodes: int = 10, video: bool = False) -
         if simulator in state and hasattr(env, "load_state_dict"):
             env.load_state_dict(state[simulator][0][0])  # what it normalises observations with
         env.evaluate(weights)
-        return Evaluation(checkpoint, episodes, env.metrics())
+        videos = run_dir / "eval" / "videos" / simulator if video else None  # where the simulator films them
+        return Evaluation(checkpoint, episodes, env.metrics(), videos)
 
 
 def export_run(run_dir: str | Path, to: str | Path) -> Path:

@@ -30,7 +30,9 @@ def run_script(code_or_path: str | Path, cwd: Path, timeout: int = 300) -> subpr
     return out
 
 
-def test_the_cli_runs_the_main_job_with_its_progress_bar(tmp_path):
+def test_the_cli_runs_the_main_job_with_its_progress_bar_and_evaluates_and_films_its_checkpoint(tmp_path):
+    import imageio.v2 as imageio
+
     command = [
         str(Path(sys.executable).parent / "m2flow"),  # the console script a user runs
         "run",
@@ -56,10 +58,16 @@ def test_the_cli_runs_the_main_job_with_its_progress_bar(tmp_path):
     assert any((run_dir / "tensorboard").iterdir())
     assert (run_dir / "checkpoints" / "iter_00000001" / "meta.json").exists()
     assert json.loads(lines[0])["eval/length"] == 50  # the evaluation sync edge ran at iteration 0
-    evaluate = [command[0], "eval", str(run_dir), "--episodes", "2"]
+    evaluate = [command[0], "eval", str(run_dir), "--episodes", "2", "--video"]
     out = subprocess.run(evaluate, capture_output=True, text=True, cwd=ROOT, timeout=300, env=env, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"eval: 2 deterministic episode\(s\) of iter_00000001: return -?[\d.]+ ± [\d.]+", out.stderr)
+    videos = run_dir / "eval" / "videos" / "env"
+    assert f"videos in {videos}" in " ".join(out.stderr.split())  # the console wraps long lines
+    filmed = sorted(videos.iterdir())  # the checkpoint's weights are version 2 (two updates)
+    assert [v.name for v in filmed] == [f"eval_v00002_episode{e}.mp4" for e in (0, 1)]
+    frames = imageio.mimread(filmed[0])
+    assert len(frames) == 50 and frames[0].shape == (240, 320, 3)  # the evaluation's 50 steps, VideoConfig's size
 
 
 def readme_python_blocks() -> list[str]:
