@@ -307,6 +307,12 @@ class RunSpec(_Strict):
         description="a replaced simulator replica's envs start new episodes (reset; its load_statistics hook still"
         " gets its state in the last checkpoint: observation statistics) or resume from that state (checkpoint)",
     )
+    spares: bool = Field(
+        True,
+        description="on_failure: replace: a spare process (started, its imports done at the lowest priority) beside"
+        " each worker's replicas on CPU cores that may be replaced, so a replacement skips the process start; the"
+        " memory of one idle process per worker and core",
+    )
 
 
 class WorkflowSpec(_Strict):

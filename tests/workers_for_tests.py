@@ -227,6 +227,9 @@ class Fault(m2flow.WorkerConfig):
         "step", description="in the loop, or outside it the first time after the step: metrics(), sync, handover"
     )
     marker: str = Field(description="a file the fault writes its time to: it strikes once, not in the replacement")
+    armed_by: str | None = Field(
+        None, description="a file it waits for (at most a minute, its loop stalled) before it strikes at its step"
+    )
 
     @classmethod
     def split(cls, args: dict, base: type[m2flow.WorkerConfig]) -> tuple[Fault, dict]:
@@ -246,6 +249,9 @@ class Fault(m2flow.WorkerConfig):
     def _strike(self) -> None:
         marker = Path(self.marker)
         if m2flow.context().replica == self.fault_replica and not marker.exists():
+            waited_until = time.monotonic() + 60
+            while self.armed_by is not None and not Path(self.armed_by).exists() and time.monotonic() < waited_until:
+                time.sleep(0.05)
             marker.write_text(f"{time.time()}\n")
             os.kill(os.getpid(), signal.SIGKILL if self.fault == "kill" else signal.SIGSTOP)
 

@@ -146,7 +146,10 @@ class Run:
         self.launch.start()
         self._note_processes()
         self.snapshots = Snapshots(self.graph, self.launch, self.spec.run.timeouts.start_s)
-        self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until, self._replacer())
+        replacer = self._replacer()
+        if self.spec.run.spares:
+            self.launch.stand_by(replacer.standing())
+        self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until, replacer)
         self.measured_since = self.next_iteration
         if self.restore_from is not None:
             log.info("restoring %s", self.restore_from)
@@ -200,14 +203,16 @@ class Run:
     def _replaced(self, r: Replacement) -> None:
         """A replica replaced in place: recorded, printed and noted as it happens."""
         failure = _failure(
-            r.iteration, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined, r.state
+            r.iteration, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined, r.state, r.spare
         )
+        failure["seconds"] = r.seconds  # from when it was seen to the end of its redo
         self._record_failure(failure)
         named = "" if r.env is None else f" (env {r.env})"
         self.reporter.print(f"m2flow: {r.replica} failed in iteration {r.iteration}{named}: {r.why}")
         redone = f"its {r.steps_redone} env steps redone, the other replicas kept theirs" if r.steps_redone else ""
         self.reporter.print(
-            f"m2flow: {r.replica} replaced in place ({r.state}); {redone or 'no env step redone'},"
+            f"m2flow: {r.replica} replaced in place ({r.state}{', in a spare process' if r.spare else ''});"
+            f" {redone or 'no env step redone'},"
             f" {r.seconds:.1f}s after the failure was seen"
         )
         self._note_processes()
@@ -403,10 +408,11 @@ def _failure(
     env: int | None = None,
     quarantined: bool = False,
     state: str | None = None,
+    spare: bool = False,
 ) -> dict:
     """One entry of `RunResult.failures`: `replaced` names the replica replaced in place (None: a restart),
     `env` the env its simulator said failed, `quarantined` whether that env was started from a new seed,
-    `state` what the replacement started from."""
+    `state` what the replacement started from, `spare` whether it ran in a spare process (`run.spares`)."""
     return {
         "iteration": iteration,
         "error": error,
@@ -416,6 +422,7 @@ def _failure(
         "env": env,
         "quarantined": quarantined,
         "state": state,
+        "spare": spare,
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import time
 import traceback
 from typing import Any
@@ -107,7 +108,8 @@ class WorkerHost:
         import ray
 
         me = psutil.Process()
-        return {"pid": me.pid, "started": me.create_time(), "node": ray.get_runtime_context().get_node_id()}
+        node = ray.get_runtime_context().get_node_id()
+        return {"pid": me.pid, "started": me.create_time(), "node": node, "modules": imported_modules()}
 
     # -- channels ----------------------------------------------------------------------------
     def open_channels(self, authkey: bytes, kinds: list[str]) -> dict:
@@ -237,6 +239,13 @@ class WorkerHost:
             return method(*args)
         except Exception as exc:
             raise _failed(self.ctx, port, where, exc) from None
+
+
+def imported_modules() -> list[str]:
+    """The modules this process imported, in the order it did, but the standard library's and private
+    packages' (what a spare process for it imports ahead: `spares.py`)."""
+    top = {name: name.partition(".")[0] for name in list(sys.modules)}
+    return [name for name, package in top.items() if package not in sys.stdlib_module_names and package[0] != "_"]
 
 
 def _node_address() -> str:

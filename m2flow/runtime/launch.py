@@ -22,6 +22,7 @@ from m2flow.planners.render import render_gpus
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.nodes import addresses
+from m2flow.runtime.spares import SpareHost, SpareKey, Spares
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
 from m2flow.runtime.wiring import LoopChannels
@@ -79,6 +80,9 @@ class Launch:
         self.channels: LoopChannels | None = None
         self.sync_setup: dict[ReplicaId, dict[Edge, tuple[str, Route | None]]] = {}  # edge -> (method, route)
         self.generation: dict[ReplicaId, int] = {}  # processes a replica has had before its current one
+        self.modules: dict[ReplicaId, list[str]] = {}  # what each replica's process imported: its spare's imports
+        self.spares = Spares(self._spare)
+        self.from_spare: set[ReplicaId] = set()  # replicas whose current process was a spare
 
     def start(self) -> None:
         """Reserve the plan's devices, start a host per replica (or per shared process), wait until every
@@ -185,9 +189,13 @@ class Launch:
             [(r.actor.info.remote(), r, "start-up") for r in members],
             Deadline(self.timeouts.start_s, "workers to start (import, build model, init process groups)"),
         )
-        self.nodes = {r.id: info["node"] for r, info in zip(members, infos, strict=True)}
-        self.pids = {r.id: info["pid"] for r, info in zip(members, infos, strict=True)}
-        self.started = {r.id: info["started"] for r, info in zip(members, infos, strict=True)}
+        for replica, info in zip(members, infos, strict=True):
+            self._started(replica, info)
+
+    def _started(self, replica: Replica, info: dict) -> None:
+        """What a replica's new process said of itself as it started."""
+        self.nodes[replica.id], self.pids[replica.id] = info["node"], info["pid"]
+        self.started[replica.id], self.modules[replica.id] = info["started"], info["modules"]
 
     def _actor(self, host: type, label: str, device: DeviceId, env: dict, resources: dict, *args: Any) -> Any:
         """A host actor named `m2flow:<workflow>:<label>`, in the plan's bundle for its device."""
@@ -234,10 +242,14 @@ class Launch:
         return self._rendezvous_at(self.plan.placements[name].replica_devices[0], f"workers.{name}")
 
     def _rendezvous_at(self, device: DeviceId, what: str) -> dict:
-        """Rank 0's node address and a port free there, found by a task placed in rank 0's bundle (so it
-        holds on any node of the cluster)."""
+        """Rank 0's node address and a port free there: found here when that node is this one, else by a
+        task placed in rank 0's bundle (so it holds on any node of the cluster)."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        node_ids = self.plan.cluster.node_ids
+        if node_ids and node_ids[device.node] == ray.get_runtime_context().get_node_id():
+            return _rendezvous_point()  # no process to start for it (a task's takes a second)
 
         task = ray.remote(_rendezvous_point).options(
             num_cpus=0,
@@ -310,7 +322,7 @@ class Launch:
         `run.timeouts.start_s`, as a broadcast does once its lost members are killed)."""
         import ray
 
-        fresh = []
+        fresh, starting = [], []
         for replica in replicas:
             old = self._replica(replica)
             if self.alive_here(replica):  # at once, also when stopped: its device share is freed for the new one
@@ -319,23 +331,46 @@ class Launch:
             ray.kill(old.process, no_restart=True)
             host = self._host_args(replica.worker, replica.replica)
             new = Replica(old.worker, old.index, old.device, None)
-            self.generation[replica] = generation = self.generation.get(replica, 0) + 1
-            label = f"{replica.worker}:{replica.replica}#{generation}"  # the old name may not be released yet
-            new.actor = new.process = self._actor(
-                WorkerHost, label, new.device, worker_env(host.env_vars), host.resources, *host.args
-            )
+            spare = self.spares.take(self._spare_key(host))
+            if spare is not None:  # started ahead: it builds the worker now
+                new.actor = new.process = spare
+                starting.append((spare.become.remote(*host.args), new, "start-up"))
+                self.from_spare.add(replica)
+            else:
+                self.from_spare.discard(replica)
+                self.generation[replica] = generation = self.generation.get(replica, 0) + 1
+                label = f"{replica.worker}:{replica.replica}#{generation}"  # the old name may not be released yet
+                new.actor = new.process = self._actor(
+                    WorkerHost, label, new.device, worker_env(host.env_vars), host.resources, *host.args
+                )
+                starting.append((new.actor.info.remote(), new, "start-up"))
             self.replicas[replica.worker][replica.replica] = new
             fresh.append(new)
         names = ", ".join(str(r) for r in replicas)
         deadline = Deadline(self.timeouts.start_s, f"the replacement of {names} to start")
-        infos = wait_all([(new.actor.info.remote(), new, "start-up") for new in fresh], deadline)
-        for new, info in zip(fresh, infos, strict=True):
-            self.nodes[new.id], self.pids[new.id], self.started[new.id] = info["node"], info["pid"], info["started"]
+        for new, info in zip(fresh, wait_all(starting, deadline), strict=True):
+            self._started(new, info)
         looped = [new for new in fresh if self.channels is not None and new.id in self.channels.addresses]
         if looped:
             self.channels.rewire(looped, {r.id: r for group in self.replicas.values() for r in group})
         self._reroute(fresh, names)
         return fresh
+
+    def stand_by(self, replicas: list[ReplicaId]) -> None:
+        """A spare process beside these replicas (one per worker, device and process environment), for their
+        replacements (`spares.py`)."""
+        self.spares.stand_by([self._spare_key(self._host_args(r.worker, r.replica)) for r in replicas])
+
+    def _spare_key(self, host: _HostArgs) -> SpareKey:
+        return SpareKey(host.replica.worker, host.replica.device, tuple(sorted(host.env_vars.items())))
+
+    def _spare(self, key: SpareKey, number: int) -> Any:
+        """A spare process for `key`, in its device's bundle, holding no share of it; it imports what the
+        worker's processes imported."""
+        modules = [m for r, imported in self.modules.items() if r.worker == key.worker for m in imported]
+        label = f"spare:{key.worker}:{number}"
+        env = worker_env(dict(key.env))
+        return self._actor(SpareHost, label, key.device, env, {"num_cpus": 0}, list(dict.fromkeys(modules)))
 
     def _reroute(self, fresh: list[Replica], names: str) -> None:
         """The sync routes of new processes: their own end, or every member's where the group meets."""
@@ -375,6 +410,7 @@ class Launch:
 
         for process in {id(r.process): r.process for g in self.replicas.values() for r in g}.values():
             ray.kill(process, no_restart=True)
+        self.spares.close()
         if self.pg is not None:
             ray.util.remove_placement_group(self.pg)
         self.replicas.clear()

@@ -60,6 +60,7 @@ class Replacement:
     seconds: float  # from then to the end of the redo
     env: int | None  # the env that failed, when the replica or its crash record named it
     quarantined: bool  # whether that env was quarantined (started again from a new seed)
+    spare: bool  # whether its new process was a spare started ahead (`run.spares`)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,14 @@ class Replacer:
     def replaceable(self) -> frozenset[ReplicaId]:
         """The loop replicas that may be replaced in place now."""
         return droppable(self.launch, self.candidates, self.budget)
+
+    def standing(self) -> list[ReplicaId]:
+        """The replicas whose failure would start new processes now: the loop replicas that may be replaced
+        and every rank of the training workers that restart in place."""
+        if self.budget <= 0:
+            return []
+        ranks = [r.id for worker in self.groups for r in self.launch.replicas[worker]]
+        return sorted(self.replaceable()) + ranks
 
     def start(self, failed: Failed, where: str) -> dict[ReplicaId, Started]:
         """A new process for each failed replica; past the budget, the failure is the iteration's. A
@@ -174,6 +183,7 @@ class Replacer:
             seconds=time.time() - dropped.at,
             env=dropped.env,
             quarantined=started.quarantined,
+            spare=replica.id in self.launch.from_spare,
         )
         self.report(replacement)
         return replacement
