@@ -14,14 +14,10 @@ from results_tables import (
     BEFORE_HOPS,
     CAMERA_CPU,
     CHANNELS,
-    CHAOS,
-    CHAOS_SEED3,
     ENGINE,
-    FAULTS,
     H200,
     H200_HOPS,
     H200_PROFILED,
-    HOSTS,
     METAWORLD,
     OFFLOAD,
     PLANNER,
@@ -32,6 +28,7 @@ from results_tables import (
     ended,
 )
 from tables_format import pct, span, times
+from tables_recovery import CHAOS, CHAOS_SEED3, FAULTS, HOSTS
 
 VIT, CHECK = "gpu6/vit_metrics.jsonl", "gpu7/ppo_camera_check_metrics.jsonl"
 FSDP_100, MEGATRON_100 = ("fsdp", "100m", "bf16"), ("megatron", "100m", "bf16")

@@ -12,13 +12,12 @@ import statistics
 from collections.abc import Callable
 from functools import partial
 
-from results_io import Results, share_down
+from results_io import Results
 from tables_format import Block, count, fixed, pct, table, times
 from tables_learning import learning, locomotion
+from tables_recovery import CHAOS, CHAOS_SEED3, chaos_faults, chaos_summary, faults, hosts, replacement_spares
 
-ENGINE, PLANNER, FAULTS, CHAOS = "engine_overhead.json", "planner_scale.json", "faults.json", "chaos.json"
-CHAOS_SEED3 = "chaos_seed3.json"
-HOSTS = "hosts.json"
+ENGINE, PLANNER = "engine_overhead.json", "planner_scale.json"
 SPIN, BEFORE_HOPS, CAMERA_CPU = "modes_spin.json", "modes.json", "modes_camera.json"
 H200, H200_PROFILED, H200_HOPS, X2 = (f"{d}/modes_camera.json" for d in ("gpu", "gpu2", "gpu3", "gpu8"))
 METAWORLD, PPO_H200 = "ppo_metaworld_camera_metrics.jsonl", "gpu/ppo_camera_metrics.jsonl"
@@ -95,123 +94,6 @@ def planner_scale(res: Results) -> Block:
     ]
     header = ["workers", "GPUs", "nodes", "plan time", "chosen", "candidates", "tasks simulated"]
     return Block(table(header, rows, "rrrrlrr"), [PLANNER])
-
-
-def faults(res: Results) -> Block:
-    yes = {True: "yes", False: "no"}
-    rows = [
-        [str(i), r["victim"], f"{r['detection_s']:.3f} s", str(r["failures"])]
-        + [yes[r["completed"]], yes[r["iterations"]], str(r["checkpoints_lost"])]
-        for i, r in enumerate(res.rows(FAULTS))
-    ]
-    header = ["run", "killed", "detected after", "failures seen", "completed", "every iteration once"]
-    return Block(table([*header, "checkpoints lost"], rows, "rlrrllr"), [FAULTS])
-
-
-def chaos_faults(name: str, res: Results) -> Block:
-    data = res.json(name)
-    start = min((f["at"] for f in data["faults"]), default=0.0)
-    rows = [
-        [f"{f['at'] - start:.0f} s", f["kind"], f["victim"]]
-        + ["—" if f["detected_s"] is None else f"{f['detected_s']:.2f} s", f["recovered"] or "—"]
-        for f in data["faults"]
-    ]
-    header = ["injected at", "fault", "process", "detected after", "recovered"]
-    return Block(table(header, rows, "rlllr"), [name])
-
-
-def seconds_pair(summary: dict, first: str, second: str) -> str:
-    """Two durations of a summary as "a s / b s", or a dash where the run did not record them."""
-    if first not in summary:
-        return "—"
-    return f"{summary[first]:.3f} s / {summary[second]:.3f} s"
-
-
-def fault_free_wall(summary: dict) -> str:
-    """The fault-free wall time: the mean of the runs before and after the one with faults, where both ran."""
-    if "fault_free_runs_s" not in summary:
-        return f"{summary['fault_free_s']:.0f} s"
-    before, after = summary["fault_free_runs_s"]
-    return f"{summary['fault_free_s']:.0f} s (mean of {before:.0f} s before, {after:.0f} s after)"
-
-
-def chaos_summary(name: str, res: Results) -> Block:
-    s = res.json(name)["summary"]
-    rows = [
-        ["iterations, a fault every", f"{s['iterations']}, {s['fault_every_s']:.0f} s"],
-        [
-            "faults injected (failures + slow replicas)",
-            f"{s['faults']} ({s['failures_injected']} + {s['faults'] - s['failures_injected']})",
-        ],
-        [
-            "failures detected, within the plan's longest deadline",
-            f"{s['detected']}, {s['detected_within_deadline']} (≤ {s['deadline_bound_s']:.0f} s)",
-        ],
-        [
-            "slow replicas taken for failures; failures no fault explains",
-            f"{s['slow_mistaken_for_failures']}; {s['spurious_failures']}",
-        ],
-        ["recovered in place / by restart", f"{s['in_place']} / {s['by_restart']}"],
-        [
-            "by a restart: simulator and inference faults; training faults",
-            f"{s['loop_faults_by_restart']}; {s['training_faults_by_restart']}",
-        ],
-        ["iterations redone; env steps redone", f"{s['iterations_redone']}; {count(s['env_steps_redone'])}"],
-        ["env steps unaccounted; checkpoints lost", f"{s['env_steps_unaccounted']:.0f}; {s['checkpoints_lost']}"],
-        ["wall time: fault-free / with faults", f"{fault_free_wall(s)} / {s['chaos_s']:.0f} s"],
-        [
-            "env steps/s: fault-free / with faults",
-            f"{count(s['fault_free_steps_per_s'])} / {count(s['chaos_steps_per_s'])}",
-        ],
-        ["throughput, with faults over fault-free", share_down(s["throughput_ratio"])],
-        [
-            "throughput against the fault-free run before; after",
-            f"{share_down(s['throughput_ratio_against_before'])}; {share_down(s['throughput_ratio_against_after'])}"
-            if "throughput_ratio_against_before" in s
-            else "— (no run after)",
-        ],
-        [
-            "undisturbed iteration (median): fault-free / with faults",
-            seconds_pair(s, "fault_free_iteration_median_s", "chaos_undisturbed_iteration_median_s"),
-        ],
-        [
-            "throughput corrected for the machine's drift",
-            share_down(s["throughput_ratio_drift_corrected"]) if "throughput_ratio_drift_corrected" in s else "—",
-        ],
-        [
-            "throughput, each fault's cost against its neighbouring iterations",
-            share_down(s["throughput_ratio_local"]) if "throughput_ratio_local" in s else "—",
-        ],
-        [
-            "final return (last 10% of iterations): fault-free / with faults",
-            f"{s['fault_free_return']:.1f} / {s['chaos_return']:.1f}",
-        ],
-    ]
-    return Block(table(["", "value"], rows, "lr"), [name])
-
-
-def hosts(res: Results) -> Block:
-    """The two-host job by fault: completed, speed, host 1's link, detection and recovery, what was lost."""
-    data = res.json(HOSTS)
-
-    def after(value: float | None) -> str:
-        return "—" if value is None else f"{value:.1f} s"
-
-    rows = [
-        [o["fault"], "yes" if o["completed"] else "no", f"{o['wall_s']:.0f} s", count(o["steps_per_s"])]
-        + [f"{o['link_bytes_per_iteration'] / 1e3:.0f} kB", after(o["detected_s"]), after(o["back_s"])]
-        + [str(o["iterations_redone"]), str(o["env_steps_unaccounted"]), str(o["checkpoints_lost"])]
-        + ["none" if not o["ways_out"] else "; ".join(o["ways_out"])]
-        for o in data["runs"]
-    ]
-    args = data["args"]
-    caption = (
-        f"*{args['iterations']} iterations, the fault once {args['fault_at']} were logged; link: host 1's, both"
-        " ways, per iteration before the fault*"
-    )
-    header = ["fault", "completed", "wall", "env steps/s", "link", "detected after", "back after"]
-    header += ["iterations redone", "env steps unaccounted", "checkpoints lost", "ways out"]
-    return Block([caption, "", *table(header, rows, "llrrrrrrrrl")], [HOSTS])
 
 
 ABLATION_CHANGES = {  # row -> what it changes over the previous one
@@ -473,6 +355,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "chaos_seed3_faults": partial(chaos_faults, CHAOS_SEED3),
     "chaos_seed3_summary": partial(chaos_summary, CHAOS_SEED3),
     "hosts": hosts,
+    "replacement_spares": replacement_spares,
     "ablation_metaworld": partial(ablation, "simulator_ablation_metaworld.json"),
     "ablation_cheetah_h200": partial(ablation, "gpu/simulator_ablation_cheetah.json"),
     "modes_camera_h200": partial(modes_table, H200),
