@@ -15,7 +15,16 @@ from functools import partial
 from results_io import Results
 from tables_format import Block, count, fixed, pct, table, times
 from tables_learning import learning, locomotion
-from tables_recovery import CHAOS, CHAOS_SEED3, chaos_faults, chaos_summary, faults, hosts, replacement_spares
+from tables_recovery import (
+    CHAOS,
+    CHAOS_SEED3,
+    CHAOS_SPARES,
+    chaos_faults,
+    chaos_summary,
+    faults,
+    hosts,
+    replacement_spares,
+)
 
 ENGINE, PLANNER = "engine_overhead.json", "planner_scale.json"
 SPIN, BEFORE_HOPS, CAMERA_CPU = "modes_spin.json", "modes.json", "modes_camera.json"
@@ -353,6 +362,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "chaos_faults": partial(chaos_faults, CHAOS),
     "chaos_summary": partial(chaos_summary, CHAOS),
     "chaos_seed3_faults": partial(chaos_faults, CHAOS_SEED3),
+    "chaos_spares_faults": partial(chaos_faults, CHAOS_SPARES),
+    "chaos_spares_summary": partial(chaos_summary, CHAOS_SPARES),
     "chaos_seed3_summary": partial(chaos_summary, CHAOS_SEED3),
     "hosts": hosts,
     "replacement_spares": replacement_spares,

@@ -7,6 +7,7 @@ from results_io import Results, share_down
 from tables_format import Block, count, table
 
 FAULTS, CHAOS, CHAOS_SEED3, HOSTS = "faults.json", "chaos.json", "chaos_seed3.json", "hosts.json"
+CHAOS_SPARES = "chaos_spares.json"  # the round with spare processes (run.spares)
 SPARES = "replacement_spares.json"
 
 

@@ -60,8 +60,8 @@ def evaluate_run(run_dir: str | Path, episodes: int = 10, video: bool = False) -
         if simulator in state and hasattr(env, "load_state_dict"):
             env.load_state_dict(state[simulator][0][0])  # what it normalises observations with
         env.evaluate(weights)
-        videos = run_dir / "eval" / "videos" / simulator if video else None  # where the simulator films them
-        return Evaluation(checkpoint, episodes, env.metrics(), videos)
+        filmed = run_dir / "eval" / "videos" / simulator  # where a simulator films (its output_dir's videos/)
+        return Evaluation(checkpoint, episodes, env.metrics(), filmed if video and any(filmed.glob("*")) else None)
 
 
 def export_run(run_dir: str | Path, to: str | Path) -> Path:

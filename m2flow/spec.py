@@ -309,9 +309,9 @@ class RunSpec(_Strict):
     )
     spares: bool = Field(
         True,
-        description="on_failure: replace: a spare process (started, its imports done at the lowest priority) beside"
-        " each worker's replicas on CPU cores that may be replaced, so a replacement skips the process start; the"
-        " memory of one idle process per worker and core",
+        description="on_failure: replace: spare processes (started, their imports done at the lowest priority) for"
+        " the replicas on CPU cores that may be replaced, one per worker and node (per rank for a training worker),"
+        " so a replacement skips the process start; the memory of an idle process each",
     )
 
 

@@ -182,6 +182,8 @@ class Run:
             metrics["failures/replaced"] = float(len(outcome.replacements))
             metrics["failures/steps_redone"] = float(sum(r.steps_redone for r in outcome.replacements))
             metrics["failures/quarantined"] = float(sum(r.quarantined for r in outcome.replacements))
+            if self.controller.replacer.budget > 0:  # the spares used, started again now that the redo is done
+                self.launch.spares.refill()
         self.reporter.log(it, self.env_steps, metrics)
         self.result.history.append({"iteration": it, "env_steps": self.env_steps, **metrics})
         self.result.iterations = self.next_iteration = it + 1
@@ -203,9 +205,17 @@ class Run:
     def _replaced(self, r: Replacement) -> None:
         """A replica replaced in place: recorded, printed and noted as it happens."""
         failure = _failure(
-            r.iteration, r.why, r.detected_at, str(r.replica), r.steps_redone, r.env, r.quarantined, r.state, r.spare
+            r.iteration,
+            r.why,
+            r.detected_at,
+            replaced=str(r.replica),
+            steps_redone=r.steps_redone,
+            env=r.env,
+            quarantined=r.quarantined,
+            state=r.state,
+            spare=r.spare,
+            seconds=r.seconds,
         )
-        failure["seconds"] = r.seconds  # from when it was seen to the end of its redo
         self._record_failure(failure)
         named = "" if r.env is None else f" (env {r.env})"
         self.reporter.print(f"m2flow: {r.replica} failed in iteration {r.iteration}{named}: {r.why}")
@@ -409,10 +419,12 @@ def _failure(
     quarantined: bool = False,
     state: str | None = None,
     spare: bool = False,
+    seconds: float | None = None,
 ) -> dict:
     """One entry of `RunResult.failures`: `replaced` names the replica replaced in place (None: a restart),
     `env` the env its simulator said failed, `quarantined` whether that env was started from a new seed,
-    `state` what the replacement started from, `spare` whether it ran in a spare process (`run.spares`)."""
+    `state` what the replacement started from, `spare` whether it ran in a spare process (`run.spares`),
+    `seconds` from when the failure was seen to the end of the replacement (and its redo)."""
     return {
         "iteration": iteration,
         "error": error,
@@ -423,6 +435,7 @@ def _failure(
         "quarantined": quarantined,
         "state": state,
         "spare": spare,
+        "seconds": seconds,
     }
 
 

@@ -244,7 +244,8 @@ class WorkerHost:
 def imported_modules() -> list[str]:
     """The modules this process imported, in the order it did, but the standard library's and private
     packages' (what a spare process for it imports ahead: `spares.py`)."""
-    top = {name: name.partition(".")[0] for name in list(sys.modules)}
+    loaded = [name for name, module in list(sys.modules.items()) if module is not None]  # None: blocked on purpose
+    top = {name: name.partition(".")[0] for name in loaded}
     return [name for name, package in top.items() if package not in sys.stdlib_module_names and package[0] != "_"]
 
 

@@ -248,7 +248,8 @@ class Launch:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         node_ids = self.plan.cluster.node_ids
-        if node_ids and node_ids[device.node] == ray.get_runtime_context().get_node_id():
+        here = not ray.util.client.ray.is_connected() and ray.get_runtime_context().get_node_id()  # not a Ray client
+        if node_ids and node_ids[device.node] == here:
             return _rendezvous_point()  # no process to start for it (a task's takes a second)
 
         task = ray.remote(_rendezvous_point).options(
@@ -322,7 +323,7 @@ class Launch:
         `run.timeouts.start_s`, as a broadcast does once its lost members are killed)."""
         import ray
 
-        fresh, starting = [], []
+        fresh, starting, hosts = [], [], []
         for replica in replicas:
             old = self._replica(replica)
             if self.alive_here(replica):  # at once, also when stopped: its device share is freed for the new one
@@ -331,23 +332,21 @@ class Launch:
             ray.kill(old.process, no_restart=True)
             host = self._host_args(replica.worker, replica.replica)
             new = Replica(old.worker, old.index, old.device, None)
-            spare = self.spares.take(self._spare_key(host))
+            spare = self.spares.take(self._spare_key(host)) if old.device.kind == "cpu" else None
             if spare is not None:  # started ahead: it builds the worker now
                 new.actor = new.process = spare
                 starting.append((spare.become.remote(*host.args), new, "start-up"))
                 self.from_spare.add(replica)
             else:
-                self.from_spare.discard(replica)
-                self.generation[replica] = generation = self.generation.get(replica, 0) + 1
-                label = f"{replica.worker}:{replica.replica}#{generation}"  # the old name may not be released yet
-                new.actor = new.process = self._actor(
-                    WorkerHost, label, new.device, worker_env(host.env_vars), host.resources, *host.args
-                )
-                starting.append((new.actor.info.remote(), new, "start-up"))
+                starting.append(self._fresh_host(new, host))
             self.replicas[replica.worker][replica.replica] = new
             fresh.append(new)
+            hosts.append(host)
         names = ", ".join(str(r) for r in replicas)
         deadline = Deadline(self.timeouts.start_s, f"the replacement of {names} to start")
+        for i, (new, host) in enumerate(zip(fresh, hosts, strict=True)):
+            if new.id in self.from_spare and _died(starting[i][0], deadline):  # a spare is never worse than none
+                starting[i] = self._fresh_host(new, host)
         for new, info in zip(fresh, wait_all(starting, deadline), strict=True):
             self._started(new, info)
         looped = [new for new in fresh if self.channels is not None and new.id in self.channels.addresses]
@@ -356,21 +355,39 @@ class Launch:
         self._reroute(fresh, names)
         return fresh
 
+    def _fresh_host(self, new: Replica, host: _HostArgs) -> tuple[Any, Replica, str]:
+        """A new process for `new`, as at start (under a name of its own: the old one may not be released
+        yet); the call that ends once it has started."""
+        self.from_spare.discard(new.id)
+        self.generation[new.id] = generation = self.generation.get(new.id, 0) + 1
+        label = f"{new.worker}:{new.index}#{generation}"
+        env = worker_env(host.env_vars)
+        new.actor = new.process = self._actor(WorkerHost, label, new.device, env, host.resources, *host.args)
+        return new.actor.info.remote(), new, "start-up"
+
     def stand_by(self, replicas: list[ReplicaId]) -> None:
-        """A spare process beside these replicas (one per worker, device and process environment), for their
-        replacements (`spares.py`)."""
-        self.spares.stand_by([self._spare_key(self._host_args(r.worker, r.replica)) for r in replicas])
+        """Spare processes for these replicas' replacements (`spares.py`), those on CPU cores: one per worker,
+        node and process environment, or one per rank there for a worker whose ranks restart together."""
+        wanted: dict[SpareKey, int] = {}
+        for r in replicas:
+            if self._replica(r).device.kind == "cpu":
+                key = self._spare_key(self._host_args(r.worker, r.replica))
+                wanted[key] = wanted.get(key, 0) + 1 if self.rendezvous.get(r.worker) else 1
+        self.spares.stand_by(wanted)
 
     def _spare_key(self, host: _HostArgs) -> SpareKey:
-        return SpareKey(host.replica.worker, host.replica.device, tuple(sorted(host.env_vars.items())))
+        device = host.replica.device
+        return SpareKey(host.replica.worker, device.node, tuple(sorted(host.env_vars.items())), bundle=device)
 
     def _spare(self, key: SpareKey, number: int) -> Any:
-        """A spare process for `key`, in its device's bundle, holding no share of it; it imports what the
-        worker's processes imported."""
-        modules = [m for r, imported in self.modules.items() if r.worker == key.worker for m in imported]
-        label = f"spare:{key.worker}:{number}"
+        """A spare process for `key`, in a bundle on its node, holding no share of it; it imports the
+        third-party modules the worker's processes imported (not the worker's package nor m2flow: a module
+        of those may set thread-local state as it is imported, and they import quickly)."""
+        own = {"m2flow", self.graph.workers[key.worker].cls.partition(".")[0]}
+        imported = (m for r, names in self.modules.items() if r.worker == key.worker for m in names)
+        modules = list(dict.fromkeys(m for m in imported if m.partition(".")[0] not in own))
         env = worker_env(dict(key.env))
-        return self._actor(SpareHost, label, key.device, env, {"num_cpus": 0}, list(dict.fromkeys(modules)))
+        return self._actor(SpareHost, f"spare:{key.worker}:{number}", key.bundle, env, {"num_cpus": 0}, modules)
 
     def _reroute(self, fresh: list[Replica], names: str) -> None:
         """The sync routes of new processes: their own end, or every member's where the group meets."""
@@ -430,7 +447,8 @@ def _with_timeouts(dist: dict | None, timeout_s: float, meet_s: float) -> dict |
 
 def replica_process(workflow: str, replica: str) -> Any:
     """The Ray actor (the process) hosting `replica` ("env:0") of a running workflow, alone or co-hosted
-    with others (`placement.colocate`): for fault injection and inspection."""
+    with others (`placement.colocate`): for fault injection and inspection. A replacement that runs in a
+    spare process (`run.spares`) is not found by its name: `<run>/processes.json` has its pid."""
     import ray
 
     prefix = f"m2flow:{workflow}:"
@@ -439,6 +457,20 @@ def replica_process(workflow: str, replica: str) -> Any:
         if name.startswith(prefix) and replica in hosted:
             return ray.get_actor(name)
     raise ValueError(f"no running process hosts {replica} of workflow {workflow}")
+
+
+def _died(ref: Any, deadline: Deadline) -> bool:
+    """Whether the process a call went to died before it answered (by the deadline); its other failures
+    are the caller's to report."""
+    import ray
+
+    try:
+        ray.get(ref, timeout=max(0.0, deadline.left()))
+    except ray.exceptions.RayActorError:
+        return True
+    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+        return False
+    return False
 
 
 def worker_env(env_vars: dict[str, str]) -> dict:

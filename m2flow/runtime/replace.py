@@ -242,9 +242,10 @@ def await_loop(
 ) -> tuple[list[dict[str, LoopStats] | None], dict[int, Dropped]]:
     """Each process's loop stats, or None for a failed one that is replaced: one hosting only droppable
     replicas that raised or died, whose peers dropped all it hosts (it hangs), that a peer stopped for
-    (`PeerLost`: it died or hangs), or still out at the deadline (it hangs where no peer waits on it: a
-    process stopped as its result was on its way). Those are killed (their peers see the channel close) with
-    when and why they failed. Any other failure raises at once, as `wait_all` does."""
+    (`PeerLost`: it died or hangs), or still out at the deadline while others finished (it hangs where no
+    peer waits on it: a process stopped in its last step, or as its result was on its way). Those are
+    killed (their peers see the channel close) with when and why they failed. Any other failure raises at
+    once, as `wait_all` does."""
     import ray
 
     results: list[dict[str, LoopStats] | None] = [None] * len(calls)
@@ -279,7 +280,7 @@ def await_loop(
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline.left()))
         if not ready:
             hung = list(pending.values())
-            if not all(replaceable(i) for i in hung):
+            if len(hung) == len(calls) or not all(replaceable(i) for i in hung):  # none done: the loop is slow
                 wait_all([calls[i] for i in hung], deadline)  # raises the usual timeout, naming them
             for i in hung:  # no peer waits on them (their part was done, its result stuck on its way): hung
                 fail(i, Dropped(time.time(), _still(calls[i], deadline)))

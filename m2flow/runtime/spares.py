@@ -1,9 +1,10 @@
 """Spare processes for replacements in place (`run.spares`): a replaced replica's new process costs the
 start of a Python process and its imports (torch alone takes seconds), paid while the loop waits. A spare
-pays it ahead: a process started beside the replicas it may stand in for, in their device's bundle, that
-imports in a thread of its own at the lowest priority (it takes no CPU from the job) the modules those
-replicas imported, and becomes a replica's host (builds the worker, joins its group) when one fails. Each
-spare used is followed by a new one.
+pays it ahead: a process started beside the replicas it may stand in for, on their node, that imports, in
+a thread of its own at the lowest priority, the third-party modules those replicas imported, and becomes
+a replica's host (builds the worker, pinned to the replica's core, and joins its group) when one fails.
+The spare's own start (Python, Ray's worker) runs at normal priority. A spare used is followed by a new
+one once the iteration's replacements are done (`refill`); one not ready yet is passed over, not lost.
 
 Spares stand by for replicas on CPU cores: a process on a GPU sees its GPU only if Ray gave it a share of
 it when it started, and a spare holds no share of a device (the replicas hold the whole of it)."""
@@ -15,10 +16,9 @@ import importlib
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from m2flow.cluster import DeviceId
 from m2flow.runtime.host import WorkerHost
 
 LOWEST_PRIORITY = 19  # nice value of the thread that imports
@@ -55,11 +55,13 @@ class SpareHost(WorkerHost):
 
 @dataclass(frozen=True)
 class SpareKey:
-    """Replicas one spare may stand in for: of one worker, on one device, with one process environment."""
+    """Replicas a spare may stand in for: of one worker, on one node, with one process environment; `bundle`:
+    the device whose placement-group bundle holds it (one of theirs, on that node)."""
 
     worker: str
-    device: DeviceId
+    node: int
     env: tuple[tuple[str, str], ...]
+    bundle: Any = field(compare=False, hash=False)
 
 
 @dataclass
@@ -69,44 +71,48 @@ class Spare:
 
 
 class Spares:
-    """One spare process per `SpareKey` of the replicas it stands by for; `start(key)` starts one,
-    `take(key)` hands one over if it has started (then starts its successor)."""
+    """`stand_by({key: n})` keeps n spare processes for each key (a training worker's ranks restart
+    together: one each); `take(key)` hands over a ready one; `refill()` replaces those taken or dead."""
 
     def __init__(self, start: Callable[[SpareKey, int], Any]):
         self._start = start  # (key, its number) -> a SpareHost actor
-        self._spares: dict[SpareKey, Spare] = {}
+        self._spares: dict[SpareKey, list[Spare]] = {}
+        self._wanted: dict[SpareKey, int] = {}
         self._started = 0
 
-    def stand_by(self, keys: list[SpareKey]) -> None:
-        for key in dict.fromkeys(keys):
-            if key.device.kind == "cpu" and key not in self._spares:
-                self._add(key)
+    def stand_by(self, wanted: dict[SpareKey, int]) -> None:
+        self._wanted.update(wanted)
+        self.refill()
 
-    def _add(self, key: SpareKey) -> None:
-        self._started += 1
-        actor = self._start(key, self._started)
-        self._spares[key] = Spare(actor, actor.ready.remote())
+    def refill(self) -> None:
+        """Start spares where fewer stand by than wanted."""
+        for key, count in self._wanted.items():
+            standing = self._spares.setdefault(key, [])
+            while len(standing) < count:
+                self._started += 1
+                actor = self._start(key, self._started)
+                standing.append(Spare(actor, actor.ready.remote()))
 
     def take(self, key: SpareKey) -> Any | None:
-        """The spare for `key` if it is ready (None: start a fresh process); a new spare for it either way."""
+        """A ready spare for `key`, no longer standing by (None: none is ready; one still importing stays);
+        a dead one is dropped, for `refill` to replace."""
         import ray
 
-        spare = self._spares.pop(key, None)
-        if spare is None:
-            return None
-        started = bool(ray.wait([spare.ready], timeout=0)[0])
-        if started:
-            with contextlib.suppress(ray.exceptions.RayError):
-                ray.get(spare.ready)
-                self._add(key)
-                return spare.actor
-        ray.kill(spare.actor, no_restart=True)  # still starting, or it died: a fresh process for this one
-        self._add(key)
+        for spare in list(self._spares.get(key, [])):
+            if not ray.wait([spare.ready], timeout=0)[0]:
+                continue
+            self._spares[key].remove(spare)
+            try:
+                ray.get(spare.ready, timeout=0)
+            except ray.exceptions.RayError:
+                continue  # it died standing by
+            return spare.actor
         return None
 
     def close(self) -> None:
         import ray
 
-        for spare in self._spares.values():
+        for spare in (s for standing in self._spares.values() for s in standing):
             ray.kill(spare.actor, no_restart=True)
         self._spares.clear()
+        self._wanted.clear()
