@@ -202,6 +202,7 @@ FIGURES: dict[str, Callable[[Results], str]] = {
     "chaos.line": partial(chaos_line, CHAOS),
     "chaos_seed3.line": partial(chaos_line, CHAOS_SEED3),
     "chaos_spares.line": partial(chaos_line, "chaos_spares.json"),
+    "chaos_seed3_spares.line": partial(chaos_line, "chaos_seed3_spares.json"),
     "chaos_streamed_part_collective.line": partial(chaos_line, "chaos_streamed_part_collective.json"),
     "hosts.line": hosts_line,
     "faults.completed": lambda res: f"{sum(r['completed'] for r in res.rows(FAULTS))}/{len(res.rows(FAULTS))}",

@@ -18,6 +18,7 @@ from tables_learning import learning, locomotion
 from tables_recovery import (
     CHAOS,
     CHAOS_SEED3,
+    CHAOS_SEED3_SPARES,
     CHAOS_SPARES,
     chaos_faults,
     chaos_summary,
@@ -364,6 +365,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "chaos_seed3_faults": partial(chaos_faults, CHAOS_SEED3),
     "chaos_spares_faults": partial(chaos_faults, CHAOS_SPARES),
     "chaos_spares_summary": partial(chaos_summary, CHAOS_SPARES),
+    "chaos_seed3_spares_faults": partial(chaos_faults, CHAOS_SEED3_SPARES),
+    "chaos_seed3_spares_summary": partial(chaos_summary, CHAOS_SEED3_SPARES),
     "chaos_seed3_summary": partial(chaos_summary, CHAOS_SEED3),
     "hosts": hosts,
     "replacement_spares": replacement_spares,

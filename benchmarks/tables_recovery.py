@@ -7,7 +7,8 @@ from results_io import Results, share_down
 from tables_format import Block, count, table
 
 FAULTS, CHAOS, CHAOS_SEED3, HOSTS = "faults.json", "chaos.json", "chaos_seed3.json", "hosts.json"
-CHAOS_SPARES = "chaos_spares.json"  # the round with spare processes (run.spares)
+CHAOS_SPARES = "chaos_spares.json"  # the rounds with spare processes (run.spares): seed 0...
+CHAOS_SEED3_SPARES = "chaos_seed3_spares.json"  # ...and seed 3
 SPARES = "replacement_spares.json"
 
 
