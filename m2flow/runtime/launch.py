@@ -23,7 +23,7 @@ from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.nodes import addresses
 from m2flow.runtime.spares import SpareHost, SpareKey, Spares
-from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.runtime.waits import Deadline, died, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
 from m2flow.runtime.wiring import LoopChannels
 from m2flow.schedule import Plan, ReplicaId
@@ -248,8 +248,8 @@ class Launch:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         node_ids = self.plan.cluster.node_ids
-        here = not ray.util.client.ray.is_connected() and ray.get_runtime_context().get_node_id()  # not a Ray client
-        if node_ids and node_ids[device.node] == here:
+        driver_node = None if ray.util.client.ray.is_connected() else ray.get_runtime_context().get_node_id()
+        if node_ids and node_ids[device.node] == driver_node:  # (a Ray client's driver runs elsewhere)
             return _rendezvous_point()  # no process to start for it (a task's takes a second)
 
         task = ray.remote(_rendezvous_point).options(
@@ -345,7 +345,7 @@ class Launch:
         names = ", ".join(str(r) for r in replicas)
         deadline = Deadline(self.timeouts.start_s, f"the replacement of {names} to start")
         for i, (new, host) in enumerate(zip(fresh, hosts, strict=True)):
-            if new.id in self.from_spare and _died(starting[i][0], deadline):  # a spare is never worse than none
+            if new.id in self.from_spare and died(starting[i][0], deadline):  # a spare is never worse than none
                 starting[i] = self._fresh_host(new, host)
         for new, info in zip(fresh, wait_all(starting, deadline), strict=True):
             self._started(new, info)
@@ -457,20 +457,6 @@ def replica_process(workflow: str, replica: str) -> Any:
         if name.startswith(prefix) and replica in hosted:
             return ray.get_actor(name)
     raise ValueError(f"no running process hosts {replica} of workflow {workflow}")
-
-
-def _died(ref: Any, deadline: Deadline) -> bool:
-    """Whether the process a call went to died before it answered (by the deadline); its other failures
-    are the caller's to report."""
-    import ray
-
-    try:
-        ray.get(ref, timeout=max(0.0, deadline.left()))
-    except ray.exceptions.RayActorError:
-        return True
-    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
-        return False
-    return False
 
 
 def worker_env(env_vars: dict[str, str]) -> dict:

@@ -57,6 +57,20 @@ def finished(ref: Any) -> bool:
     return bool(ray.wait([ref], timeout=0)[0])
 
 
+def died(ref: Any, deadline: Deadline) -> bool:
+    """Whether the process a call went to died before it answered (by the deadline); its other failures
+    are the caller's to report."""
+    import ray
+
+    try:
+        ray.get(ref, timeout=max(0.0, deadline.left()))
+    except ray.exceptions.RayActorError:
+        return True
+    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+        return False
+    return False
+
+
 def settle(refs: list[Any], timeout_s: float = 0.0) -> list[Any]:
     """Calls whose failure is already accounted for: the errors of those that end within `timeout_s` are
     taken (not left for Ray to report as unhandled); returns those still running, to settle later (a call
