@@ -7,7 +7,7 @@
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
 # `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second;
-# `tests` only the GPU tests (pytest -m gpu); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
+# `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
 # STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop); `sac_camera` SAC from pixels (metrics.jsonl).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
 # gets one beside it, <stem>.meta.json, which render_results.py reads.
@@ -45,6 +45,12 @@ if [ "${1:-all}" = hf ]; then
   timeout 300 python3 benchmarks/hf_policy.py --size 0.7b --steps 8 --envs 16 --out "$OUT" 2>&1 | grep -E "^\{|^loop|^hf policy|Error" | tee "$OUT/hf_policy.txt"
   timeout 200 python3 benchmarks/weight_sync.py --size 100m --iterations 5 --out "$OUT" 2>&1 | grep -v "WARN\|INFO" | tail -6 | tee "$OUT/weight_sync.txt"
   rm -rf "$OUT/tmp"; exit 0
+fi
+if [ "${1:-all}" = contention ]; then  # the act call beside EGL renderers, by variant (benchmarks/gpu_contention.py)
+  ls /usr/lib/x86_64-linux-gnu | grep -i -E "osmesa|EGL_mesa|gallium|libLLVM" | tee "$OUT/mesa.txt"
+  timeout 400 python3 benchmarks/gpu_contention.py --renderers 12 --envs 16 --out "$OUT" 2>&1 | grep -v "WARN\|INFO\|warn" \
+    | tail -12 | tee "$OUT/gpu_contention.txt"
+  exit 0
 fi
 if [ "${1:-all}" = pipeline ]; then
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 1 > "$OUT/gpu_util.csv" &
