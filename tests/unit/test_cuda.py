@@ -9,6 +9,7 @@ import torch
 
 from m2flow.context import WorkerContext, set_context
 from m2flow.workers.actor import PPO
+from m2flow.workers.models.host_copy import from_host
 from m2flow.workers.rollout import TorchPolicy
 from m2flow.workers.synthetic import SyntheticBatch
 from tests.batches import pendulum_minibatches
@@ -206,3 +207,24 @@ def test_an_hf_backbone_loads_straight_onto_the_worker_s_gpu_and_acts_there(tmp_
     rgb = np.random.default_rng(0).integers(0, 255, (4, 1, 32, 32, 3), dtype=np.uint8)
     out = policy.act({"rgb": rgb, "env_id": np.arange(4)})
     assert out["action"].shape == (4, 6) and np.isfinite(out["logprob"]).all()
+
+
+def test_back_to_back_copies_through_pinned_memory_each_arrive_intact():
+    """The second copy's pinned block must not be the first's while the first is still in flight."""
+    cuda = torch.device("cuda")
+    first, second = np.zeros((1024, 1024), np.float32), np.ones((1024, 1024), np.float32)
+    a, b = from_host(first, cuda), from_host(second, cuda)
+    assert a.is_cuda and float(a.sum()) == 0.0 and float(b.sum()) == 1024 * 1024
+
+
+def test_without_pinned_memory_the_copy_falls_back_to_the_synchronous_one(monkeypatch):
+    empty = torch.empty
+
+    def no_pinning(*args, pin_memory=False, **kwargs):
+        if pin_memory:
+            raise RuntimeError("cannot lock memory")
+        return empty(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", no_pinning)
+    tensor = from_host(np.arange(12, dtype=np.int64).reshape(3, 4), torch.device("cuda"))
+    assert tensor.is_cuda and torch.equal(tensor.cpu(), torch.arange(12).reshape(3, 4))

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from m2flow.workers.models.host_copy import from_host
 from m2flow.workers.models.inputs import VisionInputs, pixel_convs, reads_of
 from m2flow.workers.models.mlp import layer_init
 from m2flow.workers.models.vision import image_planes, read_observation
@@ -25,7 +26,7 @@ class StateEncoder(nn.Module):
 
     def inputs(self, batch: Any, device: torch.device) -> torch.Tensor:
         obs = batch["obs"] if isinstance(batch, dict) else batch
-        return torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=device)
+        return from_host(obs, device, np.float32)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return obs

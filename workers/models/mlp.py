@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from m2flow.workers.models.gaussian import gaussian_head
+from m2flow.workers.models.host_copy import from_host
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -59,7 +61,7 @@ class GaussianMLP(nn.Module):
 
     def inputs(self, batch, device: torch.device) -> torch.Tensor:
         obs = batch["obs"] if isinstance(batch, dict) else batch
-        return torch.tensor(obs, dtype=torch.float32, device=device)
+        return from_host(obs, device, np.float32)
 
     def mean_action(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor_mean(obs)

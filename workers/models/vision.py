@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from m2flow.workers.models.gaussian import gaussian_head
+from m2flow.workers.models.host_copy import from_host
 from m2flow.workers.models.inputs import DEPTH_SCALE_M, VisionInputs, reads_of
 
 
@@ -65,9 +66,7 @@ def read_observation(
     missing = [m for m in reads if m not in batch]
     if missing:
         raise KeyError(f"the policy reads {missing} but the observation has only {sorted(batch)}")
-    return {
-        m: torch.tensor(np.asarray(batch[m] if m == "proprio" else batch[m][:, :cameras]), device=device) for m in reads
-    }
+    return {m: from_host(batch[m] if m == "proprio" else batch[m][:, :cameras], device) for m in reads}
 
 
 def image_planes(obs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -85,7 +85,7 @@ class TorchPolicy:
         }
 
     def _noise(self, env_ids: np.ndarray, n: int) -> torch.Tensor:
-        import torch
+        from m2flow.workers.models.host_copy import from_host
 
         draws = np.empty((n, self.act_dim), dtype=np.float32)
         for row, env_id in enumerate(env_ids):
@@ -93,7 +93,7 @@ class TorchPolicy:
             if rng is None:
                 rng = self.env_rngs[int(env_id)] = np.random.default_rng([self.seed, int(env_id)])
             draws[row] = rng.standard_normal(self.act_dim, dtype=np.float32)
-        return torch.from_numpy(draws).to(self.device)
+        return from_host(draws, self.device)
 
     def state_dict(self) -> dict[str, Any]:
         """The per-env noise streams (weights come with each sync), so a resumed run draws the same noise."""
