@@ -1,5 +1,11 @@
 """Fit port costs `fixed_s + per_item_s * items` to measured calls: from a run's trace or a profiling run.
 
+A call's cost is the work it did. Where calls ran at once on one CPU slot (two simulator replicas pinned
+to one core, a streamed training part beside a step), the core shared its time among them, and each
+call's wall time counts the others' work too; such a call's work is its wall time with every moment
+divided by the number of calls then running on that core (processor sharing). The planner's event
+simulator then runs them one after another on the core, as the core really did the work.
+
 Pure computation over m2flow's own Chrome trace format; no Ray, no torch.
 """
 
@@ -9,23 +15,73 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from m2flow.cluster import DeviceId
+
 Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, seconds), ...]
 
 SKIP_CATEGORIES = {"phase", "iteration"}  # controller rows: not a worker's port
 
 
 def points_from_trace(trace: dict, skip_iterations: int = 1) -> Points:
-    """(items, seconds) per worker port from every traced task, leaving out the warm-up iterations."""
+    """(items, seconds of work) per worker port from every traced task, leaving out the warm-up iterations
+    (module doc: calls that shared a core count their own work)."""
+    tasks = [
+        event
+        for event in trace.get("traceEvents", [])
+        if event.get("ph") == "X"
+        and event.get("cat") not in SKIP_CATEGORIES
+        and "worker" in event.get("args", {})
+        and not event["name"].endswith("(busy)")
+    ]
+    work = work_s(tasks)
     points: Points = defaultdict(list)
-    for event in trace.get("traceEvents", []):
-        args = event.get("args", {})
-        if event.get("ph") != "X" or event.get("cat") in SKIP_CATEGORIES or "worker" not in args:
+    for task, seconds in zip(tasks, work, strict=True):
+        args = task["args"]
+        if args.get("iteration", skip_iterations) < skip_iterations:
             continue
-        if args.get("iteration", skip_iterations) < skip_iterations or event["name"].endswith("(busy)"):
-            continue
-        worker = args["worker"].split("[")[0]
-        points[f"{worker}.{event['name']}"].append((float(args.get("items", 0)), event["dur"] / 1e6))
+        points[f"{args['worker'].split('[')[0]}.{task['name']}"].append((float(args.get("items", 0)), seconds))
     return dict(points)
+
+
+def work_s(tasks: list[dict]) -> list[float]:
+    """Each traced task's work in seconds: its wall time, where calls running at once on its CPU slot share
+    each moment equally among them. A task on a GPU, or without a time or device, keeps its wall time."""
+    work = [task["dur"] / 1e6 for task in tasks]
+    on_core: dict[str, list[int]] = defaultdict(list)
+    for i, task in enumerate(tasks):
+        device = task["args"].get("device")
+        if "ts" in task and device and _is_core(device):
+            on_core[device].append(i)
+    for indices in on_core.values():
+        shared = _shared_time([(tasks[i]["ts"] / 1e6, (tasks[i]["ts"] + tasks[i]["dur"]) / 1e6) for i in indices])
+        for i, seconds in zip(indices, shared, strict=True):
+            work[i] = seconds
+    return work
+
+
+def _shared_time(intervals: list[tuple[float, float]]) -> list[float]:
+    """For intervals on one core, the integral over each of 1 / (the number of intervals open then): F(end) -
+    F(start), F accumulated in one sweep over the boundaries."""
+    changes: dict[float, int] = defaultdict(int)
+    for start, end in intervals:
+        changes[start] += 1
+        changes[end] -= 1
+    shared_until: dict[float, float] = {}
+    accumulated, open_, last = 0.0, 0, None
+    for t in sorted(changes):
+        if open_ > 0:
+            accumulated += (t - last) / open_
+        shared_until[t] = accumulated
+        open_ += changes[t]
+        last = t
+    return [shared_until[end] - shared_until[start] for start, end in intervals]
+
+
+def _is_core(device: str) -> bool:
+    try:
+        return DeviceId.parse(device).kind == "cpu"
+    except ValueError:  # not a device of the plan (the controller's rows)
+        return False
 
 
 def controller_seconds(trace: dict, name: str, skip_iterations: int = 1) -> list[float]:

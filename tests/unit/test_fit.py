@@ -69,3 +69,48 @@ def test_the_channel_hop_is_the_wait_of_an_idle_consumer():
         ]
     }
     assert hop_from_trace(trace, chain) == pytest.approx(1e-4)
+
+
+def _task(name, worker, device, start_s, seconds, items=4, iteration=1):
+    return {
+        "ph": "X",
+        "name": name,
+        "cat": "loop",
+        "ts": start_s * 1e6,
+        "dur": seconds * 1e6,
+        "args": {"worker": worker, "device": device, "iteration": iteration, "items": items},
+    }
+
+
+def test_two_calls_that_ran_at_once_on_one_core_each_count_half_of_that_time():
+    trace = {"traceEvents": [_task("step", "env[0]", "n0/cpu0", 0, 2.0), _task("step", "env[1]", "n0/cpu0", 0, 2.0)]}
+    assert points_from_trace(trace) == {"env.step": [(4.0, pytest.approx(1.0)), (4.0, pytest.approx(1.0))]}
+
+
+def test_calls_that_overlap_in_part_share_only_the_overlap():
+    trace = {"traceEvents": [_task("step", "env[0]", "n0/cpu0", 0, 2.0), _task("act", "policy[0]", "n0/cpu0", 1, 2.0)]}
+    points = points_from_trace(trace)
+    assert points["env.step"] == [(4.0, pytest.approx(1.5))] and points["policy.act"] == [(4.0, pytest.approx(1.5))]
+
+
+def test_calls_at_once_on_two_cores_or_on_a_gpu_keep_their_wall_time():
+    trace = {
+        "traceEvents": [
+            _task("step", "env[0]", "n0/cpu0", 0, 2.0),
+            _task("step", "env[1]", "n0/cpu1", 0, 2.0),
+            _task("act", "policy[0]", "n0/gpu0", 0, 1.0),
+            _task("act", "policy[1]", "n0/gpu0", 0, 1.0),
+        ]
+    }
+    points = points_from_trace(trace)
+    assert points["env.step"] == [(4.0, 2.0), (4.0, 2.0)] and points["policy.act"] == [(4.0, 1.0), (4.0, 1.0)]
+
+
+def test_a_warm_up_call_still_takes_its_share_of_the_core_from_a_measured_one():
+    trace = {
+        "traceEvents": [
+            _task("step", "env[0]", "n0/cpu0", 0, 2.0, iteration=0),  # left out, yet it ran beside the next
+            _task("step", "env[1]", "n0/cpu0", 0, 2.0, iteration=1),
+        ]
+    }
+    assert points_from_trace(trace) == {"env.step": [(4.0, pytest.approx(1.0))]}
