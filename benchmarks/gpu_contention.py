@@ -38,6 +38,7 @@ POLICY = {"env_id": "HalfCheetah-v5", "model": "vit", "size": "100m", "patch": 1
 FRAME_SKIP = 5
 EGL_CONTEXT_PRIORITY_LEVEL_IMG, EGL_CONTEXT_PRIORITY_LOW_IMG, EGL_NONE = 0x3100, 0x3103, 0x3038
 VARIANTS = ("physics", "render", "yield", "low", "graph")
+WARM_UP_CALLS = 20
 
 
 def _low_priority_contexts() -> None:
@@ -150,7 +151,7 @@ def act_call(batch: int, graph: bool) -> Callable[[], None]:
 
 
 def latency_ms(call: Callable[[], None], seconds: float) -> float:
-    for _ in range(3):
+    for _ in range(WARM_UP_CALLS):
         call()
     times, end = [], time.monotonic() + seconds
     while time.monotonic() < end:
@@ -170,13 +171,12 @@ def frames_per_s(frames, seconds: float, during: Callable[[], None] | None = Non
     return (frames.value - before) / (time.monotonic() - began)
 
 
-def beside(variant: str, args: argparse.Namespace, calls: dict[str, Callable[[], None]]) -> dict:
-    """The act latency by batch and the renderers' frames/s, without and with acting, beside `args.renderers`
-    simulator processes running `variant`."""
+def beside(variant: str, args: argparse.Namespace, cores: list[int], calls: dict[str, Callable[[], None]]) -> dict:
+    """The act latency by batch and the renderers' frames/s, without and with acting, beside one simulator
+    process running `variant` on each of `cores`."""
     context = mp.get_context("spawn")
     frames, ready, stop = context.Value("l", 0), context.Semaphore(0), context.Event()
     priority = context.Array("c", 16)
-    cores = sorted(os.sched_getaffinity(0))[1 : 1 + args.renderers]
     procs = [
         context.Process(target=simulate, args=(core, variant, args.envs, frames, ready, stop, priority), daemon=True)
         for core in cores
@@ -209,7 +209,11 @@ def main() -> None:
     parser.add_argument("--name", default="gpu_contention")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # the inference process's own core
+    own, *others = sorted(os.sched_getaffinity(0))
+    cores = others[: args.renderers]
+    if len(cores) < args.renderers:
+        parser.error(f"--renderers {args.renderers}: this machine has {len(others)} cores beside the policy's")
+    os.sched_setaffinity(0, {own})  # the inference process's own core
     batches = {"slice": args.renderers * args.envs // 2, "whole": args.renderers * args.envs}
     eager = {name: act_call(n, graph=False) for name, n in batches.items()}
     alone = {f"act_{name}_ms": latency_ms(call, args.seconds) for name, call in eager.items()}
@@ -222,7 +226,7 @@ def main() -> None:
     print("alone: " + ", ".join(f"{k} {v:.2f}" for k, v in alone.items()), flush=True)
     rows = []
     for variant in VARIANTS if graphed else VARIANTS[:-1]:
-        row = beside(variant, args, graphed if variant == "graph" else eager)
+        row = beside(variant, args, cores, graphed if variant == "graph" else eager)
         rows.append(row)
         print(
             f"{variant:8s} priority {row['priority'] or '-':6s} act slice {row['act_slice_ms']:7.2f} ms,"

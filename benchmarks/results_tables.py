@@ -383,6 +383,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "multigpu": partial(multigpu, MULTIGPU),
     "modes_camera_x2": partial(modes_table, X2),
     "planner_accuracy": partial(planner_accuracy, ACCURACY),
+    "planner_accuracy_wall_time": partial(planner_accuracy, "planner_accuracy_wall_time.json"),
     "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
     "hf_policy_h200": hf_policy,
     "learning": partial(learning, LEARNING),
