@@ -48,8 +48,8 @@ if [ "${1:-all}" = hf ]; then
 fi
 if [ "${1:-all}" = contention ]; then  # the act call beside EGL renderers, by variant (benchmarks/gpu_contention.py)
   ls /usr/lib/x86_64-linux-gnu | grep -i -E "osmesa|EGL_mesa|gallium|libLLVM" | tee "$OUT/mesa.txt"
-  timeout 400 python3 benchmarks/gpu_contention.py --renderers 12 --envs 16 --out "$OUT" 2>&1 | grep -v "WARN\|INFO\|warn" \
-    | tail -12 | tee "$OUT/gpu_contention.txt"
+  timeout 400 python3 benchmarks/gpu_contention.py --renderers ${RENDERERS:-12} --envs ${ENVS:-16} --name "${NAME:-gpu_contention}" --out "$OUT" 2>&1 | grep -v "WARN\|INFO\|warn" \
+    | tail -12 | tee "$OUT/${NAME:-gpu_contention}.txt"
   exit 0
 fi
 if [ "${1:-all}" = pipeline ]; then
