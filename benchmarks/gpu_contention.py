@@ -10,7 +10,9 @@ pinned to a core of its own as m2flow's launcher pins replicas, under these vari
 - `render`: they render through EGL as m2flow runs them;
 - `yield`: they render with the GL driver told to sleep while it waits (`__GL_YIELD=USLEEP`);
 - `low`: they render in EGL contexts created at low priority (EGL_IMG_context_priority), where offered;
-- `graph`: they render as in `render`; the act call is replayed as one CUDA graph.
+- `graph`: they render as in `render`; the act call is replayed as one CUDA graph;
+- `tiled`: each process renders all its envs into one wide frame buffer, tile by tile, and reads it back
+  once per step (one synchronous read-back per step, not one per env).
 
 Each variant reports the act latency (median ms) and the renderers' frames/s without and with acting.
 
@@ -37,7 +39,7 @@ VIEW = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [84, 84]
 POLICY = {"env_id": "HalfCheetah-v5", "model": "vit", "size": "100m", "patch": 12, "causal": True, "precision": "bf16"}
 FRAME_SKIP = 5
 EGL_CONTEXT_PRIORITY_LEVEL_IMG, EGL_CONTEXT_PRIORITY_LOW_IMG, EGL_NONE = 0x3100, 0x3103, 0x3038
-VARIANTS = ("physics", "render", "yield", "low", "graph")
+VARIANTS = ("physics", "render", "yield", "low", "tiled", "graph")
 WARM_UP_CALLS = 20
 
 
@@ -86,21 +88,66 @@ def simulate(core: int, variant: str, envs: int, frames, ready, stop, priority) 
     datas = [mujoco.MjData(model) for _ in range(envs)]
     rng = np.random.default_rng(core)
     renderer = None
-    if variant != "physics":
+    if variant == "tiled":
+        renderer = TiledRenderer(model, len(datas), tuple(VIEW["size"]))
+        render_all = renderer.render
+    elif variant != "physics":
         if variant == "low":
             _low_priority_contexts()
         renderer = CameraRenderer(model, VIEW["cameras"], ["rgb"], tuple(VIEW["size"]), "fast")
-        renderer.render(datas[0])
+
+        def render_all(datas: list) -> list:
+            return [renderer.render(data) for data in datas]
+
+    if renderer is not None:
+        render_all(datas)
         priority.value = _context_priority().encode()[:15]
     ready.release()
     while not stop.is_set():
         for data in datas:
             data.ctrl[:] = rng.uniform(-1, 1, model.nu)
             mujoco.mj_step(model, data, FRAME_SKIP)
-            if renderer is not None:
-                renderer.render(data)
+        if renderer is not None:
+            render_all(datas)
         with frames.get_lock():
             frames.value += envs
+
+
+class TiledRenderer:
+    """The track camera of `envs` datas of one model rendered side by side into one frame buffer, in one GL
+    context, and read back once: a list of [h, w, 3] images."""
+
+    def __init__(self, model, envs: int, size: tuple[int, int]):
+        import mujoco
+        from mujoco import gl_context
+
+        from m2flow.workers.env.rendering import RENDER_PROFILES
+
+        RENDER_PROFILES["fast"](model)
+        self.h, self.w = size
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.w * envs)
+        model.vis.global_.offheight = max(model.vis.global_.offheight, self.h)
+        self.model, self.mujoco = model, mujoco
+        self.gl = gl_context.GLContext(self.w * envs, self.h)
+        self.gl.make_current()
+        self.context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
+        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self.context)
+        self.scene = mujoco.MjvScene(model, maxgeom=10000)
+        self.camera = mujoco.MjvCamera()
+        self.camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
+        self.camera.fixedcamid = model.camera(VIEW["cameras"][0]).id
+        self.option = mujoco.MjvOption()
+        self.frame = np.empty((self.h, self.w * envs, 3), np.uint8)
+
+    def render(self, datas: list) -> list[np.ndarray]:
+        mujoco, everything = self.mujoco, self.mujoco.mjtCatBit.mjCAT_ALL
+        self.gl.make_current()
+        for i, data in enumerate(datas):
+            mujoco.mjv_updateScene(self.model, data, self.option, None, self.camera, everything, self.scene)
+            mujoco.mjr_render(mujoco.MjrRect(i * self.w, 0, self.w, self.h), self.scene, self.context)
+        mujoco.mjr_readPixels(self.frame, None, mujoco.MjrRect(0, 0, self.frame.shape[1], self.h), self.context)
+        image = np.flipud(self.frame)
+        return [image[:, i * self.w : (i + 1) * self.w] for i in range(len(datas))]
 
 
 def act_call(batch: int, graph: bool) -> Callable[[], None]:
@@ -237,7 +284,7 @@ def main() -> None:
     by = {r["variant"]: r for r in rows}
     ratios = {v: by[v]["act_slice_ms"] / alone["graph_slice_ms" if v == "graph" else "act_slice_ms"] for v in by}
     save_result(args.name, {"args": vars(args), "alone": alone, "rows": rows, "ratios": ratios}, Path(args.out))
-    others = "; ".join(f"{v} {ratios[v]:.2f}x" for v in ("graph", "low", "yield", "physics") if v in ratios)
+    others = "; ".join(f"{v} {ratios[v]:.2f}x" for v in ("graph", "tiled", "low", "yield", "physics") if v in ratios)
     print(f"contention: act beside renderers {ratios['render']:.2f}x alone (slice); {others}")
 
 
