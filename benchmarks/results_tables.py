@@ -14,7 +14,7 @@ from functools import partial
 
 from results_io import Results
 from tables_format import Block, count, fixed, pct, table, times
-from tables_gpu import CONTENTION, CONTENTION_4X48, gpu_contention
+from tables_gpu import CONTENTION, CONTENTION_4X48, TILED, TILED_4X48, gpu_contention
 from tables_learning import learning, locomotion
 from tables_recovery import (
     CHAOS,
@@ -387,6 +387,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_wall_time": partial(planner_accuracy, "planner_accuracy_wall_time.json"),
     "gpu_contention_h200": partial(gpu_contention, CONTENTION),
     "gpu_contention_h200_4x48": partial(gpu_contention, CONTENTION_4X48),
+    "gpu_contention_h200_tiled": partial(gpu_contention, TILED),
+    "gpu_contention_h200_tiled_4x48": partial(gpu_contention, TILED_4X48),
     "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
     "hf_policy_h200": hf_policy,
     "learning": partial(learning, LEARNING),

@@ -8,6 +8,7 @@ from tables_format import Block, count, fixed, table, times
 
 CONTENTION = "gpu18/gpu_contention.json"
 CONTENTION_4X48 = "gpu18/gpu_contention_4x48.json"
+TILED, TILED_4X48 = "gpu18/gpu_contention_tiled.json", "gpu18/gpu_contention_tiled_4x48.json"
 
 WHAT = {
     "physics": "physics only, no rendering",
@@ -15,6 +16,7 @@ WHAT = {
     "yield": "rendering, GL driver sleeps while it waits",
     "low": "rendering, low-priority EGL contexts",
     "graph": "rendering; act replayed as a CUDA graph",
+    "tiled": "rendering all envs into one frame buffer, one read-back",
 }
 
 
