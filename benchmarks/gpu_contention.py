@@ -18,7 +18,7 @@ Each variant reports the act latency (median ms) and the renderers' frames/s wit
 
     python benchmarks/gpu_contention.py [--renderers 12] [--envs 16] [--seconds 4] [--out benchmarks/results]
 
-Ends with `contention: act beside renderers X.XXx alone (slice); graph Y.YYx; low Z.ZZx; yield W.WWx`.
+Ends with `contention: act beside renderers X.XXx alone (slice); graph ..x; tiled ..x; low ..x; yield ..x; physics ..x`.
 """
 
 from __future__ import annotations
@@ -152,10 +152,14 @@ class TiledRenderer:
 
 def act_call(batch: int, graph: bool) -> Callable[[], None]:
     """One act call on `batch` camera observations, from host arrays to host arrays, as the inference worker
-    makes it (pageable copies in, actions back); `graph`: its forward replayed as one CUDA graph."""
+    makes it (through pinned memory in, actions back; the runs recorded on 2026-12-03 copied from pageable
+    memory, as the worker then did); `graph`: its forward replayed as one CUDA graph."""
     import torch
 
+    from m2flow.workers.models.host_copy import from_host
     from m2flow.workers.rollout.torch_policy import TorchPolicyConfig
+
+    cuda = torch.device("cuda")
 
     torch.manual_seed(0)
     model = TorchPolicyConfig(**POLICY, observation=VIEW).build().cuda().eval()
@@ -172,8 +176,8 @@ def act_call(batch: int, graph: bool) -> Callable[[], None]:
     if not graph:
 
         def call() -> None:
-            obs["rgb"] = torch.tensor(rgb, device="cuda")
-            obs["proprio"] = torch.tensor(proprio, device="cuda")
+            obs["rgb"] = from_host(rgb, cuda)
+            obs["proprio"] = from_host(proprio, cuda)
             action, *_ = forward()
             action.float().cpu().numpy()
 

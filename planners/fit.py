@@ -20,12 +20,37 @@ from m2flow.cluster import DeviceId
 Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, seconds), ...]
 
 SKIP_CATEGORIES = {"phase", "iteration"}  # controller rows: not a worker's port
+WORK_CATEGORIES = {"loop", "call"}  # calls that compute; a weight sync or swap may wait on its peer instead
 
 
 def points_from_trace(trace: dict, skip_iterations: int = 1) -> Points:
     """(items, seconds of work) per worker port from every traced task, leaving out the warm-up iterations
     (module doc: calls that shared a core count their own work)."""
-    tasks = [
+    tasks = _port_tasks(trace)
+    points: Points = defaultdict(list)
+    for task, seconds in zip(tasks, work_s(tasks), strict=True):
+        args = task["args"]
+        if args.get("iteration", skip_iterations) < skip_iterations:
+            continue
+        points[_port(task)].append((float(args.get("items", 0)), seconds))
+    return dict(points)
+
+
+def work_share(trace: dict) -> dict[str, float]:
+    """Per worker port, its traced calls' work over their wall time (1.0: they never shared a core), to read
+    the wall time measured of its other calls as work."""
+    tasks = _port_tasks(trace)
+    wall: dict[str, float] = defaultdict(float)
+    work: dict[str, float] = defaultdict(float)
+    for task, seconds in zip(tasks, work_s(tasks), strict=True):
+        wall[_port(task)] += task["dur"] / 1e6
+        work[_port(task)] += seconds
+    return {port: work[port] / seconds for port, seconds in wall.items() if seconds > 0}
+
+
+def _port_tasks(trace: dict) -> list[dict]:
+    """The traced calls of workers' ports (not the controller's rows, not a loop's one-bar summary)."""
+    return [
         event
         for event in trace.get("traceEvents", [])
         if event.get("ph") == "X"
@@ -33,24 +58,21 @@ def points_from_trace(trace: dict, skip_iterations: int = 1) -> Points:
         and "worker" in event.get("args", {})
         and not event["name"].endswith("(busy)")
     ]
-    work = work_s(tasks)
-    points: Points = defaultdict(list)
-    for task, seconds in zip(tasks, work, strict=True):
-        args = task["args"]
-        if args.get("iteration", skip_iterations) < skip_iterations:
-            continue
-        points[f"{args['worker'].split('[')[0]}.{task['name']}"].append((float(args.get("items", 0)), seconds))
-    return dict(points)
+
+
+def _port(task: dict) -> str:
+    return f"{task['args']['worker'].split('[')[0]}.{task['name']}"
 
 
 def work_s(tasks: list[dict]) -> list[float]:
     """Each traced task's work in seconds: its wall time, where calls running at once on its CPU slot share
-    each moment equally among them. A task on a GPU, or without a time or device, keeps its wall time."""
+    each moment equally among them. A task on a GPU, one that may wait rather than compute (a weight sync),
+    or one without a time or device keeps its wall time and takes no share."""
     work = [task["dur"] / 1e6 for task in tasks]
     on_core: dict[str, list[int]] = defaultdict(list)
     for i, task in enumerate(tasks):
         device = task["args"].get("device")
-        if "ts" in task and device and _is_core(device):
+        if "ts" in task and device and task.get("cat") in WORK_CATEGORIES and _is_core(device):
             on_core[device].append(i)
     for indices in on_core.values():
         shared = _shared_time([(tasks[i]["ts"] / 1e6, (tasks[i]["ts"] + tasks[i]["dur"]) / 1e6) for i in indices])

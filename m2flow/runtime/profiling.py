@@ -1,7 +1,8 @@
 """`m2flow profile`: run each port of the real workers briefly at a few batch sizes and fit its cost.
 
 Each batch size is a short run of the workflow itself (its declared processes, one stage, every task
-traced), so the costs include what processes sharing a machine or a GPU do to each other; the fitted
+traced), so the costs include what processes sharing a machine or a GPU do to each other (but not calls
+that ran at once on one core: each counts its share of that core's time, `planners/fit.py`); the fitted
 `fixed_s + per_item_s * items` per port is written as the workflow's profile, which `m2flow plan` and
 `m2flow run` then use.
 """

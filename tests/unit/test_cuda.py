@@ -228,3 +228,18 @@ def test_without_pinned_memory_the_copy_falls_back_to_the_synchronous_one(monkey
     monkeypatch.setattr(torch, "empty", no_pinning)
     tensor = from_host(np.arange(12, dtype=np.int64).reshape(3, 4), torch.device("cuda"))
     assert tensor.is_cuda and torch.equal(tensor.cpu(), torch.arange(12).reshape(3, 4))
+
+
+def test_an_array_past_the_pinned_limit_takes_the_synchronous_copy(monkeypatch):
+    from m2flow.workers.models import host_copy
+
+    monkeypatch.setattr(host_copy, "PINNED_MAX_BYTES", 1024)
+    empty = torch.empty
+
+    def pinning_refused(*args, pin_memory=False, **kwargs):
+        assert not pin_memory, "a large array must not be pinned"
+        return empty(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", pinning_refused)
+    tensor = from_host(np.ones((64, 64), np.float32), torch.device("cuda"))
+    assert tensor.is_cuda and float(tensor.sum()) == 64 * 64

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from m2flow.planners.fit import fit_line, fit_points, points_from_trace
+from m2flow.planners.fit import fit_line, fit_points, points_from_trace, work_share
 
 
 def test_fit_recovers_fixed_and_per_item_cost():
@@ -71,11 +71,11 @@ def test_the_channel_hop_is_the_wait_of_an_idle_consumer():
     assert hop_from_trace(trace, chain) == pytest.approx(1e-4)
 
 
-def _task(name, worker, device, start_s, seconds, items=4, iteration=1):
+def _task(name, worker, device, start_s, seconds, items=4, iteration=1, cat="loop"):
     return {
         "ph": "X",
         "name": name,
-        "cat": "loop",
+        "cat": cat,
         "ts": start_s * 1e6,
         "dur": seconds * 1e6,
         "args": {"worker": worker, "device": device, "iteration": iteration, "items": items},
@@ -114,3 +114,31 @@ def test_a_warm_up_call_still_takes_its_share_of_the_core_from_a_measured_one():
         ]
     }
     assert points_from_trace(trace) == {"env.step": [(4.0, pytest.approx(1.0))]}
+
+
+def test_calls_that_touch_end_to_start_share_nothing():
+    trace = {"traceEvents": [_task("step", "env[0]", "n0/cpu0", 0, 1.0), _task("step", "env[1]", "n0/cpu0", 1, 1.0)]}
+    assert points_from_trace(trace) == {"env.step": [(4.0, pytest.approx(1.0)), (4.0, pytest.approx(1.0))]}
+
+
+def test_a_weight_sync_waiting_on_its_peer_takes_no_share_of_the_core():
+    trace = {
+        "traceEvents": [
+            _task("train", "actor[0]", "n0/cpu0", 0, 2.0, cat="call"),
+            _task("load_weights", "rollout[0]", "n0/cpu0", 0, 2.0, cat="sync"),
+        ]
+    }
+    points = points_from_trace(trace)
+    assert points["actor.train"] == [(4.0, pytest.approx(2.0))]
+    assert points["rollout.load_weights"] == [(4.0, pytest.approx(2.0))]
+
+
+def test_the_work_share_reads_a_ports_wall_time_as_its_work():
+    trace = {
+        "traceEvents": [
+            _task("step", "env[0]", "n0/cpu0", 0, 2.0),
+            _task("step", "env[1]", "n0/cpu0", 0, 2.0),
+            _task("act", "policy[0]", "n0/cpu1", 0, 1.0),
+        ]
+    }
+    assert work_share(trace) == {"env.step": pytest.approx(0.5), "policy.act": pytest.approx(1.0)}
