@@ -28,7 +28,7 @@ def points_from_trace(trace: dict, skip_iterations: int = 1) -> Points:
     (module doc: calls that shared a core count their own work)."""
     tasks = _port_tasks(trace)
     points: Points = defaultdict(list)
-    for task, seconds in zip(tasks, work_s(tasks), strict=True):
+    for task, seconds in zip(tasks, _work_s(tasks), strict=True):
         args = task["args"]
         if args.get("iteration", skip_iterations) < skip_iterations:
             continue
@@ -42,7 +42,7 @@ def work_share(trace: dict) -> dict[str, float]:
     tasks = _port_tasks(trace)
     wall: dict[str, float] = defaultdict(float)
     work: dict[str, float] = defaultdict(float)
-    for task, seconds in zip(tasks, work_s(tasks), strict=True):
+    for task, seconds in zip(tasks, _work_s(tasks), strict=True):
         wall[_port(task)] += task["dur"] / 1e6
         work[_port(task)] += seconds
     return {port: work[port] / seconds for port, seconds in wall.items() if seconds > 0}
@@ -64,7 +64,7 @@ def _port(task: dict) -> str:
     return f"{task['args']['worker'].split('[')[0]}.{task['name']}"
 
 
-def work_s(tasks: list[dict]) -> list[float]:
+def _work_s(tasks: list[dict]) -> list[float]:
     """Each traced task's work in seconds: its wall time, where calls running at once on its CPU slot share
     each moment equally among them. A task on a GPU, one that may wait rather than compute (a weight sync),
     or one without a time or device keeps its wall time and takes no share."""
