@@ -3,16 +3,16 @@
 The pipeline workload (`gpu_session.sh pipeline`) overlaps simulator slices with acting, yet on one H200
 acting took 4x as long beside the renderers. This measures why, in one run on one machine: the 100M ViT's
 act call (bf16; the S=2 slice and the whole batch) alone, then beside `--renderers` processes that each step
-`--envs` HalfCheetahs and render their camera as m2flow's `CameraRenderer` does (84x84, fast profile), each
-pinned to a core of its own as m2flow's launcher pins replicas, under these variants:
+`--envs` HalfCheetahs and render their camera (84x84, fast profile), each pinned to a core of its own as
+m2flow's launcher pins replicas, under these variants:
 
 - `physics`: the processes step physics only (CPU load, no GPU rendering);
-- `render`: they render through EGL as m2flow runs them;
+- `render`: they render through EGL env by env, one read-back per frame (as m2flow rendered until tiling);
 - `yield`: they render with the GL driver told to sleep while it waits (`__GL_YIELD=USLEEP`);
 - `low`: they render in EGL contexts created at low priority (EGL_IMG_context_priority), where offered;
 - `graph`: they render as in `render`; the act call is replayed as one CUDA graph;
-- `tiled`: each process renders all its envs into one wide frame buffer, tile by tile, and reads it back
-  once per step (one synchronous read-back per step, not one per env).
+- `tiled`: each process renders all its envs into one frame buffer, tile by tile, and reads it back once per
+  step, as m2flow's `CameraRenderer` now does (one synchronous read-back per step, not one per env).
 
 Each variant reports the act latency (median ms) and the renderers' frames/s without and with acting.
 
@@ -89,15 +89,15 @@ def simulate(core: int, variant: str, envs: int, frames, ready, stop, priority) 
     rng = np.random.default_rng(core)
     renderer = None
     if variant == "tiled":
-        renderer = TiledRenderer(model, len(datas), tuple(VIEW["size"]))
+        renderer = CameraRenderer([model] * len(datas), VIEW["cameras"], ["rgb"], tuple(VIEW["size"]), "fast")
         render_all = renderer.render
     elif variant != "physics":
         if variant == "low":
             _low_priority_contexts()
-        renderer = CameraRenderer(model, VIEW["cameras"], ["rgb"], tuple(VIEW["size"]), "fast")
+        renderer = CameraRenderer([model], VIEW["cameras"], ["rgb"], tuple(VIEW["size"]), "fast")
 
         def render_all(datas: list) -> list:
-            return [renderer.render(data) for data in datas]
+            return [renderer.render([data]) for data in datas]
 
     if renderer is not None:
         render_all(datas)
@@ -111,43 +111,6 @@ def simulate(core: int, variant: str, envs: int, frames, ready, stop, priority) 
             render_all(datas)
         with frames.get_lock():
             frames.value += envs
-
-
-class TiledRenderer:
-    """The track camera of `envs` datas of one model rendered side by side into one frame buffer, in one GL
-    context, and read back once: a list of [h, w, 3] images."""
-
-    def __init__(self, model, envs: int, size: tuple[int, int]):
-        import mujoco
-        from mujoco import gl_context
-
-        from m2flow.workers.env.rendering import RENDER_PROFILES
-
-        RENDER_PROFILES["fast"](model)
-        self.h, self.w = size
-        model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.w * envs)
-        model.vis.global_.offheight = max(model.vis.global_.offheight, self.h)
-        self.model, self.mujoco = model, mujoco
-        self.gl = gl_context.GLContext(self.w * envs, self.h)
-        self.gl.make_current()
-        self.context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
-        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self.context)
-        self.scene = mujoco.MjvScene(model, maxgeom=10000)
-        self.camera = mujoco.MjvCamera()
-        self.camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
-        self.camera.fixedcamid = model.camera(VIEW["cameras"][0]).id
-        self.option = mujoco.MjvOption()
-        self.frame = np.empty((self.h, self.w * envs, 3), np.uint8)
-
-    def render(self, datas: list) -> list[np.ndarray]:
-        mujoco, everything = self.mujoco, self.mujoco.mjtCatBit.mjCAT_ALL
-        self.gl.make_current()
-        for i, data in enumerate(datas):
-            mujoco.mjv_updateScene(self.model, data, self.option, None, self.camera, everything, self.scene)
-            mujoco.mjr_render(mujoco.MjrRect(i * self.w, 0, self.w, self.h), self.scene, self.context)
-        mujoco.mjr_readPixels(self.frame, None, mujoco.MjrRect(0, 0, self.frame.shape[1], self.h), self.context)
-        image = np.flipud(self.frame)
-        return [image[:, i * self.w : (i + 1) * self.w] for i in range(len(datas))]
 
 
 def act_call(batch: int, graph: bool) -> Callable[[], None]:

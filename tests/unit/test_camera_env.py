@@ -147,7 +147,7 @@ def test_evaluation_episodes_are_filmed_and_leave_training_untouched(tmp_path, f
     evaluation = {"policy": policy, "episodes": 2, "max_steps": 10}
     env = cheetah(observation=view, evaluation=evaluation, video={"save": True, "size": [48, 64], "format": fmt})
     plain = cheetah(observation=view)
-    assert env.evaluator.video.renderer.renderer is not env.renderers[0].renderer
+    assert env.evaluator.video.renderer.models[0] is not env.renderer.models[0], "videos render a copy (full)"
     first = run(env, chunks=3)
     env.evaluate(evaluation_weights(policy, version=7))
     second = run(env, chunks=3)
@@ -196,7 +196,7 @@ def test_an_egl_device_that_cannot_be_opened_is_explained_with_what_egl_needs():
     code = (
         "from m2flow.workers.env.rendering import CameraRenderer\n"
         "from m2flow.workers.env.env_ids import make_env\n"
-        "CameraRenderer(make_env('HalfCheetah-v5').unwrapped.model, ['track'], ['rgb'], (16, 16), 'fast')\n"
+        "CameraRenderer([make_env('HalfCheetah-v5').unwrapped.model], ['track'], ['rgb'], (16, 16), 'fast')\n"
     )
     env = {**os.environ, "MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "MUJOCO_EGL_DEVICE_ID": "99"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

@@ -13,7 +13,7 @@ plays deterministic evaluation episodes on an env of its own, filmed when `video
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import AfterValidator, Field
@@ -24,10 +24,6 @@ from m2flow.workers.env.evaluation import Evaluated, Evaluator
 from m2flow.workers.env.observation import CameraObservation
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.video import EpisodeVideo
-
-if TYPE_CHECKING:
-    from m2flow.workers.env.failures import NamedFailures
-    from m2flow.workers.env.rendering import CameraRenderer
 
 
 class CameraEnvConfig(m2flow.WorkerConfig, Evaluated):
@@ -66,10 +62,8 @@ class CameraEnv:
         self.env_ids = np.arange(*ctx.items)
         self.envs = [NamedFailures(make_env(cfg.env_id, **cfg.env_kwargs), int(i)) for i in self.env_ids]
         view = cfg.observation
-        self.renderers = [
-            CameraRenderer(env.unwrapped.model, view.cameras, view.modalities, view.size, cfg.render_profile)
-            for env in self.envs
-        ]
+        models = [env.unwrapped.model for env in self.envs]
+        self.renderer = CameraRenderer(models, view.cameras, view.modalities, view.size, cfg.render_profile)
         size = cfg.group_size
         self.seeds = [ctx.env_seed(int(i), int(i) // size, group(int(i), size)) for i in self.env_ids]
         space = self.envs[0].action_space
@@ -90,10 +84,10 @@ class CameraEnv:
 
         cfg, view = self.config, self.config.observation
         env = make_env(cfg.env_id, **cfg.env_kwargs)
-        renderer = CameraRenderer(env.unwrapped.model, view.cameras, view.modalities, view.size, cfg.render_profile)
+        renderer = CameraRenderer([env.unwrapped.model], view.cameras, view.modalities, view.size, cfg.render_profile)
 
         def observe(proprio: np.ndarray) -> dict[str, np.ndarray]:
-            observation = {m: v[None] for m, v in renderer.render(env.unwrapped.data).items()}
+            observation = renderer.render([env.unwrapped.data])
             if "proprio" in view.modalities:
                 observation["proprio"] = np.asarray(proprio, np.float32)[None]
             return observation
@@ -104,11 +98,8 @@ class CameraEnv:
 
     @property
     def render_calls(self) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for renderer in self.renderers:
-            for modality, n in renderer.calls.items():
-                total[modality] = total.get(modality, 0) + n
-        return total
+        """Camera images rendered so far, per modality."""
+        return dict(self.renderer.calls)
 
     def obs(self) -> dict[str, np.ndarray]:
         if self._observation is None:
@@ -155,26 +146,25 @@ class CameraEnv:
         if not self.config.bootstrap_time_limits:
             return {}
         final = {m: np.zeros_like(v) for m, v in observation.items() if m != "env_id"}
-        for i in np.flatnonzero(cut):
-            for m, view in self._render(self.renderers[i], self.envs[i]).items():
-                final[m][i] = view
+        if cut.any():
+            for m, views in self._render(np.flatnonzero(cut)).items():
+                final[m][cut] = views
             if "proprio" in final:
-                final["proprio"][i] = self.proprio[i]
+                final["proprio"][cut] = self.proprio[cut]
         return {"truncated": cut.astype(np.float32), "final_obs": final}
 
     def _observe(self) -> dict[str, np.ndarray]:
-        views = [self._render(r, env) for r, env in zip(self.renderers, self.envs, strict=True)]
-        observation = {m: np.stack([v[m] for v in views]) for m in views[0]} if views[0] else {}
+        observation = self._render(np.arange(len(self.envs)))
         if "proprio" in self.config.observation.modalities:
             observation["proprio"] = self.proprio.copy()
         observation["env_id"] = self.env_ids
         return observation
 
-    @staticmethod
-    def _render(renderer: CameraRenderer, env: NamedFailures) -> dict[str, np.ndarray]:
-        """`env`'s views; a crash of the renderer counts against it."""
-        with env.working:
-            return renderer.render(env.unwrapped.data)
+    def _render(self, envs: np.ndarray) -> dict[str, np.ndarray]:
+        """The views of these envs (local indices), each drawn in its own tile; a crash while drawing an
+        env's scene counts against that env."""
+        datas = [self.envs[i].unwrapped.data for i in envs]
+        return self.renderer.render(datas, lambda k: self.envs[envs[k]].working, slots=envs)
 
     def trajectory(self) -> dict[str, Any]:
         """Every chunk since the last call, time-major [T, envs, ...]; rewards are summed over the chunk."""

@@ -1,5 +1,12 @@
 """Headless MuJoCo rendering of the cameras and modalities a policy reads — nothing else.
 
+All the envs of a simulator process render in one GL context, side by side into one frame buffer: each
+(env, camera) pair draws its tile, and the whole buffer is read back once per pass (colour for `rgb`;
+flat id colours and the depth buffer for `depth` and `segmentation`). A read-back waits for the GPU, so
+reading one frame per env bounds a process at a few hundred frames per second on a GPU that would draw
+ten times as many (RESULTS.md, "Why pipelining does not pay on one GPU"); tiles give each env the image
+a renderer of its own would (`tests/unit/test_camera_env.py`).
+
 Render settings are named profiles: `fast` (no anti-aliasing, no shadow map, no reflections: 20-50x
 cheaper on a CPU renderer, images still correct) for training, `full` (MuJoCo's defaults) for videos.
 They must be applied before the first render: the GL context reads them when it is created.
@@ -12,9 +19,12 @@ EGL error.
 from __future__ import annotations
 
 import glob
+import math
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from itertools import chain
 
 import mujoco
 import numpy as np
@@ -28,58 +38,171 @@ def _fast(model: mujoco.MjModel) -> None:
 
 RENDER_PROFILES: dict[str, Callable[[mujoco.MjModel], None]] = {"fast": _fast, "full": lambda model: None}
 IMAGE_MODALITIES = ("rgb", "depth", "segmentation")
+MAX_BUFFER_SIDE = 8192  # pixels: every GL driver MuJoCo runs on offers frame buffers at least this large
+
+
+def _anywhere(index: int) -> AbstractContextManager:
+    return nullcontext()
 
 
 class CameraRenderer:
-    """Renders the named cameras of one MuJoCo model in the requested image modalities, counting renders."""
+    """Renders the named cameras of the datas of `models` (one model, or copies of it: one per env) in the
+    requested image modalities, all tiles of one call in one frame buffer; counts frames per modality."""
 
     def __init__(
-        self, model: mujoco.MjModel, cameras: list[str], modalities: list[str], size: tuple[int, int], profile: str
+        self,
+        models: Sequence[mujoco.MjModel],
+        cameras: list[str],
+        modalities: list[str],
+        size: tuple[int, int],
+        profile: str,
     ):
+        self.models = list(models)
+        model = models[0]
         known = [model.camera(i).name for i in range(model.ncam)]
         missing = [c for c in cameras if c not in known]
         if missing:
             raise ValueError(f"cameras {missing} are not in this model (it has: {', '.join(known) or 'none'})")
-        RENDER_PROFILES[profile](model)
-        self.cameras = cameras
+        for each in models:
+            RENDER_PROFILES[profile](each)
+        self.cameras = [mujoco.MjvCamera() for _ in cameras]
+        for camera, name in zip(self.cameras, cameras, strict=True):
+            camera.type, camera.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, model.camera(name).id
         self.modalities = [m for m in modalities if m in IMAGE_MODALITIES]
-        self.renderer = _renderer(model, size) if self.modalities else None
+        self.height, self.width = size
+        self.columns, rows = _grid(len(models) * len(cameras), size)
         self.calls: Counter = Counter()
+        self.gl = self.context = None
+        if self.modalities:
+            model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.columns * self.width)
+            model.vis.global_.offheight = max(model.vis.global_.offheight, rows * self.height)
+            self.gl = _gl_context(self.columns * self.width, rows * self.height)
+            self.gl.make_current()
+            self.context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
+            mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self.context)
+            self.context.readDepthMap = mujoco.mjtDepthMap.mjDEPTH_ZEROFAR
+            self.scene = mujoco.MjvScene(model, maxgeom=10_000)
+            self.option = mujoco.MjvOption()
+            extent = model.stat.extent
+            self.near, self.far = model.vis.map.znear * extent, model.vis.map.zfar * extent
 
-    def render(self, data: mujoco.MjData) -> dict[str, np.ndarray]:
-        """{modality: [cameras, h, w(, 3)]} for the requested image modalities only."""
-        out: dict[str, list] = {m: [] for m in self.modalities}
-        for camera in self.cameras:
-            self.renderer.update_scene(data, camera=camera)
-            for modality in self.modalities:
-                self._mode(modality)
-                image = self.renderer.render()
-                out[modality].append(image[..., 0].astype(np.int32) if modality == "segmentation" else image)
-                self.calls[modality] += 1
-            self._mode("rgb")
-        return {m: np.stack(images) for m, images in out.items()}
+    def render(
+        self,
+        datas: Sequence[mujoco.MjData],
+        working: Callable[[int], AbstractContextManager] = _anywhere,
+        slots: Sequence[int] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """{modality: [datas, cameras, h, w(, 3)]} for the requested image modalities only. Data i is of the
+        model in slot `slots[i]` (default i) and draws in that slot's tiles: a data drawn in its own slot
+        every time gets the same pixels every time (a GL rasteriser may round a tile's edges by where it
+        lies). A scene that fails to build or draw raises inside `working(i)`."""
+        if not self.modalities:
+            return {}
+        self.gl.make_current()
+        slots = range(len(datas)) if slots is None else slots
+        models = [self.models[slot] for slot in slots]
+        tiles = [[slot * len(self.cameras) + c for c in range(len(self.cameras))] for slot in slots]
+        out: dict[str, np.ndarray] = {}
+        if "rgb" in self.modalities:
+            out["rgb"] = self._cut(self._pass(datas, models, tiles, working, ids=False)[0], tiles)
+        if "depth" in self.modalities or "segmentation" in self.modalities:
+            colours, depth, objects = self._pass(datas, models, tiles, working, ids=True)
+            if "depth" in self.modalities:
+                out["depth"] = self._cut(self._metres(depth), tiles)
+            if "segmentation" in self.modalities:
+                segments = self._cut(_segment_ids(colours), tiles)
+                objects_drawn = np.take_along_axis(objects, segments.reshape(*objects.shape[:2], -1), axis=2)
+                out["segmentation"] = objects_drawn.reshape(segments.shape)
+        for modality in out:
+            self.calls[modality] += len(datas) * len(self.cameras)
+        return out
 
-    def _mode(self, modality: str) -> None:
-        self.renderer.disable_depth_rendering()
-        self.renderer.disable_segmentation_rendering()
-        if modality == "depth":
-            self.renderer.enable_depth_rendering()
-        elif modality == "segmentation":
-            self.renderer.enable_segmentation_rendering()
+    def _pass(
+        self, datas, models, tiles, working, ids: bool
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Every tile drawn, then the frame buffer read once: its colours, or with `ids` each scene's geoms
+        in flat id colours, the depth buffer and per tile the table from segment id + 1 to object id."""
+        flags = self.scene.flags
+        flags[mujoco.mjtRndFlag.mjRND_SEGMENT] = flags[mujoco.mjtRndFlag.mjRND_IDCOLOR] = ids
+        objects = np.full((len(datas), len(self.cameras), self.scene.maxgeom + 1), -1, np.int32) if ids else None
+        for i, (data, model) in enumerate(zip(datas, models, strict=True)):
+            with working(i):
+                for c, camera in enumerate(self.cameras):
+                    mujoco.mjv_updateScene(
+                        model, data, self.option, None, camera, mujoco.mjtCatBit.mjCAT_ALL, self.scene
+                    )
+                    mujoco.mjr_render(self._rect(tiles[i][c]), self.scene, self.context)
+                    if ids:
+                        self._object_ids(objects[i, c])
+        drawn = max(each[-1] for each in tiles) + 1
+        area = mujoco.MjrRect(
+            0, 0, min(drawn, self.columns) * self.width, math.ceil(drawn / self.columns) * self.height
+        )
+        colours = np.empty((area.height, area.width, 3), np.uint8)
+        depth = np.empty((area.height, area.width), np.float32) if ids else None
+        mujoco.mjr_readPixels(colours, depth, area, self.context)
+        return colours, depth, objects
+
+    def _rect(self, tile: int) -> mujoco.MjrRect:
+        row, column = divmod(tile, self.columns)
+        return mujoco.MjrRect(column * self.width, row * self.height, self.width, self.height)
+
+    def _cut(self, frame: np.ndarray, tiles: list[list[int]]) -> np.ndarray:
+        """The frame buffer (read bottom row first) cut into [datas, cameras, h, w(, ...)] images."""
+        h, w = self.height, self.width
+        images = [
+            np.flipud(frame[r.bottom : r.bottom + h, r.left : r.left + w])
+            for r in map(self._rect, chain.from_iterable(tiles))
+        ]
+        return np.stack(images).reshape(len(tiles), len(self.cameras), *images[0].shape)
+
+    def _metres(self, depth: np.ndarray) -> np.ndarray:
+        """The depth buffer (0 near, 1 far) as distance from the camera, as `mujoco.Renderer` gives it."""
+        far, near = np.float32(self.far), np.float32(self.near)
+        c = np.float32(-0.5) * (-(far + near) / (far - near)) - np.float32(0.5)
+        d = np.float32(-0.5) * (-(np.float32(2) * far * near) / (far - near))
+        return (d / (depth.astype(np.float64) + c)).astype(np.float32)
+
+    def _object_ids(self, table: np.ndarray) -> None:
+        """`table[segment id + 1]`: the object each geom of the current scene draws (-1: background)."""
+        for geom in self.scene.geoms[: self.scene.ngeom]:
+            if geom.segid != -1:
+                table[geom.segid + 1] = geom.objid
 
     def close(self) -> None:
-        if self.renderer is not None:
-            self.renderer.close()
+        if self.context is not None:
+            self.context.free()
+            self.gl.free()
+            self.context = self.gl = None
+
+
+def _grid(tiles: int, size: tuple[int, int]) -> tuple[int, int]:
+    """Columns and rows of `tiles` images of `size` in a frame buffer no side of which passes MAX_BUFFER_SIDE."""
+    height, width = size
+    columns = max(1, min(tiles, MAX_BUFFER_SIDE // width))
+    rows = math.ceil(tiles / columns)
+    if rows * height > MAX_BUFFER_SIDE or width > MAX_BUFFER_SIDE:
+        raise ValueError(
+            f"{tiles} camera images of {height}x{width} do not fit one {MAX_BUFFER_SIDE}x{MAX_BUFFER_SIDE} frame"
+            " buffer: give each simulator replica fewer envs (num_envs) or cameras, or smaller images"
+        )
+    return columns, rows
+
+
+def _segment_ids(colours: np.ndarray) -> np.ndarray:
+    """Flat id colours back to segment id + 1 (0: background)."""
+    rgb = colours.astype(np.int32)
+    return rgb[..., 0] + rgb[..., 1] * 2**8 + rgb[..., 2] * 2**16
 
 
 VENDOR_DIRS = ("/usr/share/glvnd/egl_vendor.d", "/etc/glvnd/egl_vendor.d", "/usr/local/share/glvnd/egl_vendor.d")
 
 
-def _renderer(model: mujoco.MjModel, size: tuple[int, int]) -> mujoco.Renderer:
+def _gl_context(width: int, height: int):
+    from mujoco import gl_context
+
     try:
-        return mujoco.Renderer(model, *size)
-    except ValueError:  # an image larger than the model's offscreen buffer: MuJoCo's message says so
-        raise
+        return gl_context.GLContext(width, height)
     except Exception as exc:  # noqa: BLE001 - EGL/OSMesa fail in many ways; each is explained the same way
         raise RuntimeError(_no_gl_context(exc)) from None
 

@@ -40,11 +40,11 @@ class EpisodeVideo:
         from m2flow.workers.env.rendering import CameraRenderer
 
         self.config, self.folder = config, Path(folder)
-        self.renderer = CameraRenderer(copy.copy(model), [camera], ["rgb"], config.size, "full")
+        self.renderer = CameraRenderer([copy.copy(model)], [camera], ["rgb"], config.size, "full")
         self.frames: list[np.ndarray] = []
 
     def frame(self, data: mujoco.MjData) -> None:
-        self.frames.append(self.renderer.render(data)["rgb"][0])
+        self.frames.append(self.renderer.render([data])["rgb"][0, 0])
 
     def save(self, name: str, episode_return: float, success: float) -> Path:
         """Write the frames since the last save as `<folder>/<name>.<format>`."""
