@@ -6,7 +6,8 @@
 # PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores;
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
-# `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second;
+# `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second
+# (REPLICAS, ENVS, CHUNK, MODES, ITERATIONS, NAME, SECONDS_LIMIT);
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
 # STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop); `sac_camera` SAC from pixels (metrics.jsonl).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
@@ -55,11 +56,12 @@ fi
 if [ "${1:-all}" = pipeline ]; then
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 1 > "$OUT/gpu_util.csv" &
   sampler=$!
-  timeout 480 python3 benchmarks/modes.py --workload camera --policy vit --size 100m --replicas 12 --envs 16 --horizon 64 \
-    --iterations 4 --modes "${MODES:-shared:1,disaggregated:1,hybrid:2,hybrid:4,auto:auto}" --name modes_camera_vit_bf16 \
-    --out "$OUT" > "$OUT/modes_camera_vit_bf16.log" 2>&1
+  name="${NAME:-modes_camera_vit_bf16}"
+  timeout "${SECONDS_LIMIT:-480}" python3 benchmarks/modes.py --workload camera --policy vit --size 100m --replicas "${REPLICAS:-12}" \
+    --envs "${ENVS:-16}" --chunk "${CHUNK:-1}" --horizon 64 --iterations "${ITERATIONS:-4}" \
+    --modes "${MODES:-shared:1,disaggregated:1,hybrid:2,hybrid:4,auto:auto}" --name "$name" --out "$OUT" > "$OUT/$name.log" 2>&1
   kill "$sampler"
-  grep -v "WARN\|INFO\|warn" "$OUT/modes_camera_vit_bf16.log" | grep -E "render:|bound by|^(shared|hybrid|disagg|auto|mode)" | tail -24
+  grep -v "WARN\|INFO\|warn" "$OUT/$name.log" | grep -E "render:|bound by|^(shared|hybrid|disagg|auto|mode)" | tail -24
   rm -rf "$OUT/tmp"; exit 0
 fi
 if [ "${1:-all}" = multigpu ]; then  # on nvidia-h200-x2 (or x4)

@@ -65,11 +65,11 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
     """Simulators with a rendered camera on CPU cores; a CNN policy (or a ViT preset, acting and trained in
     bf16) and PPO on the GPU when there is one."""
     view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [84, 84]}
-    policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [256], "observation": view}
+    policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [256], "chunk": args.chunk, "observation": view}
     training = {"num_minibatches": 4, "update_epochs": 2}
     if args.policy == "vit":
         vit = {"model": "vit", "size": args.size, "patch": 12, "causal": True, "precision": "bf16"}
-        policy = {"env_id": "HalfCheetah-v5", **vit, "observation": view}
+        policy = {"env_id": "HalfCheetah-v5", **vit, "chunk": args.chunk, "observation": view}
         samples = args.replicas * args.envs * args.horizon
         training = {"num_minibatches": max(2, samples // 2048), "update_epochs": 1}  # minibatches of <= 2,048
     return {
@@ -79,7 +79,7 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
                 "kind": "simulator",
                 "class": "m2flow.workers.env.CameraEnv",
                 "replicas": args.replicas,
-                "args": {"env_id": "HalfCheetah-v5", "num_envs": args.envs, "observation": view},
+                "args": {"env_id": "HalfCheetah-v5", "num_envs": args.envs, "chunk": args.chunk, "observation": view},
             },
             "rollout": {"kind": "inference", "class": "m2flow.workers.rollout.TorchPolicy", "args": policy},
             "actor": {
@@ -153,6 +153,7 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=8, help="camera workload: envs per simulator process")
     parser.add_argument("--offload", default="auto", choices=["auto", "always", "never"])
     parser.add_argument("--measure", action="store_true", help="run `m2flow profile` first and plan with it")
+    parser.add_argument("--chunk", type=int, default=1, help="camera workload: actions per policy call")
     parser.add_argument("--policy", choices=["cnn", "vit"], default="cnn", help="camera workload: the policy")
     parser.add_argument("--size", default="100m", help="camera workload with --policy vit: the ViT preset")
     parser.add_argument("--transport", default="auto", help="the weight sync edge's transport")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ON_CPU, ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
@@ -107,6 +107,7 @@ TOY_SIZE_CONFIGS = [
     "ppo_hopper.yaml",
     "ppo_walker2d.yaml",
     "ppo_ant.yaml",
+    "ppo_camera_gpu.yaml",  # shrunk (tests/conftest.py ON_CPU)
 ]
 
 
@@ -122,6 +123,7 @@ def test_the_camera_and_locomotion_configs_run_an_iteration(config, tmp_path):
             f"run.output_dir={tmp_path}",
             "run.progress=false",
             "run.checkpoint_every=0",
+            *ON_CPU.get(config, []),
         ],
     )
     result = mf.run(spec)

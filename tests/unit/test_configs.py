@@ -12,7 +12,7 @@ from m2flow.cluster import Cluster
 from m2flow.config import load_spec
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
-from tests.conftest import ROOT
+from tests.conftest import ON_CPU, ROOT
 
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
@@ -24,10 +24,10 @@ def tiny_vlm(tmp_path_factory):
     return make_tiny_vlm(tmp_path_factory.mktemp("models") / "tiny-vlm")
 
 
-def overrides_for(config, tiny_vlm) -> list[str]:
+def overrides_for(config, cluster: str, tiny_vlm) -> list[str]:
     if config.name == "ppo_hf_tiny.yaml":  # its model is written by a setup step: here, to a temporary folder
         return [f"workers.{w}.args.hf.path={tiny_vlm}" for w in ("rollout", "actor")]
-    return []
+    return ON_CPU.get(config.name, []) if "gpus=0" in cluster else []
 
 
 @pytest.mark.parametrize("cluster", ["cluster.cpus=2 cluster.gpus=0", "cluster.cpus=16 cluster.gpus=1"])
@@ -35,7 +35,7 @@ def overrides_for(config, tiny_vlm) -> list[str]:
 def test_every_config_validates_and_plans(config, cluster, tiny_vlm):
     if "robosuite" in config.name and importlib.util.find_spec("robosuite") is None:
         pytest.skip("the robosuite extra is not installed (pip install m2flow[robosuite])")
-    spec = load_spec(config, [*cluster.split(), *overrides_for(config, tiny_vlm)])
+    spec = load_spec(config, [*cluster.split(), *overrides_for(config, cluster, tiny_vlm)])
     plan = make_plan(build_graph(spec, str(config)), Cluster.from_spec(spec.cluster))
     assert plan.predicted.iteration_s > 0
     assert set(plan.placements) == set(spec.workers)
