@@ -243,3 +243,45 @@ def test_an_array_past_the_pinned_limit_takes_the_synchronous_copy(monkeypatch):
     monkeypatch.setattr(torch, "empty", pinning_refused)
     tensor = from_host(np.ones((64, 64), np.float32), torch.device("cuda"))
     assert tensor.is_cuda and float(tensor.sum()) == 64 * 64
+
+
+def camera_batch(n: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rgb = rng.integers(0, 255, (n, 1, 64, 64, 3), dtype=np.uint8)
+    return {"rgb": rgb, "proprio": rng.normal(size=(n, 17)).astype(np.float32), "env_id": np.arange(n)}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_graphed_act_call_gives_the_eager_call_s_actions_per_batch_shape_and_after_new_weights(precision):
+    on_cuda("inference")
+    graphed, eager = TorchPolicy(**VIT, precision=precision), TorchPolicy(**VIT, precision=precision, cuda_graphs=False)
+    eager.model.load_state_dict(graphed.model.state_dict())
+    tolerance = {"rtol": 1e-4, "atol": 1e-4} if precision == "fp32" else {"rtol": 2e-2, "atol": 2e-2}
+
+    def same(batch) -> None:
+        got, want = graphed.act(batch), eager.act(batch)
+        for key in ("action", "logprob", "value"):
+            np.testing.assert_allclose(got[key], want[key], **tolerance, err_msg=key)
+
+    for n, seed in [(8, 0), (8, 1), (12, 2), (8, 3)]:  # a replay reads each call's own inputs
+        same(camera_batch(n, seed))
+    assert len(graphed.graphs.graphs) == 2 and graphed.graphs.failed is None, "one graph per batch shape"
+    state = {k: v + 0.01 if v.is_floating_point() else v for k, v in graphed.model.state_dict().items()}
+    for policy in (graphed, eager):
+        policy.load_weights({"version": 1, "state": state})
+    same(camera_batch(8, 4))  # weights load in place: the graphs see them
+    graphed.offload()
+    graphed.onload()
+    assert not graphed.graphs.graphs, "moving the parameters forgets the graphs that hold their addresses"
+    same(camera_batch(12, 5))
+
+
+def test_a_forward_that_cannot_be_captured_runs_eager_and_says_so(capsys):
+    from m2flow.workers.models.cuda_graph import CudaGraphs
+
+    graphs = CudaGraphs()
+    x = torch.arange(4.0, device="cuda")
+    assert graphs.run("sum", lambda t: t * t.sum().item(), x).tolist() == [0.0, 6.0, 12.0, 18.0]
+    assert graphs.failed is not None and not graphs.graphs
+    assert "m2flow: sum runs eager, its forward cannot be replayed as a CUDA graph" in capsys.readouterr().err
+    assert graphs.run("sum", lambda t: t + 1, x).tolist() == [1.0, 2.0, 3.0, 4.0], "eager from then on"

@@ -33,6 +33,11 @@ class TorchPolicyConfig(PolicyArgs):
     precision: Precision = Field(
         "fp32", description="bf16: act under bf16 autocast, as a training worker with `precision: bf16` computes"
     )
+    cuda_graphs: bool = Field(
+        True,
+        description="on a CUDA device, replay the act call as one CUDA graph per batch shape, captured on its"
+        " first use (kernel launches then cost little: `workers/models/cuda_graph.py`); false: eager",
+    )
 
 
 class TorchPolicy:
@@ -47,6 +52,11 @@ class TorchPolicy:
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)
         self.model = self.args.build().to(self.device).eval()
+        self.graphs = None
+        if self.device.type == "cuda" and cfg.cuda_graphs:
+            from m2flow.workers.models.cuda_graph import CudaGraphs
+
+            self.graphs = CudaGraphs(torch.bfloat16 if cfg.precision == "bf16" else None)
         self._frozen = {name for name, p in self.model.named_parameters() if not p.requires_grad}
         self.act_dim, self.seed = self.model.act_dim, ctx.seed
         self.env_rngs: dict[int, np.random.Generator] = {}
@@ -71,18 +81,26 @@ class TorchPolicy:
         pad = -rows % ROW_MULTIPLE
         x = _pad(x, pad)
         if self.deterministic:
-            with compute_in(self.device, self.args.precision):
-                return {"action": _rows(self.model.mean_action(x), rows)}
+            return {"action": _rows(self._forward("mean action", self.model.mean_action, x), rows)}
         env_ids = batch.get("env_id") if isinstance(batch, dict) else None
         noise = _pad(self._noise(env_ids, rows), pad) if env_ids is not None else None
-        with compute_in(self.device, self.args.precision):
-            action, logprob, _, value = self.model.get_action_and_value(x, noise=noise)
+        action, logprob, _, value = self._forward("act", self._sample, x, noise)
         return {
             "action": _rows(action, rows),
             "logprob": _rows(logprob, rows),
             "value": _rows(value, rows),
             "policy_version": np.full(rows, self.version, dtype=np.int64),  # training measures staleness by it
         }
+
+    def _forward(self, name: str, fn, *args):
+        """`fn(*args)` in the worker's precision: replayed from a CUDA graph where there are graphs."""
+        if self.graphs is not None:
+            return self.graphs.run(f"{name} of {type(self.model).__name__}", fn, *args)
+        with compute_in(self.device, self.args.precision):
+            return fn(*args)
+
+    def _sample(self, x, noise):
+        return self.model.get_action_and_value(x, noise=noise)
 
     def _noise(self, env_ids: np.ndarray, n: int) -> torch.Tensor:
         from m2flow.workers.models.host_copy import from_host
@@ -112,6 +130,8 @@ class TorchPolicy:
             from m2flow.workers.models.placement import move_module
 
             move_module(self.model, torch.device("cpu"))
+            if self.graphs is not None:  # they hold the parameters' old addresses
+                self.graphs.clear()
             torch.cuda.empty_cache()
 
     def onload(self) -> None:
