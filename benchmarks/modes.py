@@ -13,6 +13,7 @@ pipeline efficiency (the bound horizon * max(stage) over the measured loop time)
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from pathlib import Path
 
@@ -126,6 +127,9 @@ def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
     iteration = statistics.median(h["time/iteration_s"] for h in rows)
     loop = statistics.median(h["time/loop_s"] for h in rows)
     sync = statistics.median(h.get("time/sync_s", 0.0) for h in rows)
+    physics, render = (
+        statistics.median(h.get(f"env/{part}_s", math.nan) for h in rows) for part in ("physics", "render")
+    )
     bound = args.horizon * max(args.step_ms, args.act_ms) / 1e3 if args.workload == "spin" else float("nan")
     return {
         "mode": result.plan.mode,
@@ -136,6 +140,8 @@ def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
         "pipeline_efficiency": bound / loop,
         "loop_s": loop,
         "sync_s": sync,
+        "physics_s": physics,  # per simulator replica and iteration (camera workload)
+        "render_s": render,
         "transport": next(iter(result.plan.transports.values()), None),
     }
 
@@ -193,7 +199,7 @@ def main() -> None:
     shared = next((r for r in ran if r["mode"] == "shared"), ran[0])  # the baseline: shared, if it ran
     print(
         f"\n{'mode':24s} {'predicted s':>11s} {'measured s':>10s} {'error':>7s} {'steps/s':>8s} {'vs shared':>9s}"
-        f" {'pipeline eff':>12s} {'loop s':>7s} {'sync s':>7s} transport"
+        f" {'pipeline eff':>12s} {'loop s':>7s} {'sync s':>7s} {'physics s':>9s} {'render s':>8s} transport"
     )
     for row in rows:
         if "measured_s" not in row:
@@ -203,7 +209,8 @@ def main() -> None:
         print(
             f"{row['label']:24s} {row['predicted_s']:11.3f} {row['measured_s']:10.3f} {row['error']:+7.1%}"
             f" {row['env_steps_per_s']:8.0f} {row['vs_shared']:8.2f}x {row['pipeline_efficiency']:12.2f}"
-            f" {row['loop_s']:7.3f} {row['sync_s']:7.3f} {row['transport']}"
+            f" {row['loop_s']:7.3f} {row['sync_s']:7.3f} {row.get('physics_s', math.nan):9.3f}"
+            f" {row.get('render_s', math.nan):8.3f} {row['transport']}"
         )
     name = args.name or f"modes_{args.workload}"
     save_result(name, {"args": {**vars(args), "profile": str(args.profile)}, "rows": rows}, out)

@@ -204,3 +204,12 @@ def test_an_egl_device_that_cannot_be_opened_is_explained_with_what_egl_needs():
     assert "MuJoCo could not make a GL context (MUJOCO_GL=egl)" in out.stderr
     assert "on EGL device 99 (MUJOCO_EGL_DEVICE_ID: the plan's render GPU, or yours)" in out.stderr
     assert "EGL's vendor files here:" in out.stderr and "10_nvidia.json" in out.stderr
+
+
+def test_metrics_split_the_step_s_time_into_physics_and_rendering_since_the_last_report():
+    env = cheetah()
+    run(env, chunks=2)
+    first = env.metrics()
+    assert first["env/physics_s"] > 0 and first["env/render_s"] > 0
+    second = env.metrics()
+    assert second["env/physics_s"] == second["env/render_s"] == 0.0, "each report covers the time since the last"

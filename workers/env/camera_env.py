@@ -12,6 +12,7 @@ plays deterministic evaluation episodes on an env of its own, filmed when `video
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -77,6 +78,7 @@ class CameraEnv:
         self._done = np.zeros(len(self.envs), dtype=bool)
         self._succeeded = np.full(len(self.envs), np.nan)  # any success in the episode so far (NaN: no signal)
         self.recorder = Recorder(len(self.envs))
+        self.seconds = {"physics": 0.0, "render": 0.0}  # spent since the last metrics(): where a step's time goes
 
     def _evaluator(self, folder: Path, seed: int) -> Evaluator:
         """Evaluation on an env of its own, observed as the policy is in training (and filmed, if asked)."""
@@ -118,6 +120,7 @@ class CameraEnv:
         steps = np.zeros(len(self.envs), dtype=np.int64)
         done = np.zeros(len(self.envs), dtype=bool)
         cut = np.zeros(len(self.envs), dtype=bool)  # a time limit ended the episode, not the task
+        began_at, rendered = time.perf_counter(), self.seconds["render"]
         for c in range(actions.shape[1]):
             for i, env in enumerate(self.envs):
                 if done[i]:
@@ -130,6 +133,7 @@ class CameraEnv:
                 cut[i] = truncated and not terminated
             if self.config.obs_every_step:
                 self._observe()
+        self.seconds["physics"] += time.perf_counter() - began_at - (self.seconds["render"] - rendered)
         self.recorder.record(started_from, began, reward, {**out, **self._cut_short(started_from, cut)})
         self.recorder.count(reward, steps)
         self.recorder.end_episodes(done, self._succeeded)
@@ -164,7 +168,10 @@ class CameraEnv:
         """The views of these envs (local indices), each drawn in its own tile; a crash while drawing an
         env's scene counts against that env."""
         datas = [self.envs[i].unwrapped.data for i in envs]
-        return self.renderer.render(datas, lambda k: self.envs[envs[k]].working, slots=envs)
+        began_at = time.perf_counter()
+        views = self.renderer.render(datas, lambda k: self.envs[envs[k]].working, slots=envs)
+        self.seconds["render"] += time.perf_counter() - began_at
+        return views
 
     def trajectory(self) -> dict[str, Any]:
         """Every chunk since the last call, time-major [T, envs, ...]; rewards are summed over the chunk."""
@@ -176,8 +183,12 @@ class CameraEnv:
             self._evaluated = self.evaluator.run(weights)
 
     def metrics(self) -> dict[str, float]:
+        """Episode statistics, evaluation results, and the seconds spent stepping physics (`env/physics_s`)
+        and rendering (`env/render_s`, waiting for the GPU's read-back included) since the last call."""
         evaluated, self._evaluated = self._evaluated, {}
-        return {**self.recorder.metrics(), **evaluated}
+        spent = {f"env/{part}_s": seconds for part, seconds in self.seconds.items()}
+        self.seconds = dict.fromkeys(self.seconds, 0.0)
+        return {**self.recorder.metrics(), **evaluated, **spent}
 
     def state_dict(self) -> dict[str, Any]:
         from m2flow.workers.env.mujoco_state import simulator_state
