@@ -7,7 +7,7 @@
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
 # `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second
-# (REPLICAS, ENVS, CHUNK, MODES, ITERATIONS, NAME, SECONDS_LIMIT);
+# (REPLICAS, ENVS, CHUNK, STALENESS, MODES, ITERATIONS, NAME, SECONDS_LIMIT); `camera_gpu` configs/ppo_camera_gpu.yaml;
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
 # STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop); `sac_camera` SAC from pixels (metrics.jsonl).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
@@ -58,11 +58,18 @@ if [ "${1:-all}" = pipeline ]; then
   sampler=$!
   name="${NAME:-modes_camera_vit_bf16}"
   timeout "${SECONDS_LIMIT:-480}" python3 benchmarks/modes.py --workload camera --policy vit --size 100m --replicas "${REPLICAS:-12}" \
-    --envs "${ENVS:-16}" --chunk "${CHUNK:-1}" --horizon 64 --iterations "${ITERATIONS:-4}" \
+    --envs "${ENVS:-16}" --chunk "${CHUNK:-1}" ${STALENESS:+--staleness $STALENESS} --horizon 64 --iterations "${ITERATIONS:-4}" \
     --modes "${MODES:-shared:1,disaggregated:1,hybrid:2,hybrid:4,auto:auto}" --name "$name" --out "$OUT" > "$OUT/$name.log" 2>&1
   kill "$sampler"
   grep -v "WARN\|INFO\|warn" "$OUT/$name.log" | grep -E "render:|bound by|^(shared|hybrid|disagg|auto|mode)" | tail -24
   rm -rf "$OUT/tmp"; exit 0
+fi
+if [ "${1:-all}" = camera_gpu ]; then  # the GPU pipeline config as users run it: auto placement, costs measured
+  timeout "${SECONDS_LIMIT:-200}" python3 -m m2flow.cli run configs/ppo_camera_gpu.yaml run.iterations="${ITERATIONS:-5}" \
+    run.checkpoint_every=0 run.progress=false run.output_dir="$OUT/runs" 2>&1 | grep -v "WARN\|INFO\|warn" | tail -60 \
+    | tee "$OUT/ppo_camera_gpu.txt"
+  cp "$OUT"/runs/ppo-camera-gpu/metrics.jsonl "$OUT/ppo_camera_gpu_metrics.jsonl" && python3 benchmarks/results_io.py "$OUT/ppo_camera_gpu_metrics.jsonl"
+  rm -rf "$OUT/runs"; exit 0
 fi
 if [ "${1:-all}" = multigpu ]; then  # on nvidia-h200-x2 (or x4)
   nvidia-smi --query-gpu=index,name --format=csv | tee -a "$OUT/gpu.txt"

@@ -73,6 +73,14 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
         policy = {"env_id": "HalfCheetah-v5", **vit, "chunk": args.chunk, "observation": view}
         samples = args.replicas * args.envs * args.horizon
         training = {"num_minibatches": max(2, samples // 2048), "update_epochs": 1}  # minibatches of <= 2,048
+    flow = {
+        "loop": {"horizon": args.horizon, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
+        "then": ["env.trajectory -> actor.train"],
+        "sync": [{"edge": "actor.weights -> rollout.load_weights", "transport": args.transport}],
+    }
+    if args.staleness:  # training beside the next loop, on batches that many policy versions behind
+        flow["async"] = {"max_staleness": args.staleness, "on_stale": "block"}
+        training = {**training, "off_policy": "decoupled", "behavior_weight_cap": 2.0}
     return {
         "name": f"modes-camera-{mode}-{stages}",
         "workers": {
@@ -89,11 +97,7 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
                 "args": {**policy, **training},
             },
         },
-        "flow": {
-            "loop": {"horizon": args.horizon, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
-            "then": ["env.trajectory -> actor.train"],
-            "sync": [{"edge": "actor.weights -> rollout.load_weights", "transport": args.transport}],
-        },
+        "flow": flow,
         "placement": {"mode": mode, "pipeline_stages": stages, "offload": args.offload, "colocate": False},
         "run": run_settings(args, out),
     }
@@ -123,7 +127,7 @@ def workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) 
 
 def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
     result = mf.run(spec)
-    rows = result.history[1:]
+    rows = [h for h in result.history[1:] if "time/loop_s" in h]  # an async run ends with an update alone
     iteration = statistics.median(h["time/iteration_s"] for h in rows)
     loop = statistics.median(h["time/loop_s"] for h in rows)
     sync = statistics.median(h.get("time/sync_s", 0.0) for h in rows)
@@ -140,8 +144,8 @@ def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
         "pipeline_efficiency": bound / loop,
         "loop_s": loop,
         "sync_s": sync,
-        "physics_s": physics,  # per simulator replica and iteration (camera workload)
-        "render_s": render,
+        "physics_s": physics * result.plan.pipeline_stages,  # per simulator replica (its slices summed) and iteration
+        "render_s": render * result.plan.pipeline_stages,
         "transport": next(iter(result.plan.transports.values()), None),
     }
 
@@ -159,6 +163,7 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=8, help="camera workload: envs per simulator process")
     parser.add_argument("--offload", default="auto", choices=["auto", "always", "never"])
     parser.add_argument("--measure", action="store_true", help="run `m2flow profile` first and plan with it")
+    parser.add_argument("--staleness", type=int, default=0, help="camera workload: train asynchronously, k-off")
     parser.add_argument("--chunk", type=int, default=1, help="camera workload: actions per policy call")
     parser.add_argument("--policy", choices=["cnn", "vit"], default="cnn", help="camera workload: the policy")
     parser.add_argument("--size", default="100m", help="camera workload with --policy vit: the ViT preset")
