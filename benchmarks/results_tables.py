@@ -344,9 +344,12 @@ def camera_gpu_pipeline(rel: str, res: Results) -> Block:
         for r in res.rows(rel)
         if "measured_s" in r
     ]
+    chunk, staleness = args.get("chunk", 1), args.get("staleness", 0)
+    acting = f"acting in chunks of {chunk} actions" if chunk > 1 else "acting"
+    training = f"training {staleness} policy version(s) behind the loop (decoupled PPO)" if staleness else "training"
     caption = (
         f"*{args['replicas']} camera simulator processes x {args['envs']} envs (84x84 RGB + proprioception, EGL on"
-        f" the GPU), ViT {args['size']} (patch 12, causal) acting and training in bf16 on the GPU; no costs"
+        f" the GPU), ViT {args['size']} (patch 12, causal) {acting} and {training} in bf16 on the GPU; no costs"
         " declared: the first run measured them in its first iterations and cached them, the later runs started"
         f" from the cache; horizon {args['horizon']}, {args['iterations']} iterations, medians after the first*"
     )
@@ -406,6 +409,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
     "camera_vit_sync_h200": partial(camera_vit_sync, [CAMERA_VIT_STORE, CAMERA_VIT]),
     "camera_gpu_pipeline_h200": partial(camera_gpu_pipeline, "gpu13/modes_camera_vit_bf16.json"),
+    **{
+        f"camera_gpu_pipeline_h200_{run}": partial(camera_gpu_pipeline, f"gpu19/modes_camera_vit_{run}.json")
+        for run in ("chunk8", "chunk16", "chunk16_async")
+    },
     "multigpu_hf_x2_256": partial(multigpu, HF_X2_256),
     "multigpu_hf_x2_1024": partial(multigpu, HF_X2_1024),
 }
