@@ -127,7 +127,13 @@ def ablation(rel: str, res: Results) -> Block:
         + [times(r["cumulative"], 1), times(r["published"], 1) if r["published"] else "—"]
         for i, r in enumerate(res.rows(rel))
     ]
-    caption = f"*task {args['task']}, {args['envs']} envs, {args['chunks']} chunks of {args['chunk']} actions an"
+    envs = (
+        f"{args['replicas']} simulator processes x {args['envs']} envs"
+        if args.get("replicas", 1) > 1
+        else f"{args['envs']} envs"
+    )
+    policy = f", a ViT {args['vit_size']} acting in bf16" if args.get("policy") == "vit" else ""
+    caption = f"*task {args['task']}, {envs}{policy}, {args['chunks']} chunks of {args['chunk']} actions an"
     caption += f" iteration, {args['size']}x{args['size']} images; rows are cumulative.*"
     header = ["row", "what changes", "ms / env step", "over previous", "cumulative", "BEHAVIOR published"]
     return Block([caption, "", *table(header, rows, "llrrrr")], [rel])

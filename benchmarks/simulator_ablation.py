@@ -7,11 +7,15 @@ rows (cumulative):  baseline       full rendering, every camera and modality, ob
                     + pipeline     S=2 slices, simulator and inference on separate cores (hybrid)
 
     python benchmarks/simulator_ablation.py [--task metaworld|cheetah] [--envs 2] [--chunks 4] [--chunk 8]
+        [--replicas 1] [--policy cnn|vit] [--iterations 2]
+
+Each row's figure is the median loop time over the iterations after the first, per env step.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
 
 from results_io import save_result
@@ -55,11 +59,13 @@ def workflow(args: argparse.Namespace, name: str, sim: dict, mode: str, stages: 
     env_id, env_kwargs, _, reads = TASKS[args.task]
     size = [args.size, args.size]
     sim = {**sim, "observation": {**sim["observation"], "size": size}}
+    model = {"model": "cnn", "hidden": [256]}
+    if args.policy == "vit":  # the GPU pipeline workload's policy (configs/ppo_camera_gpu.yaml)
+        model = {"model": "vit", "size": args.vit_size, "patch": 12, "causal": True, "precision": "bf16"}
     policy = {
         "env_id": env_id,
         "env_kwargs": env_kwargs,
-        "model": "cnn",
-        "hidden": [256],
+        **model,
         "chunk": args.chunk,
         "observation": {"cameras": reads, "modalities": ["rgb", "proprio"], "size": size},
     }
@@ -70,6 +76,7 @@ def workflow(args: argparse.Namespace, name: str, sim: dict, mode: str, stages: 
                 "env": {
                     "kind": "simulator",
                     "class": "m2flow.workers.env.CameraEnv",
+                    "replicas": args.replicas,
                     "args": {
                         "env_id": env_id,
                         "env_kwargs": env_kwargs,
@@ -96,7 +103,10 @@ def workflow(args: argparse.Namespace, name: str, sim: dict, mode: str, stages: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(TASKS), default="metaworld")
-    parser.add_argument("--envs", type=int, default=2)
+    parser.add_argument("--envs", type=int, default=2, help="envs per simulator process")
+    parser.add_argument("--replicas", type=int, default=1, help="simulator processes")
+    parser.add_argument("--policy", choices=["cnn", "vit"], default="cnn", help="vit: acting in bf16 (a GPU's job)")
+    parser.add_argument("--vit-size", default="100m", help="with --policy vit: the ViT preset")
     parser.add_argument("--chunks", type=int, default=4, help="policy calls (chunks) per iteration")
     parser.add_argument("--chunk", type=int, default=8, help="actions per chunk")
     parser.add_argument("--size", type=int, default=84)
@@ -109,11 +119,14 @@ def main() -> None:
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     out = Path(args.out)
     results, previous = [], None
-    print(f"{args.task}: {args.envs} envs, {args.chunks} chunks of {args.chunk} actions per iteration", flush=True)
+    print(
+        f"{args.task}: {args.replicas} x {args.envs} envs, {args.chunks} chunks of {args.chunk} actions per iteration",
+        flush=True,
+    )
     for label, sim, mode, stages in rows(args.task):
         run = mf.run(workflow(args, f"ablation-{len(results)}", sim, mode, stages, out / "tmp"))
-        loop_s = min(h["time/loop_s"] for h in run.history[1:] or run.history)
-        ms = 1e3 * loop_s / (args.chunks * args.chunk * args.envs)
+        loop_s = statistics.median(h["time/loop_s"] for h in run.history[1:] or run.history)
+        ms = 1e3 * loop_s / (args.chunks * args.chunk * args.envs * args.replicas)
         speedup = previous / ms if previous else 1.0
         cumulative = results[0]["ms_per_step"] / ms if results else 1.0
         results.append(
@@ -131,7 +144,8 @@ def main() -> None:
             flush=True,
         )
         previous = ms
-    save_result(f"simulator_ablation_{args.task}", {"args": vars(args), "rows": results}, out)
+    name = f"simulator_ablation_{args.task}" + ("" if args.policy == "cnn" else f"_{args.policy}")
+    save_result(name, {"args": vars(args), "rows": results}, out)
     print(f"total: {results[-1]['cumulative']:.1f}x ({args.task}; BEHAVIOR published 25x)")
 
 
