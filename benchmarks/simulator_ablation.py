@@ -95,6 +95,7 @@ def workflow(args: argparse.Namespace, name: str, sim: dict, mode: str, stages: 
                 "progress": False,
                 "checkpoint_every": 0,
                 "trace_detail_iterations": 0,
+                "timeouts": {"floor_s": 600},  # the baseline row renders everything every step: slow by design
             },
         }
     )
