@@ -382,6 +382,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "replacement_spares": replacement_spares,
     "ablation_metaworld": partial(ablation, "simulator_ablation_metaworld.json"),
     "ablation_cheetah_h200": partial(ablation, "gpu/simulator_ablation_cheetah.json"),
+    "ablation_cheetah_vit_h200": partial(ablation, "gpu19/simulator_ablation_cheetah_vit.json"),
     "modes_camera_h200": partial(modes_table, H200),
     "modes_camera_h200_profiled": partial(modes_table, H200_PROFILED),
     "modes_camera_h200_hops": partial(modes_table, H200_HOPS),

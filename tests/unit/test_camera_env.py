@@ -10,6 +10,7 @@ import torch
 
 from m2flow.context import WorkerContext, set_context
 from m2flow.workers.env import CameraEnv
+from m2flow.workers.env.env_ids import make_env
 
 
 @pytest.fixture(autouse=True)
@@ -147,7 +148,10 @@ def test_evaluation_episodes_are_filmed_and_leave_training_untouched(tmp_path, f
     evaluation = {"policy": policy, "episodes": 2, "max_steps": 10}
     env = cheetah(observation=view, evaluation=evaluation, video={"save": True, "size": [48, 64], "format": fmt})
     plain = cheetah(observation=view)
-    assert env.evaluator.video.renderer.models[0] is not env.renderer.models[0], "videos render a copy (full)"
+    pristine = make_env("HalfCheetah-v5").unwrapped.model
+    filmed = env.evaluator.video.renderer.models[0]
+    assert filmed.vis.quality.shadowsize == pristine.vis.quality.shadowsize > 0, "videos render in full, shadows on"
+    assert env.renderer.models[0].vis.quality.shadowsize == 0, "training renders fast"
     first = run(env, chunks=3)
     env.evaluate(evaluation_weights(policy, version=7))
     second = run(env, chunks=3)

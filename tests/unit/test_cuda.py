@@ -252,7 +252,7 @@ def camera_batch(n: int, seed: int) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_the_graphed_act_call_gives_the_eager_call_s_actions_per_batch_shape_and_after_new_weights(precision):
+def test_the_graphed_act_call_gives_the_eager_actions_per_shape_after_new_weights_and_after_offload(precision):
     on_cuda("inference")
     graphed, eager = TorchPolicy(**VIT, precision=precision), TorchPolicy(**VIT, precision=precision, cuda_graphs=False)
     eager.model.load_state_dict(graphed.model.state_dict())
@@ -285,3 +285,13 @@ def test_a_forward_that_cannot_be_captured_runs_eager_and_says_so(capsys):
     assert graphs.failed is not None and not graphs.graphs
     assert "m2flow: sum runs eager, its forward cannot be replayed as a CUDA graph" in capsys.readouterr().err
     assert graphs.run("sum", lambda t: t + 1, x).tolist() == [1.0, 2.0, 3.0, 4.0], "eager from then on"
+
+
+def test_a_graphed_act_call_without_env_ids_draws_fresh_noise_at_each_replay():
+    on_cuda("inference")
+    policy = TorchPolicy(**VIT)
+    batch = {k: v for k, v in camera_batch(8, 0).items() if k != "env_id"}
+    first, second = policy.act(batch), policy.act(batch)
+    assert len(policy.graphs.graphs) == 1 and policy.graphs.failed is None
+    assert np.isfinite(first["action"]).all() and not np.array_equal(first["action"], second["action"])
+    np.testing.assert_array_equal(first["value"], second["value"])  # the same observations, the same values

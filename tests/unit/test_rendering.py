@@ -9,6 +9,7 @@ import mujoco
 import numpy as np
 import pytest
 
+from m2flow.workers.env import rendering
 from m2flow.workers.env.rendering import CameraRenderer
 
 SCENE = """
@@ -44,20 +45,34 @@ def scenes(count: int) -> tuple[list[mujoco.MjModel], list[mujoco.MjData]]:
     return models, datas
 
 
-def test_tiles_match_a_renderer_per_env_in_every_camera_and_modality():
+def reference(model: mujoco.MjModel, data: mujoco.MjData, cameras: list[str]) -> dict[str, np.ndarray]:
+    """What `mujoco.Renderer` gives, one image at a time: {modality: [cameras, h, w(, 3)]}."""
+    renderer = mujoco.Renderer(model, *SIZE)
+    out: dict[str, list] = {m: [] for m in MODALITIES}
+    for camera in cameras:
+        renderer.update_scene(data, camera=camera)
+        out["rgb"].append(renderer.render())
+        renderer.enable_depth_rendering()
+        out["depth"].append(renderer.render())
+        renderer.enable_segmentation_rendering()
+        out["segmentation"].append(renderer.render()[..., 0])  # the object id (the type is [..., 1])
+        renderer.disable_segmentation_rendering()
+    renderer.close()
+    return {m: np.stack(images) for m, images in out.items()}
+
+
+@pytest.mark.parametrize("buffer_side", [8192, 200], ids=["one row", "a grid of rows"])
+def test_tiles_match_mujoco_s_own_renderer_in_every_camera_and_modality(buffer_side, monkeypatch):
+    monkeypatch.setattr(rendering, "MAX_BUFFER_SIDE", buffer_side)  # 200: three 56-wide tiles a row, four rows
     models, datas = scenes(5)
     tiled = CameraRenderer(models, ["above", "side"], MODALITIES, SIZE, "fast").render(datas)
-    alone = [
-        CameraRenderer([m], ["above", "side"], MODALITIES, SIZE, "fast").render([d])
-        for m, d in zip(models, datas, strict=True)
-    ]
+    want = [reference(m, d, ["above", "side"]) for m, d in zip(models, datas, strict=True)]
     for modality in MODALITIES:
-        want = np.concatenate([views[modality] for views in alone])
-        assert tiled[modality].shape == want.shape == (5, 2, *SIZE, *((3,) if modality == "rgb" else ()))
-    np.testing.assert_array_equal(tiled["segmentation"], np.concatenate([v["segmentation"] for v in alone]))
-    rgb_gap = np.abs(tiled["rgb"].astype(int) - np.concatenate([v["rgb"] for v in alone]))
+        assert tiled[modality].shape == (5, 2, *SIZE, *((3,) if modality == "rgb" else ()))
+    np.testing.assert_array_equal(tiled["segmentation"], np.stack([w["segmentation"] for w in want]))
+    rgb_gap = np.abs(tiled["rgb"].astype(int) - np.stack([w["rgb"] for w in want]))
     assert rgb_gap.max() <= 1 and (rgb_gap > 0).mean() < 1e-3, "a GL rasteriser may round a tile's edges"
-    np.testing.assert_allclose(tiled["depth"], np.concatenate([v["depth"] for v in alone]), rtol=1e-4)
+    np.testing.assert_allclose(tiled["depth"], np.stack([w["depth"] for w in want]), rtol=1e-4)
     assert len(np.unique(tiled["segmentation"])) >= 4, "floor, box geoms and pole are told apart"
     assert not np.array_equal(tiled["rgb"][0], tiled["rgb"][1]), "each tile shows its own env"
 

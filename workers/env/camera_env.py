@@ -86,6 +86,8 @@ class CameraEnv:
 
         cfg, view = self.config, self.config.observation
         env = make_env(cfg.env_id, **cfg.env_kwargs)
+        camera = cfg.video.camera or view.cameras[0]  # filmed from a copy of the model as built (full profile)
+        video = EpisodeVideo(cfg.video, env.unwrapped.model, camera, folder) if cfg.video.save else None
         renderer = CameraRenderer([env.unwrapped.model], view.cameras, view.modalities, view.size, cfg.render_profile)
 
         def observe(proprio: np.ndarray) -> dict[str, np.ndarray]:
@@ -94,8 +96,6 @@ class CameraEnv:
                 observation["proprio"] = np.asarray(proprio, np.float32)[None]
             return observation
 
-        camera = cfg.video.camera or view.cameras[0]
-        video = EpisodeVideo(cfg.video, env.unwrapped.model, camera, folder) if cfg.video.save else None
         return Evaluator(cfg.evaluation, env, observe, seed, cfg.clip_actions, video)
 
     @property

@@ -5,7 +5,8 @@ All the envs of a simulator process render in one GL context, side by side into 
 flat id colours and the depth buffer for `depth` and `segmentation`). A read-back waits for the GPU, so
 reading one frame per env bounds a process at a few hundred frames per second on a GPU that would draw
 ten times as many (RESULTS.md, "Why pipelining does not pay on one GPU"); tiles give each env the image
-a renderer of its own would (`tests/unit/test_camera_env.py`).
+`mujoco.Renderer` would (`tests/unit/test_rendering.py`). With pipeline slices each slice is a simulator
+instance of its own: one frame buffer and one read-back per slice.
 
 Render settings are named profiles: `fast` (no anti-aliasing, no shadow map, no reflections: 20-50x
 cheaper on a CPU renderer, images still correct) for training, `full` (MuJoCo's defaults) for videos.
@@ -70,13 +71,13 @@ class CameraRenderer:
             camera.type, camera.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, model.camera(name).id
         self.modalities = [m for m in modalities if m in IMAGE_MODALITIES]
         self.height, self.width = size
-        self.columns, rows = _grid(len(models) * len(cameras), size)
         self.calls: Counter = Counter()
         self.gl = self.context = None
         if self.modalities:
+            self.columns, rows = _grid(len(models) * len(cameras), size)
             model.vis.global_.offwidth = max(model.vis.global_.offwidth, self.columns * self.width)
             model.vis.global_.offheight = max(model.vis.global_.offheight, rows * self.height)
-            self.gl = _gl_context(self.columns * self.width, rows * self.height)
+            self.gl = _gl_context(self.width, self.height)  # MuJoCo draws into its own offscreen buffer
             self.gl.make_current()
             self.context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
             mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self.context)
@@ -104,7 +105,8 @@ class CameraRenderer:
         tiles = [[slot * len(self.cameras) + c for c in range(len(self.cameras))] for slot in slots]
         out: dict[str, np.ndarray] = {}
         if "rgb" in self.modalities:
-            out["rgb"] = self._cut(self._pass(datas, models, tiles, working, ids=False)[0], tiles)
+            colours, _, _ = self._pass(datas, models, tiles, working, ids=False)
+            out["rgb"] = self._cut(colours, tiles)
         if "depth" in self.modalities or "segmentation" in self.modalities:
             colours, depth, objects = self._pass(datas, models, tiles, working, ids=True)
             if "depth" in self.modalities:
@@ -157,7 +159,8 @@ class CameraRenderer:
         return np.stack(images).reshape(len(tiles), len(self.cameras), *images[0].shape)
 
     def _metres(self, depth: np.ndarray) -> np.ndarray:
-        """The depth buffer (0 near, 1 far) as distance from the camera, as `mujoco.Renderer` gives it."""
+        """The depth buffer (read as MuJoCo's zero-far map: 1 near, 0 far) as distance from the camera, as
+        `mujoco.Renderer` gives it."""
         far, near = np.float32(self.far), np.float32(self.near)
         c = np.float32(-0.5) * (-(far + near) / (far - near)) - np.float32(0.5)
         d = np.float32(-0.5) * (-(np.float32(2) * far * near) / (far - near))
@@ -171,6 +174,7 @@ class CameraRenderer:
 
     def close(self) -> None:
         if self.context is not None:
+            self.gl.make_current()  # the buffers freed are this context's, whichever was current
             self.context.free()
             self.gl.free()
             self.context = self.gl = None

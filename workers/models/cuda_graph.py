@@ -1,10 +1,11 @@
 """A policy's act call replayed as CUDA graphs: one per batch shape, captured on its first use.
 
 An eager forward of a 100M ViT launches hundreds of small kernels, and on a machine whose cores are busy
-stepping simulators the launches, not the kernels, set its latency: on an H200 the act call on 96 camera
-observations took 11.1 ms eager and 4.0 ms replayed as one graph (RESULTS.md, "Why pipelining does not pay
-on one GPU"). A graph replays fixed kernels on fixed buffers, so each call's inputs are copied into the
-buffers captured with it and its outputs are read from the graph's own (valid until its next replay).
+stepping simulators the launches, not the kernels, can set its latency: on an H200 the act call on 96
+camera observations took 6.5-11.1 ms eager and 4.0 ms replayed as one graph, alone (RESULTS.md, "Why
+pipelining does not pay on one GPU"). A graph replays fixed kernels on fixed buffers, so each call's
+inputs are copied into the buffers captured with it and its outputs are read from the graph's own (valid
+until its next replay). A forward that draws random numbers draws fresh ones at each replay.
 
 Graphs hold the parameters' addresses: loading weights in place keeps them valid, moving the model
 (offload) does not — `clear()` then. A forward that cannot be captured (host synchronisation, shapes that
@@ -33,8 +34,9 @@ class _Graph:
 
 
 class CudaGraphs:
-    """`run(name, fn, *args)`: `fn(*args)` on CUDA tensors, replayed from a graph captured for these
-    argument shapes. `autocast`: the dtype `fn` computes in under autocast (None: as the tensors are)."""
+    """`run(name, fn, *args)`: `fn(*args)` on CUDA tensors (nested in dicts, lists or tuples), replayed from a
+    graph captured for these argument shapes. `autocast`: the dtype `fn` computes in under autocast (None:
+    as the tensors are)."""
 
     def __init__(self, autocast: torch.dtype | None = None):
         self.autocast = autocast
@@ -63,19 +65,20 @@ class CudaGraphs:
         self.graphs.clear()
 
     def _capture(self, name: str, fn: Callable[..., Any], leaves: list[torch.Tensor], spec) -> _Graph | None:
+        """The forward warmed up eagerly (its errors are the caller's), then captured; None if it cannot be."""
         inputs = [t.clone() for t in leaves]
         call = lambda: self._eager(fn, tree_unflatten(inputs, spec), cache=False)  # noqa: E731
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARM_UP_CALLS):
+                call()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(WARM_UP_CALLS):
-                    call()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
                 outputs = call()
-        except Exception as exc:  # noqa: BLE001 - any reason a forward cannot be captured: run it eager
+        except Exception as exc:  # noqa: BLE001 - what a forward may not do while captured: run it eager
             self.failed = f"{type(exc).__name__}: {exc}"
             torch.cuda.synchronize()
             print(

@@ -83,8 +83,11 @@ class TorchPolicy:
         if self.deterministic:
             return {"action": _rows(self._forward("mean action", self.model.mean_action, x), rows)}
         env_ids = batch.get("env_id") if isinstance(batch, dict) else None
-        noise = _pad(self._noise(env_ids, rows), pad) if env_ids is not None else None
-        action, logprob, _, value = self._forward("act", self._sample, x, noise)
+        if env_ids is None:  # the model draws the noise
+            action, logprob, _, value = self._forward("act", self.model.get_action_and_value, x)
+        else:
+            noise = _pad(self._noise(env_ids, rows), pad)
+            action, logprob, _, value = self._forward("act with each env's noise", self._sample, x, noise)
         return {
             "action": _rows(action, rows),
             "logprob": _rows(logprob, rows),
