@@ -66,13 +66,13 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
     """Simulators with a rendered camera on CPU cores; a CNN policy (or a ViT preset, acting and trained in
     bf16) and PPO on the GPU when there is one."""
     view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [84, 84]}
-    policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [256], "chunk": args.chunk, "observation": view}
+    model = {"model": "cnn", "hidden": [256]}
     training = {"num_minibatches": 4, "update_epochs": 2}
     if args.policy == "vit":
-        vit = {"model": "vit", "size": args.size, "patch": 12, "causal": True, "precision": "bf16"}
-        policy = {"env_id": "HalfCheetah-v5", **vit, "chunk": args.chunk, "observation": view}
+        model = {"model": "vit", "size": args.size, "patch": 12, "causal": True, "precision": "bf16"}
         samples = args.replicas * args.envs * args.horizon
         training = {"num_minibatches": max(2, samples // 2048), "update_epochs": 1}  # minibatches of <= 2,048
+    policy = {"env_id": "HalfCheetah-v5", **model, "chunk": args.chunk, "observation": view}
     flow = {
         "loop": {"horizon": args.horizon, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
         "then": ["env.trajectory -> actor.train"],

@@ -279,7 +279,7 @@ def test_the_graphed_act_call_gives_the_eager_actions_per_shape_after_new_weight
 def test_a_forward_that_cannot_be_captured_runs_eager_and_says_so(capsys):
     from m2flow.workers.models.cuda_graph import CudaGraphs
 
-    graphs = CudaGraphs()
+    graphs = CudaGraphs(torch.device("cuda"))
     x = torch.arange(4.0, device="cuda")
     assert graphs.run("sum", lambda t: t * t.sum().item(), x).tolist() == [0.0, 6.0, 12.0, 18.0]
     assert graphs.failed is not None and not graphs.graphs

@@ -25,7 +25,6 @@ import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from itertools import chain
 
 import mujoco
 import numpy as np
@@ -101,42 +100,38 @@ class CameraRenderer:
             return {}
         self.gl.make_current()
         slots = range(len(datas)) if slots is None else slots
-        models = [self.models[slot] for slot in slots]
-        tiles = [[slot * len(self.cameras) + c for c in range(len(self.cameras))] for slot in slots]
         out: dict[str, np.ndarray] = {}
         if "rgb" in self.modalities:
-            colours, _, _ = self._pass(datas, models, tiles, working, ids=False)
-            out["rgb"] = self._cut(colours, tiles)
+            colours, _, _ = self._pass(datas, slots, working, ids=False)
+            out["rgb"] = self._cut(colours, slots)
         if "depth" in self.modalities or "segmentation" in self.modalities:
-            colours, depth, objects = self._pass(datas, models, tiles, working, ids=True)
+            colours, depth, objects = self._pass(datas, slots, working, ids=True)
             if "depth" in self.modalities:
-                out["depth"] = self._cut(self._metres(depth), tiles)
+                out["depth"] = self._cut(self._metres(depth), slots)
             if "segmentation" in self.modalities:
-                segments = self._cut(_segment_ids(colours), tiles)
+                segments = self._cut(_segment_ids(colours), slots)
                 objects_drawn = np.take_along_axis(objects, segments.reshape(*objects.shape[:2], -1), axis=2)
                 out["segmentation"] = objects_drawn.reshape(segments.shape)
         for modality in out:
             self.calls[modality] += len(datas) * len(self.cameras)
         return out
 
-    def _pass(
-        self, datas, models, tiles, working, ids: bool
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    def _pass(self, datas, slots, working, ids: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """Every tile drawn, then the frame buffer read once: its colours, or with `ids` each scene's geoms
         in flat id colours, the depth buffer and per tile the table from segment id + 1 to object id."""
         flags = self.scene.flags
         flags[mujoco.mjtRndFlag.mjRND_SEGMENT] = flags[mujoco.mjtRndFlag.mjRND_IDCOLOR] = ids
         objects = np.full((len(datas), len(self.cameras), self.scene.maxgeom + 1), -1, np.int32) if ids else None
-        for i, (data, model) in enumerate(zip(datas, models, strict=True)):
+        for i, (data, slot) in enumerate(zip(datas, slots, strict=True)):
             with working(i):
-                for c, camera in enumerate(self.cameras):
+                for c, (camera, tile) in enumerate(zip(self.cameras, self._tiles(slot), strict=True)):
                     mujoco.mjv_updateScene(
-                        model, data, self.option, None, camera, mujoco.mjtCatBit.mjCAT_ALL, self.scene
+                        self.models[slot], data, self.option, None, camera, mujoco.mjtCatBit.mjCAT_ALL, self.scene
                     )
-                    mujoco.mjr_render(self._rect(tiles[i][c]), self.scene, self.context)
+                    mujoco.mjr_render(self._rect(tile), self.scene, self.context)
                     if ids:
                         self._object_ids(objects[i, c])
-        drawn = max(each[-1] for each in tiles) + 1
+        drawn = self._tiles(max(slots))[-1] + 1
         area = mujoco.MjrRect(
             0, 0, min(drawn, self.columns) * self.width, math.ceil(drawn / self.columns) * self.height
         )
@@ -145,18 +140,20 @@ class CameraRenderer:
         mujoco.mjr_readPixels(colours, depth, area, self.context)
         return colours, depth, objects
 
+    def _tiles(self, slot: int) -> range:
+        """The tiles of a slot's cameras."""
+        return range(slot * len(self.cameras), (slot + 1) * len(self.cameras))
+
     def _rect(self, tile: int) -> mujoco.MjrRect:
         row, column = divmod(tile, self.columns)
         return mujoco.MjrRect(column * self.width, row * self.height, self.width, self.height)
 
-    def _cut(self, frame: np.ndarray, tiles: list[list[int]]) -> np.ndarray:
+    def _cut(self, frame: np.ndarray, slots: Sequence[int]) -> np.ndarray:
         """The frame buffer (read bottom row first) cut into [datas, cameras, h, w(, ...)] images."""
         h, w = self.height, self.width
-        images = [
-            np.flipud(frame[r.bottom : r.bottom + h, r.left : r.left + w])
-            for r in map(self._rect, chain.from_iterable(tiles))
-        ]
-        return np.stack(images).reshape(len(tiles), len(self.cameras), *images[0].shape)
+        rects = [self._rect(tile) for slot in slots for tile in self._tiles(slot)]
+        images = [np.flipud(frame[r.bottom : r.bottom + h, r.left : r.left + w]) for r in rects]
+        return np.stack(images).reshape(len(slots), len(self.cameras), *images[0].shape)
 
     def _metres(self, depth: np.ndarray) -> np.ndarray:
         """The depth buffer (read as MuJoCo's zero-far map: 1 near, 0 far) as distance from the camera, as

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from m2flow.workers.models.precision import Precision, compute_in
+
 MAX_GRAPHS = 8  # batch shapes kept; slices of a pipeline give one or two, a ragged last slice one more
 WARM_UP_CALLS = 3  # eager calls on a side stream before capture (cuBLAS workspaces, lazy initialisation)
 
@@ -35,11 +37,10 @@ class _Graph:
 
 class CudaGraphs:
     """`run(name, fn, *args)`: `fn(*args)` on CUDA tensors (nested in dicts, lists or tuples), replayed from a
-    graph captured for these argument shapes. `autocast`: the dtype `fn` computes in under autocast (None:
-    as the tensors are)."""
+    graph captured for these argument shapes, computing in `precision` (`compute_in`)."""
 
-    def __init__(self, autocast: torch.dtype | None = None):
-        self.autocast = autocast
+    def __init__(self, device: torch.device, precision: Precision = "fp32"):
+        self.device, self.precision = device, precision
         self.graphs: dict[tuple, _Graph] = {}
         self.pool = torch.cuda.graph_pool_handle()
         self.failed: str | None = None
@@ -89,7 +90,5 @@ class CudaGraphs:
         return _Graph(graph, inputs, outputs)
 
     def _eager(self, fn: Callable[..., Any], args: tuple, cache: bool = True) -> Any:
-        if self.autocast is None:
-            return fn(*args)
-        with torch.autocast("cuda", dtype=self.autocast, cache_enabled=cache):
+        with compute_in(self.device, self.precision, cache):
             return fn(*args)

@@ -11,8 +11,11 @@ if TYPE_CHECKING:
 Precision = Literal["fp32", "bf16"]
 
 
-def compute_in(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:
-    """bf16 autocast on `device` (the weights stay as they are), or nothing for fp32."""
+def compute_in(device: torch.device, precision: Precision, cache: bool = True) -> contextlib.AbstractContextManager:
+    """bf16 autocast on `device` (the weights stay as they are), or nothing for fp32. `cache=False` while a
+    CUDA graph is captured: autocast's cast weights must not outlive the capture."""
     import torch
 
-    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)

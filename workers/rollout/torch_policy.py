@@ -56,7 +56,7 @@ class TorchPolicy:
         if self.device.type == "cuda" and cfg.cuda_graphs:
             from m2flow.workers.models.cuda_graph import CudaGraphs
 
-            self.graphs = CudaGraphs(torch.bfloat16 if cfg.precision == "bf16" else None)
+            self.graphs = CudaGraphs(self.device, cfg.precision)
         self._frozen = {name for name, p in self.model.named_parameters() if not p.requires_grad}
         self.act_dim, self.seed = self.model.act_dim, ctx.seed
         self.env_rngs: dict[int, np.random.Generator] = {}
