@@ -4,7 +4,8 @@ env steps/s end to end, and deterministic evaluation return against env steps an
 Each variant is `configs/ppo_mujoco.yaml` run by `learning.py`'s m2flow runner (evaluations every
 `--eval-every` env steps, left out of the wall time); `k` adds `flow.async.max_staleness=k`, `--drop` a variant
 with `flow.async.on_stale=drop` beside each k, and the planner places the workers for the flow it is given.
-Each run also reports how busy each device was (its trace: `busy`).
+Each run also reports how busy each device was over its measured iterations (`busy`: the union of its
+processes' work, so overlapping work counts once).
 
     python benchmarks/async.py [--env HalfCheetah-v5] [--steps 100000] [--seeds 1 2 3] [--staleness 1 2] [--drop]
         [--set KEY=VALUE ...]

@@ -127,20 +127,7 @@ def m2flow_run(
         collected = h["env_steps"]
     run = {"implementation": label, "seed": seed, "curve": curve, "wall_s": wall, "steps_per_s": collected / wall}
     dropped = sum(h.get("async/dropped_steps", 0.0) for h in result.history)  # flow.async's drop mode
-    return {**run, "busy": device_busy(result.run_dir), "trained_share": 1.0 - dropped / collected}
-
-
-def device_busy(run_dir: Path) -> dict[str, float]:
-    """Per device, the share of the run's iterations its tasks kept it busy (the run's trace: port calls, and
-    the loop's busy time per replica), summed over the replicas on it."""
-    events = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
-    spans = [e for e in events if e.get("ph") == "X"]
-    wall = sum(e["dur"] for e in spans if e["cat"] == "iteration")
-    busy: dict[str, float] = {}
-    for e in spans:
-        if e["args"]["device"] != "controller":
-            busy[e["args"]["device"]] = busy.get(e["args"]["device"], 0.0) + e["dur"] / wall
-    return dict(sorted(busy.items()))
+    return {**run, "busy": result.device_busy, "trained_share": 1.0 - dropped / collected}
 
 
 SB3_SCRIPT = textwrap.dedent(

@@ -8,7 +8,6 @@ planner's simulator; this module issues the calls, waits for them and records wh
 
 from __future__ import annotations
 
-import copy
 import time
 from collections import defaultdict
 from typing import Any
@@ -86,7 +85,7 @@ class Controller(InPlace):
         if self.backlog is not None:  # a new controller (start, restart, resume) begins at `it`
             self.backlog.collected = max(self.backlog.collected, it)
         self._last = it if last is None else last
-        before = copy.deepcopy(self.measured)
+        before = self.measured.copy()
         start = time.time()
         dropping = self.overlap is not None and self.overlap.drops
         if dropping:
@@ -373,8 +372,9 @@ class Controller(InPlace):
         """Trace a replica's loop tasks (or one bar when not traced in detail); returns the bytes it sent."""
         busy = self.measured.loop_busy_s.setdefault(r.id, defaultdict(float))
         for port, seconds in stats.seconds.items():
-            self.measured.add(f"{r.worker}.{port}", r.device, seconds)
+            self.measured.add(f"{r.worker}.{port}", seconds)
             busy[port] += seconds
+        self.measured.device_spans[r.device].update(stats.spans)
         for event in stats.events:
             self.trace.task(str(r.id), r.device, event, iteration=self._it)
         if not program.trace_steps and stats.seconds:
@@ -413,7 +413,8 @@ class Controller(InPlace):
             if event.phase == "call":  # a port call counts the env steps it received, the cost model's unit
                 event = event._replace(items=int(self._items.get(ref, event.items)))
             self.trace.task(str(r.id), r.device, event, iteration=self._it)
-            self.measured.add(f"{r.worker}.{event.name}", r.device, event.seconds)
+            self.measured.add(f"{r.worker}.{event.name}", event.seconds)
+            self.measured.device_spans[r.device].add(event.start, event.end)
 
     def _add_time(self, key: str, began: float) -> None:
         metrics = self._result.metrics

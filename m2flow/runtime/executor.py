@@ -57,6 +57,7 @@ class RunResult:
     failures: list[dict] = field(default_factory=list)
     nodes: dict[str, str] = field(default_factory=dict)  # "worker[replica]" -> Ray node it ran on
     pids: dict[str, int] = field(default_factory=dict)  # "worker[replica]" -> its process
+    device_busy: dict[str, float] = field(default_factory=dict)  # device -> busy share of the measured iterations
 
     @property
     def last(self) -> dict:
@@ -390,6 +391,8 @@ class Run:
             measured = self.controller.measured
             share = work_share({"traceEvents": self.trace.events})  # as the plan counts a call: its own work
             port_s = {port: seconds * share.get(port, 1.0) for port, seconds in measured.port_s.items()}
+            wall_s = len(ran) * iteration_s
+            self.result.device_busy = {d.name: s / wall_s for d, s in sorted(measured.device_s.items()) if wall_s}
             self.reporter.print(comparison_table(self.plan, port_s, measured.device_s, len(ran), iteration_s))
             for line in drift_notes(self.plan, port_s, len(ran), self.replanned):
                 self.reporter.print(line)

@@ -11,6 +11,7 @@ from typing import Any
 from m2flow.cluster import DeviceId
 from m2flow.errors import WorkerError
 from m2flow.runtime.replace import Replacement
+from m2flow.runtime.spans import Spans
 from m2flow.schedule import ReplicaId
 
 
@@ -23,17 +24,32 @@ class IterationResult:
 
 @dataclass
 class Measured:
-    """Seconds spent per port and per device over the run, to set beside the plan's prediction."""
+    """Seconds spent per port, and when each device was busy, over the run: to set beside the plan's
+    prediction."""
 
     port_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    device_s: dict[DeviceId, float] = field(default_factory=lambda: defaultdict(float))
+    device_spans: dict[DeviceId, Spans] = field(default_factory=lambda: defaultdict(Spans))
     loop_s: float = 0.0  # the loop phases' wall time
     loop_busy_s: dict[ReplicaId, dict[str, float]] = field(default_factory=dict)  # replica -> port -> seconds
     warming_up: bool = True  # the controller's first iteration: not counted
 
-    def add(self, port: str, device: DeviceId, seconds: float) -> None:
+    def add(self, port: str, seconds: float) -> None:
         self.port_s[port] += seconds
-        self.device_s[device] += seconds
+
+    def copy(self) -> Measured:
+        """A copy to return to when an iteration's costs must not count (cheaper than a deep copy)."""
+        return Measured(
+            defaultdict(float, self.port_s),
+            defaultdict(Spans, {device: spans.copy() for device, spans in self.device_spans.items()}),
+            self.loop_s,
+            {replica: defaultdict(float, ports) for replica, ports in self.loop_busy_s.items()},
+            self.warming_up,
+        )
+
+    @property
+    def device_s(self) -> dict[DeviceId, float]:
+        """Seconds each device was busy: work that overlapped on it counts once."""
+        return {device: spans.total() for device, spans in self.device_spans.items()}
 
 
 def check_accounting(it: int, env_steps: int, metrics: dict[str, float]) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.batching import concat, split
 from m2flow.runtime.channels import Mailbox, Patience, PeerId
+from m2flow.runtime.spans import Spans
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.sharding import owner, shard_groups
 
@@ -69,6 +70,7 @@ class LoopStats:
     calls: dict[str, int] = field(default_factory=dict)
     items: dict[str, int] = field(default_factory=dict)
     events: list[TaskEvent] = field(default_factory=list)
+    spans: Spans = field(default_factory=Spans)  # when this process worked, for its device's busy time
     sent_bytes: int = 0
     start: float = 0.0
     lost: dict[int, Dropped] = field(default_factory=dict)  # by first-worker replica
@@ -79,6 +81,7 @@ class LoopStats:
         self.seconds[port] = self.seconds.get(port, 0.0) + end - start
         self.calls[port] = self.calls.get(port, 0) + 1
         self.items[port] = self.items.get(port, 0) + items
+        self.spans.add(start, end)
         if trace:
             self.events.append(TaskEvent(port, "loop", start, end, step, stage, items, sent))
 

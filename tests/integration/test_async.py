@@ -52,6 +52,8 @@ def test_one_step_off_trains_each_batch_one_version_late_and_a_resumed_run_start
     steps = 32 * 4
     assert [h["accounting/steps_produced"] for h in history] == [float(steps)] * 6
     assert [h["env_steps"] for h in history] == [2 * steps, 3 * steps, 3 * steps, 5 * steps, 6 * steps, 6 * steps]
+    # training beside the loop: a device's overlapping work counts once, so none is busy past its wall time
+    assert whole.device_busy and all(0.0 < share <= 1.0 for share in whole.device_busy.values()), whole.device_busy
 
     # a checkpoint holds no pending batch: the resumed run fills its queue again, as the whole run did
     mf.run(pendulum(tmp_path, "k1-resumed", 1, iterations=3, checkpoint_every=3))
