@@ -203,6 +203,7 @@ class Plan:
     spec_overrides: list[str] = field(default_factory=list)  # knobs the planner set, as `key=value`
     processes: list[list[ReplicaId]] = field(default_factory=list)  # replicas sharing a process
     transports: dict[str, str] = field(default_factory=dict)  # each sync edge's (m2flow.transfer)
+    memory_shares: dict[ReplicaId, float] = field(default_factory=dict)  # of a shared GPU, per replica's process
 
     def occupants(self) -> Counter[DeviceId]:
         """How many replicas (of any worker) each device hosts."""
@@ -236,6 +237,7 @@ class Plan:
             "spec_overrides": self.spec_overrides,
             "processes": [[list(m) for m in group] for group in self.processes],
             "transports": self.transports,
+            "memory_shares": [[r.worker, r.replica, share] for r, share in self.memory_shares.items()],
         }
 
     @classmethod
@@ -254,6 +256,7 @@ class Plan:
             spec_overrides=data.get("spec_overrides", []),
             processes=[[ReplicaId(w, int(r)) for w, r in group] for group in data.get("processes", [])],
             transports=data.get("transports", {}),
+            memory_shares={ReplicaId(w, int(r)): share for w, r, share in data.get("memory_shares", [])},
         )
 
     def save(self, path: str | Path) -> Path:

@@ -240,6 +240,11 @@ class PlacementSpec(_Strict):
         description="loop workers' replicas on the same device share one process (per-step data is a direct call);"
         " auto: where that is predicted at least 5% faster",
     )
+    memory_shares: bool = Field(
+        True,
+        description="cap each process on a GPU that several share at its share of the memory: the GPU's usable"
+        " memory less what the others' estimates need",
+    )
     devices: dict[str, str | int | list[int]] | None = Field(
         None, description="pin workers by hand, e.g. {env: 0-3, rollout: 4-7, actor: all}; indices per device kind"
     )

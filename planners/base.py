@@ -11,6 +11,7 @@ from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.overlap import Overlap
+from m2flow.planners.memory import memory_shares, share_notes
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swaps
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
@@ -94,6 +95,9 @@ class PlacementPlanner(Planner):
             tasks=tasks,
         )
         plan.processes = processes
+        memory_notes = []
+        if graph.spec.placement.memory_shares:
+            plan.memory_shares, memory_notes = memory_shares(placements, phases, offloaded, processes, cluster, profile)
         plan.candidates = [Candidate.of(plan.mode, stages, prediction)]
         if len(options) > 1:
             plan.notes.append(f"{self.mode}: devices split {name} (best of {len(options)} splits)")
@@ -104,6 +108,7 @@ class PlacementPlanner(Planner):
             plan.notes.append(why)
         for group in plan.processes:
             plan.notes.append(f"one process: {' + '.join(map(str, group))} (placement.colocate)")
+        plan.notes += memory_notes + share_notes(plan)
         return plan
 
 

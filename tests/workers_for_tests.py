@@ -369,3 +369,12 @@ class FaultyPPO(PPO):
     def weights(self):
         self.fault.outside_loop("sync", self.trains)
         return super().weights()
+
+
+class GrabsGpuMemory:
+    """Allocates what it is asked for on the GPU (memory shares' test)."""
+
+    def grab(self, gb: float) -> int:
+        import torch
+
+        return torch.empty(int(gb * 2**30), dtype=torch.uint8, device="cuda").numel()

@@ -21,6 +21,7 @@ from m2flow.errors import EnvFailed, WorkerError
 from m2flow.runtime.batching import leading_size, payload_bytes
 from m2flow.runtime.channels import Mailbox, PeerId
 from m2flow.runtime.crashes import record_here
+from m2flow.runtime.gpu_memory import cap_gpu_memory, out_of_share
 from m2flow.runtime.loop import LoopProgram, LoopStats, Member, run_loop
 from m2flow.runtime.stacks import answer_when_asked
 from m2flow.runtime.tracing import TaskEvent
@@ -83,6 +84,8 @@ class WorkerHost:
         self.mailbox: Mailbox | None = None
         self.publishers: dict[str, SyncTransport | None] = {}  # by sync edge: None on a source's other replicas
         self.receivers: dict[str, SyncTransport] = {}  # by sync edge
+        if ctx.gpu_memory_share is not None:
+            cap_gpu_memory(ctx.gpu_memory_share)
         if dist is not None:
             from m2flow.runtime.distributed import init_process_group
 
@@ -100,8 +103,9 @@ class WorkerHost:
             if inspect.isclass(target):
                 return target(**args)
             return _FunctionWorker(target)
-        except Exception:
-            raise PortFailed(ctx.worker, ctx.replica, "__init__", "construction", traceback.format_exc()) from None
+        except Exception as exc:
+            detail = traceback.format_exc() + out_of_share(ctx, exc)
+            raise PortFailed(ctx.worker, ctx.replica, "__init__", "construction", detail) from None
 
     def info(self) -> dict:
         import psutil
@@ -259,7 +263,8 @@ def _failed(ctx: WorkerContext, port: str, where: str, exc: Exception) -> PortFa
     """A port or hook that raised `exc` (being handled): where, its traceback, and the env it named if it
     raised `m2flow.EnvFailed`."""
     env = exc.env if isinstance(exc, EnvFailed) else None
-    return PortFailed(ctx.worker, ctx.replica, port, where, traceback.format_exc(), env)
+    detail = traceback.format_exc() + out_of_share(ctx, exc)
+    return PortFailed(ctx.worker, ctx.replica, port, where, detail, env)
 
 
 class ProcessHost:

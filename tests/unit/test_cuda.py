@@ -295,3 +295,34 @@ def test_a_graphed_act_call_without_env_ids_draws_fresh_noise_at_each_replay():
     assert len(policy.graphs.graphs) == 1 and policy.graphs.failed is None
     assert np.isfinite(first["action"]).all() and not np.array_equal(first["action"], second["action"])
     np.testing.assert_array_equal(first["value"], second["value"])  # the same observations, the same values
+
+
+SHARED_GPU_PROCESS = """
+import sys, torch
+from m2flow.context import WorkerContext
+from m2flow.runtime.host import PortFailed, WorkerHost
+from tests.workers_for_tests import GrabsGpuMemory
+
+share = 0.05
+ctx = WorkerContext(worker="rollout", device="cuda", output_dir=sys.argv[1], gpu_memory_share=share)
+host = WorkerHost(GrabsGpuMemory, {}, ctx, 1, None)
+total_gb = torch.cuda.get_device_properties(0).total_memory / 2**30
+host._invoke(host.instances[0], "grab", (0.5 * share * total_gb,), "call")  # within its share
+try:
+    host._invoke(host.instances[0], "grab", (2 * share * total_gb,), "call")  # twice its share: the GPU has it
+except PortFailed as failure:
+    print(failure.headline())
+"""
+
+
+def test_a_process_given_a_memory_share_runs_out_at_its_share_and_is_told_which_key_to_declare(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = subprocess.run(
+        [sys.executable, "-c", SHARED_GPU_PROCESS, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "workers.rollout ran out of its share of the GPU's memory (5%" in out.stdout, out.stdout
