@@ -7,8 +7,10 @@
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
 # `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second
-# (REPLICAS, ENVS, CHUNK, STALENESS, MODES, ITERATIONS, NAME, SECONDS_LIMIT); `camera_gpu` configs/ppo_camera_gpu.yaml;
-# `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
+# (REPLICAS, ENVS, CHUNK, STALENESS, MODES, ITERATIONS, NAME, SECONDS_LIMIT); `camera_gpu` configs/ppo_camera_gpu.yaml
+# (NAME, EXTRA overrides, ITERATIONS, SECONDS_LIMIT);
+# `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu) and the
+# tiled renderer's tests on EGL; `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
 # STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop); `sac_camera` SAC from pixels (metrics.jsonl).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
 # gets one beside it, <stem>.meta.json, which render_results.py reads.
@@ -26,6 +28,7 @@ if [ "${1:-all}" = backends ]; then
 fi
 if [ "${1:-all}" = tests ]; then
   cp -r "$OLDPWD/tests" . && timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py 2>&1 | tail -8 | tee "$OUT/gpu_tests.txt"
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/unit/test_rendering.py 2>&1 | tail -4 | tee "$OUT/render_tests.txt"
   exit 0
 fi
 if [ "${1:-all}" = async ]; then
@@ -65,10 +68,11 @@ if [ "${1:-all}" = pipeline ]; then
   rm -rf "$OUT/tmp"; exit 0
 fi
 if [ "${1:-all}" = camera_gpu ]; then  # the GPU pipeline config as users run it: auto placement, costs measured
+  name="${NAME:-ppo_camera_gpu}"  # EXTRA: more overrides (e.g. flow.async.max_staleness=1)
   timeout "${SECONDS_LIMIT:-200}" python3 -m m2flow.cli run configs/ppo_camera_gpu.yaml run.iterations="${ITERATIONS:-5}" \
-    run.checkpoint_every=0 run.progress=false run.output_dir="$OUT/runs" 2>&1 | grep -v "WARN\|INFO\|warn" | tail -60 \
-    | tee "$OUT/ppo_camera_gpu.txt"
-  cp "$OUT"/runs/ppo-camera-gpu/metrics.jsonl "$OUT/ppo_camera_gpu_metrics.jsonl" && python3 benchmarks/results_io.py "$OUT/ppo_camera_gpu_metrics.jsonl"
+    run.checkpoint_every=0 run.progress=false run.output_dir="$OUT/runs" ${EXTRA:-} 2>&1 | grep -v "WARN\|INFO\|warn" | tail -70 \
+    | tee "$OUT/$name.txt"
+  cp "$OUT"/runs/ppo-camera-gpu/metrics.jsonl "$OUT/${name}_metrics.jsonl" && python3 benchmarks/results_io.py "$OUT/${name}_metrics.jsonl"
   rm -rf "$OUT/runs"; exit 0
 fi
 if [ "${1:-all}" = multigpu ]; then  # on nvidia-h200-x2 (or x4)
