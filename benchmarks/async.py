@@ -42,7 +42,9 @@ class Variant:
     def overrides(self) -> list[str]:
         if self.staleness is None:
             return []
-        return [f"flow.async.max_staleness={self.staleness}", *(["flow.async.on_stale=drop"] if self.drop else [])]
+        # asynchronous from the first iteration, as the recorded runs were (no synchronous calibration first)
+        asynchronous = [f"flow.async.max_staleness={self.staleness}", "placement.replan=false"]
+        return [*asynchronous, *(["flow.async.on_stale=drop"] if self.drop else [])]
 
 
 def main() -> None:

@@ -127,7 +127,10 @@ def workflow(args: argparse.Namespace, mode: str, stages: int | str, out: Path) 
 
 def measure(spec: mf.WorkflowSpec, args: argparse.Namespace) -> dict:
     result = mf.run(spec)
-    rows = [h for h in result.history[1:] if "time/loop_s" in h]  # an async run ends with an update alone
+    rows = result.history[1:]
+    if args.staleness:  # its asynchronous iterations (a run that measured costs ran its first ones synchronously)
+        rows = [h for h in result.history if "async/collected_at" in h][1:]
+    rows = [h for h in rows if "time/loop_s" in h]  # an async run ends with an update alone
     iteration = statistics.median(h["time/iteration_s"] for h in rows)
     loop = statistics.median(h["time/loop_s"] for h in rows)
     sync = statistics.median(h.get("time/sync_s", 0.0) for h in rows)

@@ -207,11 +207,6 @@ def _check_asynchronous(spec: WorkflowSpec, problems: list[str]) -> None:
             "placement.offload: 'always' swaps workers out between phases, but under flow.async training runs"
             " beside the loop; use offload: auto or never, or drop flow.async"
         )
-    if spec.placement.replan is True:
-        problems.append(
-            "placement.replan: true re-plans from costs measured while training runs beside the loop (they hold"
-            " its contention); leave it auto (no re-planning under flow.async) or drop flow.async"
-        )
     if flow.asynchronous.on_stale == "drop" and flow.asynchronous.max_staleness == 0:
         problems.append(
             "flow.async.on_stale: drop with max_staleness 0 drops every batch collected while training runs (it is"

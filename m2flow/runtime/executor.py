@@ -32,7 +32,7 @@ from m2flow.runtime.nodes import addresses, unreachable
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.ray_cluster import cluster_from_ray, connect_ray
 from m2flow.runtime.replace import Replacement, Replacer, Restore, candidates, training_groups
-from m2flow.runtime.replan import Running, remember, replan
+from m2flow.runtime.replan import Running, remember, replan, synchronous_twin, with_phases_of
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.snapshots import Snapshots
 from m2flow.runtime.tracing import Trace
@@ -108,10 +108,10 @@ class Run:
         self.reporter = Reporter(self.run_dir, spec.run.iterations, self.next_iteration, spec.run.progress)
         unknown = plan.predicted.unknown_costs
         self.overlapped = spec.flow.asynchronous is not None  # its costs are measured under contention
-        replan_wanted = spec.placement.replan is True or (
-            spec.placement.replan == "auto" and bool(unknown) and not self.overlapped
-        )
-        self.replans_left = MAX_REPLANS if replan_wanted else 0
+        replan_wanted = spec.placement.replan is True or (spec.placement.replan == "auto" and bool(unknown))
+        # an asynchronous flow is measured on its synchronous twin until the re-plan, then runs as declared
+        self.twin = synchronous_twin(graph) if self.overlapped and replan_wanted else None
+        self.replans_left = (1 if self.twin else MAX_REPLANS) if replan_wanted else 0
         self.replanned = False
         detail = max(spec.run.trace_detail_iterations, REPLAN_AFTER if replan_wanted else 0)
         self.trace_until = self.next_iteration + detail
@@ -123,6 +123,7 @@ class Run:
             self.reporter.print(
                 f"m2flow: {len(unknown)} port cost(s) unknown ({', '.join(unknown)}): measuring them in the first"
                 f" {REPLAN_AFTER} iterations, then re-planning (placement.replan)"
+                + (", which run synchronously (training beside the loop would skew them)" if self.twin else "")
             )
         quarantined = read_meta(self.restore_from).get("quarantined", {}) if self.restore_from else {}
         # kept across restarts and resumes: a quarantined env keeps its new seed
@@ -151,7 +152,8 @@ class Run:
         replacer = self._replacer()
         if self.spec.run.spares:
             self.launch.stand_by(replacer.standing())
-        self.controller = Controller(self.graph, self.plan, self.launch, self.trace, self.trace_until, replacer)
+        graph, plan = (self.twin, with_phases_of(self.plan, self.twin)) if self.twin else (self.graph, self.plan)
+        self.controller = Controller(graph, plan, self.launch, self.trace, self.trace_until, replacer)
         self.measured_since = self.next_iteration
         if self.restore_from is not None:
             log.info("restoring %s", self.restore_from)
@@ -358,14 +360,22 @@ class Run:
         self.replans_left -= 1
         self.replanned = True
         self.replan_at = None
-        running = Running(self.plan, self.measured_since)
-        decision = replan(self.graph, self.cluster, running, self.trace.events)
-        remember(self.graph, self.cluster, self.trace.events, running)
+        ran, self.twin = self.twin, None  # an asynchronous flow runs as declared from here
+        running = Running(self.controller.plan, self.measured_since)
+        decision = replan(self.graph, self.cluster, running, self.trace.events, ran)
+        remember(self.graph, self.cluster, self.trace.events, running, ran)
         self.reporter.print(decision.why)
         if not (self.run_dir / "plan.initial.json").exists():
             self.plan.save(self.run_dir / "plan.initial.json")
         decision.plan.notes.append(decision.why)
         decision.plan.save(self.run_dir / "plan.json")
+        if not decision.switched and ran is not None:  # the same workers, now run asynchronously
+            self.plan = self.result.plan = decision.plan
+            self.controller = Controller(
+                self.graph, self.plan, self.launch, self.trace, self.trace_until, self.controller.replacer
+            )
+            self.measured_since = self.next_iteration
+            return
         if not decision.switched:  # the same plan, its prediction now from the measured costs
             self.plan = self.result.plan = decision.plan
             self.controller.adopt(decision.plan)
@@ -381,7 +391,8 @@ class Run:
     def finish(self) -> None:
         if self.overlapped:
             self.reporter.print(
-                "m2flow: flow.async: the costs measured here include training beside the loop; not cached"
+                "m2flow: flow.async: the costs measured beside training are not cached (those of the synchronous"
+                " first iterations are, when it measured costs)"
             )
         else:
             remember(self.graph, self.cluster, self.trace.events, Running(self.plan, self.measured_since))

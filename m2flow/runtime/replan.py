@@ -1,6 +1,11 @@
 """Calibration and online re-planning: refit the profile from the run's own trace, plan again, switch if
 clearly better, and keep what was measured for the next runs.
 
+An asynchronous flow is calibrated on its synchronous twin (`synchronous_twin`): with training beside the loop
+the ports share devices, and what a trace shows is not a port's own cost. Its first iterations run
+synchronously (staleness 0, within any bound) on the placement the plan chose; the re-plan then plans the
+asynchronous flow from what they measured.
+
 Between iterations, after the first traced ones (the first warms up), the measured port costs replace
 every other source — declared ones too: what the run measured beats what was written down; a port seen
 at one batch size keeps its prior's split between per-call and per-item cost. The planner plans again
@@ -22,6 +27,7 @@ from m2flow.planners.cache import save_cached, save_calibration
 from m2flow.planners.fit import controller_seconds, fit_points, points_from_trace
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate
+from m2flow.program import build_phases
 from m2flow.schedule import Plan, Prediction
 from m2flow.spec import PortCost
 
@@ -103,9 +109,24 @@ def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
     return with_hops > without
 
 
-def remember(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running) -> None:
-    """Cache what this run measured, for `m2flow plan` and the next runs of the same workers."""
-    measured = refit(graph, cluster, events, running)
+def synchronous_twin(graph: MacroGraph) -> MacroGraph:
+    """The same workflow without `flow.async`: what an asynchronous flow's calibration iterations run."""
+    flow = graph.spec.flow.model_copy(update={"asynchronous": None})
+    return replace(graph, spec=graph.spec.model_copy(update={"flow": flow}))
+
+
+def with_phases_of(plan: Plan, graph: MacroGraph) -> Plan:
+    """The same placement running `graph`'s phases: an asynchronous plan as its synchronous twin runs it, and
+    back (an asynchronous flow swaps no worker out, so neither has swaps)."""
+    return replace(plan, phases=build_phases(graph))
+
+
+def remember(
+    graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running, ran: MacroGraph | None = None
+) -> None:
+    """Cache what this run measured, for `m2flow plan` and the next runs of the same workers; `ran`: the graph
+    the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin)."""
+    measured = refit(ran or graph, cluster, events, running)
     if measured.fitted:
         save_cached(graph, device_kinds(graph, cluster), measured.fitted)
         save_calibration(graph, {"hop_s": measured.profile.hop_s, "controller_s": measured.profile.controller_s})
@@ -118,10 +139,13 @@ class Decision:
     why: str
 
 
-def replan(graph: MacroGraph, cluster: Cluster, running: Running, events: list[dict]) -> Decision:
-    """Plan again on the measured costs; switch only for a clear gain. The reason is logged either way."""
-    current = running.plan
-    profile = refit(graph, cluster, events, running).profile
+def replan(
+    graph: MacroGraph, cluster: Cluster, running: Running, events: list[dict], ran: MacroGraph | None = None
+) -> Decision:
+    """Plan `graph` again on the measured costs; switch only for a clear gain. The reason is logged either way.
+    `ran`: the graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin)."""
+    current = running.plan if ran is None else with_phases_of(running.plan, graph)
+    profile = refit(ran or graph, cluster, events, running).profile
     now, tasks = simulate(
         graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
     )

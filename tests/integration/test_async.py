@@ -8,6 +8,9 @@ import torch
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
+from m2flow.graph import build_graph
+from m2flow.planners import device_kinds, make_plan, profile_of
+from m2flow.planners.cache import load_cached
 from tests.conftest import ROOT
 from tests.integration.test_loop import counter_workflow
 from tests.integration.test_training import final_state
@@ -68,6 +71,7 @@ def test_drop_mode_never_waits_for_a_slow_learner_and_accounts_every_step_traine
     raw = counter_workflow(tmp_path, iterations=8, checkpoint_every=4).to_dict()
     raw["workers"]["learner"].update({"class": "tests.workers_for_tests.SlowCollect", "args": {"seconds": 2.0}})
     raw["flow"]["async"] = {"max_staleness": 1, "on_stale": "drop"}
+    raw["placement"] = {"replan": False}  # asynchronous from the first iteration (no synchronous calibration)
     history = mf.run(spec_from_dict(raw)).history
     one_loop = 2 * 3 * 5
     assert [h["env_steps"] for h in history] == [one_loop * (i + 1) for i in range(8)]  # a loop every iteration
@@ -101,7 +105,9 @@ def async_ppo_config(tmp_path, *overrides: str) -> mf.WorkflowSpec:
 
 
 def test_drop_mode_trains_ppo_within_the_bound_by_each_sample_s_recorded_policy_version(tmp_path):
-    spec = async_ppo_config(tmp_path, "flow.async.on_stale=drop", "run.iterations=5", "run.checkpoint_every=5")
+    spec = async_ppo_config(
+        tmp_path, "flow.async.on_stale=drop", "run.iterations=5", "run.checkpoint_every=5", "placement.replan=false"
+    )  # asynchronous from the first iteration (no synchronous calibration)
     history = mf.run(spec).history
     trained = [h for h in history if "actor/staleness_max" in h]
     assert trained and all(h["actor/staleness_max"] <= 1 for h in trained)
@@ -109,3 +115,30 @@ def test_drop_mode_trains_ppo_within_the_bound_by_each_sample_s_recorded_policy_
     assert all(h["actor/staleness_max"] == h["async/staleness"] for h in trained)
     one_loop, dropped = history[0]["env_steps"], sum(h.get("async/dropped_steps", 0.0) for h in history)
     assert sum(h["async/trained_batches"] for h in trained) * one_loop + dropped == history[-1]["env_steps"]
+
+
+def test_an_asynchronous_flow_with_unknown_costs_measures_them_synchronously_then_runs_asynchronously(tmp_path, capsys):
+    raw = pendulum_ppo(tmp_path, "calibrated", hidden=[16, 16], horizon=32, run={"seed": 4, "iterations": 6})
+    raw["flow"]["async"] = {"max_staleness": 1}
+    spec = spec_from_dict(raw)
+    result = mf.run(spec)
+    history = result.history
+    # three synchronous iterations measure the costs (each batch trained at once), then a fresh asynchronous
+    # segment: its first iteration fills the queue, the next ones train one version late
+    assert [h["actor/staleness_max"] for h in history] == [0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    assert [h["async/collected_at"] for h in history[3:]] == [3.0, 3.0, 4.0]
+    assert "async/collected_at" not in history[2]
+    steps = 32 * 4
+    assert [h["accounting/steps_produced"] for h in history] == [float(steps)] * 6
+    said = " ".join(capsys.readouterr().err.split())  # the console wraps lines
+    assert "which run synchronously (training beside the loop would skew them)" in said
+    assert "replan: keeping" in said or "replan: switching" in said
+    assert "replan: " in result.plan.notes[-1]
+    # the plan that ran is the asynchronous one, predicted from the measured costs, and those are cached
+    assert result.plan.predicted.unknown_costs == []
+    assert any(p.overlaps for p in result.plan.phases)
+    graph = build_graph(spec)
+    cluster = result.plan.cluster
+    cached = load_cached(graph, device_kinds(graph, cluster))
+    assert {"env.step", "rollout.act", "actor.train"} <= set(cached)
+    assert make_plan(graph, cluster, profile_of(graph, cluster)).predicted.unknown_costs == []

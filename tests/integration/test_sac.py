@@ -54,7 +54,10 @@ def test_sac_from_its_config_learns_pendulum(tmp_path):
 
 
 def test_sac_one_step_off_updates_beside_the_next_loop_and_drains_before_each_checkpoint(tmp_path):
-    spec = sac_pendulum(tmp_path, 8, "flow.async.max_staleness=1", "workers.buffer.args.learning_starts=400")
+    spec = sac_pendulum(
+        tmp_path, 8, "flow.async.max_staleness=1", "workers.buffer.args.learning_starts=400",
+        "placement.replan=false",  # asynchronous from the first iteration (no synchronous calibration)
+    )  # fmt: skip
     history = mf.run(spec).history
     assert [h["async/collected_at"] for h in history] == [0.0, 0.0, 1.0, 2.0, 4.0, 4.0, 5.0, 6.0]
     assert [h["env_steps"] for h in history] == [400.0 + 200 * i for i in range(3)] + [800.0] + [
