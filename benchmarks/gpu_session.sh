@@ -10,7 +10,7 @@
 # (REPLICAS, ENVS, CHUNK, STALENESS, MODES, ITERATIONS, NAME, SECONDS_LIMIT); `camera_gpu` configs/ppo_camera_gpu.yaml
 # (NAME, EXTRA overrides, ITERATIONS, SECONDS_LIMIT);
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu) and the
-# tiled renderer's tests on EGL; `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
+# tiled renderer's tests on EGL (TESTS_K: only those GPU tests, with tracebacks); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
 # STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop); `sac_camera` SAC from pixels (metrics.jsonl).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
 # gets one beside it, <stem>.meta.json, which render_results.py reads.
@@ -27,7 +27,13 @@ if [ "${1:-all}" = backends ]; then
   exit 0
 fi
 if [ "${1:-all}" = tests ]; then
-  cp -r "$OLDPWD/tests" . && timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py 2>&1 | tail -8 | tee "$OUT/gpu_tests.txt"
+  cp -r "$OLDPWD/tests" .
+  if [ -n "${TESTS_K:-}" ]; then  # only the GPU tests this -k expression selects, with their tracebacks
+    timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py -k "$TESTS_K" --tb=long 2>&1 \
+      | grep -v "Warning\|warn" | tail -80 | tee "$OUT/gpu_tests_k.txt"
+    exit 0
+  fi
+  timeout 400 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py 2>&1 | tail -8 | tee "$OUT/gpu_tests.txt"
   timeout 120 python3 -m pytest -q -p no:cacheprovider tests/unit/test_rendering.py 2>&1 | tail -4 | tee "$OUT/render_tests.txt"
   exit 0
 fi

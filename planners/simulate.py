@@ -203,9 +203,10 @@ class _Simulation:
             weight = scale if task.phase == "loop" and task.step >= 0 else 1.0
             if task.phase == "then" and self.beside is not None:  # drop mode trains one loop's batch in several
                 weight = 1.0 / self.trains_one_in
-            busy[task.device] = busy.get(task.device, 0.0) + seconds * weight
-            key = f"{task.worker}.{task.port}"  # the port's own time, as a trace measures it: no receiving
-            port_s[key] = port_s.get(key, 0.0) + (seconds - receiving) * weight
+            own = (seconds - receiving) * weight  # the task's own work, as a trace measures it: no receiving
+            busy[task.device] = busy.get(task.device, 0.0) + own
+            key = f"{task.worker}.{task.port}"
+            port_s[key] = port_s.get(key, 0.0) + own
         used = sorted(busy)
         device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
         bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0
