@@ -285,6 +285,10 @@ def test_a_forward_that_cannot_be_captured_runs_eager_and_says_so(capsys):
     assert graphs.failed is not None and not graphs.graphs
     assert "m2flow: sum runs eager, its forward cannot be replayed as a CUDA graph" in capsys.readouterr().err
     assert graphs.run("sum", lambda t: t + 1, x).tolist() == [1.0, 2.0, 3.0, 4.0], "eager from then on"
+    # the failed capture left the process's random draws working, and other forwards capturable
+    assert torch.randn(3, device="cuda").isfinite().all()
+    other = CudaGraphs(torch.device("cuda"))
+    assert other.run("noise", lambda t: t + torch.randn_like(t), x).shape == (4,) and other.failed is None
 
 
 def test_a_graphed_act_call_without_env_ids_draws_fresh_noise_at_each_replay():

@@ -9,7 +9,8 @@ until its next replay). A forward that draws random numbers draws fresh ones at 
 
 Graphs hold the parameters' addresses: loading weights in place keeps them valid, moving the model
 (offload) does not — `clear()` then. A forward that cannot be captured (host synchronisation, shapes that
-depend on values: some Hugging Face models) runs eager from then on, said once on stderr.
+depend on values: some Hugging Face models) runs eager from then on, said once on stderr; the process's random
+draws keep working (a failed capture would leave the CUDA generator in capture mode: it is ended).
 """
 
 from __future__ import annotations
@@ -82,12 +83,21 @@ class CudaGraphs:
         except Exception as exc:  # noqa: BLE001 - what a forward may not do while captured: run it eager
             self.failed = f"{type(exc).__name__}: {exc}"
             torch.cuda.synchronize()
+            self._end_generator_capture()
             print(
                 f"m2flow: {name} runs eager, its forward cannot be replayed as a CUDA graph ({self.failed})",
                 file=sys.stderr,
             )
             return None
         return _Graph(graph, inputs, outputs)
+
+    def _end_generator_capture(self) -> None:
+        """A failed capture leaves the CUDA generator in capture mode (its epilogue never ran), and every random
+        draw outside a graph then fails ("Offset increment outside graph capture encountered unexpectedly"):
+        a capture that succeeds ends it."""
+        probe = torch.zeros(1, device=self.device)
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            probe.add_(1)
 
     def _eager(self, fn: Callable[..., Any], args: tuple, cache: bool = True) -> Any:
         with compute_in(self.device, self.precision, cache):
