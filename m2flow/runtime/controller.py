@@ -102,8 +102,9 @@ class Controller(InPlace):
         self._given_up = settle(self._given_up)  # not reported as unhandled; those still queued, next time
         result = self._result
         result.metrics.update(self._worker_metrics())
-        if result.replacements:  # a wait on a hung replica and a redo: not what the plan's costs are
-            self.measured = before
+        ran_loop = self.graph.loop is None or "time/loop_s" in result.metrics
+        if result.replacements or not ran_loop:  # a wait on a hung replica and a redo, or an asynchronous
+            self.measured = before  # segment's last update alone: not the iteration the plan predicts
         if self.measured.warming_up:  # the first iteration pays one-time costs (imports, lazy init, first calls)
             self.measured = Measured(warming_up=False)
         elapsed = time.time() - start

@@ -22,7 +22,6 @@ from m2flow.config import apply_overrides, dump_spec, spec_from_dict
 from m2flow.errors import PlanError, WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
-from m2flow.planners.fit import work_share
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.crashes import crashes_of
@@ -34,11 +33,11 @@ from m2flow.runtime.ray_cluster import cluster_from_ray, connect_ray
 from m2flow.runtime.replace import Replacement, Replacer, Restore, candidates, training_groups
 from m2flow.runtime.replan import Running, remember, replan, synchronous_twin, with_phases_of
 from m2flow.runtime.reporting import Reporter
+from m2flow.runtime.run_report import measured_iterations, report_run
 from m2flow.runtime.snapshots import Snapshots
 from m2flow.runtime.tracing import Trace
 from m2flow.schedule import Plan
 from m2flow.spec import WorkflowSpec
-from m2flow.viz.tables import comparison_table, drift_notes, loop_table
 
 log = logging.getLogger(__name__)
 
@@ -396,21 +395,10 @@ class Run:
             )
         else:
             remember(self.graph, self.cluster, self.trace.events, Running(self.plan, self.measured_since))
-        ran = [h for h in self.result.history if h["iteration"] > self.measured_since]  # the first warms up
+        ran = measured_iterations(self.result.history, self.measured_since, self.graph.loop is not None)
         if ran:
-            iteration_s = sum(h["time/iteration_s"] for h in ran) / len(ran)
-            measured = self.controller.measured
-            share = work_share({"traceEvents": self.trace.events})  # as the plan counts a call: its own work
-            port_s = {port: seconds * share.get(port, 1.0) for port, seconds in measured.port_s.items()}
-            wall_s = len(ran) * iteration_s
-            self.result.device_busy = {d.name: s / wall_s for d, s in sorted(measured.device_s.items()) if wall_s}
-            self.reporter.print(comparison_table(self.plan, port_s, measured.device_s, len(ran), iteration_s))
-            for line in drift_notes(self.plan, port_s, len(ran), self.replanned):
-                self.reporter.print(line)
-            if measured.loop_busy_s:
-                table, verdict = loop_table(self.plan, measured.loop_busy_s, measured.loop_s)
-                self.reporter.print(table)
-                self.reporter.print(verdict)
+            measured, events = self.controller.measured, self.trace.events
+            self.result.device_busy = report_run(self.plan, measured, events, ran, self.replanned, self.reporter)
 
     def close(self) -> None:
         """Stop the workers (the run's outputs stay); safe to call more than once."""
