@@ -1,5 +1,6 @@
 """`m2flow validate` and `m2flow plan` are a dry run: on every config of configs/, in a fresh process, they
-import no torch, gymnasium or MuJoCo, and no simulator package, so no env is built and no model either."""
+import no torch, gymnasium or MuJoCo, no transformers and no simulator package, so no env is built and no model
+either (a Hugging Face policy is sized from its folder's files)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
 HEAVY = ("torch", "gymnasium", "mujoco", "metaworld", "robosuite", "transformers")
 # the task's sizes are not in the known tasks' table without robosuite installed: its plan stops there
 NEEDS_A_MISSING_SIMULATOR = {"ppo_robosuite_camera.yaml": "needs robosuite"}
-# an `hf` policy is sized from its model folder, built on the meta device: its dry run imports torch
-SIZED_FROM_ITS_FOLDER = {"ppo_hf_tiny.yaml"}
 
 CHECK = """
 import json, sys
@@ -35,17 +34,20 @@ def dry_run(*argv: str) -> dict:
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "stderr": out.stderr}
 
 
-@pytest.mark.parametrize(
-    "config",
-    [
-        pytest.param(c, marks=pytest.mark.skip(reason="an hf model is sized from its folder with torch"))
-        if c in SIZED_FROM_ITS_FOLDER
-        else c
-        for c in CONFIGS
-    ],
-)
-def test_validate_and_plan_import_no_torch_gymnasium_or_mujoco_and_build_no_env(config, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_vlm(tmp_path_factory):
+    """ppo_hf_tiny.yaml's model folder, written here (with torch, in this process: the dry runs are apart)."""
+    from m2flow.workers.models.hf_tiny import make_tiny_vlm
+
+    return make_tiny_vlm(tmp_path_factory.mktemp("models") / "tiny-vlm")
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_validate_and_plan_import_no_torch_gymnasium_or_mujoco_and_build_no_env(config, tmp_path, request):
     shrunk = ON_CPU.get(config, [])  # a GPU machine's config planned at a size this machine holds
+    if config == "ppo_hf_tiny.yaml":  # an hf policy is sized from its folder's files: config, safetensors, tokenizer
+        folder = request.getfixturevalue("tiny_vlm")
+        shrunk = [f"workers.{w}.args.hf.path={folder}" for w in ("rollout", "actor")]
     validated = dry_run("validate", f"configs/{config}", *shrunk)
     assert validated["code"] == 0 and validated["imported"] == [], validated["stderr"]
     planned = dry_run("plan", f"configs/{config}", *shrunk, "--out", str(tmp_path))

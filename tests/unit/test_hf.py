@@ -420,3 +420,50 @@ def test_a_lora_checkpoint_holds_only_the_adapters_and_heads_and_resumes_them(fo
     resumed.load_checkpoint(str(tmp_path / "ckpt"))
     for key, value in resumed.model.state_dict().items():
         torch.testing.assert_close(value, actor.model.state_dict()[key], msg=key)
+
+
+@pytest.mark.parametrize(
+    "hf",
+    [
+        {"head": "gaussian"},
+        {"head": "tokens", "action_bins": 32, "dtype": "bf16"},
+        {"head": "gaussian", "dtype": "bf16", "lora": {"r": 4}},
+        {"head": "tokens", "action_bins": 32, "lora": {"r": 2, "target_modules": ["q_proj", "k_proj", "up_proj"]}},
+    ],
+)
+def test_the_state_counted_from_the_folder_s_files_equals_the_model_built_on_the_meta_device(folder, hf):
+    from m2flow.workers.models import PolicyArgs
+    from m2flow.workers.models.hf_folder import folder_size
+    from m2flow.workers.models.policy_args import camera_inputs
+
+    args = PolicyArgs(**policy_args(folder, **hf))
+    with torch.device("meta"):
+        model = args.build()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    built = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    counted = folder_size(args.hf, camera_inputs(args))
+    assert counted.trainable == sum(p.numel() for p in trainable)
+    assert counted.trainable_bytes == sum(p.numel() * p.element_size() for p in trainable)
+    # the backbone's buffers that its checkpoint does not hold (rotary frequencies, position ids) are left out
+    assert counted.bytes == pytest.approx(built, rel=2e-3)
+
+
+@pytest.mark.parametrize("head", ["gaussian", "tokens"])
+def test_the_layer_stacks_read_from_the_folder_s_files_equal_those_transformers_gives(folder, head, monkeypatch):
+    from m2flow.workers.models import hf_folder
+    from m2flow.workers.models.hf_options import HFOptions
+
+    options = HFOptions(path=str(folder), head=head, action_bins=32, instruction="pick the red cube")
+    read = hf_folder.hf_stacks(options, act_dim=6)
+    monkeypatch.setattr(hf_folder, "_read_prompt", lambda options: None)  # through transformers instead
+    assert read == hf_folder.hf_stacks(options, act_dim=6)
+
+
+def test_without_the_hf_extra_the_options_say_what_to_install(folder, monkeypatch):
+    from m2flow.errors import MissingDependency
+    from m2flow.workers.models import hf_options
+
+    real = hf_options.find_spec
+    monkeypatch.setattr(hf_options, "find_spec", lambda name: None if name == "peft" else real(name))
+    with pytest.raises(MissingDependency, match=r"pip install 'm2flow\[hf\]'"):
+        hf_options.HFOptions(path=str(folder))

@@ -1,16 +1,17 @@
-"""`model: hf` settings (`HFOptions`) and what can be checked or sized from the model's folder alone: its
-config, tokenizer and exported heads. No torch here; transformers is imported once a folder exists."""
+"""`model: hf` settings (`HFOptions`) and what can be checked from the model's folder alone: its config,
+tokenizer and exported heads. No torch here: transformers (which imports torch) only for a folder that brings its
+own model code, or whose config leaves the vocabulary's size to its class's defaults."""
 
 from __future__ import annotations
 
 import json
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from m2flow.errors import MissingDependency
-from m2flow.workers.models.activations import Stack
 from m2flow.workers.models.precision import Precision
 
 HEADS_FILE = "m2flow_policy.json"  # what `m2flow export` adds beside the backbone: the heads' settings...
@@ -65,6 +66,16 @@ class HFOptions(BaseModel):
         return self
 
 
+def installed() -> None:
+    """The hf extra is installed (found, not imported: importing transformers imports torch)."""
+    if any(find_spec(package) is None for package in ("transformers", "accelerate", "peft")):
+        raise MissingDependency("model: hf needs transformers, accelerate and peft: pip install 'm2flow[hf]'")
+
+
+def _loaded_config(options: HFOptions) -> Any:
+    return transformers().AutoConfig.from_pretrained(options.path, trust_remote_code=options.trust_remote_code)
+
+
 def transformers():
     """The transformers package, or the extra to install for it."""
     try:
@@ -80,20 +91,24 @@ def check_folder(options: HFOptions) -> None:
     folder = Path(options.path)
     if not folder.is_dir():
         raise ValueError(f"path: no folder {folder}; point it at a local transformers checkpoint (no hub is used)")
-    AutoConfig = transformers().AutoConfig  # noqa: N806 - the class, as transformers names it
+    installed()
     if not (folder / "config.json").exists():
         raise ValueError(
             f"path: {folder} has no config.json: not a transformers checkpoint (save_pretrained writes one)"
         )
-    if "auto_map" in json.loads((folder / "config.json").read_text()) and not options.trust_remote_code:
+    written = read_config(folder)
+    if "auto_map" in written and not options.trust_remote_code:
         raise ValueError(
             f"path: {folder} brings its own model code (config.json's auto_map); set trust_remote_code: true to"
             " run it, only for a folder you trust"
         )
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=options.trust_remote_code)
-    if not isinstance(config, transformers().LlavaConfig):
+    remote = "auto_map" in written  # its config class is the folder's own: only transformers can say what it is
+    llava = (
+        isinstance(_loaded_config(options), transformers().LlavaConfig) if remote else written["model_type"] == "llava"
+    )
+    if not llava:
         raise ValueError(
-            f"path: {folder} holds a {config.model_type!r} model; m2flow's hf policies take LLaVA models"
+            f"path: {folder} holds a {written.get('model_type')!r} model; m2flow's hf policies take LLaVA models"
             " (model_type llava, or a config class derived from LlavaConfig): one image through a vision tower"
             " of fixed image and patch size, a projector and a decoder"
         )
@@ -109,12 +124,20 @@ def check_folder(options: HFOptions) -> None:
                 f"path: {folder} was exported with {', '.join(f'{k}: {v!r}' for k, v in wrong.items())}; set the"
                 " same (its heads were trained for them)"
             )
-    vocab = config.text_config.vocab_size
-    if options.head == "tokens" and options.action_bins >= vocab // 2:
+    if options.head != "tokens":
+        return
+    vocab = written.get("text_config", {}).get("vocab_size")  # absent: its class's default, which transformers knows
+    vocab = _loaded_config(options).text_config.vocab_size if remote or vocab is None else vocab
+    if options.action_bins >= vocab // 2:
         raise ValueError(
             f"action_bins: {options.action_bins} bins need a vocabulary of more than {2 * options.action_bins}"
             f" tokens (the last ones become bins); this model has {vocab}"
         )
+
+
+def read_config(folder: str | Path) -> dict[str, Any]:
+    """The folder's config.json as written (sizes its class leaves to defaults are absent)."""
+    return json.loads((Path(folder) / "config.json").read_text())
 
 
 def exported_settings(options: HFOptions) -> dict[str, Any] | None:
@@ -132,36 +155,6 @@ def check_exported_actions(options: HFOptions, act_dim: int) -> None:
             f"hf.path: {options.path} was exported for {trained} action values per call; this policy emits"
             f" {act_dim} (the env's action size x chunk): use the env and chunk it was trained with"
         )
-
-
-def hf_stacks(options: HFOptions, act_dim: int) -> list[Stack]:
-    """The vision tower's and the decoder's layers over one sample's tokens, from the folder's config and
-    tokenizer: the image's patches (+ a class token in the tower); in the decoder the prompt as the policy
-    builds it, the image's tokens in place of its placeholder, and the tokens head's action positions."""
-    lib = transformers()
-    remote = options.trust_remote_code
-    config = lib.AutoConfig.from_pretrained(options.path, trust_remote_code=remote)
-    tokenizer = lib.AutoTokenizer.from_pretrained(options.path, trust_remote_code=remote)
-    vision, text = config.vision_config, config.text_config
-    patches = (vision.image_size // vision.patch_size) ** 2
-    image_tokens = patches + (getattr(config, "vision_feature_select_strategy", "default") == "full")
-    placeholder = tokenizer.convert_ids_to_tokens(config.image_token_index)
-    ids = tokenizer(prompt(placeholder, options.instruction))["input_ids"]
-    actions = act_dim if options.head == "tokens" else 0
-    decoder_tokens = len(ids) - ids.count(config.image_token_index) + image_tokens + actions
-    heads = text.num_attention_heads
-    kv = getattr(text, "num_key_value_heads", None) or heads
-    return [
-        Stack(vision.num_hidden_layers, patches + 1, vision.hidden_size, vision.intermediate_size, vision.hidden_size),
-        Stack(
-            text.num_hidden_layers,
-            decoder_tokens,
-            text.hidden_size,
-            text.intermediate_size,
-            text.hidden_size * kv // heads,
-            style="llama" if getattr(text, "hidden_act", "") == "silu" else "vit",  # SwiGLU decoders: LLaMA-style
-        ),
-    ]
 
 
 def prompt(image_token: str, instruction: str) -> str:

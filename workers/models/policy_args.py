@@ -13,7 +13,8 @@ from m2flow.workers.env.env_ids import registered
 from m2flow.workers.env.observation import CameraObservation
 from m2flow.workers.env.spaces import env_dims
 from m2flow.workers.models.activations import Stack
-from m2flow.workers.models.hf_options import HFOptions, check_exported_actions, exported_settings, hf_stacks
+from m2flow.workers.models.hf_folder import hf_stacks
+from m2flow.workers.models.hf_options import HFOptions, check_exported_actions, exported_settings
 from m2flow.workers.models.inputs import VisionInputs
 from m2flow.workers.models.vit_presets import VIT_SIZES, vit_shape, vit_tokens
 

@@ -1,12 +1,13 @@
 """A policy's state size, counted from its args as the model code lays out its layers, so the planner
 sizes a model without torch (tests/unit/test_sizes.py checks each count against the built model). An
-`hf` policy's backbone is sized from its folder on the meta device."""
+`hf` policy is sized from its folder's files (`hf_folder`), else built on the meta device."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from m2flow.workers.models.hf_folder import folder_size
 from m2flow.workers.models.inputs import VisionInputs, image_channels, pixel_convs
 from m2flow.workers.models.policy_args import PolicyArgs, camera_inputs
 from m2flow.workers.models.vit_presets import check_vit, vit_shape, vit_tokens
@@ -87,6 +88,10 @@ PARAMETERS: dict[str, Callable[[PolicyArgs], int]] = {
 
 
 def state_size(args: PolicyArgs) -> StateSize:
+    if args.model == "hf":  # from its folder's config and safetensors headers where they hold it
+        counted = folder_size(args.hf, camera_inputs(args))
+        if counted is not None:
+            return StateSize(counted.bytes, counted.trainable, counted.trainable_bytes)
     if args.model not in PARAMETERS:
         return _built_on_meta(args)
     parameters = PARAMETERS[args.model](args)
@@ -95,7 +100,8 @@ def state_size(args: PolicyArgs) -> StateSize:
 
 
 def _built_on_meta(args: PolicyArgs) -> StateSize:
-    """A model whose layout lives in its own folder (hf): built on the meta device, nothing allocated."""
+    """A model whose layout lives in its own folder (hf) that its files do not spell out: built on the meta
+    device, nothing allocated."""
     import torch
 
     with torch.device("meta"):
