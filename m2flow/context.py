@@ -29,7 +29,7 @@ class WorkerContext:
     output_dir: str = "."
     iterations: int = 1  # the run's planned iterations (schedules such as learning-rate annealing read it)
     quarantined: Mapping[int, int] = field(default_factory=dict)  # env -> times
-    gpu_memory_share: float | None = None  # of its GPU, the most its process may hold (shared GPUs); None: all
+    gpu_memory_gb: float | None = None  # on a GPU that processes share, the most its process may hold; None: all
 
     def env_seed(self, env: int, offset: int | None = None, shared_by: Iterable[int] = ()) -> int:
         """The seed global env `env` starts from: run.seed + `offset` (default: the env's index), moved on for

@@ -212,6 +212,11 @@ class Plan:
     def device_of(self, replica: ReplicaId) -> DeviceId:
         return self.placements[replica.worker].replica_devices[replica.replica]
 
+    def memory_gb(self, replica: ReplicaId) -> float | None:
+        """The GPU memory the process of `replica` may hold, where its GPU is shared (`memory_shares`)."""
+        share = self.memory_shares.get(replica)
+        return None if share is None else share * self.cluster.memory_gb[self.device_of(replica)]
+
     def sharing(self) -> list[tuple[str, str]]:
         """Pairs of workers whose device sets overlap (time-multiplexed on the same devices)."""
         names = list(self.placements)

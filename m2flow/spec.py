@@ -230,7 +230,8 @@ class PlacementSpec(_Strict):
     )
     replan: bool | Literal["auto"] = Field(
         "auto",
-        description="after the first iterations, refit costs from the trace and re-plan (auto: when a cost is unknown)",
+        description="after the first iterations, refit costs from the trace and re-plan (auto: when a cost is unknown);"
+        " under flow.async those iterations run synchronously",
     )
     search_processes: bool = Field(
         False, description="auto: also choose how many simulator processes share the loop's envs (total kept)"

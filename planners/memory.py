@@ -7,6 +7,7 @@ share (`m2flow.runtime.gpu_memory`); EGL renderers allocate outside it."""
 from __future__ import annotations
 
 from m2flow.cluster import Cluster, DeviceId
+from m2flow.planners.offload import resident_sets
 from m2flow.planners.processes import Processes
 from m2flow.planners.profile import Profile
 from m2flow.schedule import Phase, Placement, Plan, ReplicaId
@@ -32,8 +33,7 @@ def memory_shares(
             if device.kind == "gpu":
                 replica = ReplicaId(name, index)
                 on_device.setdefault(device, {}).setdefault(process_of.get(replica, (replica,)), []).append(replica)
-    always = set(placements) - offloaded
-    resident = [always | (phase.workers & offloaded) for phase in phases or [Phase("idle")]]
+    resident = resident_sets(placements, phases, offloaded)
     shares: dict[ReplicaId, float] = {}
     notes = []
     for device, by_process in sorted(on_device.items()):
@@ -42,8 +42,9 @@ def memory_shares(
         unknown = sorted({r.worker for members in by_process.values() for r in members} - _estimated(profile))
         if unknown:
             notes.append(
-                f"no memory shares on {device.name}: {', '.join(f'workers.{w}' for w in unknown)} has no memory"
-                " estimate (declare resources.memory_gb to let its processes share the GPU's memory by plan)"
+                f"no memory shares on {device.name}: {', '.join(f'workers.{w}' for w in unknown)}"
+                f" {'has' if len(unknown) == 1 else 'have'} no memory estimate (declare resources.memory_gb to let"
+                " its processes share the GPU's memory by plan)"
             )
             continue
         capacity = cluster.memory_gb[device]
@@ -64,6 +65,12 @@ def memory_shares(
                 default=0.0,
             )
             share = max(USABLE - beside / capacity, own / capacity)
+            if share == own / capacity:
+                notes.append(
+                    f"memory shares on {device.name}: {' + '.join(map(str, members))} is capped at its own estimate"
+                    f" ({own:g} GB): with the others' it fills more than {USABLE:.0%} of the GPU, so no room is left"
+                    " to grow into"
+                )
             shares.update({r: share for r in members})
     return shares, notes
 

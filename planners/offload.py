@@ -48,14 +48,18 @@ def with_swaps(phases: list[Phase], offloaded: set[str]) -> list[Phase]:
     return out
 
 
+def resident_sets(placements: dict[str, Placement], phases: list[Phase], offloaded: set[str]) -> list[set[str]]:
+    """Per phase, the workers resident on their devices: all but the offloaded ones the phase does not use."""
+    always = {n for n in placements if n not in offloaded}
+    return [always | (phase.workers & offloaded) for phase in phases or [Phase("idle")]]
+
+
 def peak_memory(
     placements: dict[str, Placement], phases: list[Phase], offloaded: set[str], profile: Profile
 ) -> dict[DeviceId, tuple[float, list[str]]]:
     """Per device, the most memory resident at once, and who holds it then."""
-    always = {n for n in placements if n not in offloaded}
     peak: dict[DeviceId, tuple[float, list[str]]] = {}
-    for phase in phases or [Phase("idle")]:
-        resident = always | (phase.workers & offloaded)
+    for resident in resident_sets(placements, phases, offloaded):
         load: dict[DeviceId, list[str]] = {}
         for name in resident:
             for device in placements[name].replica_devices:

@@ -4,6 +4,7 @@ the check that no sample trained too stale."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ class Training:
     batch: Batch
     lag: int  # trainings finished since the batch's loop ran: the policy versions it trains late
     deadline: Deadline  # from its issue: drop mode polls it across loops
+    issued_at: float = field(default_factory=time.time)  # none of its calls started earlier
 
     def done(self) -> bool:
         """Every call has finished, one has failed (the others may wait on it in a collective), or its

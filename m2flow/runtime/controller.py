@@ -106,7 +106,9 @@ class Controller(InPlace):
         if result.replacements or not ran_loop:  # a wait on a hung replica and a redo, or an asynchronous
             self.measured = before  # segment's last update alone: not the iteration the plan predicts
         if self.measured.warming_up:  # the first iteration pays one-time costs (imports, lazy init, first calls)
-            self.measured = Measured(warming_up=False)
+            self.measured = Measured(warming_up=False, since=time.time())
+        training = self.backlog.training if self.backlog is not None else None
+        self.measured.settle(training.issued_at if training is not None else time.time())  # all else has returned
         elapsed = time.time() - start
         whole = TaskEvent("iteration", "iteration", start, start + elapsed)
         self.trace.task(CONTROLLER, CONTROLLER, whole, iteration=it)
@@ -375,7 +377,7 @@ class Controller(InPlace):
         for port, seconds in stats.seconds.items():
             self.measured.add(f"{r.worker}.{port}", seconds)
             busy[port] += seconds
-        self.measured.device_spans[r.device].update(stats.spans)
+        self.measured.busy(r.device).update(stats.spans)
         for event in stats.events:
             self.trace.task(str(r.id), r.device, event, iteration=self._it)
         if not program.trace_steps and stats.seconds:
@@ -415,7 +417,7 @@ class Controller(InPlace):
                 event = event._replace(items=int(self._items.get(ref, event.items)))
             self.trace.task(str(r.id), r.device, event, iteration=self._it)
             self.measured.add(f"{r.worker}.{event.name}", event.seconds)
-            self.measured.device_spans[r.device].add(event.start, event.end)
+            self.measured.busy(r.device).add(event.start, event.end)
 
     def _add_time(self, key: str, began: float) -> None:
         metrics = self._result.metrics

@@ -31,7 +31,7 @@ from m2flow.runtime.nodes import addresses, unreachable
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.ray_cluster import cluster_from_ray, connect_ray
 from m2flow.runtime.replace import Replacement, Replacer, Restore, candidates, training_groups
-from m2flow.runtime.replan import Running, remember, replan, synchronous_twin, with_phases_of
+from m2flow.runtime.replan import REPLAN_AFTER, Running, calibration, remember, replan, with_phases_of
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.run_report import measured_iterations, report_run
 from m2flow.runtime.snapshots import Snapshots
@@ -41,8 +41,6 @@ from m2flow.spec import WorkflowSpec
 
 log = logging.getLogger(__name__)
 
-REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, the others are measured
-MAX_REPLANS = 2  # a switch to a plan with other batch sizes measures those too, and may refine once more
 RECOVERABLE = (WorkerError, WaitTimeout)
 SETTLE_S = 2.0  # how long a closing run waits for the given-up calls still queued to end
 
@@ -107,23 +105,18 @@ class Run:
         self.reporter = Reporter(self.run_dir, spec.run.iterations, self.next_iteration, spec.run.progress)
         unknown = plan.predicted.unknown_costs
         self.overlapped = spec.flow.asynchronous is not None  # its costs are measured under contention
-        replan_wanted = spec.placement.replan is True or (spec.placement.replan == "auto" and bool(unknown))
-        # an asynchronous flow is measured on its synchronous twin until the re-plan, then runs as declared
-        self.twin = synchronous_twin(graph) if self.overlapped and replan_wanted else None
-        self.replans_left = (1 if self.twin else MAX_REPLANS) if replan_wanted else 0
+        measuring = calibration(graph, unknown, spec.run.iterations - self.next_iteration)
+        self.twin = measuring.twin  # an asynchronous flow measures on its synchronous twin until the re-plan
+        self.replans_left = measuring.replans
         self.replanned = False
-        detail = max(spec.run.trace_detail_iterations, REPLAN_AFTER if replan_wanted else 0)
+        detail = max(spec.run.trace_detail_iterations, REPLAN_AFTER if measuring.replans else 0)
         self.trace_until = self.next_iteration + detail
-        self.replan_at = self.next_iteration + REPLAN_AFTER if replan_wanted else None
+        self.replan_at = self.next_iteration + REPLAN_AFTER if measuring.replans else None
         self.measured_since = self.next_iteration  # the first iteration the current workers ran
         if self.next_iteration:
             self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
-        if unknown and replan_wanted:
-            self.reporter.print(
-                f"m2flow: {len(unknown)} port cost(s) unknown ({', '.join(unknown)}): measuring them in the first"
-                f" {REPLAN_AFTER} iterations, then re-planning (placement.replan)"
-                + (", which run synchronously (training beside the loop would skew them)" if self.twin else "")
-            )
+        for line in measuring.says:
+            self.reporter.print(line)
         quarantined = read_meta(self.restore_from).get("quarantined", {}) if self.restore_from else {}
         # kept across restarts and resumes: a quarantined env keeps its new seed
         self.quarantine = Quarantine(spec.run.quarantine_after, times={int(e): n for e, n in quarantined.items()})
@@ -359,17 +352,18 @@ class Run:
         self.replans_left -= 1
         self.replanned = True
         self.replan_at = None
-        ran, self.twin = self.twin, None  # an asynchronous flow runs as declared from here
+        twin, self.twin = self.twin, None  # an asynchronous flow runs as declared from here
         running = Running(self.controller.plan, self.measured_since)
-        decision = replan(self.graph, self.cluster, running, self.trace.events, ran)
-        remember(self.graph, self.cluster, self.trace.events, running, ran)
+        decision = replan(self.graph, self.cluster, running, self.trace.events, measured_on=twin)
+        remember(self.graph, self.cluster, self.trace.events, running, measured_on=twin)
         self.reporter.print(decision.why)
         if not (self.run_dir / "plan.initial.json").exists():
             self.plan.save(self.run_dir / "plan.initial.json")
         decision.plan.notes.append(decision.why)
         decision.plan.save(self.run_dir / "plan.json")
-        if not decision.switched and ran is not None:  # the same workers, now run asynchronously
+        if not decision.switched and twin is not None:  # the same workers, now run asynchronously
             self.plan = self.result.plan = decision.plan
+            self.controller.settle_given_up(SETTLE_S)
             self.controller = Controller(
                 self.graph, self.plan, self.launch, self.trace, self.trace_until, self.controller.replacer
             )

@@ -6,20 +6,23 @@ from __future__ import annotations
 from m2flow.context import WorkerContext
 
 
-def cap_gpu_memory(share: float) -> None:
-    """Cap this process's CUDA caching allocator at `share` of its (only visible) GPU's memory."""
+def cap_gpu_memory(gb: float) -> None:
+    """Cap this process's CUDA caching allocator at `gb` of its (only visible) GPU's memory: the plan's share
+    of the capacity it planned for, whatever the GPU holds."""
     import torch
 
     if torch.cuda.is_available():
-        torch.cuda.set_per_process_memory_fraction(share, torch.cuda.current_device())
+        device = torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, gb * 2**30 / total), device)
 
 
 def out_of_share(ctx: WorkerContext, exc: BaseException) -> str:
     """What to do when a process ran out of its GPU memory share; empty for any other error."""
-    if ctx.gpu_memory_share is None or type(exc).__name__ != "OutOfMemoryError":
+    if ctx.gpu_memory_gb is None or type(exc).__name__ != "OutOfMemoryError":
         return ""
     return (
-        f"workers.{ctx.worker} ran out of its share of the GPU's memory ({ctx.gpu_memory_share:.0%}: what the plan"
+        f"workers.{ctx.worker} ran out of its share of the GPU's memory ({ctx.gpu_memory_gb:.3g} GB: what the plan"
         " leaves it beside the other processes on that GPU, from their memory estimates). Declare what it needs"
         f" in workers.{ctx.worker}.resources.memory_gb (or lower the others'), or give it a GPU of its own"
     )

@@ -84,8 +84,8 @@ class WorkerHost:
         self.mailbox: Mailbox | None = None
         self.publishers: dict[str, SyncTransport | None] = {}  # by sync edge: None on a source's other replicas
         self.receivers: dict[str, SyncTransport] = {}  # by sync edge
-        if ctx.gpu_memory_share is not None:
-            cap_gpu_memory(ctx.gpu_memory_share)
+        if ctx.gpu_memory_gb is not None:
+            cap_gpu_memory(ctx.gpu_memory_gb)
         if dist is not None:
             from m2flow.runtime.distributed import init_process_group
 

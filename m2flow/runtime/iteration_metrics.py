@@ -28,22 +28,35 @@ class Measured:
     prediction."""
 
     port_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    device_spans: dict[DeviceId, Spans] = field(default_factory=lambda: defaultdict(Spans))
+    device_spans: dict[DeviceId, Spans] = field(default_factory=dict)
     loop_s: float = 0.0  # the loop phases' wall time
     loop_busy_s: dict[ReplicaId, dict[str, float]] = field(default_factory=dict)  # replica -> port -> seconds
     warming_up: bool = True  # the controller's first iteration: not counted
+    since: float = float("-inf")  # devices' work before it is not counted (a call of the warm-up still running)
 
     def add(self, port: str, seconds: float) -> None:
         self.port_s[port] += seconds
+
+    def busy(self, device: DeviceId) -> Spans:
+        """The spans of work on `device`, to add to."""
+        if device not in self.device_spans:
+            self.device_spans[device] = Spans(since=self.since)
+        return self.device_spans[device]
+
+    def settle(self, before: float) -> None:
+        """Fold every device's spans that ended by `before` (no call in flight started earlier)."""
+        for spans in self.device_spans.values():
+            spans.settle(before)
 
     def copy(self) -> Measured:
         """A copy to return to when an iteration's costs must not count (cheaper than a deep copy)."""
         return Measured(
             defaultdict(float, self.port_s),
-            defaultdict(Spans, {device: spans.copy() for device, spans in self.device_spans.items()}),
+            {device: spans.copy() for device, spans in self.device_spans.items()},
             self.loop_s,
             {replica: defaultdict(float, ports) for replica, ports in self.loop_busy_s.items()},
             self.warming_up,
+            self.since,
         )
 
     @property

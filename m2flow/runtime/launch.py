@@ -143,7 +143,7 @@ class Launch:
             output_dir=self.output_dir,
             iterations=self.graph.spec.run.iterations,
             quarantined=dict(self.quarantined),
-            gpu_memory_share=self.plan.memory_shares.get(ReplicaId(name, r)),
+            gpu_memory_gb=self.plan.memory_gb(ReplicaId(name, r)),
         )
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
         # a rank's own collective timeout is the backstop, twice the training call's deadline, so the

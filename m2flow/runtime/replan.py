@@ -32,6 +32,8 @@ from m2flow.schedule import Plan, Prediction
 from m2flow.spec import PortCost
 
 REPLAN_GAIN = 0.10
+REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, the others are measured
+MAX_REPLANS = 2  # a switch to a plan with other batch sizes measures those too, and may refine once more
 MAX_HOP_S = 0.05  # a message between two processes of one run costs at most this much
 
 
@@ -109,6 +111,37 @@ def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
     return with_hops > without
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """How a run measures its costs: how many re-plans it may make after its first iterations (0: none), the
+    graph those iterations run (an asynchronous flow's synchronous twin, or None: the workflow's own), and what
+    it says about it."""
+
+    replans: int
+    twin: MacroGraph | None
+    says: list[str]
+
+
+def calibration(graph: MacroGraph, unknown: list[str], iterations_left: int) -> Calibration:
+    """`placement.replan`: auto re-plans when a cost is unknown, true always, false never; an asynchronous flow
+    measures on its synchronous twin, if the run has iterations left after measuring."""
+    spec = graph.spec
+    if not (spec.placement.replan is True or (spec.placement.replan == "auto" and unknown)):
+        return Calibration(0, None, [])
+    what = f"{len(unknown)} port cost(s) unknown ({', '.join(unknown)})" if unknown else "placement.replan: true"
+    measuring = f"m2flow: {what}: measuring the costs in the first {REPLAN_AFTER} iterations, then re-planning"
+    if spec.flow.asynchronous is None:
+        return Calibration(MAX_REPLANS, None, [measuring])
+    if iterations_left <= REPLAN_AFTER:
+        too_short = (
+            f"m2flow: flow.async: {REPLAN_AFTER} synchronous iterations would measure the costs, but this run has no"
+            " more: it runs asynchronously on the plan as it is (costs not measured, not cached)"
+        )
+        return Calibration(0, None, [too_short])
+    synchronously = f"{measuring}; they run synchronously (training beside the loop would skew them)"
+    return Calibration(1, synchronous_twin(graph), [synchronously])
+
+
 def synchronous_twin(graph: MacroGraph) -> MacroGraph:
     """The same workflow without `flow.async`: what an asynchronous flow's calibration iterations run."""
     flow = graph.spec.flow.model_copy(update={"asynchronous": None})
@@ -117,16 +150,21 @@ def synchronous_twin(graph: MacroGraph) -> MacroGraph:
 
 def with_phases_of(plan: Plan, graph: MacroGraph) -> Plan:
     """The same placement running `graph`'s phases: an asynchronous plan as its synchronous twin runs it, and
-    back (an asynchronous flow swaps no worker out, so neither has swaps)."""
-    return replace(plan, phases=build_phases(graph))
+    back. Neither swaps a worker out (an asynchronous flow never does) nor streams its then-edges (an
+    asynchronous one does not, so the twin measures training as it will run)."""
+    return replace(plan, phases=[replace(phase, streamed=[]) for phase in build_phases(graph)])
 
 
 def remember(
-    graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running, ran: MacroGraph | None = None
+    graph: MacroGraph,
+    cluster: Cluster,
+    events: list[dict],
+    running: Running,
+    measured_on: MacroGraph | None = None,
 ) -> None:
-    """Cache what this run measured, for `m2flow plan` and the next runs of the same workers; `ran`: the graph
-    the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin)."""
-    measured = refit(ran or graph, cluster, events, running)
+    """Cache what this run measured, for `m2flow plan` and the next runs of the same workers; `measured_on`: the
+    graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin)."""
+    measured = refit(measured_on or graph, cluster, events, running)
     if measured.fitted:
         save_cached(graph, device_kinds(graph, cluster), measured.fitted)
         save_calibration(graph, {"hop_s": measured.profile.hop_s, "controller_s": measured.profile.controller_s})
@@ -140,12 +178,16 @@ class Decision:
 
 
 def replan(
-    graph: MacroGraph, cluster: Cluster, running: Running, events: list[dict], ran: MacroGraph | None = None
+    graph: MacroGraph,
+    cluster: Cluster,
+    running: Running,
+    events: list[dict],
+    measured_on: MacroGraph | None = None,
 ) -> Decision:
     """Plan `graph` again on the measured costs; switch only for a clear gain. The reason is logged either way.
-    `ran`: the graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin)."""
-    current = running.plan if ran is None else with_phases_of(running.plan, graph)
-    profile = refit(ran or graph, cluster, events, running).profile
+    `measured_on`: the graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin)."""
+    current = running.plan if measured_on is None else with_phases_of(running.plan, graph)
+    profile = refit(measured_on or graph, cluster, events, running).profile
     now, tasks = simulate(
         graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
     )

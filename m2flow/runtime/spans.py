@@ -7,21 +7,20 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-HELD = 1024  # spans kept apart before the oldest half is folded into a total
-
 
 @dataclass
 class Spans:
-    """Disjoint spans [start, end), sorted and merged as they arrive. Spans arrive nearly in time order, so
-    the oldest are folded into `settled_s` once more than `held` are kept: memory stays bounded over a long
-    run, and only a span that reaches back past the folded ones (none in practice) is counted whole."""
+    """Disjoint spans [start, end), sorted and merged as they arrive, from `since` on (earlier work is cut).
+    `settle(before)` folds the spans that end before a time no later span can reach back past into a total,
+    so a long run holds only the recent ones."""
 
-    held: int = HELD
+    since: float = float("-inf")
     settled_s: float = 0.0
     starts: list[float] = field(default_factory=list)
     ends: list[float] = field(default_factory=list)
 
     def add(self, start: float, end: float) -> None:
+        start = max(start, self.since)
         if end <= start:
             return
         i = bisect_right(self.starts, start)
@@ -34,20 +33,26 @@ class Spans:
             j += 1
         self.starts[i:j] = [start]
         self.ends[i:j] = [end]
-        if len(self.starts) > self.held:
-            half = self.held // 2
-            self.settled_s += sum(e - s for s, e in zip(self.starts[:half], self.ends[:half], strict=True))
-            del self.starts[:half], self.ends[:half]
 
     def update(self, other: Spans) -> None:
-        """Add every span of `other` (another process's work on the same device)."""
-        self.settled_s += other.settled_s
+        """Add every span `other` holds (another process's work on the same device)."""
         for start, end in zip(other.starts, other.ends, strict=True):
             self.add(start, end)
 
+    def settle(self, before: float) -> None:
+        """Fold the spans that end by `before` into the total: no span added later may start before it (the
+        caller's promise: every call that started earlier has been added). Later spans are cut at it."""
+        n = bisect_right(self.ends, before)
+        self.settled_s += sum(e - s for s, e in zip(self.starts[:n], self.ends[:n], strict=True))
+        del self.starts[:n], self.ends[:n]
+        self.since = max(self.since, min(before, self.starts[0]) if self.starts else before)  # past what folded
+
     def copy(self) -> Spans:
-        return Spans(self.held, self.settled_s, self.starts.copy(), self.ends.copy())
+        return Spans(self.since, self.settled_s, self.starts.copy(), self.ends.copy())
 
     def total(self) -> float:
         """Seconds covered by at least one span."""
         return self.settled_s + sum(e - s for s, e in zip(self.starts, self.ends, strict=True))
+
+    def __len__(self) -> int:
+        return len(self.starts)

@@ -131,7 +131,7 @@ def test_an_asynchronous_flow_with_unknown_costs_measures_them_synchronously_the
     steps = 32 * 4
     assert [h["accounting/steps_produced"] for h in history] == [float(steps)] * 6
     said = " ".join(capsys.readouterr().err.split())  # the console wraps lines
-    assert "which run synchronously (training beside the loop would skew them)" in said
+    assert "then re-planning; they run synchronously (training beside the loop would skew them)" in said
     assert "replan: keeping" in said or "replan: switching" in said
     assert "replan: " in result.plan.notes[-1]
     # the plan that ran is the asynchronous one, predicted from the measured costs, and those are cached

@@ -149,3 +149,18 @@ def test_drop_mode_refuses_max_staleness_0_which_would_train_at_most_every_other
     raw["flow"]["async"]["on_stale"] = "drop"
     with pytest.raises(SpecError, match="on_stale: drop with max_staleness 0 drops every batch collected while"):
         build_graph(spec_from_dict(raw))
+
+
+def test_an_asynchronous_flow_measures_its_costs_on_its_synchronous_twin_when_the_run_is_long_enough():
+    from m2flow.runtime.replan import MAX_REPLANS, calibration
+
+    graph = build_graph(spec_from_dict(async_workflow()))
+    measuring = calibration(graph, ["policy.act"], iterations_left=10)
+    assert measuring.replans == 1 and measuring.twin.spec.flow.asynchronous is None
+    assert measuring.twin.spec.workers == graph.spec.workers
+    assert "they run synchronously (training beside the loop would skew them)" in measuring.says[0]
+    short = calibration(graph, ["policy.act"], iterations_left=3)  # nothing would be left to run asynchronously
+    assert (short.replans, short.twin) == (0, None) and "this run has no more" in short.says[0]
+    assert calibration(graph, [], iterations_left=10).replans == 0  # every cost known (placement.replan: auto)
+    synchronous = calibration(build_graph(spec_from_dict(workflow())), ["policy.act"], iterations_left=10)
+    assert (synchronous.replans, synchronous.twin) == (MAX_REPLANS, None)

@@ -307,13 +307,12 @@ from m2flow.context import WorkerContext
 from m2flow.runtime.host import PortFailed, WorkerHost
 from tests.workers_for_tests import GrabsGpuMemory
 
-share = 0.05
-ctx = WorkerContext(worker="rollout", device="cuda", output_dir=sys.argv[1], gpu_memory_share=share)
+share_gb = 6.0
+ctx = WorkerContext(worker="rollout", device="cuda", output_dir=sys.argv[1], gpu_memory_gb=share_gb)
 host = WorkerHost(GrabsGpuMemory, {}, ctx, 1, None)
-total_gb = torch.cuda.get_device_properties(0).total_memory / 2**30
-host._invoke(host.instances[0], "grab", (0.5 * share * total_gb,), "call")  # within its share
+host._invoke(host.instances[0], "grab", (0.5 * share_gb,), "call")  # within its share
 try:
-    host._invoke(host.instances[0], "grab", (2 * share * total_gb,), "call")  # twice its share: the GPU has it
+    host._invoke(host.instances[0], "grab", (2 * share_gb,), "call")  # twice its share: the GPU has it
 except PortFailed as failure:
     print(failure.headline())
 """
@@ -329,4 +328,4 @@ def test_a_process_given_a_memory_share_runs_out_at_its_share_and_is_told_which_
         [sys.executable, "-c", SHARED_GPU_PROCESS, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr
-    assert "workers.rollout ran out of its share of the GPU's memory (5%" in out.stdout, out.stdout
+    assert "workers.rollout ran out of its share of the GPU's memory (6 GB" in out.stdout, out.stdout

@@ -27,6 +27,7 @@ def test_processes_on_one_gpu_each_get_what_the_others_estimates_leave():
     assert plan.memory_shares == {policy: pytest.approx(0.9 - 30 / 80), learner: pytest.approx(0.9 - 10 / 80)}
     assert any(note.startswith("memory shares on n0/gpu0 (80 GB): ") for note in plan.notes)
     assert Plan.from_dict(plan.to_dict()).memory_shares == plan.memory_shares
+    assert plan.memory_gb(policy) == pytest.approx(0.9 * 80 - 30)  # what its process is capped at, in GB
 
 
 def test_workers_that_swap_out_between_phases_each_get_the_gpu_while_the_other_is_out():
@@ -60,9 +61,9 @@ class OutOfMemoryError(RuntimeError):
 
 
 def test_running_out_of_the_share_names_the_share_and_the_key_to_declare():
-    ctx = WorkerContext(worker="rollout", gpu_memory_share=0.6)
+    ctx = WorkerContext(worker="rollout", gpu_memory_gb=42.0)
     hint = out_of_share(ctx, OutOfMemoryError("CUDA out of memory"))
-    assert "workers.rollout ran out of its share of the GPU's memory (60%" in hint
+    assert "workers.rollout ran out of its share of the GPU's memory (42 GB" in hint
     assert "workers.rollout.resources.memory_gb" in hint
     assert out_of_share(ctx, ValueError("bad")) == ""
     assert out_of_share(WorkerContext(worker="rollout"), OutOfMemoryError("CUDA out of memory")) == ""
