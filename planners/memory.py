@@ -65,7 +65,7 @@ def memory_shares(
                 default=0.0,
             )
             share = max(USABLE - beside / capacity, own / capacity)
-            if share == own / capacity:
+            if own + beside > USABLE * capacity:
                 notes.append(
                     f"memory shares on {device.name}: {' + '.join(map(str, members))} is capped at its own estimate"
                     f" ({own:g} GB): with the others' it fills more than {USABLE:.0%} of the GPU, so no room is left"

@@ -3,7 +3,10 @@ capped there, and running out of it is explained as the plan's share, with the k
 
 from __future__ import annotations
 
+import sys
+
 from m2flow.context import WorkerContext
+from m2flow.planners.memory import USABLE
 
 
 def cap_gpu_memory(gb: float) -> None:
@@ -14,7 +17,13 @@ def cap_gpu_memory(gb: float) -> None:
     if torch.cuda.is_available():
         device = torch.cuda.current_device()
         total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, gb * 2**30 / total), device)
+        if gb * 2**30 > USABLE * total:  # the plan assumed a larger GPU than this one
+            print(
+                f"m2flow: the plan gives this process {gb:.3g} GB of its GPU, which holds {total / 2**30:.3g} GB;"
+                f" capped at {USABLE:.0%} of it. Set cluster.gpu_memory_gb to the GPUs' size",
+                file=sys.stderr,
+            )
+        torch.cuda.set_per_process_memory_fraction(min(USABLE, gb * 2**30 / total), device)
 
 
 def out_of_share(ctx: WorkerContext, exc: BaseException) -> str:

@@ -132,10 +132,10 @@ def calibration(graph: MacroGraph, unknown: list[str], iterations_left: int) -> 
     measuring = f"m2flow: {what}: measuring the costs in the first {REPLAN_AFTER} iterations, then re-planning"
     if spec.flow.asynchronous is None:
         return Calibration(MAX_REPLANS, None, [measuring])
-    if iterations_left <= REPLAN_AFTER:
+    if iterations_left <= REPLAN_AFTER + 1:  # the first asynchronous iteration warms up: none would be measured
         too_short = (
-            f"m2flow: flow.async: {REPLAN_AFTER} synchronous iterations would measure the costs, but this run has no"
-            " more: it runs asynchronously on the plan as it is (costs not measured, not cached)"
+            f"m2flow: flow.async, {what}: {REPLAN_AFTER} synchronous iterations would measure the costs, but this run"
+            " has too few after them: it runs asynchronously on the plan as it is (costs not measured, not cached)"
         )
         return Calibration(0, None, [too_short])
     synchronously = f"{measuring}; they run synchronously (training beside the loop would skew them)"

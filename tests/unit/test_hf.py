@@ -467,3 +467,27 @@ def test_without_the_hf_extra_the_options_say_what_to_install(folder, monkeypatc
     monkeypatch.setattr(hf_options, "find_spec", lambda name: None if name == "peft" else real(name))
     with pytest.raises(MissingDependency, match=r"pip install 'm2flow\[hf\]'"):
         hf_options.HFOptions(path=str(folder))
+
+
+def test_lora_targets_match_as_peft_does_and_a_target_that_names_no_layer_is_named(folder):
+    from m2flow.workers.models import PolicyArgs
+    from m2flow.workers.models.hf_folder import folder_size
+    from m2flow.workers.models.policy_args import camera_inputs
+
+    def adapter_bytes(targets: list[str]) -> int:
+        args = PolicyArgs(**policy_args(folder, lora={"r": 2, "target_modules": targets}))
+        without = folder_size(args.hf.model_copy(update={"lora": None}), camera_inputs(args))
+        return folder_size(args.hf, camera_inputs(args)).bytes - without.bytes
+
+    assert adapter_bytes(["self_attn.q_proj"]) == adapter_bytes(["q_proj"]) > 0  # a dotted suffix, as peft accepts
+    with pytest.raises(ValueError, match=r"lora.target_modules: none of \['qproj'\] names a linear layer"):
+        adapter_bytes(["qproj"])
+
+
+def test_a_checkpoint_left_as_a_git_lfs_pointer_is_named(folder, tmp_path):
+    from m2flow.workers.models.hf_folder import tensor_shapes
+
+    copy = shutil.copytree(folder, tmp_path / "model")
+    (copy / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n")
+    with pytest.raises(ValueError, match="is not a safetensors file .a Git LFS pointer not pulled"):
+        tensor_shapes(copy)

@@ -63,6 +63,7 @@ def test_a_late_training_span_over_many_loop_spans_of_two_processes_counts_once(
             start = call * 0.01 + process * 0.005
             acting.add(start, start + 0.004)
         measured.busy(gpu).update(acting)
+    measured.settle(-1.0)  # as the controller does while the training issued at -1 s runs: nothing folds yet
     measured.busy(gpu).add(-1.0, 10.0)  # training beside the loop, reported after it, begun in the warm-up
     measured.settle(10.0)
     assert measured.device_s[gpu] == pytest.approx(10.0)  # the window's 10 s, no more

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from m2flow.workers.models.activations import Stack
-from m2flow.workers.models.hf_options import HEADS_WEIGHTS, HFOptions, prompt, read_config, transformers
+from m2flow.workers.models.hf_options import HFOptions, prompt, read_config, transformers
 from m2flow.workers.models.inputs import VisionInputs
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
@@ -31,14 +31,23 @@ class FolderSize:
 
 
 def tensor_shapes(folder: str | Path) -> dict[str, list[int]] | None:
-    """Each backbone tensor's shape, from the safetensors files' headers; None if the folder has none."""
-    files = sorted(p for p in Path(folder).glob("*.safetensors") if p.name != HEADS_WEIGHTS)
-    if not files:
+    """Each backbone tensor's shape, from the headers of the safetensors files `from_pretrained` reads (the
+    index's shards, or model.safetensors); None if there are none."""
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted({folder / name for name in json.loads(index.read_text())["weight_map"].values()})
+    else:
+        files = [folder / "model.safetensors"]
+    if not all(path.exists() for path in files):
         return None
     shapes = {}
     for path in files:
         with path.open("rb") as file:
-            header = json.loads(file.read(int.from_bytes(file.read(8), "little")))
+            length = int.from_bytes(file.read(8), "little")
+            if length > path.stat().st_size:  # a Git LFS pointer, or not a safetensors file
+                raise ValueError(f"path: {path} is not a safetensors file (a Git LFS pointer not pulled?)")
+            header = json.loads(file.read(length))
         shapes.update({name: entry["shape"] for name, entry in header.items() if name != "__metadata__"})
     return shapes
 
@@ -47,10 +56,15 @@ def folder_size(options: HFOptions, inputs: VisionInputs) -> FolderSize | None:
     """The policy's state as `HFPolicy` builds it: the backbone in `options.dtype`, LoRA's adapters on the
     linear layers `target_modules` names, the fp32 heads on the decoder's last hidden state (+ proprio)."""
     config = read_config(options.path)
-    shapes = tensor_shapes(options.path)
     width = config.get("text_config", {}).get("hidden_size")
-    if shapes is None or width is None or "auto_map" in config:
+    if width is None or "auto_map" in config or "quantization_config" in config:  # packed shapes: not the model's
         return None
+    shapes = tensor_shapes(options.path)
+    if shapes is None:
+        return None
+    tied = config.get("tie_word_embeddings", config["text_config"].get("tie_word_embeddings", False))
+    if tied:  # one tensor for the input and output embeddings, counted once
+        shapes = {name: shape for name, shape in shapes.items() if not name.endswith("lm_head.weight")}
     backbone = sum(math.prod(shape) for shape in shapes.values())
     width += inputs.proprio_dim
     heads = width + 1  # the value head
@@ -60,13 +74,20 @@ def folder_size(options: HFOptions, inputs: VisionInputs) -> FolderSize | None:
     state = backbone * DTYPE_BYTES[options.dtype] + heads * HEADS_BYTES + buffers
     if options.lora is None:
         return FolderSize(state, backbone + heads, backbone * DTYPE_BYTES[options.dtype] + heads * HEADS_BYTES)
-    adapters = sum(
-        options.lora.r * sum(shape)
+    targeted = [
+        shape
         for name, shape in shapes.items()
         if len(shape) == 2
         and name.endswith(".weight")
-        and name[: -len(".weight")].rsplit(".", 1)[-1] in options.lora.target_modules
-    )
+        and any(f".{name[: -len('.weight')]}".endswith(f".{target}") for target in options.lora.target_modules)
+    ]  # as peft matches a target: the module's name, or its last dotted parts
+    if not targeted:
+        raise ValueError(
+            f"lora.target_modules: none of {options.lora.target_modules} names a linear layer of {options.path}"
+            " (e.g. q_proj, v_proj: the last parts of a layer's name in the checkpoint)"
+        )
+    adapters = sum(options.lora.r * sum(shape) for shape in targeted)
+
     trainable_bytes = adapters * ADAPTER_BYTES + heads * HEADS_BYTES
     return FolderSize(state + adapters * ADAPTER_BYTES, adapters + heads, trainable_bytes)
 
@@ -100,7 +121,14 @@ def hf_stacks(options: HFOptions, act_dim: int) -> list[Stack]:
 
 
 VISION_KEYS = ("image_size", "patch_size", "hidden_size", "intermediate_size", "num_hidden_layers")
-TEXT_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "hidden_act")
+TEXT_KEYS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_act",
+)
 
 
 def _read_prompt(options: HFOptions) -> tuple[dict[str, Any], list[int]] | None:
@@ -111,13 +139,23 @@ def _read_prompt(options: HFOptions) -> tuple[dict[str, Any], list[int]] | None:
     complete = all(k in vision for k in VISION_KEYS) and all(k in text for k in TEXT_KEYS)
     if "auto_map" in config or not complete or "image_token_index" not in config:
         return None
-    if not (folder / "tokenizer.json").exists():
+    if not (folder / "tokenizer.json").exists() or _adjusts_its_tokenizer(folder):
         return None
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     placeholder = tokenizer.id_to_token(config["image_token_index"])
-    return config, tokenizer.encode(prompt(placeholder, options.instruction)).ids
+    if placeholder is None:
+        return None
+    ids = tokenizer.encode(prompt(placeholder, options.instruction)).ids
+    return (config, ids) if ids.count(config["image_token_index"]) == 1 else None
+
+
+def _adjusts_its_tokenizer(folder: Path) -> bool:
+    """Whether tokenizer_config.json changes what tokenizer.json alone encodes (transformers applies it)."""
+    path = folder / "tokenizer_config.json"
+    settings = json.loads(path.read_text()) if path.exists() else {}
+    return any(key in settings for key in ("add_bos_token", "add_eos_token", "add_prefix_space"))
 
 
 def _load_prompt(options: HFOptions) -> tuple[dict[str, Any], list[int]]:

@@ -104,7 +104,9 @@ def check_folder(options: HFOptions) -> None:
         )
     remote = "auto_map" in written  # its config class is the folder's own: only transformers can say what it is
     llava = (
-        isinstance(_loaded_config(options), transformers().LlavaConfig) if remote else written["model_type"] == "llava"
+        isinstance(_loaded_config(options), transformers().LlavaConfig)
+        if remote
+        else written.get("model_type") == "llava"
     )
     if not llava:
         raise ValueError(
