@@ -87,7 +87,6 @@ def folder_size(options: HFOptions, inputs: VisionInputs) -> FolderSize | None:
             " (e.g. q_proj, v_proj: the last parts of a layer's name in the checkpoint)"
         )
     adapters = sum(options.lora.r * sum(shape) for shape in targeted)
-
     trainable_bytes = adapters * ADAPTER_BYTES + heads * HEADS_BYTES
     return FolderSize(state + adapters * ADAPTER_BYTES, adapters + heads, trainable_bytes)
 
