@@ -15,7 +15,7 @@ from tests.workflows import recovery_ppo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
-HORIZON, ITERATIONS = 16, 3
+HORIZON, ITERATIONS = 16, 5  # the iterations after the fault leave the watcher time to see the new spare
 
 
 def killed_simulator(tmp_path, spares: bool) -> mf.WorkflowSpec:
@@ -29,6 +29,7 @@ def killed_simulator(tmp_path, spares: bool) -> mf.WorkflowSpec:
     env["class"] = "tests.workers_for_tests.FaultyGymEnv"
     env["args"].update(fault="kill", fault_replica=1, fault_at_step=HORIZON + 6, marker=str(tmp_path / "fault"))
     env["args"]["armed_by"] = str(tmp_path / "armed")
+    raw["placement"]["replan"] = False  # the same processes throughout (a re-plan that switches restarts them)
     return spec_from_dict(raw)
 
 
@@ -52,13 +53,13 @@ def env_spare_names(workflow: str) -> set[str]:
     return {name for name in ray.util.list_named_actors() if name.startswith(f"m2flow:{workflow}:spare:env:")}
 
 
-def wait_for(condition, timeout_s: float = 120.0):
-    """`condition()`'s first truthy value, polled until `timeout_s` (None if it never was)."""
+def wait_for(condition, timeout_s: float = 120.0, every_s: float = 0.2):
+    """`condition()`'s first truthy value, polled every `every_s` until `timeout_s` (None if it never was)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if value := condition():
             return value
-        time.sleep(0.2)
+        time.sleep(every_s)
     return None
 
 
@@ -85,7 +86,8 @@ class Watcher:
             self.before_fault(spares)
         (self.tmp_path / "armed").write_text("armed\n")
         wait_for(lambda: (self.tmp_path / "fault").exists())
-        self.after = wait_for(lambda: env_spare_names(self.workflow) - set(self.before), 60) or set()
+        # the new spare stands by from the replacement's iteration to the run's end: look often
+        self.after = wait_for(lambda: env_spare_names(self.workflow) - set(self.before), 60, every_s=0.05) or set()
 
 
 def test_a_killed_simulator_runs_on_in_its_spare_process_and_a_new_spare_stands_by(tmp_path):
