@@ -41,7 +41,8 @@ class Spans:
 
     def settle(self, before: float) -> None:
         """Fold the spans that end by `before` into the total: no span added later may start before it (the
-        caller's promise: every call that started earlier has been added). Later spans are cut at it."""
+        caller's promise: every call that started earlier has been added). A later span is cut where the
+        folded ones end, so no time counts twice."""
         n = bisect_right(self.ends, before)
         self.settled_s += sum(e - s for s, e in zip(self.starts[:n], self.ends[:n], strict=True))
         del self.starts[:n], self.ends[:n]
