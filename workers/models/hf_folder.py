@@ -8,26 +8,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from m2flow.workers.models.activations import Stack
 from m2flow.workers.models.hf_options import HFOptions, prompt, read_config, transformers
 from m2flow.workers.models.inputs import VisionInputs
+from m2flow.workers.models.state_size import StateSize
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 ADAPTER_BYTES = 4  # peft keeps LoRA adapters in fp32 beside a bf16 backbone (autocast_adapter_dtype)
 HEADS_BYTES = 4  # the action and value heads are built in fp32
-
-
-@dataclass(frozen=True)
-class FolderSize:
-    """An hf policy's state, counted from its folder."""
-
-    bytes: int
-    trainable: int
-    trainable_bytes: int
 
 
 def tensor_shapes(folder: str | Path) -> dict[str, list[int]] | None:
@@ -52,7 +43,7 @@ def tensor_shapes(folder: str | Path) -> dict[str, list[int]] | None:
     return shapes
 
 
-def folder_size(options: HFOptions, inputs: VisionInputs) -> FolderSize | None:
+def folder_size(options: HFOptions, inputs: VisionInputs) -> StateSize | None:
     """The policy's state as `HFPolicy` builds it: the backbone in `options.dtype`, LoRA's adapters on the
     linear layers `target_modules` names, the fp32 heads on the decoder's last hidden state (+ proprio)."""
     config = read_config(options.path)
@@ -73,7 +64,7 @@ def folder_size(options: HFOptions, inputs: VisionInputs) -> FolderSize | None:
     buffers = (options.action_bins + 6) * 4  # the bins and the image normalisation, fp32
     state = backbone * DTYPE_BYTES[options.dtype] + heads * HEADS_BYTES + buffers
     if options.lora is None:
-        return FolderSize(state, backbone + heads, backbone * DTYPE_BYTES[options.dtype] + heads * HEADS_BYTES)
+        return StateSize(state, backbone + heads, backbone * DTYPE_BYTES[options.dtype] + heads * HEADS_BYTES)
     targeted = [
         shape
         for name, shape in shapes.items()
@@ -88,7 +79,7 @@ def folder_size(options: HFOptions, inputs: VisionInputs) -> FolderSize | None:
         )
     adapters = sum(options.lora.r * sum(shape) for shape in targeted)
     trainable_bytes = adapters * ADAPTER_BYTES + heads * HEADS_BYTES
-    return FolderSize(state + adapters * ADAPTER_BYTES, adapters + heads, trainable_bytes)
+    return StateSize(state + adapters * ADAPTER_BYTES, adapters + heads, trainable_bytes)
 
 
 def hf_stacks(options: HFOptions, act_dim: int) -> list[Stack]:

@@ -5,23 +5,14 @@ sizes a model without torch (tests/unit/test_sizes.py checks each count against 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from m2flow.workers.models.hf_folder import folder_size
 from m2flow.workers.models.inputs import VisionInputs, image_channels, pixel_convs
 from m2flow.workers.models.policy_args import PolicyArgs, camera_inputs
+from m2flow.workers.models.state_size import StateSize
 from m2flow.workers.models.vit_presets import check_vit, vit_shape, vit_tokens
 
 FP32 = 4  # bytes per element: the built-in models load in fp32
-
-
-@dataclass(frozen=True)
-class StateSize:
-    """A policy's state, sized without allocating it."""
-
-    bytes: int  # parameters and buffers, in the dtypes they load in
-    trainable: int  # how many parameters training changes (all, or with LoRA the adapters and heads)
-    trainable_bytes: int  # those, in the dtypes they load in
 
 
 def linear(n_in: int, n_out: int) -> int:
@@ -91,7 +82,7 @@ def state_size(args: PolicyArgs) -> StateSize:
     if args.model == "hf":  # from its folder's config and safetensors headers where they hold it
         counted = folder_size(args.hf, camera_inputs(args))
         if counted is not None:
-            return StateSize(counted.bytes, counted.trainable, counted.trainable_bytes)
+            return counted
     if args.model not in PARAMETERS:
         return _built_on_meta(args)
     parameters = PARAMETERS[args.model](args)
