@@ -16,6 +16,12 @@ The peers (`--peers`):
   ends the return there); the learning rate of an update is the one for the steps collected before it (one
   update behind CleanRL's schedule). CleanRL 1.2.0 itself is not run: its scripts target gymnasium
   0.29's API (NEXT_STEP autoreset, `final_observation` infos), not gymnasium 1.x.
+On a camera workflow (`--config ppo_mujoco_camera.yaml`: m2flow's simulator renders an `observation`) the peers
+see what m2flow's policy sees: the same camera's RGB image at the same size (gymnasium's MuJoCo renderer, channels
+first, set to m2flow's fast profile: no anti-aliasing, shadows or reflections) beside the env's state vector, through
+SB3's `MultiInputPolicy` (a Nature-CNN of 256 features joined with the state, then the settings' `net_arch`);
+VecNormalize normalises the state only. rl-zoo3 has no settings for HalfCheetah from pixels: `sb3-zoo` is its
+state-based HalfCheetah entry on these inputs.
 They are installed from PyPI into a virtualenv of their own (`--peers-venv`, created on first use: CPU torch
 2.13.0 from this machine's wheel, stable-baselines3 and rl-zoo3 2.9.2 pinned), or run by an interpreter that
 already has them (`--peers-python`; `sb3-cleanrl` needs no rl-zoo3).
@@ -89,6 +95,25 @@ def per_iteration(path: Path, settings: list[str]) -> int:
     return env.replicas * env.args.get("num_envs", 1) * drafted.flow.loop.horizon
 
 
+PEER_MODALITIES = {"rgb", "proprio"}  # what the peers' pixel wrapper renders
+
+
+def camera_view(path: Path, settings: list[str]) -> dict | None:
+    """The camera `observation` m2flow's simulator renders for its policy (None: the state alone), which the
+    peers are given too."""
+    import m2flow as mf
+
+    view = mf.load_spec(path, settings).workers["env"].args.get("observation")
+    if view is None:
+        return None
+    if len(view["cameras"]) != 1 or not set(view["modalities"]) <= PEER_MODALITIES:
+        raise SystemExit(
+            f"learning.py: the peers render one camera's {sorted(PEER_MODALITIES)}; the workflow's simulator"
+            f" reads {view['cameras']} x {view['modalities']}"
+        )
+    return {"cameras": view["cameras"], "modalities": view["modalities"], "size": list(view.get("size", (84, 84)))}
+
+
 def evaluation_grid(env_id: str, eval_every: int, overrides: list[str], algo: Algo, config: str | None) -> int:
     """The env steps between evaluations, for m2flow and its peers alike: the largest multiple of m2flow's
     iteration at or below `eval_every`, one iteration at least (m2flow evaluates between iterations), so that
@@ -143,9 +168,11 @@ SB3_SCRIPT = textwrap.dedent(
     import torch.nn as nn
 
     env_id, steps, seed, every, out, algo, settings = sys.argv[1], *map(int, sys.argv[2:5]), *sys.argv[5:8]
-    if settings == "zoo":
-        import rl_zoo3
-        zoo = yaml.safe_load((Path(rl_zoo3.__file__).parent / "hyperparams" / f"{algo.lower()}.yml").read_text())
+    view = json.loads(sys.argv[8])  # the camera m2flow's policy reads, or null for the state alone
+    if settings == "zoo":  # rl-zoo3's tuned file, read without importing the package (and its dependencies)
+        from importlib.util import find_spec
+        hyperparams = Path(find_spec("rl_zoo3").origin).parent / "hyperparams"
+        zoo = yaml.safe_load((hyperparams / f"{algo.lower()}.yml").read_text())
         hp = dict(zoo[env_id.replace("-v5", "-v4")])
         normalize, n_envs = bool(hp.get("normalize", False)), hp.get("n_envs", 1)
         for k in ("n_timesteps", "policy", "normalize", "n_envs", "normalize_kwargs"):
@@ -160,11 +187,32 @@ SB3_SCRIPT = textwrap.dedent(
         described = {**{k: str(v) for k, v in hp.items()}, "learning_rate": "3e-4 annealed linearly to 0"}
         hp["learning_rate"] = lambda remaining: 3e-4 * max(remaining, 0.0)
         normalize, n_envs = True, 1
-    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
-    evaluation = make_vec_env(env_id, n_envs=1, seed=seed + 10_000)
+    made, policy, normalized = {}, "MlpPolicy", {}
+    if view:
+        height, width = view["size"]
+
+        class Pixels(gym.ObservationWrapper):
+            # the camera's RGB image (channels first) beside the state, as m2flow's CameraEnv gives them
+            def __init__(self, env):
+                super().__init__(env)
+                model = env.unwrapped.model  # m2flow's fast profile, set before the first render creates the context
+                model.vis.quality.offsamples, model.vis.quality.shadowsize, model.mat_reflectance[:] = 0, 0, 0
+                spaces = {"rgb": gym.spaces.Box(0, 255, (3, height, width), np.uint8), "proprio": env.observation_space}
+                self.observation_space = gym.spaces.Dict({m: spaces[m] for m in view["modalities"]})
+
+            def observation(self, state):
+                seen = {"rgb": lambda: self.env.render().transpose(2, 0, 1).copy(), "proprio": lambda: state}
+                return {m: seen[m]() for m in view["modalities"]}
+
+        camera = dict(render_mode="rgb_array", width=width, height=height, camera_name=view["cameras"][0])
+        made, policy = dict(env_kwargs=camera, wrapper_class=Pixels), "MultiInputPolicy"
+        normalized = dict(norm_obs_keys=["proprio"]) if "proprio" in view["modalities"] else {}
+        normalize = normalize and bool(normalized)
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed, **made)
+    evaluation = make_vec_env(env_id, n_envs=1, seed=seed + 10_000, **made)
     if normalize:
-        env = VecNormalize(env, gamma=hp.get("gamma", 0.99))
-        evaluation = VecNormalize(evaluation, training=False, norm_reward=False)
+        env = VecNormalize(env, gamma=hp.get("gamma", 0.99), **normalized)
+        evaluation = VecNormalize(evaluation, training=False, norm_reward=False, **normalized)
 
     class Evaluate(BaseCallback):
         def __init__(self):
@@ -182,7 +230,7 @@ SB3_SCRIPT = textwrap.dedent(
             return True
 
     callback = Evaluate()
-    model = getattr(stable_baselines3, algo)("MlpPolicy", env, seed=seed, verbose=0, **hp)
+    model = getattr(stable_baselines3, algo)(policy, env, seed=seed, verbose=0, **hp)
     model.learn(steps + 1, callback=callback)
     wall = time.time() - callback.start  # evaluations left out
     Path(out).write_text(json.dumps({"curve": callback.curve, "wall_s": wall, "hyperparameters": described}))
@@ -206,12 +254,25 @@ def peers_python(venv: Path) -> Path:
 
 
 def sb3_run(
-    python: Path, env_id: str, steps: int, seed: int, eval_every: int, out: Path, algo: Algo, peer: str = "sb3-zoo"
+    python: Path,
+    env_id: str,
+    steps: int,
+    seed: int,
+    eval_every: int,
+    out: Path,
+    algo: Algo,
+    peer: str = "sb3-zoo",
+    view: dict | None = None,
 ) -> dict:
     script, result = out / "sb3.py", out / f"{peer}_{seed}.json"
     script.write_text(SB3_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # nothing renders: MuJoCo needs no GL backend
-    arguments = [env_id, str(steps), str(seed), str(eval_every), str(result), algo.sb3, PEER_KINDS[peer].settings]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if view is None:
+        env.pop("MUJOCO_GL", None)  # nothing renders: MuJoCo needs no GL backend
+    else:
+        env.setdefault("MUJOCO_GL", "egl")  # headless, as m2flow's simulators render
+    settings = PEER_KINDS[peer].settings
+    arguments = [env_id, str(steps), str(seed), str(eval_every), str(result), algo.sb3, settings, json.dumps(view)]
     subprocess.run([str(python), str(script), *arguments], check=True, env=env)
     data = json.loads(result.read_text())
     return {
@@ -405,6 +466,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="m2flow-learning-") as tmp:
             preset = {"algo": algo, "config": args.config}
             grid = recorded["evaluation_grid"] = evaluation_grid(args.env, args.eval_every, args.set, **preset)
+            view = recorded["view"] = camera_view(*m2flow_spec(args.env, 0, Path("."), args.set, **preset))
             for seed in [] if args.skip_m2flow else args.seeds:
                 runs.append(m2flow_run(args.env, args.steps, seed, grid, Path(tmp), args.set, **preset))
                 report(runs[-1], args.steps)
@@ -412,7 +474,7 @@ def main() -> None:
                 python = Path(args.peers_python) if args.peers_python else peers_python(Path(args.peers_venv))
             for peer in peers:
                 for seed in args.seeds:
-                    runs.append(sb3_run(python, args.env, args.steps, seed, grid, Path(tmp), algo, peer))
+                    runs.append(sb3_run(python, args.env, args.steps, seed, grid, Path(tmp), algo, peer, view))
                     report(runs[-1], args.steps)
     summary = summarise(runs, args.steps)
     algo_part = "" if args.algo == "ppo" else f"{args.algo}_"

@@ -104,6 +104,7 @@ def test_every_example_runs_as_a_script(script, tmp_path):
 TOY_SIZE_CONFIGS = [
     "ppo_camera.yaml",
     "ppo_metaworld_camera.yaml",
+    "ppo_mujoco_camera.yaml",
     "ppo_hopper.yaml",
     "ppo_walker2d.yaml",
     "ppo_ant.yaml",

@@ -63,7 +63,7 @@ def gym_env(**args):
 
 
 def test_a_simulator_started_anew_keeps_the_observation_statistics_and_resets_its_envs():
-    from m2flow.workers.env.gym_env import normalizers
+    from m2flow.workers.env.obs_statistics import normalizers
 
     env, anew = gym_env(), gym_env()
     env.obs()
@@ -103,7 +103,7 @@ def test_observations_are_normalised_per_env_and_the_statistics_resume_exactly()
 
 
 def test_shared_observation_statistics_are_one_running_mean_over_every_env_of_the_replica():
-    from m2flow.workers.env.gym_env import merged_statistics
+    from m2flow.workers.env.obs_statistics import merged_statistics
 
     env, raw = gym_env(share_obs_statistics=True), gym_env(normalize_obs=False)
     seen = [raw.obs()["obs"]]
@@ -135,7 +135,7 @@ def slices_of_one_replica(**args):
 
 
 def test_shared_observation_statistics_span_the_pipeline_slices_of_a_replica():
-    from m2flow.workers.env.gym_env import normalizers
+    from m2flow.workers.env.obs_statistics import normalizers
 
     first, second = slices_of_one_replica(share_obs_statistics=True)
     shared = {id(norm.obs_rms) for norm in normalizers([*first.envs.envs, *second.envs.envs])}
@@ -145,7 +145,7 @@ def test_shared_observation_statistics_span_the_pipeline_slices_of_a_replica():
 
 
 def test_evaluation_normalises_with_the_statistics_of_every_slice_of_the_replica():
-    from m2flow.workers.env.gym_env import merged_statistics
+    from m2flow.workers.env.obs_statistics import merged_statistics
 
     first, second = slices_of_one_replica()  # statistics per env
     first.obs(), second.obs()

@@ -217,3 +217,40 @@ def test_metrics_split_the_step_s_time_into_physics_and_rendering_since_the_last
     assert first["env/physics_s"] > 0 and first["env/render_s"] > 0
     second = env.metrics()
     assert second["env/physics_s"] == second["env/render_s"] == 0.0, "each report covers the time since the last"
+
+
+def test_proprioception_is_normalised_per_env_and_its_statistics_resume_and_evaluate_frozen():
+    import gymnasium as gym
+
+    from m2flow.workers.env.obs_statistics import merged_statistics, normalizers
+
+    view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [36, 36]}
+    policy = {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [32], "chunk": 4, "observation": view}
+    long_episodes = {"max_episode_steps": 1000}
+    env = cheetah(observation=view, evaluation={"policy": policy, "max_steps": 8}, env_kwargs=long_episodes)
+    raw = cheetah(observation=view, normalize_obs=False, env_kwargs=long_episodes)
+    normalised, plain = run(env), run(raw)
+    np.testing.assert_array_equal(normalised["obs"]["rgb"], plain["obs"]["rgb"])  # images are the policy's
+    assert not np.allclose(normalised["obs"]["proprio"], plain["obs"]["proprio"])
+    reference = gym.wrappers.NormalizeObservation(make_env("HalfCheetah-v5"))  # env 0, as CleanRL wraps it
+    reference.reset(seed=env.seeds[0])
+    for chunk in np.random.default_rng(0).uniform(-1, 1, size=(6, 4, 4, 6)).astype(np.float32):
+        for action in chunk[0]:  # env 0's 4 actions of the chunk, each a physics step the statistics see
+            expected = reference.step(action)[0]
+    np.testing.assert_allclose(env.obs()["proprio"][0], np.clip(expected, -10, 10), rtol=1e-4, atol=1e-5)
+    rms = normalizers(env.envs)
+    assert len({id(r.obs_rms) for r in rms}) == 4  # one running mean per env
+
+    resumed = cheetah(observation=view, env_kwargs=long_episodes)
+    resumed.load_state_dict(env.state_dict())
+    action = {"action": np.full((4, 4, 6), 0.3, np.float32)}
+    np.testing.assert_array_equal(resumed.step(action)["proprio"], env.step(action)["proprio"])
+
+    counts = [r.obs_rms.count for r in rms]
+    env.evaluate(evaluation_weights(policy))
+    assert "eval/return" in env.metrics()
+    assert [r.obs_rms.count for r in rms] == counts, "evaluation does not update the training statistics"
+    (frozen,) = normalizers([env.evaluator.env])
+    mean, _, count = merged_statistics(env.envs)
+    np.testing.assert_allclose(frozen.obs_rms.mean, mean)
+    assert frozen.obs_rms.count == count and not frozen.update_running_mean

@@ -43,3 +43,18 @@ def test_a_merge_records_the_evaluation_grid_only_where_every_part_was_evaluated
     assert shared["evaluation_grid"] == 28_672
     apart, _, _ = learning.merge([part("c.json", 28_672, "m2flow"), part("d.json", None, "sb3-cleanrl")])
     assert "evaluation_grid" not in apart
+
+
+def test_the_peers_see_the_camera_the_workflow_s_policy_reads_and_the_state_alone_otherwise(learning):
+    def view(config, settings=()):
+        return learning.camera_view(
+            *learning.m2flow_spec("HalfCheetah-v5", 1, Path("."), list(settings), learning.ALGOS["ppo"], config)
+        )
+
+    assert view(None) is None  # configs/ppo_mujoco.yaml: state observations
+    camera = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [84, 84]}
+    assert view("ppo_mujoco_camera.yaml") == camera
+    with pytest.raises(
+        SystemExit, match=r"one camera's \['proprio', 'rgb'\]; .* reads \['track'\] x \['rgb', 'depth'\]"
+    ):
+        view("ppo_mujoco_camera.yaml", ["workers.env.args.observation.modalities=[rgb,depth]"])

@@ -15,6 +15,14 @@ POLICIES = {
     "ppo_mujoco mlp": {"env_id": "HalfCheetah-v5", "hidden": [256, 256], "activation": "relu", "ortho_init": False},
     "mlp defaults, chunk 2": {"env_id": "HalfCheetah-v5", "chunk": 2},
     "ppo_camera cnn": {"env_id": "HalfCheetah-v5", "model": "cnn", "hidden": [256], "observation": HALF_CHEETAH_VIEW},
+    "ppo_mujoco_camera cnn": {
+        "env_id": "HalfCheetah-v5",
+        "model": "cnn",
+        "hidden": [256, 256],
+        "activation": "relu",
+        "log_std_init": -2.0,
+        "observation": HALF_CHEETAH_VIEW,
+    },
     "ppo_metaworld_camera cnn": {
         "env_id": "Meta-World/MT1",
         "env_kwargs": {"env_name": "reach-v3"},

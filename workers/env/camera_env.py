@@ -8,13 +8,16 @@ the chunk's end. `obs_every_step: true` renders after every physics step instead
 knows nothing of chunks does); results are identical, only slower. `evaluate(weights)` (a sync edge)
 plays deterministic evaluation episodes on an env of its own, filmed when `video.save` is on
 (`evaluation.py`).
+
+With `normalize_obs` (default) the proprioception is normalised per env with running statistics, as a
+`GymEnv`'s observations are (`obs_statistics.py`); the images are left to the policy.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import AfterValidator, Field
@@ -22,12 +25,25 @@ from pydantic import AfterValidator, Field
 import m2flow
 from m2flow.workers.env.env_ids import make_env, registered
 from m2flow.workers.env.evaluation import Evaluated, Evaluator
+from m2flow.workers.env.obs_statistics import (
+    ObsNormalization,
+    freeze_at,
+    frozen,
+    load_statistics_arrays,
+    normalized,
+    replica_envs,
+    share_statistics,
+    statistics_arrays,
+)
 from m2flow.workers.env.observation import CameraObservation
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.video import EpisodeVideo
 
+if TYPE_CHECKING:
+    import gymnasium as gym
 
-class CameraEnvConfig(m2flow.WorkerConfig, Evaluated):
+
+class CameraEnvConfig(m2flow.WorkerConfig, Evaluated, ObsNormalization):
     items_field = "num_envs"
 
     env_id: Annotated[str, AfterValidator(registered)] = Field(
@@ -61,7 +77,10 @@ class CameraEnv:
         self.config = cfg = CameraEnvConfig(**args)
         ctx = m2flow.context()
         self.env_ids = np.arange(*ctx.items)
-        self.envs = [NamedFailures(make_env(cfg.env_id, **cfg.env_kwargs), int(i)) for i in self.env_ids]
+        self.envs = [NamedFailures(self._make_env(), int(i)) for i in self.env_ids]
+        self.replica_envs = replica_envs(ctx, self.envs)  # this replica's, over its pipeline slices
+        if cfg.share_obs_statistics:
+            share_statistics(self.replica_envs)
         view = cfg.observation
         models = [env.unwrapped.model for env in self.envs]
         self.renderer = CameraRenderer(models, view.cameras, view.modalities, view.size, cfg.render_profile)
@@ -80,12 +99,17 @@ class CameraEnv:
         self.recorder = Recorder(len(self.envs))
         self.seconds = {"physics": 0.0, "render": 0.0}  # spent since the last metrics(): where a step's time goes
 
+    def _make_env(self) -> gym.Env:
+        """One env of the task, its proprioception normalised as the config asks."""
+        cfg = self.config
+        return normalized(make_env(cfg.env_id, **cfg.env_kwargs), cfg)
+
     def _evaluator(self, folder: Path, seed: int) -> Evaluator:
         """Evaluation on an env of its own, observed as the policy is in training (and filmed, if asked)."""
         from m2flow.workers.env.rendering import CameraRenderer
 
         cfg, view = self.config, self.config.observation
-        env = make_env(cfg.env_id, **cfg.env_kwargs)
+        env = frozen(self._make_env())
         camera = cfg.video.camera or view.cameras[0]  # filmed from a copy of the model as built (full profile)
         video = EpisodeVideo(cfg.video, env.unwrapped.model, camera, folder) if cfg.video.save else None
         renderer = CameraRenderer([env.unwrapped.model], view.cameras, view.modalities, view.size, cfg.render_profile)
@@ -179,8 +203,11 @@ class CameraEnv:
 
     def evaluate(self, weights: dict[str, Any]) -> None:
         """Evaluation episodes with these weights (`evaluation` in the args); results in the next metrics."""
-        if self.evaluator is not None:
-            self._evaluated = self.evaluator.run(weights)
+        if self.evaluator is None:
+            return
+        if self.config.normalize_obs:
+            freeze_at(self.evaluator.env, self.replica_envs)  # this replica's statistics of the moment
+        self._evaluated = self.evaluator.run(weights)
 
     def metrics(self) -> dict[str, float]:
         """Episode statistics, evaluation results, and the seconds spent stepping physics (`env/physics_s`)
@@ -195,7 +222,8 @@ class CameraEnv:
 
         if self._observation is None:
             return {}
-        return simulator_state(self.envs, self.recorder, proprio=self.proprio, done=self._done)
+        statistics = statistics_arrays(self.envs)
+        return simulator_state(self.envs, self.recorder, proprio=self.proprio, done=self._done, **statistics)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from m2flow.workers.env.mujoco_state import load_simulator_state
@@ -205,7 +233,13 @@ class CameraEnv:
         self.obs()
         arrays = load_simulator_state(self.envs, self.recorder, state)
         self.proprio, self._done = arrays["proprio"], arrays["done"]
+        self.load_statistics(state)
         self._observation = self._observe()
+
+    def load_statistics(self, state: dict[str, Any]) -> bool:
+        """What a replacement whose envs start anew keeps of a checkpointed state: each env's proprioception
+        statistics, which the policy learned on; whether the state held any."""
+        return load_statistics_arrays(self.envs, state.get("arrays", {}))
 
 
 def group(env: int, size: int) -> range:

@@ -6,13 +6,9 @@ Observations go out as `{"obs": array, "env_id": global env indices}`. Each env 
 index, so results do not depend on how envs are split over replicas or pipeline slices; a failing env
 names itself (`m2flow.EnvFailed`), and one the runtime quarantined starts from a new seed.
 
-With `normalize_obs` (default) each env is wrapped as CleanRL's `ppo_continuous_action.py` wraps it:
-gymnasium's `NormalizeObservation` (a running mean and variance per env, updated every step) and a clip to
-±`obs_clip`; with `share_obs_statistics` the envs of a replica update and read one running mean and variance
-instead, as SB3's `VecNormalize` does for its vector of envs (updated in the order the schedule steps the envs,
-so pipeline slices and replica counts change a run's numbers, which per-env statistics never do). The policy,
-the trajectories and the bootstrap observation all see normalised observations; the statistics are part of the
-worker's checkpointed state, and evaluation freezes them.
+With `normalize_obs` (default) each env's observations are normalised with running statistics, as CleanRL
+does (`obs_statistics.py`: per env, or one per replica with `share_obs_statistics`); the statistics are part
+of the worker's checkpointed state, and evaluation freezes them.
 """
 
 from __future__ import annotations
@@ -22,11 +18,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field
 
 import m2flow
 from m2flow.workers.env.env_ids import registered
 from m2flow.workers.env.evaluation import Evaluated, Evaluator
+from m2flow.workers.env.obs_statistics import (
+    ObsNormalization,
+    freeze_at,
+    frozen,
+    load_statistics_arrays,
+    normalized,
+    replica_envs,
+    share_statistics,
+    statistics_arrays,
+)
 from m2flow.workers.env.recording import Recorder
 from m2flow.workers.env.video import EpisodeVideo
 
@@ -34,27 +40,13 @@ if TYPE_CHECKING:
     import gymnasium as gym
 
 
-class GymEnvConfig(m2flow.WorkerConfig, Evaluated):
+class GymEnvConfig(m2flow.WorkerConfig, Evaluated, ObsNormalization):
     items_field = "num_envs"
 
     env_id: Annotated[str, AfterValidator(registered)] = Field(description="a registered gymnasium env id")
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")
     clip_actions: bool = Field(True, description="clip actions to the action space's bounds before stepping")
-    normalize_obs: bool = Field(True, description="normalise observations per env with running statistics")
-    share_obs_statistics: bool = Field(
-        False, description="one running mean and variance for the envs of a replica (as VecNormalize), not one per env"
-    )
-    obs_clip: float = Field(10.0, gt=0, description="normalised observations are clipped to +-obs_clip")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make")
-
-    @model_validator(mode="after")
-    def _statistics_to_share(self) -> GymEnvConfig:
-        if self.share_obs_statistics and not self.normalize_obs:
-            raise ValueError(
-                "share_obs_statistics: true shares the observation normaliser's statistics, but normalize_obs is"
-                " false: set normalize_obs: true, or leave share_obs_statistics out"
-            )
-        return self
 
 
 class GymEnv:
@@ -122,8 +114,7 @@ class GymEnv:
         if self.evaluator is None:
             return
         if self.config.normalize_obs:
-            frozen = normalizers([self.evaluator.env])[0]
-            frozen.obs_rms.mean, frozen.obs_rms.var, frozen.obs_rms.count = merged_statistics(self.replica_envs)
+            freeze_at(self.evaluator.env, self.replica_envs)
         self._evaluated = self.evaluator.run(weights)
 
     def metrics(self) -> dict[str, float]:
@@ -133,9 +124,7 @@ class GymEnv:
     def _evaluator(self, folder: Path, seed: int) -> Evaluator:
         import mujoco
 
-        env = make_normalized(self.config)
-        for norm in normalizers([env]):
-            norm.update_running_mean = False
+        env = frozen(make_normalized(self.config))
         video = None
         if self.config.video.save:
             model = env.unwrapped.model
@@ -152,7 +141,8 @@ class GymEnv:
 
         if self._obs is None or not all(is_mujoco(env) for env in self.envs.envs):
             return {}
-        return simulator_state(self.envs.envs, self.recorder, obs=self._obs, done=self._done, **self._statistics())
+        statistics = statistics_arrays(self.envs.envs)
+        return simulator_state(self.envs.envs, self.recorder, obs=self._obs, done=self._done, **statistics)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from m2flow.workers.env.mujoco_state import load_simulator_state
@@ -168,23 +158,7 @@ class GymEnv:
         """What a replacement whose envs start anew keeps of a checkpointed state: each env's observation
         statistics, which the policy learned on (fresh ones would feed it observations on another scale);
         whether the state held any."""
-        arrays = state.get("arrays", {})
-        if "obs_mean" not in arrays:
-            return False
-        for i, norm in enumerate(normalizers(self.envs.envs)):
-            norm.obs_rms.mean, norm.obs_rms.var = np.array(arrays["obs_mean"][i]), np.array(arrays["obs_var"][i])
-            norm.obs_rms.count = float(arrays["obs_count"][i])
-        return True
-
-    def _statistics(self) -> dict[str, np.ndarray]:
-        rms = [norm.obs_rms for norm in normalizers(self.envs.envs)]
-        if not rms:
-            return {}
-        return {
-            "obs_mean": np.stack([r.mean for r in rms]),
-            "obs_var": np.stack([r.var for r in rms]),
-            "obs_count": np.array([r.count for r in rms]),
-        }
+        return load_statistics_arrays(self.envs.envs, state.get("arrays", {}))
 
 
 def make_named(config: GymEnvConfig, index: int) -> gym.Env:
@@ -198,54 +172,4 @@ def make_normalized(config: GymEnvConfig) -> gym.Env:
     """One env as the config asks: observations normalised per env and clipped, as CleanRL does."""
     import gymnasium as gym
 
-    env = gym.make(config.env_id, **config.env_kwargs)
-    if config.normalize_obs:
-        env = gym.wrappers.NormalizeObservation(env)
-        clip = config.obs_clip
-        env = gym.wrappers.TransformObservation(env, lambda o: np.clip(o, -clip, clip), env.observation_space)
-    return env
-
-
-_REPLICA_ENVS: dict[tuple[str, int], list[gym.Env]] = {}  # this process's replicas: the envs of their slices
-
-
-def replica_envs(ctx: m2flow.WorkerContext, envs: list[gym.Env]) -> list[gym.Env]:
-    """The envs of every pipeline slice of this replica that this process has built, these included (one
-    list, extended as the host builds the next slices; a replica's first slice starts it anew)."""
-    key = (ctx.worker, ctx.replica)
-    if ctx.stage == 0:
-        _REPLICA_ENVS[key] = []
-    _REPLICA_ENVS.setdefault(key, []).extend(envs)
-    return _REPLICA_ENVS[key]
-
-
-def share_statistics(envs: list[gym.Env]) -> None:
-    """Make every env's observation normaliser update and read the first one's running statistics."""
-    found = normalizers(envs)
-    for norm in found[1:]:
-        norm.obs_rms = found[0].obs_rms
-
-
-def merged_statistics(envs: list[gym.Env]) -> tuple[np.ndarray, np.ndarray, float]:
-    """The observation statistics of all `envs` together (mean, variance, count); statistics the envs share
-    count once."""
-    from m2flow.workers.algorithms.moments import merge
-
-    rms = list({id(norm.obs_rms): norm.obs_rms for norm in normalizers(envs)}.values())
-    moments = (rms[0].mean, rms[0].var, rms[0].count)
-    for r in rms[1:]:
-        moments = merge(*moments, (r.mean, r.var, r.count))
-    return moments
-
-
-def normalizers(envs: list[gym.Env]) -> list[gym.wrappers.NormalizeObservation]:
-    """The observation normaliser of each env (none when the config switches it off)."""
-    import gymnasium as gym
-
-    found = []
-    for env in envs:
-        while isinstance(env, gym.Wrapper) and not isinstance(env, gym.wrappers.NormalizeObservation):
-            env = env.env
-        if isinstance(env, gym.wrappers.NormalizeObservation):
-            found.append(env)
-    return found
+    return normalized(gym.make(config.env_id, **config.env_kwargs), config)

@@ -1,6 +1,7 @@
-"""A vision policy: a small CNN over the camera images (Nature-CNN sized for 64-128 px), joined with
-proprioception, then Gaussian action-chunk and value heads. Images travel as uint8 and become floats
-on the model's device."""
+"""A vision policy: a small CNN over the camera images (Nature-CNN sized for 64-128 px) projected to
+`hidden[0]`, joined with proprioception, then Gaussian action-chunk and value heads of `hidden` layers (SB3's
+`MultiInputPolicy` shape: its CombinedExtractor, then `net_arch`). Images travel as uint8 and become floats on
+the model's device."""
 
 from __future__ import annotations
 
@@ -9,22 +10,20 @@ from torch import nn
 
 from m2flow.workers.models.encoders import PixelEncoder
 from m2flow.workers.models.inputs import VisionInputs
-from m2flow.workers.models.mlp import layer_init
+from m2flow.workers.models.mlp import mlp
 from m2flow.workers.models.vision import VisionActorCritic
 
 
 class CNNPolicy(VisionActorCritic):
-    def __init__(self, inputs: VisionInputs, hidden: int = 256):
+    def __init__(
+        self, inputs: VisionInputs, hidden: list[int], activation: str = "tanh", log_std_init: float = -0.5
+    ):
         super().__init__(inputs)
-        self.pixels = PixelEncoder(inputs, hidden)
-        trunk, act_dim = self.pixels.out_dim, inputs.act_dim
-        self.actor_mean = nn.Sequential(
-            layer_init(nn.Linear(trunk, hidden)), nn.Tanh(), layer_init(nn.Linear(hidden, act_dim), std=0.01)
-        )
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(trunk, hidden)), nn.Tanh(), layer_init(nn.Linear(hidden, 1), std=1.0)
-        )
-        self.actor_logstd = nn.Parameter(torch.full((1, act_dim), -0.5))
+        self.pixels = PixelEncoder(inputs, hidden[0])
+        sizes = [self.pixels.out_dim, *hidden]
+        self.actor_mean = mlp(sizes, inputs.act_dim, out_std=0.01, activation=activation)
+        self.critic = mlp(sizes, 1, out_std=1.0, activation=activation)
+        self.actor_logstd = nn.Parameter(torch.full((1, inputs.act_dim), log_std_init))
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.pixels(obs)

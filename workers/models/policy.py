@@ -23,14 +23,15 @@ def _mlp(args: PolicyArgs) -> nn.Module:
             act_dim=act_dim * args.chunk,
             hidden=args.hidden,
             activation=args.activation,
-            log_std_init=args.log_std_init,
+            log_std_init=args.log_std_init if args.log_std_init is not None else 0.0,
             ortho_init=args.ortho_init,
         )
     )
 
 
 def _cnn(args: PolicyArgs) -> nn.Module:
-    return CNNPolicy(camera_inputs(args), hidden=args.hidden[0])
+    log_std_init = args.log_std_init if args.log_std_init is not None else -0.5
+    return CNNPolicy(camera_inputs(args), args.hidden, args.activation, log_std_init)
 
 
 def _vit(args: PolicyArgs) -> nn.Module:

@@ -36,7 +36,7 @@ class PolicyArgs(m2flow.WorkerConfig):
     hidden: list[Annotated[int, Field(ge=1)]] = Field(
         default_factory=lambda: [64, 64],
         min_length=1,
-        description="mlp, squashed: hidden-layer widths; cnn: the first is the pixel encoder's width",
+        description="mlp, squashed: hidden-layer widths; cnn: the pixel encoder's features, then the heads' widths",
     )
     size: Literal[tuple(VIT_SIZES)] = Field("1m", description="vit: preset by parameter count")
     width: int | None = Field(None, ge=8, description="vit: overrides the preset's width")
@@ -44,8 +44,10 @@ class PolicyArgs(m2flow.WorkerConfig):
     heads: int | None = Field(None, ge=1, description="vit: overrides the preset's attention heads")
     patch: int = Field(8, ge=1, description="vit: patch side in pixels")
     causal: bool = Field(False, description="vit: causal attention (as a GPT trunk runs it)")
-    activation: Literal["tanh", "relu"] = Field("tanh", description="mlp: hidden-layer activation")
-    log_std_init: float = Field(0.0, description="mlp: the Gaussian's initial log standard deviation")
+    activation: Literal["tanh", "relu"] = Field("tanh", description="mlp, cnn: hidden-layer activation")
+    log_std_init: float | None = Field(
+        None, description="mlp, cnn: the Gaussian's initial log standard deviation (default: mlp 0, cnn -0.5)"
+    )
     ortho_init: bool = Field(True, description="mlp: orthogonal initialisation (CleanRL); false: PyTorch's default")
     chunk: int = Field(1, ge=1, description="actions per call: the policy emits chunk x action size")
     observation: CameraObservation | None = Field(

@@ -38,10 +38,10 @@ def _pixel_encoder(inputs: VisionInputs, hidden: int) -> int:
 
 
 def _cnn(args: PolicyArgs) -> int:
-    inputs, hidden = camera_inputs(args), args.hidden[0]
-    trunk = hidden + inputs.proprio_dim
-    heads = linear(trunk, hidden) + linear(hidden, inputs.act_dim) + linear(trunk, hidden) + linear(hidden, 1)
-    return _pixel_encoder(inputs, hidden) + heads + inputs.act_dim
+    inputs = camera_inputs(args)
+    sizes = [args.hidden[0] + inputs.proprio_dim, *args.hidden]
+    heads = mlp(sizes, inputs.act_dim) + mlp(sizes, 1)
+    return _pixel_encoder(inputs, args.hidden[0]) + heads + inputs.act_dim
 
 
 def _vit(args: PolicyArgs) -> int:
