@@ -15,9 +15,7 @@ from m2flow.workers.models.vision import VisionActorCritic
 
 
 class CNNPolicy(VisionActorCritic):
-    def __init__(
-        self, inputs: VisionInputs, hidden: list[int], activation: str = "tanh", log_std_init: float = -0.5
-    ):
+    def __init__(self, inputs: VisionInputs, hidden: list[int], activation: str = "tanh", log_std_init: float = -0.5):
         super().__init__(inputs)
         self.pixels = PixelEncoder(inputs, hidden[0])
         sizes = [self.pixels.out_dim, *hidden]
