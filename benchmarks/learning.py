@@ -17,10 +17,8 @@ The peers (`--peers`):
   update behind CleanRL's schedule). CleanRL 1.2.0 itself is not run: its scripts target gymnasium
   0.29's API (NEXT_STEP autoreset, `final_observation` infos), not gymnasium 1.x.
 On a camera workflow (`--config ppo_mujoco_camera.yaml`: m2flow's simulator renders an `observation`) the peers
-see what m2flow's policy sees: the same camera's RGB image at the same size (gymnasium's MuJoCo renderer, channels
-first, set to m2flow's fast profile: no anti-aliasing, shadows or reflections) beside the env's state vector, through
-SB3's `MultiInputPolicy` (a Nature-CNN of 256 features joined with the state, then the settings' `net_arch`);
-VecNormalize normalises the state only. rl-zoo3 has no settings for HalfCheetah from pixels: `sb3-zoo` is its
+see what m2flow's policy sees, the same camera's RGB image at the same size beside the env's state, through SB3's
+`MultiInputPolicy` (`sb3_peer.py`). rl-zoo3 has no settings for HalfCheetah from pixels: there `sb3-zoo` is its
 state-based HalfCheetah entry on these inputs.
 They are installed from PyPI into a virtualenv of their own (`--peers-venv`, created on first use: CPU torch
 2.13.0 from this machine's wheel, stable-baselines3 and rl-zoo3 2.9.2 pinned), or run by an interpreter that
@@ -46,7 +44,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +64,7 @@ ALGOS = {"ppo": Algo("ppo_mujoco.yaml", "PPO"), "sac": Algo("sac_mujoco.yaml", "
 
 @dataclass(frozen=True)
 class Peer:
-    settings: str  # what SB3_SCRIPT sets the algorithm to: rl-zoo3's tuned file, or CleanRL's defaults
+    settings: str  # what sb3_peer.py sets the algorithm to: rl-zoo3's tuned file, or CleanRL's defaults
     algos: tuple[str, ...]  # the algorithms it has settings for
 
 
@@ -95,23 +92,25 @@ def per_iteration(path: Path, settings: list[str]) -> int:
     return env.replicas * env.args.get("num_envs", 1) * drafted.flow.loop.horizon
 
 
-PEER_MODALITIES = {"rgb", "proprio"}  # what the peers' pixel wrapper renders
+PEER_MODALITIES = {"rgb", "proprio"}  # what the peers' pixel wrapper renders (sb3_peer.Pixels)
 
 
 def camera_view(path: Path, settings: list[str]) -> dict | None:
     """The camera `observation` m2flow's simulator renders for its policy (None: the state alone), which the
     peers are given too."""
     import m2flow as mf
+    from m2flow.workers.env.observation import CameraObservation
 
-    view = mf.load_spec(path, settings).workers["env"].args.get("observation")
-    if view is None:
+    args = mf.load_spec(path, settings).workers["env"].args
+    if args.get("observation") is None:
         return None
-    if len(view["cameras"]) != 1 or not set(view["modalities"]) <= PEER_MODALITIES:
+    view = CameraObservation(**args["observation"])
+    if len(view.cameras) != 1 or not set(view.modalities) <= PEER_MODALITIES:
         raise SystemExit(
             f"learning.py: the peers render one camera's {sorted(PEER_MODALITIES)}; the workflow's simulator"
-            f" reads {view['cameras']} x {view['modalities']}"
+            f" reads {view.cameras} x {view.modalities}"
         )
-    return {"cameras": view["cameras"], "modalities": view["modalities"], "size": list(view.get("size", (84, 84)))}
+    return view.model_dump(mode="json")
 
 
 def evaluation_grid(env_id: str, eval_every: int, overrides: list[str], algo: Algo, config: str | None) -> int:
@@ -155,89 +154,6 @@ def m2flow_run(
     return {**run, "busy": result.device_busy, "trained_share": 1.0 - dropped / collected}
 
 
-SB3_SCRIPT = textwrap.dedent(
-    """
-    import json, sys, time
-    from pathlib import Path
-    import numpy as np, yaml, gymnasium as gym
-    import stable_baselines3
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.callbacks import BaseCallback
-    import torch.nn as nn
-
-    env_id, steps, seed, every, out, algo, settings = sys.argv[1], *map(int, sys.argv[2:5]), *sys.argv[5:8]
-    view = json.loads(sys.argv[8])  # the camera m2flow's policy reads, or null for the state alone
-    if settings == "zoo":  # rl-zoo3's tuned file, read without importing the package (and its dependencies)
-        from importlib.util import find_spec
-        hyperparams = Path(find_spec("rl_zoo3").origin).parent / "hyperparams"
-        zoo = yaml.safe_load((hyperparams / f"{algo.lower()}.yml").read_text())
-        hp = dict(zoo[env_id.replace("-v5", "-v4")])
-        normalize, n_envs = bool(hp.get("normalize", False)), hp.get("n_envs", 1)
-        for k in ("n_timesteps", "policy", "normalize", "n_envs", "normalize_kwargs"):
-            hp.pop(k, None)
-        if isinstance(hp.get("policy_kwargs"), str):
-            hp["policy_kwargs"] = eval(hp["policy_kwargs"], {"nn": nn, "dict": dict})
-        described = {k: str(v) for k, v in hp.items()}
-    else:  # CleanRL 1.2.0 ppo_continuous_action.py's defaults; SB3's own defaults give the rest (tanh 64x64,
-        # orthogonal init, log-std 0, Adam eps 1e-5, per-minibatch advantage normalisation)
-        hp = dict(n_steps=2048, batch_size=64, n_epochs=10, gamma=0.99, gae_lambda=0.95, clip_range=0.2,
-                  ent_coef=0.0, vf_coef=0.25, max_grad_norm=0.5)
-        described = {**{k: str(v) for k, v in hp.items()}, "learning_rate": "3e-4 annealed linearly to 0"}
-        hp["learning_rate"] = lambda remaining: 3e-4 * max(remaining, 0.0)
-        normalize, n_envs = True, 1
-    made, policy, normalized = {}, "MlpPolicy", {}
-    if view:
-        height, width = view["size"]
-
-        class Pixels(gym.ObservationWrapper):
-            # the camera's RGB image (channels first) beside the state, as m2flow's CameraEnv gives them
-            def __init__(self, env):
-                super().__init__(env)
-                model = env.unwrapped.model  # m2flow's fast profile, set before the first render creates the context
-                model.vis.quality.offsamples, model.vis.quality.shadowsize, model.mat_reflectance[:] = 0, 0, 0
-                spaces = {"rgb": gym.spaces.Box(0, 255, (3, height, width), np.uint8), "proprio": env.observation_space}
-                self.observation_space = gym.spaces.Dict({m: spaces[m] for m in view["modalities"]})
-
-            def observation(self, state):
-                seen = {"rgb": lambda: self.env.render().transpose(2, 0, 1).copy(), "proprio": lambda: state}
-                return {m: seen[m]() for m in view["modalities"]}
-
-        camera = dict(render_mode="rgb_array", width=width, height=height, camera_name=view["cameras"][0])
-        made, policy = dict(env_kwargs=camera, wrapper_class=Pixels), "MultiInputPolicy"
-        normalized = dict(norm_obs_keys=["proprio"]) if "proprio" in view["modalities"] else {}
-        normalize = normalize and bool(normalized)
-    env = make_vec_env(env_id, n_envs=n_envs, seed=seed, **made)
-    evaluation = make_vec_env(env_id, n_envs=1, seed=seed + 10_000, **made)
-    if normalize:
-        env = VecNormalize(env, gamma=hp.get("gamma", 0.99), **normalized)
-        evaluation = VecNormalize(evaluation, training=False, norm_reward=False, **normalized)
-
-    class Evaluate(BaseCallback):
-        def __init__(self):
-            super().__init__()
-            self.curve, self.start, self.next = [], time.time(), 0
-        def _on_step(self):
-            if self.num_timesteps >= self.next:
-                wall = time.time() - self.start
-                if normalize:
-                    sync_envs_normalization(self.training_env, evaluation)
-                mean, _ = evaluate_policy(self.model, evaluation, n_eval_episodes=10, deterministic=True)
-                self.curve.append({"steps": self.num_timesteps, "wall_s": wall, "return": float(mean)})
-                self.start += time.time() - self.start - wall  # evaluation time is not training time
-                self.next += every
-            return True
-
-    callback = Evaluate()
-    model = getattr(stable_baselines3, algo)(policy, env, seed=seed, verbose=0, **hp)
-    model.learn(steps + 1, callback=callback)
-    wall = time.time() - callback.start  # evaluations left out
-    Path(out).write_text(json.dumps({"curve": callback.curve, "wall_s": wall, "hyperparameters": described}))
-    """
-)
-
-
 def peers_python(venv: Path) -> Path:
     """The peers' own virtualenv, installed on first use."""
     python = venv / "bin" / "python"
@@ -264,16 +180,15 @@ def sb3_run(
     peer: str = "sb3-zoo",
     view: dict | None = None,
 ) -> dict:
-    script, result = out / "sb3.py", out / f"{peer}_{seed}.json"
-    script.write_text(SB3_SCRIPT)
+    result = out / f"{peer}_{seed}.json"
+    if view is not None:
+        import m2flow.workers.env  # noqa: F401  (its import picks the headless GL backend m2flow renders with)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if view is None:
         env.pop("MUJOCO_GL", None)  # nothing renders: MuJoCo needs no GL backend
-    else:
-        env.setdefault("MUJOCO_GL", "egl")  # headless, as m2flow's simulators render
     settings = PEER_KINDS[peer].settings
     arguments = [env_id, str(steps), str(seed), str(eval_every), str(result), algo.sb3, settings, json.dumps(view)]
-    subprocess.run([str(python), str(script), *arguments], check=True, env=env)
+    subprocess.run([str(python), str(Path(__file__).parent / "sb3_peer.py"), *arguments], check=True, env=env)
     data = json.loads(result.read_text())
     return {
         "implementation": peer,

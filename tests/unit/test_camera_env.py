@@ -31,11 +31,16 @@ def cheetah(**overrides) -> CameraEnv:
     return CameraEnv(**{**args, **overrides})
 
 
-def run(env: CameraEnv, chunks: int = 6) -> dict:
+def chunk_actions(chunks: int) -> list[np.ndarray]:
+    """The actions `run` sends: [envs, chunk, action] per step."""
     rng = np.random.default_rng(0)
+    return [rng.uniform(-1, 1, size=(4, 4, 6)).astype(np.float32) for _ in range(chunks)]
+
+
+def run(env: CameraEnv, chunks: int = 6) -> dict:
     env.obs()
-    for _ in range(chunks):
-        env.step({"action": rng.uniform(-1, 1, size=(4, 4, 6)).astype(np.float32)})
+    for action in chunk_actions(chunks):
+        env.step({"action": action})
     return env.trajectory()
 
 
@@ -234,7 +239,7 @@ def test_proprioception_is_normalised_per_env_and_its_statistics_resume_and_eval
     assert not np.allclose(normalised["obs"]["proprio"], plain["obs"]["proprio"])
     reference = gym.wrappers.NormalizeObservation(make_env("HalfCheetah-v5"))  # env 0, as CleanRL wraps it
     reference.reset(seed=env.seeds[0])
-    for chunk in np.random.default_rng(0).uniform(-1, 1, size=(6, 4, 4, 6)).astype(np.float32):
+    for chunk in chunk_actions(6):
         for action in chunk[0]:  # env 0's 4 actions of the chunk, each a physics step the statistics see
             expected = reference.step(action)[0]
     np.testing.assert_allclose(env.obs()["proprio"][0], np.clip(expected, -10, 10), rtol=1e-4, atol=1e-5)
@@ -254,3 +259,23 @@ def test_proprioception_is_normalised_per_env_and_its_statistics_resume_and_eval
     mean, _, count = merged_statistics(env.envs)
     np.testing.assert_allclose(frozen.obs_rms.mean, mean)
     assert frozen.obs_rms.count == count and not frozen.update_running_mean
+
+
+def test_a_camera_simulator_started_anew_keeps_the_proprioception_statistics_only_where_it_normalises():
+    env = cheetah()
+    run(env, chunks=2)
+    assert cheetah().load_statistics(env.state_dict())
+    assert not cheetah().load_statistics({})  # a state before any step holds none
+    unread = cheetah(observation={"cameras": ["track"], "modalities": ["rgb"], "size": [32, 32]})
+    assert not unread.normalizes and not unread.load_statistics(env.state_dict())  # the policy reads no proprio
+
+
+def test_a_checkpoint_saved_without_statistics_is_refused_naming_normalize_obs():
+    from m2flow.errors import SpecError
+
+    set_context(WorkerContext(worker="env", items=(0, 4), seed=3))
+    raw = cheetah(normalize_obs=False)
+    run(raw, chunks=2)
+    with pytest.raises(SpecError, match=r"workers\.env\.args\.normalize_obs: .* set normalize_obs: false"):
+        cheetah().load_state_dict(raw.state_dict())
+    cheetah(normalize_obs=False).load_state_dict(raw.state_dict())  # as it was trained: resumes

@@ -4,6 +4,7 @@ import importlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -45,16 +46,40 @@ def test_a_merge_records_the_evaluation_grid_only_where_every_part_was_evaluated
     assert "evaluation_grid" not in apart
 
 
-def test_the_peers_see_the_camera_the_workflow_s_policy_reads_and_the_state_alone_otherwise(learning):
+def test_the_view_given_to_the_peers_is_the_camera_simulator_s_observation_and_none_for_state(learning):
     def view(config, settings=()):
-        return learning.camera_view(
-            *learning.m2flow_spec("HalfCheetah-v5", 1, Path("."), list(settings), learning.ALGOS["ppo"], config)
-        )
+        spec = learning.m2flow_spec("HalfCheetah-v5", 1, Path("."), list(settings), learning.ALGOS["ppo"], config)
+        return learning.camera_view(*spec)
 
     assert view(None) is None  # configs/ppo_mujoco.yaml: state observations
     camera = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [84, 84]}
     assert view("ppo_mujoco_camera.yaml") == camera
-    with pytest.raises(
-        SystemExit, match=r"one camera's \['proprio', 'rgb'\]; .* reads \['track'\] x \['rgb', 'depth'\]"
-    ):
-        view("ppo_mujoco_camera.yaml", ["workers.env.args.observation.modalities=[rgb,depth]"])
+    defaults = ["workers.env.args.observation={cameras: [track]}"]  # modalities and size left to their defaults
+    assert view("ppo_mujoco_camera.yaml", defaults) == {"cameras": ["track"], "modalities": ["rgb"], "size": [84, 84]}
+    depth = ["workers.env.args.observation.modalities=[rgb,depth]"]
+    with pytest.raises(SystemExit, match=r"one camera's \['proprio', 'rgb'\]; .* \['track'\] x \['rgb', 'depth'\]"):
+        view("ppo_mujoco_camera.yaml", depth)
+
+
+def test_the_peers_pixel_wrapper_sees_the_image_m2flow_renders_and_the_raw_state(monkeypatch):
+    """sb3_peer.Pixels (the peers' interpreter runs it; gymnasium and MuJoCo are all it needs) against
+    m2flow's camera renderer with its fast profile, on the same physics state."""
+    import gymnasium as gym
+
+    import m2flow.workers.env  # noqa: F401  (picks the headless GL backend before MuJoCo is imported)
+    from m2flow.workers.env.rendering import CameraRenderer
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    peer = importlib.import_module("sb3_peer")
+    view = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": [48, 64]}
+    env = peer.Pixels(gym.make("HalfCheetah-v5", **peer.camera_kwargs(view)), view)
+    seen, _ = env.reset(seed=1)
+    for _ in range(5):
+        seen, *_ = env.step(np.full(6, 0.5, np.float32))
+    assert env.observation_space.contains(seen)
+    np.testing.assert_array_equal(seen["proprio"], env.unwrapped._get_obs())
+    model = env.unwrapped.model
+    ours = CameraRenderer([model], ["track"], ["rgb"], (48, 64), "fast").render([env.unwrapped.data])["rgb"][0, 0]
+    assert seen["rgb"].shape == (3, 48, 64) and seen["rgb"].dtype == np.uint8
+    assert ours.std() > 10  # a scene, not a blank frame
+    np.testing.assert_array_equal(seen["rgb"].transpose(1, 2, 0), ours)  # the same pixels

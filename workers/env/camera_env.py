@@ -9,8 +9,8 @@ knows nothing of chunks does); results are identical, only slower. `evaluate(wei
 plays deterministic evaluation episodes on an env of its own, filmed when `video.save` is on
 (`evaluation.py`).
 
-With `normalize_obs` (default) the proprioception is normalised per env with running statistics, as a
-`GymEnv`'s observations are (`obs_statistics.py`); the images are left to the policy.
+With `normalize_obs` (default) the proprioception, where the policy reads it, is normalised per env with running
+statistics, as a `GymEnv`'s observations are (`obs_statistics.py`); the images are left to the policy.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import AfterValidator, Field
 
 import m2flow
+from m2flow.errors import SpecError
 from m2flow.workers.env.env_ids import make_env, registered
 from m2flow.workers.env.evaluation import Evaluated, Evaluator
 from m2flow.workers.env.obs_statistics import (
@@ -76,6 +77,7 @@ class CameraEnv:
 
         self.config = cfg = CameraEnvConfig(**args)
         ctx = m2flow.context()
+        self.worker = ctx.worker
         self.env_ids = np.arange(*ctx.items)
         self.envs = [NamedFailures(self._make_env(), int(i)) for i in self.env_ids]
         self.replica_envs = replica_envs(ctx, self.envs)  # this replica's, over its pipeline slices
@@ -99,10 +101,16 @@ class CameraEnv:
         self.recorder = Recorder(len(self.envs))
         self.seconds = {"physics": 0.0, "render": 0.0}  # spent since the last metrics(): where a step's time goes
 
+    @property
+    def normalizes(self) -> bool:
+        """Whether the proprioception is normalised: asked for, and read by the policy."""
+        return self.config.normalize_obs and "proprio" in self.config.observation.modalities
+
     def _make_env(self) -> gym.Env:
         """One env of the task, its proprioception normalised as the config asks."""
         cfg = self.config
-        return normalized(make_env(cfg.env_id, **cfg.env_kwargs), cfg)
+        env = make_env(cfg.env_id, **cfg.env_kwargs)
+        return normalized(env, cfg) if self.normalizes else env
 
     def _evaluator(self, folder: Path, seed: int) -> Evaluator:
         """Evaluation on an env of its own, observed as the policy is in training (and filmed, if asked)."""
@@ -205,7 +213,7 @@ class CameraEnv:
         """Evaluation episodes with these weights (`evaluation` in the args); results in the next metrics."""
         if self.evaluator is None:
             return
-        if self.config.normalize_obs:
+        if self.normalizes:
             freeze_at(self.evaluator.env, self.replica_envs)  # this replica's statistics of the moment
         self._evaluated = self.evaluator.run(weights)
 
@@ -233,7 +241,14 @@ class CameraEnv:
         self.obs()
         arrays = load_simulator_state(self.envs, self.recorder, state)
         self.proprio, self._done = arrays["proprio"], arrays["done"]
-        self.load_statistics(state)
+        if not self.load_statistics(state) and self.normalizes:
+            raise SpecError(
+                [
+                    f"workers.{self.worker}.args.normalize_obs: the checkpoint's simulator state has no observation"
+                    " statistics (saved without normalisation, before camera simulators normalised the"
+                    " proprioception); set normalize_obs: false to resume or evaluate it as it was trained"
+                ]
+            )
         self._observation = self._observe()
 
     def load_statistics(self, state: dict[str, Any]) -> bool:

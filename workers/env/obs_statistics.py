@@ -5,7 +5,7 @@ or one per replica as SB3's `VecNormalize` keeps for its vector of envs (`share_
 
 The policy, the trajectories and the bootstrap observation all see normalised observations; the statistics are
 part of the simulator's checkpointed state (`statistics_arrays` / `load_statistics_arrays`), and evaluation
-reads them frozen (`freeze`, `merged_statistics`).
+reads them frozen (`frozen`, `freeze_at`).
 """
 
 from __future__ import annotations
@@ -111,10 +111,12 @@ def statistics_arrays(envs: list[gym.Env]) -> dict[str, np.ndarray]:
 
 
 def load_statistics_arrays(envs: list[gym.Env], arrays: dict[str, Any]) -> bool:
-    """Each env's statistics from a state's arrays (`statistics_arrays`); whether the arrays held any."""
-    if "obs_mean" not in arrays:
+    """Each env's statistics from a state's arrays (`statistics_arrays`); whether any were kept (the arrays held
+    them and the envs normalise)."""
+    found = normalizers(envs)
+    if "obs_mean" not in arrays or not found:
         return False
-    for i, norm in enumerate(normalizers(envs)):
+    for i, norm in enumerate(found):
         norm.obs_rms.mean, norm.obs_rms.var = np.array(arrays["obs_mean"][i]), np.array(arrays["obs_var"][i])
         norm.obs_rms.count = float(arrays["obs_count"][i])
     return True

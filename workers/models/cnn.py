@@ -15,12 +15,20 @@ from m2flow.workers.models.vision import VisionActorCritic
 
 
 class CNNPolicy(VisionActorCritic):
-    def __init__(self, inputs: VisionInputs, hidden: list[int], activation: str = "tanh", log_std_init: float = -0.5):
+    def __init__(
+        self,
+        inputs: VisionInputs,
+        hidden: list[int],
+        activation: str = "tanh",
+        log_std_init: float = -0.5,
+        ortho_init: bool = True,
+    ):
+        """`ortho_init` initialises the heads (the pixel encoder is always orthogonally initialised)."""
         super().__init__(inputs)
         self.pixels = PixelEncoder(inputs, hidden[0])
-        sizes = [self.pixels.out_dim, *hidden]
-        self.actor_mean = mlp(sizes, inputs.act_dim, out_std=0.01, activation=activation)
-        self.critic = mlp(sizes, 1, out_std=1.0, activation=activation)
+        sizes, options = [self.pixels.out_dim, *hidden], {"activation": activation, "ortho_init": ortho_init}
+        self.actor_mean = mlp(sizes, inputs.act_dim, out_std=0.01, **options)
+        self.critic = mlp(sizes, 1, out_std=1.0, **options)
         self.actor_logstd = nn.Parameter(torch.full((1, inputs.act_dim), log_std_init))
 
     def _features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:

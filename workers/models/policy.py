@@ -17,21 +17,18 @@ from m2flow.workers.models.vit_presets import vit_shape
 
 def _mlp(args: PolicyArgs) -> nn.Module:
     obs_dim, act_dim = args.dims()
-    return GaussianMLP(
-        PolicyConfig(
-            obs_dim=obs_dim,
-            act_dim=act_dim * args.chunk,
-            hidden=args.hidden,
-            activation=args.activation,
-            log_std_init=args.log_std_init if args.log_std_init is not None else 0.0,
-            ortho_init=args.ortho_init,
-        )
-    )
+    config = PolicyConfig(obs_dim=obs_dim, act_dim=act_dim * args.chunk, hidden=args.hidden, **_heads(args))
+    return GaussianMLP(config)
 
 
 def _cnn(args: PolicyArgs) -> nn.Module:
-    log_std_init = args.log_std_init if args.log_std_init is not None else -0.5
-    return CNNPolicy(camera_inputs(args), args.hidden, args.activation, log_std_init)
+    return CNNPolicy(camera_inputs(args), args.hidden, **_heads(args))
+
+
+def _heads(args: PolicyArgs) -> dict:
+    """The heads' settings the args give (a `log_std_init` left out keeps the model's own default)."""
+    heads = {"activation": args.activation, "ortho_init": args.ortho_init}
+    return heads if args.log_std_init is None else {**heads, "log_std_init": args.log_std_init}
 
 
 def _vit(args: PolicyArgs) -> nn.Module:

@@ -48,7 +48,9 @@ class PolicyArgs(m2flow.WorkerConfig):
     log_std_init: float | None = Field(
         None, description="mlp, cnn: the Gaussian's initial log standard deviation (default: mlp 0, cnn -0.5)"
     )
-    ortho_init: bool = Field(True, description="mlp: orthogonal initialisation (CleanRL); false: PyTorch's default")
+    ortho_init: bool = Field(
+        True, description="mlp, cnn heads: orthogonal initialisation (CleanRL); false: PyTorch's default"
+    )
     chunk: int = Field(1, ge=1, description="actions per call: the policy emits chunk x action size")
     observation: CameraObservation | None = Field(
         None, description="the camera observation (cnn, vit, hf; squashed from pixels)"
