@@ -27,7 +27,7 @@ already has them (`--peers-python`; `sb3-cleanrl` needs no rl-zoo3).
     python benchmarks/learning.py [--algo ppo|sac] [--env HalfCheetah-v5] [--steps 100000] [--seeds 1 2 3]
         [--eval-every 10000] [--peers sb3-zoo sb3-cleanrl | --skip-peers] [--skip-m2flow]
         [--config ppo_hopper.yaml] [--set workers.actor.args.minibatch_size=128 ...]
-    python benchmarks/learning.py --merge [LABEL=]PART.json ... --name NAME   # one result from parts run apart
+    python benchmarks/learning.py --merge [LABEL=]PART.json ... --name NAME [--at STEPS]  # parts run apart
 
 Writes benchmarks/results/learning_<env>.json (learning_sac_<env>.json for SAC) and its .png (evaluation return
 against env steps and against wall time). Last line: `learning: m2flow <mean> ± <std> (<x> steps/s) vs <peer>
@@ -338,6 +338,18 @@ def merge(parts: list[str], same_conditions: bool = False, note: str | None = No
     return {**args, "merged": [_shown(part) for part in parts]}, runs, meta
 
 
+def cut_at(recorded: dict, runs: list[dict], steps: int) -> tuple[dict, list[dict]]:
+    """The comparison at `steps` env steps: each curve's evaluations up to it (a run cut short compares where
+    every implementation has been evaluated); the budget each part ran is kept as `ran_steps`."""
+    if steps > recorded["steps"]:
+        raise SystemExit(f"learning.py --at {steps}: beyond the {recorded['steps']} steps the parts ran")
+    short = [f"{r['implementation']} seed {r['seed']}" for r in runs if max(p["steps"] for p in r["curve"]) < steps]
+    if short:
+        raise SystemExit(f"learning.py --at {steps}: not evaluated that far: {', '.join(short)}")
+    cut = [{**run, "curve": [p for p in run["curve"] if p["steps"] <= steps]} for run in runs]
+    return {**recorded, "steps": steps, "ran_steps": recorded["steps"]}, cut
+
+
 def _shown(path: str) -> str:
     """A part's path as the results record it: under benchmarks/results/ where it lies there, else its name."""
     resolved = Path(path).resolve()
@@ -363,6 +375,9 @@ def main() -> None:
     )
     parser.add_argument("--same-conditions", action="store_true", help="--merge: the parts' times compare")
     parser.add_argument("--note", help="--merge: where the parts came from, beyond their meta (shown in RESULTS.md)")
+    parser.add_argument(
+        "--at", type=int, help="--merge: compare at this many env steps (evaluations after it left out), fewer than run"
+    )
     parser.add_argument("--name", help="the result's name (default learning_<env>)")
     args = parser.parse_args()
     peers = [] if args.skip_peers else args.peers
@@ -374,6 +389,8 @@ def main() -> None:
     meta = {}
     if args.merge:
         recorded, runs, meta = merge(args.merge, args.same_conditions, args.note)
+        if args.at:
+            recorded, runs = cut_at(recorded, runs, args.at)
         args.algo, args.env, args.steps, args.seeds = (recorded[k] for k in ("algo", "env", "steps", "seeds"))
     else:
         recorded, runs = vars(args), []

@@ -1,7 +1,7 @@
 """One Stable-Baselines3 run for `learning.py`, by the peers' own interpreter (their virtualenv: SB3, rl-zoo3,
 gymnasium, MuJoCo; no m2flow): the algorithm set to rl-zoo3's tuned settings (`zoo`) or to CleanRL 1.2.0's
 defaults (`cleanrl`), 10 deterministic evaluation episodes every EVERY env steps (evaluation time left out of
-the wall time), the curve written to OUT as JSON.
+the wall time), the curve written to OUT as JSON after each evaluation (`complete` once the run ends).
 
 With a camera VIEW (JSON; `null` for the state alone) the policy sees what m2flow's camera policy sees: the
 camera's RGB image at the view's size (gymnasium's MuJoCo renderer, channels first, set to m2flow's fast
@@ -111,13 +111,17 @@ def main() -> None:
                 self.curve.append({"steps": self.num_timesteps, "wall_s": wall, "return": float(mean)})
                 self.start += time.time() - self.start - wall  # evaluation time is not training time
                 self.next += every
+                write(wall, complete=False)  # the curve so far survives a run cut short
             return True
+
+    def write(wall: float, complete: bool) -> None:
+        record = {"curve": callback.curve, "wall_s": wall, "hyperparameters": described, "complete": complete}
+        Path(out).write_text(json.dumps(record))
 
     callback = Evaluate()
     model = getattr(stable_baselines3, algo)(policy, env, seed=seed, verbose=0, **hp)
     model.learn(steps + 1, callback=callback)
-    wall = time.time() - callback.start  # evaluations left out
-    Path(out).write_text(json.dumps({"curve": callback.curve, "wall_s": wall, "hyperparameters": described}))
+    write(time.time() - callback.start, complete=True)  # evaluations left out
 
 
 if __name__ == "__main__":

@@ -83,3 +83,18 @@ def test_the_peers_pixel_wrapper_sees_the_image_m2flow_renders_and_the_raw_state
     assert seen["rgb"].shape == (3, 48, 64) and seen["rgb"].dtype == np.uint8
     assert ours.std() > 10  # a scene, not a blank frame
     np.testing.assert_array_equal(seen["rgb"].transpose(1, 2, 0), ours)  # the same pixels
+
+
+def test_a_merge_compared_at_fewer_steps_keeps_evaluations_up_to_them_and_refuses_runs_not_evaluated_there(learning):
+    def run(name, last):
+        curve = [{"steps": s, "wall_s": s / 100, "return": s / 10} for s in range(0, last + 1, 1000)]
+        return {"implementation": name, "seed": 1, "curve": curve, "wall_s": last / 100, "steps_per_s": 100.0}
+
+    recorded = {"steps": 5000, "seeds": [1]}
+    cut, runs = learning.cut_at(recorded, [run("m2flow", 5000), run("sb3-zoo", 3000)], 3000)
+    assert cut["steps"] == 3000 and cut["ran_steps"] == 5000
+    assert [max(p["steps"] for p in r["curve"]) for r in runs] == [3000, 3000]
+    with pytest.raises(SystemExit, match="not evaluated that far: sb3-zoo seed 1"):
+        learning.cut_at(recorded, [run("m2flow", 5000), run("sb3-zoo", 3000)], 4000)
+    with pytest.raises(SystemExit, match="beyond the 5000 steps"):
+        learning.cut_at(recorded, [run("m2flow", 5000)], 6000)
