@@ -413,6 +413,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     **{f"locomotion_{task}": partial(locomotion, f"learning_{task}_300k.json") for task in LOCOMOTION},
     "obs_statistics_halfcheetah": partial(learning, OBS_STATISTICS),
     "learning_three_way": partial(learning, "learning_halfcheetah_three_way.json"),
+    **{
+        f"learning_pixels_{run}": partial(learning, f"learning_halfcheetah_pixels_{run}.json")
+        for run in ("h200", "h200_100k", "2core")
+    },
     "locomotion_hopper_seeds_4_6": partial(locomotion, "learning_hopper_300k_seeds_4_6.json"),
     "async_cpu_shared_first": partial(learning, ASYNC_CPU_SHARED_FIRST),
     "learning_sac": partial(learning, LEARNING_SAC),
