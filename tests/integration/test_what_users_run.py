@@ -132,6 +132,29 @@ def test_the_camera_and_locomotion_configs_run_an_iteration(config, tmp_path):
     assert result.last["accounting/steps_produced"] > 0
 
 
+def test_a_camera_run_evaluates_from_its_checkpoint_with_the_proprioception_statistics_it_trained_with(tmp_path):
+    """`m2flow eval`'s path on the camera preset: the simulator restores its statistics (the state's arrays) and
+    plays with them frozen; a checkpoint whose simulator normalised nothing is refused, naming the key."""
+    import m2flow as mf
+    from m2flow.errors import SpecError
+    from m2flow.offline import evaluate_run
+
+    def trained(normalize: bool) -> Path:
+        settings = ["run.iterations=2", "flow.loop.horizon=4", "run.checkpoint_every=1", "run.progress=false"]
+        settings += [f"run.output_dir={tmp_path / str(normalize)}", f"workers.env.args.normalize_obs={normalize}"]
+        settings += ["workers.env.args.evaluation.max_steps=20"]
+        mf.run(mf.load_spec(ROOT / "configs" / "ppo_mujoco_camera.yaml", settings))
+        return tmp_path / str(normalize) / "ppo-mujoco-camera"
+
+    run_dir = trained(True)
+    evaluation = evaluate_run(run_dir, episodes=2)
+    assert evaluation.metrics["eval/length"] == 20 and math.isfinite(evaluation.metrics["eval/return"])
+    raw = trained(False)
+    (raw / "workflow.yaml").write_text((raw / "workflow.yaml").read_text().replace("normalize_obs: false", ""))
+    with pytest.raises(SpecError, match=r"normalize_obs: the checkpoint's simulator state has no observation"):
+        evaluate_run(raw, episodes=1)
+
+
 def test_the_hf_tiny_config_trains_three_iterations_and_m2flow_export_writes_a_policy_that_loads(tmp_path):
     """configs/ppo_hf_tiny.yaml after its setup step (the tiny VLM written to a folder): PPO over a VLM;
     then `m2flow export` of the run, loaded again as an inference worker's policy."""
