@@ -339,13 +339,13 @@ def merge(parts: list[str], same_conditions: bool = False, note: str | None = No
 
 
 def cut_at(recorded: dict, runs: list[dict], steps: int) -> tuple[dict, list[dict]]:
-    """The comparison at `steps` env steps: each curve's evaluations up to it (a run cut short compares where
-    every implementation has been evaluated); the budget each part ran is kept as `ran_steps`."""
+    """The comparison at `steps` env steps, where every run was evaluated: each curve's evaluations up to it (a
+    run cut short compares there); the budget each part ran is kept as `ran_steps`."""
     if steps > recorded["steps"]:
         raise SystemExit(f"learning.py --at {steps}: beyond the {recorded['steps']} steps the parts ran")
-    short = [f"{r['implementation']} seed {r['seed']}" for r in runs if max(p["steps"] for p in r["curve"]) < steps]
+    short = [f"{r['implementation']} seed {r['seed']}" for r in runs if all(p["steps"] != steps for p in r["curve"])]
     if short:
-        raise SystemExit(f"learning.py --at {steps}: not evaluated that far: {', '.join(short)}")
+        raise SystemExit(f"learning.py --at {steps}: not evaluated at {steps} env steps: {', '.join(short)}")
     cut = [{**run, "curve": [p for p in run["curve"] if p["steps"] <= steps]} for run in runs]
     return {**recorded, "steps": steps, "ran_steps": recorded["steps"]}, cut
 
@@ -381,6 +381,8 @@ def main() -> None:
     parser.add_argument("--name", help="the result's name (default learning_<env>)")
     args = parser.parse_args()
     peers = [] if args.skip_peers else args.peers
+    if args.at and not args.merge:
+        parser.error("--at compares merged parts: give --merge")
     if args.skip_m2flow and not peers and not args.merge:
         parser.error("--skip-m2flow with no --peers runs nothing")
     for peer in peers:

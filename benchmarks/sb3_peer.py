@@ -1,7 +1,8 @@
 """One Stable-Baselines3 run for `learning.py`, by the peers' own interpreter (their virtualenv: SB3, rl-zoo3,
 gymnasium, MuJoCo; no m2flow): the algorithm set to rl-zoo3's tuned settings (`zoo`) or to CleanRL 1.2.0's
 defaults (`cleanrl`), 10 deterministic evaluation episodes every EVERY env steps (evaluation time left out of
-the wall time), the curve written to OUT as JSON after each evaluation (`complete` once the run ends).
+the wall time), the curve written to OUT as JSON after each evaluation (`complete` once the run ends), with
+SB3's version and the policy's device.
 
 With a camera VIEW (JSON; `null` for the state alone) the policy sees what m2flow's camera policy sees: the
 camera's RGB image at the view's size (gymnasium's MuJoCo renderer, channels first, set to m2flow's fast
@@ -98,6 +99,9 @@ def main() -> None:
         evaluation = VecNormalize(evaluation, training=False, norm_reward=False, **observed)
 
     class Evaluate(BaseCallback):
+        """Evaluates every `every` env steps, inside rollout collection (before that rollout's update), and
+        writes the curve so far: a run cut short keeps it."""
+
         def __init__(self):
             super().__init__()
             self.curve, self.start, self.next = [], time.time(), 0
@@ -111,17 +115,18 @@ def main() -> None:
                 self.curve.append({"steps": self.num_timesteps, "wall_s": wall, "return": float(mean)})
                 self.start += time.time() - self.start - wall  # evaluation time is not training time
                 self.next += every
-                write(wall, complete=False)  # the curve so far survives a run cut short
+                self.write(wall, complete=False)
             return True
 
-    def write(wall: float, complete: bool) -> None:
-        record = {"curve": callback.curve, "wall_s": wall, "hyperparameters": described, "complete": complete}
-        Path(out).write_text(json.dumps(record))
+        def write(self, wall: float, complete: bool) -> None:
+            ran = {"sb3": stable_baselines3.__version__, "device": str(self.model.device)}
+            record = {"curve": self.curve, "wall_s": wall, "hyperparameters": described, "complete": complete}
+            Path(out).write_text(json.dumps({**record, **ran}))
 
     callback = Evaluate()
     model = getattr(stable_baselines3, algo)(policy, env, seed=seed, verbose=0, **hp)
     model.learn(steps + 1, callback=callback)
-    write(time.time() - callback.start, complete=True)  # evaluations left out
+    callback.write(time.time() - callback.start, complete=True)  # evaluations left out
 
 
 if __name__ == "__main__":

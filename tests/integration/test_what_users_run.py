@@ -132,9 +132,9 @@ def test_the_camera_and_locomotion_configs_run_an_iteration(config, tmp_path):
     assert result.last["accounting/steps_produced"] > 0
 
 
-def test_a_camera_run_evaluates_from_its_checkpoint_with_the_proprioception_statistics_it_trained_with(tmp_path):
-    """`m2flow eval`'s path on the camera preset: the simulator restores its statistics (the state's arrays) and
-    plays with them frozen; a checkpoint whose simulator normalised nothing is refused, naming the key."""
+def test_a_camera_run_evaluates_from_its_checkpoint_and_one_that_normalised_otherwise_is_refused(tmp_path):
+    """`m2flow eval`'s path on the camera preset (its statistics restored and read frozen: test_camera_env.py); a
+    checkpoint whose simulator normalised nothing, evaluated as normalising, is refused naming the key."""
     import m2flow as mf
     from m2flow.errors import SpecError
     from m2flow.offline import evaluate_run
@@ -151,7 +151,7 @@ def test_a_camera_run_evaluates_from_its_checkpoint_with_the_proprioception_stat
     assert evaluation.metrics["eval/length"] == 20 and math.isfinite(evaluation.metrics["eval/return"])
     raw = trained(False)
     (raw / "workflow.yaml").write_text((raw / "workflow.yaml").read_text().replace("normalize_obs: false", ""))
-    with pytest.raises(SpecError, match=r"normalize_obs: the checkpoint's simulator state has no observation"):
+    with pytest.raises(SpecError, match=r"normalize_obs: the checkpoint's simulator did not normalise .* false"):
         evaluate_run(raw, episodes=1)
 
 

@@ -270,7 +270,7 @@ def test_a_camera_simulator_started_anew_keeps_the_proprioception_statistics_onl
     assert not unread.normalizes and not unread.load_statistics(env.state_dict())  # the policy reads no proprio
 
 
-def test_a_checkpoint_saved_without_statistics_is_refused_naming_normalize_obs():
+def test_a_checkpoint_normalised_otherwise_than_the_simulator_is_refused_naming_normalize_obs():
     from m2flow.errors import SpecError
 
     set_context(WorkerContext(worker="env", items=(0, 4), seed=3))
@@ -279,3 +279,7 @@ def test_a_checkpoint_saved_without_statistics_is_refused_naming_normalize_obs()
     with pytest.raises(SpecError, match=r"workers\.env\.args\.normalize_obs: .* set normalize_obs: false"):
         cheetah().load_state_dict(raw.state_dict())
     cheetah(normalize_obs=False).load_state_dict(raw.state_dict())  # as it was trained: resumes
+    normalised = cheetah()
+    run(normalised, chunks=2)
+    with pytest.raises(SpecError, match=r"simulator normalised the proprioception .* set normalize_obs: true"):
+        cheetah(normalize_obs=False).load_state_dict(normalised.state_dict())

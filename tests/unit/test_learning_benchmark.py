@@ -94,7 +94,9 @@ def test_a_merge_compared_at_fewer_steps_keeps_evaluations_up_to_them_and_refuse
     cut, runs = learning.cut_at(recorded, [run("m2flow", 5000), run("sb3-zoo", 3000)], 3000)
     assert cut["steps"] == 3000 and cut["ran_steps"] == 5000
     assert [max(p["steps"] for p in r["curve"]) for r in runs] == [3000, 3000]
-    with pytest.raises(SystemExit, match="not evaluated that far: sb3-zoo seed 1"):
+    with pytest.raises(SystemExit, match="not evaluated at 4000 env steps: sb3-zoo seed 1"):
         learning.cut_at(recorded, [run("m2flow", 5000), run("sb3-zoo", 3000)], 4000)
+    with pytest.raises(SystemExit, match="not evaluated at 2500 env steps: m2flow seed 1, sb3-zoo seed 1"):
+        learning.cut_at(recorded, [run("m2flow", 5000), run("sb3-zoo", 3000)], 2500)  # between evaluations
     with pytest.raises(SystemExit, match="beyond the 5000 steps"):
         learning.cut_at(recorded, [run("m2flow", 5000)], 6000)

@@ -241,19 +241,23 @@ class CameraEnv:
         self.obs()
         arrays = load_simulator_state(self.envs, self.recorder, state)
         self.proprio, self._done = arrays["proprio"], arrays["done"]
-        if not self.load_statistics(state) and self.normalizes:
+        self.load_statistics(state)
+        saved = "obs_mean" in arrays
+        if saved != self.normalizes:  # the policy learned on the one scale: read it on the same
+            done = "normalised" if saved else "did not normalise"
             raise SpecError(
                 [
-                    f"workers.{self.worker}.args.normalize_obs: the checkpoint's simulator state has no observation"
-                    " statistics (saved without normalisation, before camera simulators normalised the"
-                    " proprioception); set normalize_obs: false to resume or evaluate it as it was trained"
+                    f"workers.{self.worker}.args.normalize_obs: the checkpoint's simulator {done} the"
+                    f" proprioception; set normalize_obs: {str(saved).lower()} to resume or evaluate it as it was"
+                    " trained (camera runs saved before camera simulators normalised it by default did not)"
                 ]
             )
         self._observation = self._observe()
 
     def load_statistics(self, state: dict[str, Any]) -> bool:
         """What a replacement whose envs start anew keeps of a checkpointed state: each env's proprioception
-        statistics, which the policy learned on; whether the state held any."""
+        statistics, which the policy learned on; whether any were kept (the state held them and the envs
+        normalise)."""
         return load_statistics_arrays(self.envs, state.get("arrays", {}))
 
 
