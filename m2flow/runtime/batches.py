@@ -4,7 +4,6 @@ the check that no sample trained too stale."""
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +37,7 @@ class Training:
     batch: Batch
     lag: int  # trainings finished since the batch's loop ran: the policy versions it trains late
     deadline: Deadline  # from its issue: drop mode polls it across loops
-    issued_at: float = field(default_factory=time.time)  # none of its calls started earlier
+    issued_at: float  # when its phase began: none of its calls started earlier
 
     def done(self) -> bool:
         """Every call has finished, one has failed (the others may wait on it in a collective), or its
@@ -85,10 +84,10 @@ class Backlog:
         self.batches.append(Batch(collected_at, self.version, produced, env_steps))
         self.collected += 1
 
-    def issue(self, calls: list[Call], produced: dict[PortRef, list[Any]], deadline: Deadline) -> None:
-        """Training on the oldest batch has been issued: `calls`, giving `produced`."""
+    def issue(self, calls: list[Call], produced: dict[PortRef, list[Any]], deadline: Deadline, began: float) -> None:
+        """Training on the oldest batch has been issued: `calls`, giving `produced`, from a phase begun at `began`."""
         batch = self.batches.popleft()
-        self.training = Training(calls, produced, batch, self.version - batch.version, deadline)
+        self.training = Training(calls, produced, batch, self.version - batch.version, deadline, began)
 
     def finish(self) -> Training:
         """The training in flight is over (awaited by the caller): one policy version more."""

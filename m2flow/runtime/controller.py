@@ -54,6 +54,7 @@ class Controller(InPlace):
         self._it = 0
         self._result = IterationResult()
         self._calls: list[Call] = []  # issued in the current phase, awaited at its end
+        self._phase_began = 0.0  # when the running phase began (wall clock): no call of it was submitted earlier
         self._items: dict[Any, float] = {}  # output or event reference -> env steps of the call (for the trace)
         self._producer: dict[Any, Replica] = {}  # output reference -> the replica whose output it is
         self._streamed: dict[PortRef, list[Any]] = {}  # then-sources produced while the loop ran
@@ -179,7 +180,7 @@ class Controller(InPlace):
         self._add_time("time/train_wait_s", began)
 
     def _run(self, phase: Phase) -> None:
-        began = time.time()
+        began = self._phase_began = time.time()  # before any of the phase's calls is submitted
         run_phase(phase, self)
         self._add_time(f"time/{phase.op}_s", began)
         self.trace.task(CONTROLLER, CONTROLLER, TaskEvent(phase.op, "phase", began, time.time()), iteration=self._it)
@@ -283,7 +284,7 @@ class Controller(InPlace):
         calls, self._calls = self._calls, []
         if phase.overlaps:  # awaited after the loop it runs beside
             what = f"training on the batch the loop of iteration {self.backlog.batches[0].collected_at} collected"
-            self.backlog.issue(calls, produced, self._deadline(what, "then"))
+            self.backlog.issue(calls, produced, self._deadline(what, "then"), self._phase_began)
             return
         if phase.op == "then":
             events, calls = self._await_then(phase, calls, produced)
