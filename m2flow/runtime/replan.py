@@ -131,6 +131,12 @@ def calibration(graph: MacroGraph, unknown: list[str], iterations_left: int) -> 
     what = f"{len(unknown)} port cost(s) unknown ({', '.join(unknown)})" if unknown else "placement.replan: true"
     measuring = f"m2flow: {what}: measuring the costs in the first {REPLAN_AFTER} iterations, then re-planning"
     if spec.flow.asynchronous is None:
+        if iterations_left <= REPLAN_AFTER:  # still traced as if it would re-plan: the costs are cached at the end
+            short = (
+                f"m2flow: {what}: measuring the costs in this run's {iterations_left} iteration(s), too few to re-plan"
+                f" after {REPLAN_AFTER}; they are cached for the next runs and `m2flow plan`"
+            )
+            return Calibration(MAX_REPLANS, None, [short])
         return Calibration(MAX_REPLANS, None, [measuring])
     if iterations_left <= REPLAN_AFTER + 1:  # the first asynchronous iteration warms up: none would be measured
         too_short = (

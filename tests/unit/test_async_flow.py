@@ -164,3 +164,6 @@ def test_an_asynchronous_flow_measures_its_costs_on_its_synchronous_twin_when_th
     assert calibration(graph, [], iterations_left=10).replans == 0  # every cost known (placement.replan: auto)
     synchronous = calibration(build_graph(spec_from_dict(workflow())), ["policy.act"], iterations_left=10)
     assert (synchronous.replans, synchronous.twin) == (MAX_REPLANS, None)
+    assert "in the first 3 iterations, then re-planning" in synchronous.says[0]
+    brief = calibration(build_graph(spec_from_dict(workflow())), ["policy.act"], iterations_left=2)
+    assert "this run's 2 iteration(s), too few to re-plan after 3; they are cached" in brief.says[0]
