@@ -1,7 +1,9 @@
 """Observation normalisation in a simulator: a running mean and variance of each env's observation vector
 (the proprioception of a camera simulator; images are left to the policy), as CleanRL's
 `ppo_continuous_action.py` wraps each env (gymnasium's `NormalizeObservation`, then a clip to ±`obs_clip`),
-or one per replica as SB3's `VecNormalize` keeps for its vector of envs (`share_obs_statistics`).
+or one per replica as SB3's `VecNormalize` keeps for its vector of envs (`share_obs_statistics`; updated in the
+order the schedule steps the envs, so pipeline slices and replica counts change a run's numbers, which per-env
+statistics never do).
 
 The policy, the trajectories and the bootstrap observation all see normalised observations; the statistics are
 part of the simulator's checkpointed state (`statistics_arrays` / `load_statistics_arrays`), and evaluation
