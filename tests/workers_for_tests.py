@@ -218,13 +218,15 @@ class Fault(m2flow.WorkerConfig):
     """Where a faulty worker's `fault_replica` kills (SIGKILL: a crash) or stops (SIGSTOP: a hang) its own
     process, once: at a given step of the run, or in the first `metrics()` call after it (between loops,
     while nothing waits on it), in the first weight sync after it (a policy's `load_weights`, a training
-    worker's `weights`), or as the simulator hands over its first trajectory after it."""
+    worker's `weights`), as the simulator hands over its first trajectory after it, or as its state is
+    gathered for the first checkpoint after it (`state_dict()`)."""
 
     fault: Literal["kill", "stop"] = "kill"
     fault_replica: int = 0
     fault_at_step: int = Field(10, ge=1, description="the replica's step (counted over the run) it strikes at")
-    fault_in: Literal["step", "metrics", "sync", "handover"] = Field(
-        "step", description="in the loop, or outside it the first time after the step: metrics(), sync, handover"
+    fault_in: Literal["step", "metrics", "sync", "handover", "checkpoint"] = Field(
+        "step",
+        description="in the loop, or outside it the first time after the step: metrics(), sync, handover, checkpoint",
     )
     marker: str = Field(description="a file the fault writes its time to: it strikes once, not in the replacement")
     armed_by: str | None = Field(
@@ -242,7 +244,7 @@ class Fault(m2flow.WorkerConfig):
         if self.fault_in == "step" and steps == self.fault_at_step:
             self._strike()
 
-    def outside_loop(self, where: Literal["metrics", "sync", "handover"], steps: int) -> None:
+    def outside_loop(self, where: Literal["metrics", "sync", "handover", "checkpoint"], steps: int) -> None:
         if self.fault_in == where and steps >= self.fault_at_step:
             self._strike()
 
@@ -282,6 +284,10 @@ class FaultyGymEnv(GymEnv):
     def trajectory(self):
         self.fault.outside_loop("handover", self.steps)
         return super().trajectory()
+
+    def state_dict(self):
+        self.fault.outside_loop("checkpoint", self.steps)
+        return super().state_dict()
 
 
 class FaultyPolicyConfig(TorchPolicyConfig, Fault):

@@ -18,6 +18,19 @@ class Deadlines:
     def phase(self, op: str) -> float:
         return self.phase_s.get(op, max(self.phase_s.values(), default=self.start_s))
 
+    @property
+    def collective_s(self) -> float:
+        """How long one collective of a training group may wait on its ranks: twice its phase's deadline,
+        so that the driver's wait passes its deadline first and names the ranks that did not arrive."""
+        return 2 * self.phase("then")
+
+    @property
+    def checkpoint_s(self) -> float:
+        """How long a checkpoint's hooks may take: the training phase's deadline (a checkpoint writes the
+        training state once, an update goes over it several times), under the groups' collective timeout,
+        so that a rank cut off while its group writes is named by the driver, not by a peer's timeout."""
+        return self.phase("then")
+
     @classmethod
     def from_plan(cls, plan: Plan, timeouts: TimeoutSpec) -> Deadlines:
         def derived(predicted_s: float) -> float:

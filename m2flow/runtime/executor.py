@@ -140,7 +140,7 @@ class Run:
         self.launch = Launch(self.graph, self.plan, str(self.run_dir), self.quarantine.times)
         self.launch.start()
         self._note_processes()
-        self.snapshots = Snapshots(self.graph, self.launch, self.spec.run.timeouts.start_s)
+        self.snapshots = Snapshots(self.graph, self.launch)
         replacer = self._replacer()
         if self.spec.run.spares:
             self.launch.stand_by(replacer.standing())

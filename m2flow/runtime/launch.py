@@ -149,7 +149,7 @@ class Launch:
         # a rank's own collective timeout is the backstop, twice the training call's deadline, so the
         # controller's deadline passes first and names the ranks; should measured costs later raise that
         # deadline past it (`Controller.adopt`), the rank's own timeout reports a hang first
-        dist = _with_timeouts(self.rendezvous[name], 2 * self.deadlines.phase("then"), self.timeouts.start_s)
+        dist = _with_timeouts(self.rendezvous[name], self.deadlines.collective_s, self.timeouts.start_s)
         args = (info.target, info.spec.args, ctx, instances, dist, self._core(device))
         render = self.render_on.get(ReplicaId(name, r))
         env_vars = {}

@@ -3,7 +3,8 @@
 A checkpoint holds `state.pt` (each replica's `state_dict()`; a process group's rank 0 speaks for the
 group) and a folder per worker that writes its own files (`save_checkpoint(path)`: a group writes into
 one folder together, every rank at once; other workers get one folder per replica). `checkpoint.py`
-makes the directory atomic.
+makes the directory atomic. A checkpoint's hooks wait no longer than the plan's training deadline (a rank
+cut off mid-write is named with its group's other ranks); restoring one waits as long as workers start.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from m2flow.errors import SpecError
 from m2flow.graph import MacroGraph
 from m2flow.runtime.checkpoint import load_checkpoint, save_checkpoint
 from m2flow.runtime.launch import Launch, Replica
+from m2flow.runtime.rank_naming import naming_ranks
 from m2flow.runtime.waits import Deadline, wait_all
 
 
 class Snapshots:
-    def __init__(self, graph: MacroGraph, launch: Launch, timeout_s: float):
-        self.graph, self.launch, self.timeout_s = graph, launch, timeout_s
+    def __init__(self, graph: MacroGraph, launch: Launch):
+        self.graph, self.launch = graph, launch
+        self.timeout_s = launch.timeouts.start_s  # restoring: as long as a worker may take to start
+        self.saving_s = launch.deadlines.checkpoint_s
 
     def save(self, root: Path, iteration: int, meta: dict) -> Path:
         return save_checkpoint(root, iteration, self._states(), meta, write_files=self._write_files)
@@ -66,13 +70,16 @@ class Snapshots:
             return None
         return per_replica[0 if self.graph.info[replica.worker].group else replica.index]
 
-    def _hooks(self, replicas: list[Replica], hook: str, what: str, folder: Path | None = None) -> list[Any]:
+    def _hooks(
+        self, replicas: list[Replica], hook: str, what: str, folder: Path | None = None, timeout_s: float | None = None
+    ) -> list[Any]:
         """Call `hook` on every replica (given `folder`, with the path of its files there)."""
         calls = [
             (r.actor.hook.remote(hook, *([str(self._files(folder, r))] if folder else [])), r, f"{hook}()")
             for r in replicas
         ]
-        return wait_all(calls, Deadline(self.timeout_s, what))
+        with naming_ranks(self.launch):
+            return wait_all(calls, Deadline(timeout_s or self.timeout_s, what))
 
     def _files(self, directory: Path, replica: Replica) -> Path:
         """Where a worker's own files go: one folder for a group, one per replica otherwise."""
@@ -81,7 +88,7 @@ class Snapshots:
 
     def _write_files(self, directory: Path) -> None:
         replicas = [r for group in self.launch.replicas.values() for r in group]
-        self._hooks(replicas, "save_checkpoint", "save_checkpoint() hooks", directory)
+        self._hooks(replicas, "save_checkpoint", "save_checkpoint() hooks", directory, self.saving_s)
 
     def _read_files(self, checkpoint: Path) -> None:
         saved = {p.name for p in checkpoint.iterdir() if p.is_dir()}
@@ -92,13 +99,14 @@ class Snapshots:
         self._hooks(replicas, "load_checkpoint", "load_checkpoint() hooks on resume", checkpoint)
 
     def _states(self) -> dict[str, list]:
-        """Per worker, per replica, per instance state (a group keeps rank 0's)."""
+        """Per worker, per replica, per instance state (a group keeps rank 0's), every replica asked at once."""
+        replicas = [r for group in self.launch.replicas.values() for r in group]
+        values = iter(self._hooks(replicas, "state_dict", "state_dict() hooks", timeout_s=self.saving_s))
         state = {}
         for name, group in self.launch.replicas.items():
-            values = self._hooks(group, "state_dict", f"{name}.state_dict()")
-            if values[0] is None:
-                continue
-            state[name] = values[:1] if self.graph.info[name].group else values
+            per_replica = [next(values) for _ in group]
+            if per_replica[0] is not None:
+                state[name] = per_replica[:1] if self.graph.info[name].group else per_replica
         return state
 
     def _load_states(self, state: dict[str, list]) -> None:

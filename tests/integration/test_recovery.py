@@ -23,6 +23,10 @@ FLOOR_S = 15.0
 
 
 def ppo_spec(tmp_path, name: str, actor_replicas: int = 1, iterations: int = 6, **run) -> mf.WorkflowSpec:
+    return spec_from_dict(ppo_raw(tmp_path, name, actor_replicas, iterations, **run))
+
+
+def ppo_raw(tmp_path, name: str, actor_replicas: int = 1, iterations: int = 6, **run) -> dict:
     raw = pendulum_ppo(
         tmp_path,
         name,
@@ -39,7 +43,7 @@ def ppo_spec(tmp_path, name: str, actor_replicas: int = 1, iterations: int = 6, 
     )
     raw["workers"]["actor"]["replicas"] = actor_replicas
     raw["workers"]["env"]["replicas"] = actor_replicas  # a data-parallel rank takes whole simulator shards
-    return spec_from_dict(raw)
+    return raw
 
 
 def kill_later(workflow: str, replica: str, metrics, after_iteration: int, delay_s: float) -> dict:
@@ -119,6 +123,26 @@ save_checkpoint(root, 1, {"w": torch.ones(4)}, {"env_steps": 10})
 print("saved", flush=True)
 save_checkpoint(root, 2, {"w": torch.ones(150_000_000)}, {"env_steps": 20})
 """
+
+
+def test_a_simulator_hung_as_a_checkpoint_is_gathered_is_named_at_the_training_deadline_and_the_run_restarts(tmp_path):
+    # the workers may take 300 s to start; a checkpoint's hooks are held to the plan's training deadline
+    timeouts = {"floor_s": FLOOR_S, "start_s": 300}
+    raw = ppo_raw(tmp_path, "hung-checkpoint", actor_replicas=2, iterations=4, timeouts=timeouts)
+    env = raw["workers"]["env"]
+    env["class"] = "tests.workers_for_tests.FaultyGymEnv"
+    first_loop = raw["flow"]["loop"]["horizon"]  # step calls: one a loop step (one pipeline stage)
+    env["args"].update(fault="stop", fault_replica=1, fault_in="checkpoint", fault_at_step=first_loop + 1)
+    env["args"]["marker"] = str(tmp_path / "fault")
+    result = mf.run(spec_from_dict(raw))
+    struck_at = float((tmp_path / "fault").read_text())
+
+    (failure,) = result.failures
+    assert failure["replaced"] is None  # a restart from the checkpoint before
+    assert "state_dict() hooks" in failure["error"] and "env[1]" in failure["error"], failure["error"]
+    # the training phase's deadline (the floor here) and at most 5 s of grace for a peer's own error
+    assert FLOOR_S - 1 <= failure["detected_at"] - struck_at < FLOOR_S + 7, failure
+    assert_complete(result, 4)
 
 
 def test_a_kill_while_saving_leaves_the_previous_checkpoint_loadable(tmp_path):
