@@ -311,6 +311,18 @@ def test_a_folder_with_its_own_code_needs_trust_remote_code_and_then_runs_that_c
     assert policy.act(observation())["action"].shape == (4, 6)
 
 
+def test_a_folder_with_its_own_code_is_validated_with_one_load_of_its_config(folder, tmp_path, monkeypatch):
+    import transformers
+
+    from m2flow.workers.models.hf_options import HFOptions
+
+    remote = custom_code_folder(folder, tmp_path)
+    loads, load = [], transformers.AutoConfig.from_pretrained
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *a, **k: loads.append(a) or load(*a, **k))
+    HFOptions(path=str(remote), trust_remote_code=True, head="tokens", action_bins=8)  # validated as it is made
+    assert len(loads) == 1  # its family and its vocabulary from one load
+
+
 def _fsdp_rank(rank: int, port: int, folder: str, dtype: str, results) -> None:
     """One rank of a two-rank FSDP2 group (gloo) training the tiny VLM policy on its share of a batch."""
     import os
