@@ -25,6 +25,12 @@ class Deadlines:
         return 2 * self.phase("then")
 
     @property
+    def reach_s(self) -> float:
+        """How long a node may take to run a no-op task before it is taken for lost (asked after a failure):
+        a call's deadline, the longest phase's; not a start's, for the task imports and builds nothing."""
+        return max(self.phase_s.values(), default=self.start_s)
+
+    @property
     def checkpoint_s(self) -> float:
         """How long a checkpoint's hooks may take: the training phase's deadline (a checkpoint writes the
         training state once, an update goes over it several times), under the groups' collective timeout,

@@ -25,6 +25,7 @@ from m2flow.planners import make_plan
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.crashes import crashes_of
+from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import headline
 from m2flow.runtime.launch import Launch
 from m2flow.runtime.nodes import addresses, unreachable
@@ -325,7 +326,7 @@ class Run:
         planned = self.plan.cluster.node_ids
         if len(planned) < 2:
             return
-        lost = unreachable(planned, self.spec.run.timeouts.start_s)
+        lost = unreachable(planned, Deadlines.from_plan(self.plan, self.spec.run.timeouts).reach_s)
         if not lost:
             return
         ips = addresses()

@@ -127,9 +127,10 @@ save_checkpoint(root, 2, {"w": torch.ones(150_000_000)}, {"env_steps": 20})
 
 def test_a_simulator_hung_as_a_checkpoint_is_gathered_is_named_at_the_training_deadline_and_the_run_restarts(tmp_path):
     # the workers may take 300 s to start; a checkpoint's hooks are held to the plan's training deadline
-    timeouts = {"floor_s": FLOOR_S, "start_s": 300}
-    raw = ppo_raw(tmp_path, "hung-checkpoint", actor_replicas=2, iterations=4, timeouts=timeouts)
+    floor_s = 8.0
+    raw = ppo_raw(tmp_path, "hung-checkpoint", iterations=4, timeouts={"floor_s": floor_s, "start_s": 300})
     env = raw["workers"]["env"]
+    env["replicas"] = 2
     env["class"] = "tests.workers_for_tests.FaultyGymEnv"
     first_loop = raw["flow"]["loop"]["horizon"]  # step calls: one a loop step (one pipeline stage)
     env["args"].update(fault="stop", fault_replica=1, fault_in="checkpoint", fault_at_step=first_loop + 1)
@@ -141,7 +142,7 @@ def test_a_simulator_hung_as_a_checkpoint_is_gathered_is_named_at_the_training_d
     assert failure["replaced"] is None  # a restart from the checkpoint before
     assert "state_dict() hooks" in failure["error"] and "env[1]" in failure["error"], failure["error"]
     # the training phase's deadline (the floor here) and at most 5 s of grace for a peer's own error
-    assert FLOOR_S - 1 <= failure["detected_at"] - struck_at < FLOOR_S + 7, failure
+    assert floor_s - 1 <= failure["detected_at"] - struck_at < floor_s + 7, failure
     assert_complete(result, 4)
 
 
