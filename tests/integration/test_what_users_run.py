@@ -116,20 +116,15 @@ TOY_SIZE_CONFIGS = [
 def test_the_camera_and_locomotion_configs_run_an_iteration(config, tmp_path):
     import m2flow as mf
 
-    spec = mf.load_spec(
-        ROOT / "configs" / config,
-        [
-            "run.iterations=1",
-            "flow.loop.horizon=4",
-            f"run.output_dir={tmp_path}",
-            "run.progress=false",
-            "run.checkpoint_every=0",
-            *ON_CPU.get(config, []),
-        ],
-    )
-    result = mf.run(spec)
+    toy = ["run.iterations=1", "flow.loop.horizon=4", f"run.output_dir={tmp_path}", "run.progress=false"]
+    toy += ["run.checkpoint_every=0", *ON_CPU.get(config, [])]
+    evaluates = "evaluation" in mf.load_spec(ROOT / "configs" / config, toy).workers["env"].args
+    if evaluates:  # its first iteration also evaluates (and films): in episodes of a few steps here
+        toy += ["workers.env.args.evaluation.episodes=1", "workers.env.args.evaluation.max_steps=8"]
+    result = mf.run(mf.load_spec(ROOT / "configs" / config, toy))
     assert result.iterations == 1
     assert result.last["accounting/steps_produced"] > 0
+    assert ("eval/return" in result.last) == evaluates
 
 
 def test_a_camera_run_evaluates_from_its_checkpoint_and_one_that_normalised_otherwise_is_refused(tmp_path):
