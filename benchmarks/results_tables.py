@@ -36,6 +36,7 @@ CHANNELS = ["channels.json", "gpu4/channels.json"]
 BACKENDS = ["gpu5/backends.json", "gpu9/backends.json", "gpu10/backends.json"]
 OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
 ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu13/hf_policy.json"
+ACCURACY_H200_PROCESSOR_SHARING = "gpu22/planner_accuracy.json"  # the same sweep after the fit's processor sharing
 LEARNING, ASYNC_H200 = "learning_halfcheetah.json", "gpu15/async_halfcheetah_h200.json"
 LOCOMOTION = ("hopper", "walker2d", "ant")  # learning_<task>_300k.json: locomotion.sh's runs, merged
 OBS_STATISTICS = "learning_halfcheetah_obs_statistics.json"  # locomotion.sh, HalfCheetah per env vs shared
@@ -408,6 +409,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "gpu_contention_h200_tiled": partial(gpu_contention, TILED),
     "gpu_contention_h200_tiled_4x48": partial(gpu_contention, TILED_4X48),
     "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
+    "planner_accuracy_h200_processor_sharing": partial(planner_accuracy, ACCURACY_H200_PROCESSOR_SHARING),
     "hf_policy_h200": hf_policy,
     "learning": partial(learning, LEARNING),
     **{f"locomotion_{task}": partial(locomotion, f"learning_{task}_300k.json") for task in LOCOMOTION},

@@ -2,8 +2,10 @@
 
 A cost depends on what runs (the worker's class and its args) and on what it runs on (device kind), so
 that is the key; `m2flow run` stores what it measured, and `m2flow plan` and later runs start from it
-instead of the defaults. One small JSON file per worker key, written atomically, under
-`$M2FLOW_COST_CACHE` (default `~/.cache/m2flow/costs`).
+instead of the defaults. A port's costs at each batch size accumulate over runs (a run at another slice
+size adds its size), so that the per-call and per-item parts are fitted apart once two sizes were seen.
+One small JSON file per worker key, written atomically, under `$M2FLOW_COST_CACHE` (default
+`~/.cache/m2flow/costs`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 from pathlib import Path
 
 from m2flow.graph import MacroGraph
+from m2flow.planners.fit import merged
 from m2flow.spec import PortCost
 
 
@@ -59,16 +62,23 @@ def _write(path: Path, entry: dict) -> Path:
 
 def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, PortCost]:
     """`worker.port` -> the cost an earlier run measured for this worker on this device kind."""
-    costs = {}
+    return {
+        port: PortCost(fixed_s=fit.get("fixed_s", 0.0), per_item_s=fit.get("per_item_s", 0.0))
+        for port, fit in cached_fits(graph, device_kinds).items()
+    }
+
+
+def cached_fits(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, dict]:
+    """`worker.port` -> the fit earlier runs cached (its costs, the batch sizes it saw)."""
+    fits = {}
     for worker, kind in device_kinds.items():
         path = cache_dir() / f"{worker_key(graph, worker, kind)}.json"
         try:
             ports = json.loads(path.read_text())["ports"]
         except (OSError, ValueError, KeyError):
             continue  # nothing cached (or an unreadable entry: measured again)
-        for port, fit in ports.items():
-            costs[f"{worker}.{port}"] = PortCost(fixed_s=fit.get("fixed_s", 0.0), per_item_s=fit.get("per_item_s", 0.0))
-    return costs
+        fits.update({f"{worker}.{port}": fit for port, fit in ports.items()})
+    return fits
 
 
 def save_cached(graph: MacroGraph, device_kinds: dict[str, str], fitted: dict[str, dict]) -> list[Path]:
@@ -83,6 +93,7 @@ def save_cached(graph: MacroGraph, device_kinds: dict[str, str], fitted: dict[st
             previous = json.loads(path.read_text())["ports"]
         except (OSError, ValueError, KeyError):
             previous = {}
+        ports = {port: merged(previous.get(port, {}), fit) for port, fit in ports.items()}
         entry = {"class": graph.workers[worker].cls, "device": kind, "ports": {**previous, **ports}}
         written.append(_write(path, entry))
     return written

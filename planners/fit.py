@@ -182,9 +182,40 @@ def fit_points(points: Points, source: str, priors: dict[str, float] | None = No
             **fit,
             "calls": len(samples),
             "batch_sizes": sorted({int(x) for x, _ in samples}),
+            "by_size": by_size(samples),
             "residual": residual(samples, fit),
         }
     return {"source": source, "ports": ports}
+
+
+def by_size(points: list[tuple[float, float]]) -> list[list[float]]:
+    """Per batch size seen, `[items, mean seconds, calls]`, the smallest first."""
+    seen: dict[float, list[float]] = defaultdict(list)
+    for items, seconds in points:
+        seen[items].append(seconds)
+    return [[items, sum(costs) / len(costs), len(costs)] for items, costs in sorted(seen.items())]
+
+
+def merged(earlier: dict, fit: dict) -> dict:
+    """A port's fit over the batch sizes an earlier fit saw and those `fit` saw: where both saw a size, the
+    later mean stands. Seen at several sizes, the line through their means splits the per-call cost from the
+    per-item one, which one size alone cannot (a camera simulator rendering on a GPU costs about the same
+    per call for half its envs: a pipelined plan's slices are not half as cheap)."""
+    rows = {row[0]: row for row in earlier.get("by_size", [])}
+    own = {row[0] for row in fit.get("by_size", [])}
+    if not own or set(rows) <= own:
+        return fit  # nothing seen earlier at a size this fit did not see
+    rows.update({row[0]: row for row in fit["by_size"]})
+    means = [(items, mean) for items, mean, _ in sorted(rows.values())]
+    line = fit_line(means)
+    return {
+        **fit,
+        **line,
+        "calls": sum(int(row[2]) for row in rows.values()),
+        "batch_sizes": [int(items) for items, _ in means],
+        "by_size": sorted(rows.values()),
+        "residual": residual(means, line),
+    }
 
 
 def fit_trace_file(path: str | Path) -> dict:

@@ -23,8 +23,8 @@ from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.planners import device_kinds, make_plan, profile_of
-from m2flow.planners.cache import save_cached, save_calibration
-from m2flow.planners.fit import controller_seconds, fit_points, points_from_trace
+from m2flow.planners.cache import cached_fits, save_cached, save_calibration
+from m2flow.planners.fit import controller_seconds, fit_points, merged, points_from_trace
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate
 from m2flow.program import build_phases
@@ -40,7 +40,7 @@ MAX_HOP_S = 0.05  # a message between two processes of one run costs at most thi
 @dataclass
 class Refit:
     profile: Profile
-    fitted: dict[str, dict]  # worker.port -> {fixed_s, per_item_s, calls, batch_sizes, residual}
+    fitted: dict[str, dict]  # worker.port -> {fixed_s, per_item_s, calls, batch_sizes, by_size, residual}
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,10 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     trace = {"traceEvents": events}
     points = points_from_trace(trace, skip_iterations=1)
     priors = {port: profile.per_call_fraction(port, sum(x for x, _ in p) / len(p)) for port, p in points.items()}
-    fitted = fit_points(points, "online", priors)["ports"]
+    cached = cached_fits(graph, device_kinds(graph, cluster))  # the batch sizes earlier runs saw, too
+    fitted = {
+        port: merged(cached.get(port, {}), fit) for port, fit in fit_points(points, "online", priors)["ports"].items()
+    }
     for port, fit in fitted.items():
         if port in profile.costs:
             profile.costs[port] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])

@@ -10,7 +10,7 @@ from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.cache import load_cached, save_cached
-from m2flow.planners.fit import fit_line
+from m2flow.planners.fit import fit_line, fit_points
 from m2flow.planners.simulate import simulate
 from m2flow.runtime.replan import Running, calibrate_run
 from tests.unit.test_planner import workflow
@@ -77,6 +77,16 @@ def test_cached_costs_are_used_where_nothing_is_declared():
     assert profile.source["env.step"] == "cached" and profile.costs["env.step"].fixed_s == 0.001
     assert profile.source["policy.act"] == "declared"  # what the workflow declares wins over the cache
     assert make_plan(graph, cluster).predicted.cost_sources["env.step"] == "cached"
+
+
+def test_the_cache_keeps_every_batch_size_runs_measured_and_fits_across_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    kinds = {"env": "cpu"}
+    for run, items in ((1, 4), (2, 2)):  # a step costs 3 ms a call whatever its slice: a per-call cost
+        save_cached(graph, kinds, fit_points({"env.step": [(items, 0.003)] * 3}, f"run {run}")["ports"])
+    cached = load_cached(graph, kinds)["env.step"]
+    assert cached.fixed_s == pytest.approx(0.003) and cached.per_item_s == pytest.approx(0.0, abs=1e-12)
 
 
 def test_profiling_runs_a_process_per_replica_so_the_hop_it_measures_is_real(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from m2flow.planners.fit import fit_line, fit_points, points_from_trace, work_share
+from m2flow.planners.fit import fit_line, fit_points, merged, points_from_trace, work_share
 
 
 def test_fit_recovers_fixed_and_per_item_cost():
@@ -16,6 +16,24 @@ def test_fit_recovers_fixed_and_per_item_cost():
 def test_one_batch_size_puts_everything_per_item_and_no_items_is_fixed():
     assert fit_line([(4, 0.004), (4, 0.006)]) == {"fixed_s": 0.0, "per_item_s": pytest.approx(0.00125)}
     assert fit_line([(0, 0.01), (0, 0.03)]) == {"fixed_s": pytest.approx(0.02), "per_item_s": 0.0}
+
+
+def test_a_second_batch_size_seen_in_another_run_splits_the_per_call_cost_from_the_per_item_one():
+    whole = fit_points({"env.step": [(8, 0.020)] * 4}, "run 1")["ports"]["env.step"]  # 8 envs a call
+    sliced = fit_points({"env.step": [(4, 0.019), (4, 0.021)]}, "run 2")["ports"]["env.step"]  # slices of 4
+    assert sliced["per_item_s"] * 8 == pytest.approx(0.040)  # alone, one size reads as all per item
+    both = merged(whole, sliced)
+    assert both["fixed_s"] == pytest.approx(0.020) and both["per_item_s"] == pytest.approx(0.0, abs=1e-12)
+    assert both["batch_sizes"] == [4, 8] and both["calls"] == 6
+
+
+def test_a_batch_size_seen_again_takes_its_latest_cost_and_one_seen_alone_keeps_its_own_fit():
+    earlier = fit_points({"env.step": [(4, 0.010), (8, 0.030)]}, "run 1")["ports"]["env.step"]
+    later = fit_points({"env.step": [(8, 0.020)]}, "run 2")["ports"]["env.step"]
+    both = merged(earlier, later)
+    assert both["by_size"] == [[4, pytest.approx(0.010), 1], [8, pytest.approx(0.020), 1]]
+    assert both["fixed_s"] == pytest.approx(0.0) and both["per_item_s"] == pytest.approx(0.0025)
+    assert merged({}, later) == later and merged(later, earlier) == earlier  # nothing seen that it did not see
 
 
 def test_coefficients_never_go_negative():
