@@ -404,6 +404,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "modes_camera_x2": partial(modes_table, X2),
     "planner_accuracy": partial(planner_accuracy, ACCURACY),
     "planner_accuracy_wall_time": partial(planner_accuracy, "planner_accuracy_wall_time.json"),
+    "planner_accuracy_last_fit": partial(planner_accuracy, "planner_accuracy_last_fit.json"),
+    "planner_accuracy_by_size": partial(planner_accuracy, "planner_accuracy_by_size.json"),
     "gpu_contention_h200": partial(gpu_contention, CONTENTION),
     "gpu_contention_h200_4x48": partial(gpu_contention, CONTENTION_4X48),
     "gpu_contention_h200_tiled": partial(gpu_contention, TILED),

@@ -27,15 +27,8 @@ class Deadlines:
     @property
     def reach_s(self) -> float:
         """How long a node may take to run a no-op task before it is taken for lost (asked after a failure):
-        a call's deadline, the longest phase's; not a start's, for the task imports and builds nothing."""
-        return max(self.phase_s.values(), default=self.start_s)
-
-    @property
-    def checkpoint_s(self) -> float:
-        """How long a checkpoint's hooks may take: the training phase's deadline (a checkpoint writes the
-        training state once, an update goes over it several times), under the groups' collective timeout,
-        so that a rank cut off while its group writes is named by the driver, not by a peer's timeout."""
-        return self.phase("then")
+        a call's deadline, the longest phase's, for the task imports and builds nothing; at most a start's."""
+        return min(self.start_s, max(self.phase_s.values(), default=self.start_s))
 
     @classmethod
     def from_plan(cls, plan: Plan, timeouts: TimeoutSpec) -> Deadlines:

@@ -23,8 +23,8 @@ from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.planners import device_kinds, make_plan, profile_of
-from m2flow.planners.cache import cached_fits, save_cached, save_calibration
-from m2flow.planners.fit import controller_seconds, fit_points, merged, points_from_trace
+from m2flow.planners.cache import save_cached, save_calibration
+from m2flow.planners.fit import controller_seconds, fit_points, points_from_trace
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate
 from m2flow.program import build_phases
@@ -58,10 +58,7 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     trace = {"traceEvents": events}
     points = points_from_trace(trace, skip_iterations=1)
     priors = {port: profile.per_call_fraction(port, sum(x for x, _ in p) / len(p)) for port, p in points.items()}
-    cached = cached_fits(graph, device_kinds(graph, cluster))  # the batch sizes earlier runs saw, too
-    fitted = {
-        port: merged(cached.get(port, {}), fit) for port, fit in fit_points(points, "online", priors)["ports"].items()
-    }
+    fitted = fit_points(points, "online", priors)["ports"]  # this run's alone: the hop is calibrated against it
     for port, fit in fitted.items():
         if port in profile.costs:
             profile.costs[port] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])

@@ -3,12 +3,15 @@
 A checkpoint holds `state.pt` (each replica's `state_dict()`; a process group's rank 0 speaks for the
 group) and a folder per worker that writes its own files (`save_checkpoint(path)`: a group writes into
 one folder together, every rank at once; other workers get one folder per replica). `checkpoint.py`
-makes the directory atomic. A checkpoint's hooks wait no longer than the plan's training deadline (a rank
-cut off mid-write is named with its group's other ranks); restoring one waits as long as workers start.
+makes the directory atomic. The first checkpoint's hooks, and every restore's, wait as long as workers may
+take to start; later checkpoints' hooks x`safety_factor` the last one's time, within [`floor_s`,
+`ceiling_s`] (`run.timeouts`), so a host cut off while the state is gathered is caught at that, its group's
+ranks named.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,23 @@ from m2flow.runtime.waits import Deadline, wait_all
 class Snapshots:
     def __init__(self, graph: MacroGraph, launch: Launch):
         self.graph, self.launch = graph, launch
+        self.timeouts = launch.timeouts
         self.timeout_s = launch.timeouts.start_s  # restoring: as long as a worker may take to start
-        self.saving_s = launch.deadlines.checkpoint_s
+        self.saved_in_s: float | None = None  # how long these workers' last checkpoint took
 
     def save(self, root: Path, iteration: int, meta: dict) -> Path:
-        return save_checkpoint(root, iteration, self._states(), meta, write_files=self._write_files)
+        began = time.monotonic()
+        path = save_checkpoint(root, iteration, self._states(), meta, write_files=self._write_files)
+        self.saved_in_s = time.monotonic() - began
+        return path
+
+    @property
+    def saving_s(self) -> float:
+        """The deadline of a checkpoint's hooks (module doc)."""
+        if self.saved_in_s is None:
+            return self.timeouts.start_s
+        derived = self.saved_in_s * self.timeouts.safety_factor
+        return min(self.timeouts.ceiling_s, max(self.timeouts.floor_s, derived))
 
     def restore(self, checkpoint: Path) -> None:
         state, _ = load_checkpoint(checkpoint)

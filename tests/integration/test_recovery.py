@@ -125,8 +125,7 @@ save_checkpoint(root, 2, {"w": torch.ones(150_000_000)}, {"env_steps": 20})
 """
 
 
-def test_a_simulator_hung_as_a_checkpoint_is_gathered_is_named_at_the_training_deadline_and_the_run_restarts(tmp_path):
-    # the workers may take 300 s to start; a checkpoint's hooks are held to the plan's training deadline
+def test_a_simulator_hung_as_a_checkpoint_is_gathered_is_caught_at_a_deadline_from_the_last_one_and_restarts(tmp_path):
     floor_s = 8.0
     raw = ppo_raw(tmp_path, "hung-checkpoint", iterations=4, timeouts={"floor_s": floor_s, "start_s": 300})
     env = raw["workers"]["env"]
@@ -141,8 +140,9 @@ def test_a_simulator_hung_as_a_checkpoint_is_gathered_is_named_at_the_training_d
     (failure,) = result.failures
     assert failure["replaced"] is None  # a restart from the checkpoint before
     assert "state_dict() hooks" in failure["error"] and "env[1]" in failure["error"], failure["error"]
-    # the training phase's deadline (the floor here) and at most 5 s of grace for a peer's own error
-    assert floor_s - 1 <= failure["detected_at"] - struck_at < floor_s + 7, failure
+    # x20 the first checkpoint's time, at least the floor, and at most 5 s of grace for a peer's own error:
+    # far from the 300 s the workers may take to start, which the first checkpoint was given
+    assert floor_s - 1 <= failure["detected_at"] - struck_at < 4 * floor_s, failure
     assert_complete(result, 4)
 
 

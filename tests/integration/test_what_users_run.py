@@ -118,7 +118,7 @@ def test_the_camera_and_locomotion_configs_run_an_iteration(config, tmp_path):
 
     toy = ["run.iterations=1", "flow.loop.horizon=4", f"run.output_dir={tmp_path}", "run.progress=false"]
     toy += ["run.checkpoint_every=0", *ON_CPU.get(config, [])]
-    evaluates = "evaluation" in mf.load_spec(ROOT / "configs" / config, toy).workers["env"].args
+    evaluates = bool(mf.load_spec(ROOT / "configs" / config, toy).workers["env"].args.get("evaluation"))
     if evaluates:  # its first iteration also evaluates (and films): in episodes of a few steps here
         toy += ["workers.env.args.evaluation.episodes=1", "workers.env.args.evaluation.max_steps=8"]
     result = mf.run(mf.load_spec(ROOT / "configs" / config, toy))

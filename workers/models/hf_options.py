@@ -4,7 +4,6 @@ own model code, or whose config leaves the vocabulary's size to its class's defa
 
 from __future__ import annotations
 
-import functools
 import json
 from importlib.util import find_spec
 from pathlib import Path
@@ -104,8 +103,8 @@ def check_folder(options: HFOptions) -> None:
             " run it, only for a folder you trust"
         )
     remote = "auto_map" in written  # its config class is the folder's own: only transformers can say what it is
-    loaded = functools.cache(lambda: _loaded_config(options))  # built at most once: it may run the folder's code
-    llava = isinstance(loaded(), transformers().LlavaConfig) if remote else written.get("model_type") == "llava"
+    loaded = _loaded_config(options) if remote else None  # loaded once: it runs the folder's code
+    llava = isinstance(loaded, transformers().LlavaConfig) if remote else written.get("model_type") == "llava"
     if not llava:
         raise ValueError(
             f"path: {folder} holds a {written.get('model_type')!r} model; m2flow's hf policies take LLaVA models"
@@ -127,7 +126,7 @@ def check_folder(options: HFOptions) -> None:
     if options.head != "tokens":
         return
     vocab = written.get("text_config", {}).get("vocab_size")  # absent: its class's default, which transformers knows
-    vocab = loaded().text_config.vocab_size if remote or vocab is None else vocab
+    vocab = (loaded or _loaded_config(options)).text_config.vocab_size if remote or vocab is None else vocab
     if options.action_bins >= vocab // 2:
         raise ValueError(
             f"action_bins: {options.action_bins} bins need a vocabulary of more than {2 * options.action_bins}"
