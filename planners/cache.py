@@ -63,22 +63,23 @@ def _write(path: Path, entry: dict) -> Path:
 def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, PortCost]:
     """`worker.port` -> the cost an earlier run measured for this worker on this device kind."""
     return {
-        port: PortCost(fixed_s=fit.get("fixed_s", 0.0), per_item_s=fit.get("per_item_s", 0.0))
-        for port, fit in cached_fits(graph, device_kinds).items()
+        f"{worker}.{port}": PortCost(fixed_s=fit.get("fixed_s", 0.0), per_item_s=fit.get("per_item_s", 0.0))
+        for worker, kind in device_kinds.items()
+        for port, fit in _cached_ports(graph, worker, kind).items()
     }
 
 
-def cached_fits(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, dict]:
-    """`worker.port` -> the fit earlier runs cached (its costs, the batch sizes it saw)."""
-    fits = {}
-    for worker, kind in device_kinds.items():
-        path = cache_dir() / f"{worker_key(graph, worker, kind)}.json"
-        try:
-            ports = json.loads(path.read_text())["ports"]
-        except (OSError, ValueError, KeyError):
-            continue  # nothing cached (or an unreadable entry: measured again)
-        fits.update({f"{worker}.{port}": fit for port, fit in ports.items()})
-    return fits
+def _cached_ports(graph: MacroGraph, worker: str, kind: str) -> dict[str, dict]:
+    """Port -> the fit earlier runs cached for this worker on this device kind; {} if none (or an unreadable
+    entry: measured again)."""
+    try:
+        return json.loads(_entry(graph, worker, kind).read_text())["ports"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _entry(graph: MacroGraph, worker: str, kind: str) -> Path:
+    return cache_dir() / f"{worker_key(graph, worker, kind)}.json"
 
 
 def save_cached(graph: MacroGraph, device_kinds: dict[str, str], fitted: dict[str, dict]) -> list[Path]:
@@ -88,12 +89,8 @@ def save_cached(graph: MacroGraph, device_kinds: dict[str, str], fitted: dict[st
         ports = {key.split(".", 1)[1]: fit for key, fit in fitted.items() if key.split(".", 1)[0] == worker}
         if not ports:
             continue
-        path = cache_dir() / f"{worker_key(graph, worker, kind)}.json"
-        try:
-            previous = json.loads(path.read_text())["ports"]
-        except (OSError, ValueError, KeyError):
-            previous = {}
+        previous = _cached_ports(graph, worker, kind)
         ports = {port: merged(previous.get(port, {}), fit) for port, fit in ports.items()}
         entry = {"class": graph.workers[worker].cls, "device": kind, "ports": {**previous, **ports}}
-        written.append(_write(path, entry))
+        written.append(_write(_entry(graph, worker, kind), entry))
     return written

@@ -26,8 +26,7 @@ from m2flow.runtime.waits import Deadline, wait_all
 class Snapshots:
     def __init__(self, graph: MacroGraph, launch: Launch):
         self.graph, self.launch = graph, launch
-        self.timeouts = launch.timeouts
-        self.timeout_s = launch.timeouts.start_s  # restoring: as long as a worker may take to start
+        self.timeouts = launch.timeouts  # restoring waits `start_s`: as long as a worker may take to start
         self.saved_in_s: float | None = None  # how long these workers' last checkpoint took
 
     def save(self, root: Path, iteration: int, meta: dict) -> Path:
@@ -64,7 +63,8 @@ class Snapshots:
         if value is None:
             return False
         call = (replica.actor.hook_each.remote("load_statistics", value, True), replica, "load_statistics()")
-        (kept,) = wait_all([call], Deadline(self.timeout_s, f"load_statistics() of the replacement of {replica.id}"))
+        what = f"load_statistics() of the replacement of {replica.id}"
+        (kept,) = wait_all([call], Deadline(self.timeouts.start_s, what))
         return any(kept or [])
 
     def restore_replica(self, checkpoint: Path, replica: Replica) -> None:
@@ -73,7 +73,7 @@ class Snapshots:
         calls = []
         if value is not None:
             calls.append((replica.actor.hook_each.remote("load_state_dict", value), replica, "load_state_dict()"))
-        wait_all(calls, Deadline(self.timeout_s, f"load_state_dict() of the replacement of {replica.id}"))
+        wait_all(calls, Deadline(self.timeouts.start_s, f"load_state_dict() of the replacement of {replica.id}"))
         if self._files(checkpoint, replica).is_dir():
             what = f"load_checkpoint() of the replacement of {replica.id}"
             self._hooks([replica], "load_checkpoint", what, checkpoint)
@@ -94,7 +94,7 @@ class Snapshots:
             for r in replicas
         ]
         with naming_ranks(self.launch):
-            return wait_all(calls, Deadline(timeout_s or self.timeout_s, what))
+            return wait_all(calls, Deadline(timeout_s or self.timeouts.start_s, what))
 
     def _files(self, directory: Path, replica: Replica) -> Path:
         """Where a worker's own files go: one folder for a group, one per replica otherwise."""
@@ -141,4 +141,4 @@ class Snapshots:
             for r in group:
                 value = per_replica[0 if shared else r.index]
                 calls.append((r.actor.hook_each.remote("load_state_dict", value), r, "load_state_dict()"))
-        wait_all(calls, Deadline(self.timeout_s, "load_state_dict() on resume"))
+        wait_all(calls, Deadline(self.timeouts.start_s, "load_state_dict() on resume"))
