@@ -1,9 +1,11 @@
 """Does the planner hold without being told the costs? Workloads with no declared costs, calibrated the way a
-user's first run calibrates (m2flow measures the unknown ports in its first iterations, re-plans, and
-caches what it measured), then every candidate plan run side by side: its prediction from the cached
-costs beside its measured iteration time, and where auto's choice ranks.
+user's first run calibrates (m2flow measures the unknown ports in its first iterations, re-plans — trying a plan
+at other batch sizes where a cost split it could not measure decides — and caches what it measured), then every
+candidate plan run side by side: its prediction from the cached costs beside its measured iteration time, and
+where auto's choice ranks.
 
     python benchmarks/planner_accuracy.py [--workloads main camera metaworld spin-per-call] [--iterations 5]
+        [--calibration-iterations 9]
 
 Last line: `planner accuracy: auto best-or-within-5% in K/N, predictions within 10% in P/Q`.
 """
@@ -24,6 +26,7 @@ from m2flow.cluster import Cluster
 from m2flow.errors import PlanError, SpecError
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
+from m2flow.runtime.replan import REPLAN_AFTER, TRIAL_LEFT
 
 ROOT = Path(__file__).resolve().parent.parent
 WITHIN = 0.10  # a prediction this close to the measured iteration counts as right
@@ -85,8 +88,8 @@ def measured_iteration_s(result) -> float:
     return statistics.median(h["time/iteration_s"] for h in result.history[1:])
 
 
-def bench(name: str, workload: Workload, iterations: int, out: Path) -> dict:
-    calibration = mf.run(spec_of(workload, out, f"run.iterations={iterations}", "placement.mode=auto"))
+def bench(name: str, workload: Workload, iterations: int, calibrating: int, out: Path) -> dict:
+    calibration = mf.run(spec_of(workload, out, f"run.iterations={calibrating}", "placement.mode=auto"))
     spec = spec_of(workload, out, "placement.pipeline_stages=auto")
     graph = build_graph(spec)
     cluster = Cluster.from_spec(spec.cluster)
@@ -123,7 +126,8 @@ def bench(name: str, workload: Workload, iterations: int, out: Path) -> dict:
         "workload": name,
         "declared": workload.declared,
         "calibration": {
-            "iterations": iterations,
+            "iterations": calibrating,
+            "replans": [note for note in calibration.plan.notes if note.startswith("replan:")],
             "plan": f"{calibration.plan.mode} S={calibration.plan.pipeline_stages}",
             "sources": sorted(set(calibration.plan.predicted.cost_sources.values())),
         },
@@ -136,12 +140,21 @@ def bench(name: str, workload: Workload, iterations: int, out: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", nargs="+", default=CPU_WORKLOADS, choices=list(WORKLOADS))
-    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=5, help="each candidate's run")
+    parser.add_argument(
+        "--calibration-iterations",
+        type=int,
+        default=REPLAN_AFTER + TRIAL_LEFT,
+        help="the calibrating run's: long enough by default to try a plan at other batch sizes (a trial)",
+    )
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="m2flow-accuracy-") as tmp:
         os.environ["M2FLOW_COST_CACHE"] = str(Path(tmp) / "cost-cache")  # start knowing nothing
-        results = [bench(name, WORKLOADS[name], args.iterations, Path(tmp)) for name in args.workloads]
+        results = [
+            bench(name, WORKLOADS[name], args.iterations, args.calibration_iterations, Path(tmp))
+            for name in args.workloads
+        ]
     predictions = [r for w in results for r in w["rows"] if "measured_s" in r]
     within = sum(abs(r["error"]) <= WITHIN for r in predictions)
     best = sum(w["auto_within_5pct"] for w in results)

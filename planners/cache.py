@@ -69,6 +69,15 @@ def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, Po
     }
 
 
+def cached_batch_sizes(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, list[int]]:
+    """`worker.port` -> the batch sizes earlier runs measured it at (two or more: its per-call part is known)."""
+    return {
+        f"{worker}.{port}": fit.get("batch_sizes", [])
+        for worker, kind in device_kinds.items()
+        for port, fit in _cached_ports(graph, worker, kind).items()
+    }
+
+
 def _cached_ports(graph: MacroGraph, worker: str, kind: str) -> dict[str, dict]:
     """Port -> the fit earlier runs cached for this worker on this device kind; {} if none (or an unreadable
     entry: measured again)."""

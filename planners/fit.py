@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Collection
 from pathlib import Path
 
 from m2flow.cluster import DeviceId
@@ -23,14 +24,16 @@ SKIP_CATEGORIES = {"phase", "iteration"}  # controller rows: not a worker's port
 WORK_CATEGORIES = {"loop", "call"}  # calls that compute; a weight sync or swap may wait on its peer instead
 
 
-def points_from_trace(trace: dict, skip_iterations: int = 1) -> Points:
-    """(items, seconds of work) per worker port from every traced task, leaving out the warm-up iterations
-    (module doc: calls that shared a core count their own work)."""
+def points_from_trace(trace: dict, skip_iterations: int = 1, warmups: Collection[int] = ()) -> Points:
+    """(items, seconds of work) per worker port from every traced task, leaving out the first `skip_iterations`
+    and the `warmups` (the first iteration of workers started again: a plan switched to, a restart), whose
+    calls compile, capture and allocate (module doc: calls that shared a core count their own work)."""
     tasks = _port_tasks(trace)
     points: Points = defaultdict(list)
     for task, seconds in zip(tasks, _work_s(tasks), strict=True):
         args = task["args"]
-        if args.get("iteration", skip_iterations) < skip_iterations:
+        iteration = args.get("iteration", skip_iterations)
+        if iteration < skip_iterations or iteration in warmups:
             continue
         points[_port(task)].append((float(args.get("items", 0)), seconds))
     return dict(points)

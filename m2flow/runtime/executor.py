@@ -32,7 +32,15 @@ from m2flow.runtime.nodes import addresses, unreachable
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.ray_cluster import cluster_from_ray, connect_ray
 from m2flow.runtime.replace import Replacement, Replacer, Restore, candidates, training_groups
-from m2flow.runtime.replan import REPLAN_AFTER, Running, calibration, remember, replan, with_phases_of
+from m2flow.runtime.replan import (
+    REPLAN_AFTER,
+    TRIAL_LEFT,
+    Running,
+    calibration,
+    remember,
+    replan,
+    with_phases_of,
+)
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.run_report import measured_iterations, report_run
 from m2flow.runtime.snapshots import Snapshots
@@ -114,6 +122,8 @@ class Run:
         self.trace_until = self.next_iteration + detail
         self.replan_at = self.next_iteration + REPLAN_AFTER if measuring.replans else None
         self.measured_since = self.next_iteration  # the first iteration the current workers ran
+        self.warmups: list[int] = []  # the first iteration of every start of the workers: left out of the costs
+        self.trial = False  # the plan runs as a re-plan's trial (`replan`)
         if self.next_iteration:
             self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
         for line in measuring.says:
@@ -148,6 +158,7 @@ class Run:
         graph, plan = (self.twin, with_phases_of(self.plan, self.twin)) if self.twin else (self.graph, self.plan)
         self.controller = Controller(graph, plan, self.launch, self.trace, self.trace_until, replacer)
         self.measured_since = self.next_iteration
+        self.warmups.append(self.next_iteration)
         if self.restore_from is not None:
             log.info("restoring %s", self.restore_from)
             self.snapshots.restore(self.restore_from)
@@ -354,9 +365,11 @@ class Run:
         self.replanned = True
         self.replan_at = None
         twin, self.twin = self.twin, None  # an asynchronous flow runs as declared from here
-        running = Running(self.controller.plan, self.measured_since)
-        decision = replan(self.graph, self.cluster, running, self.trace.events, measured_on=twin)
+        running = self._running(self.controller.plan)
+        may_try = self.replans_left > 0 and self.spec.run.iterations - self.next_iteration >= TRIAL_LEFT
+        decision = replan(self.graph, self.cluster, running, self.trace.events, measured_on=twin, may_try=may_try)
         remember(self.graph, self.cluster, self.trace.events, running, measured_on=twin)
+        self.trial = decision.trial
         self.reporter.print(decision.why)
         if not (self.run_dir / "plan.initial.json").exists():
             self.plan.save(self.run_dir / "plan.initial.json")
@@ -382,6 +395,9 @@ class Run:
             self.trace_until = max(self.trace_until, self.replan_at)
         self.start()
 
+    def _running(self, plan: Plan) -> Running:
+        return Running(plan, self.measured_since, tuple(self.warmups), self.trial)
+
     def finish(self) -> None:
         if self.overlapped:
             self.reporter.print(
@@ -389,7 +405,7 @@ class Run:
                 " first iterations are, when it measured costs)"
             )
         else:
-            remember(self.graph, self.cluster, self.trace.events, Running(self.plan, self.measured_since))
+            remember(self.graph, self.cluster, self.trace.events, self._running(self.plan))
         ran = measured_iterations(self.result.history, self.measured_since, self.graph.loop is not None)
         if ran:
             measured, events = self.controller.measured, self.trace.events

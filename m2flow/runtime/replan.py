@@ -8,22 +8,28 @@ asynchronous flow from what they measured.
 
 Between iterations, after the first traced ones (the first warms up), the measured port costs replace
 every other source — declared ones too: what the run measured beats what was written down; a port seen
-at one batch size keeps its prior's split between per-call and per-item cost. The planner plans again
-in the workflow's mode; the run moves to the new plan only if it is predicted at least `REPLAN_GAIN`
-faster than the current one under the same refit profile.
+at one batch size keeps the split between per-call and per-item cost that earlier runs measured, or else
+its prior's. The planner plans again in the workflow's mode; the run moves to the new plan only if it is
+predicted at least `REPLAN_GAIN` faster than the current one under the same refit profile.
+
+A split no run has measured can decide the plan: a GPU renders half the envs in about the time it renders
+all of them, a core steps them in half the time. Where a plan at other batch sizes would be at least
+`TRIAL_GAIN` faster were such a split the other way (all per call, or all per item), and the run is long
+enough, the run tries that plan for `REPLAN_AFTER` iterations (a *trial*) — the probe that measures the
+split — and its next re-plan keeps whichever plan the costs now measured at both sizes predict faster.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.planners import device_kinds, make_plan, profile_of
-from m2flow.planners.cache import save_cached, save_calibration
+from m2flow.planners.cache import cached_batch_sizes, save_cached, save_calibration
 from m2flow.planners.fit import controller_seconds, fit_points, points_from_trace
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate
@@ -32,7 +38,9 @@ from m2flow.schedule import Plan, Prediction
 from m2flow.spec import PortCost
 
 REPLAN_GAIN = 0.10
+TRIAL_GAIN = 0.05  # a trial's possible gain, the unmeasured split the other way (module doc)
 REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, the others are measured
+TRIAL_LEFT = 2 * REPLAN_AFTER  # iterations a run needs left to try a plan: to measure it, then to use what it learnt
 MAX_REPLANS = 2  # a switch to a plan with other batch sizes measures those too, and may refine once more
 MAX_HOP_S = 0.05  # a message between two processes of one run costs at most this much
 
@@ -41,14 +49,18 @@ MAX_HOP_S = 0.05  # a message between two processes of one run costs at most thi
 class Refit:
     profile: Profile
     fitted: dict[str, dict]  # worker.port -> {fixed_s, per_item_s, calls, batch_sizes, by_size, residual}
+    unsplit: list[str] = field(default_factory=list)  # loop ports whose per-call part no run has measured
 
 
 @dataclass(frozen=True)
 class Running:
-    """The plan the workers run, since which iteration (that one warmed up)."""
+    """The plan the workers run, since which iteration (that one warmed up); every iteration of the run that
+    warmed workers up (a start, a switch, a restart); whether the plan runs as a trial (module doc)."""
 
     plan: Plan
     since: int
+    warmups: tuple[int, ...] = ()
+    trial: bool = False
 
 
 def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running | None = None) -> Refit:
@@ -56,16 +68,33 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     the message hop and the controller's own time per iteration (`calibrate_run`)."""
     profile = profile_of(graph, cluster)
     trace = {"traceEvents": events}
-    points = points_from_trace(trace, skip_iterations=1)
+    points = points_from_trace(trace, skip_iterations=1, warmups=running.warmups if running else ())
     priors = {port: profile.per_call_fraction(port, sum(x for x, _ in p) / len(p)) for port, p in points.items()}
     fitted = fit_points(points, "online", priors)["ports"]  # this run's alone: the hop is calibrated against it
+    unsplit = _unsplit(graph, cluster, profile, fitted)
     for port, fit in fitted.items():
         if port in profile.costs:
             profile.costs[port] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])
             profile.source[port] = "measured (this run)"
     if running is not None:
         calibrate_run(graph, running, profile, trace)
-    return Refit(profile, fitted)
+    return Refit(profile, fitted, unsplit)
+
+
+def _unsplit(graph: MacroGraph, cluster: Cluster, profile: Profile, fitted: dict[str, dict]) -> list[str]:
+    """The loop's ports (their batch sizes follow the plan's slices) that this run measured at one batch size,
+    and neither `m2flow profile` nor earlier runs at another."""
+    loop = {str(p) for p in graph.loop.ports} if graph.loop else set()
+    cached = cached_batch_sizes(graph, device_kinds(graph, cluster))
+    return [
+        port
+        for port, fit in fitted.items()
+        if port in loop
+        and len(fit["batch_sizes"]) == 1
+        and fit["batch_sizes"][0] > 0
+        and profile.source.get(port) != "measured"
+        and set(cached.get(port, [])) <= set(fit["batch_sizes"])
+    ]
 
 
 def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: dict) -> None:
@@ -97,6 +126,11 @@ def _label(plan: Plan) -> str:
 def _layout(plan: Plan) -> tuple:
     """What a switch would change: the mode, the stages, where replicas run and which share a process."""
     return plan.mode, plan.pipeline_stages, plan.placements, plan.processes
+
+
+def _batches(plan: Plan) -> tuple:
+    """What sets the loop's batch sizes: the slices per replica, and the knobs the planner set (envs each)."""
+    return plan.pipeline_stages, tuple(plan.spec_overrides)
 
 
 def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
@@ -181,6 +215,7 @@ class Decision:
     plan: Plan  # what runs from now on: the better plan, or the current one predicted with the measured costs
     switched: bool
     why: str
+    trial: bool = False  # the plan switched to runs to measure a split (module doc)
 
 
 def replan(
@@ -189,11 +224,15 @@ def replan(
     running: Running,
     events: list[dict],
     measured_on: MacroGraph | None = None,
+    may_try: bool = False,
 ) -> Decision:
-    """Plan `graph` again on the measured costs; switch only for a clear gain. The reason is logged either way.
-    `measured_on`: the graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin)."""
+    """Plan `graph` again on the measured costs; switch only for a clear gain (after a trial, for any gain), or
+    try a plan to measure what decides it when `may_try` (another re-plan follows with iterations to measure
+    it). The reason is logged either way. `measured_on`: the graph the measured iterations ran, if not `graph`
+    (an asynchronous flow's synchronous twin)."""
     current = running.plan if measured_on is None else with_phases_of(running.plan, graph)
-    profile = refit(measured_on or graph, cluster, events, running).profile
+    measured = refit(measured_on or graph, cluster, events, running)
+    profile = measured.profile
     now, tasks = simulate(
         graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
     )
@@ -205,7 +244,10 @@ def replan(
         return Decision(replace(current, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = _layout(best) == _layout(current)
-    if same or new_s > now_s * (1 - REPLAN_GAIN):
+    if same or new_s > now_s * (1 - (0.0 if running.trial else REPLAN_GAIN)):
+        trial = _trial(graph, cluster, current, measured) if may_try else None
+        if trial is not None:
+            return trial
         kept = replace(current, predicted=now, tasks=tasks)
         why = (
             f"replan: keeping {_label(current)}: with the measured costs it is predicted {now_s:.3g} s/iteration,"
@@ -217,3 +259,40 @@ def replan(
         f" {new_s:.3g} s/iteration ({now_s / new_s:.2f}x)"
     )
     return Decision(best, True, why)
+
+
+def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit) -> Decision | None:
+    """The plan at other batch sizes that would gain the most were the unmeasured splits all per call, or all
+    per item, if it would gain at least `TRIAL_GAIN`: run it to measure them (module doc)."""
+    gains = []
+    for per_call in (True, False):
+        profile = _split(measured, per_call)
+        try:
+            candidate = make_plan(graph, cluster, profile)
+        except PlanError:
+            continue
+        if _batches(candidate) == _batches(current):
+            continue  # the same batch sizes: running it would not measure the split
+        current_s = simulate(
+            graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
+        )[0].iteration_s
+        gains.append((1 - candidate.predicted.iteration_s / current_s, per_call, candidate))
+    if not gains or max(gains, key=lambda g: g[0])[0] < TRIAL_GAIN:
+        return None
+    gain, per_call, candidate = max(gains, key=lambda g: g[0])
+    why = (
+        f"replan: trying {_label(candidate)} for {REPLAN_AFTER} iterations: {', '.join(measured.unsplit)} measured"
+        f" at one batch size only; were {'their cost per call' if per_call else 'their cost per item'},"
+        f" {_label(candidate)} would be {gain:.0%} faster than {_label(current)}; the next re-plan keeps the faster"
+    )
+    return Decision(candidate, True, why, trial=True)
+
+
+def _split(measured: Refit, per_call: bool) -> Profile:
+    """The refit profile with each unsplit port's measured cost all per call, or all per item."""
+    profile = replace(measured.profile, costs=dict(measured.profile.costs))
+    for port in measured.unsplit:
+        items, mean_s, _ = measured.fitted[port]["by_size"][0]
+        per_item_s = 0.0 if per_call else mean_s / items
+        profile.costs[port] = PortCost(fixed_s=mean_s - per_item_s * items, per_item_s=per_item_s)
+    return profile

@@ -121,3 +121,34 @@ def test_calibration_corrects_costs_declared_5x_wrong_and_the_next_run_starts_fr
     second = mf.run(spec_from_dict({**raw, "name": "spin-again"}))
     assert second.plan.predicted.unknown_costs == []  # every cost came from the cache: no calibration
     assert not any(note.startswith("replan:") for note in second.plan.notes)
+
+
+def test_a_run_tries_other_batch_sizes_when_a_cost_split_it_could_not_measure_decides_the_plan(tmp_path, capsys):
+    """The simulator's step costs 4 ms a call whatever its envs (as a GPU renders a slice): at one slice size
+    that reads as per env, and the run's first plan pipelines. The run tries one stage, measures both sizes,
+    keeps a one-stage plan, and caches both sizes."""
+    import m2flow as mf
+    from m2flow.planners import device_kinds
+    from m2flow.planners.cache import cached_batch_sizes
+
+    spec = load_spec(
+        ROOT / "configs" / "spin_balanced.yaml",
+        [
+            f"run.output_dir={tmp_path}",
+            "run.iterations=9",
+            "flow.loop.horizon=16",
+            "run.progress=false",
+            "workers.env.args={num_envs: 8, fixed_s: 0.004, per_env_s: 0.0}",
+        ],
+    )
+    result = mf.run(spec)
+    said = " ".join(capsys.readouterr().err.split())  # the console wraps lines
+    initial = (result.run_dir / "plan.initial.json").read_text()
+    assert '"pipeline_stages": 2' in initial  # the defaults' split (per env) pipelines
+    assert "replan: trying hybrid S=1 for 3 iterations: env.step" in said and "were their cost per call" in said
+    assert result.plan.pipeline_stages == 1 and "replan: " in result.plan.notes[-1]
+    assert [h["iteration"] for h in result.history] == list(range(9))
+    assert result.last["env_steps"] == 9 * 16 * 8
+    graph = build_graph(spec)
+    cluster = Cluster.from_spec(spec.cluster.model_copy(update={"cpus": 2, "gpus": 0}))
+    assert cached_batch_sizes(graph, device_kinds(graph, cluster))["env.step"] == [4, 8]

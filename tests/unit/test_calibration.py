@@ -12,7 +12,7 @@ from m2flow.planners import make_plan, profile_of
 from m2flow.planners.cache import load_cached, save_cached
 from m2flow.planners.fit import fit_line, fit_points
 from m2flow.planners.simulate import simulate
-from m2flow.runtime.replan import Running, calibrate_run
+from m2flow.runtime.replan import Running, calibrate_run, refit, replan
 from tests.unit.test_planner import workflow
 
 
@@ -98,3 +98,76 @@ def test_profiling_runs_a_process_per_replica_so_the_hop_it_measures_is_real(tmp
     profiled = build_graph(spec)
     assert spec.placement.colocate is False
     assert make_plan(profiled, Cluster.from_spec(spec.cluster)).processes == []
+
+
+def unmeasured(stages) -> dict:
+    """The toy workflow with nothing declared of the loop's costs: 8 envs, a core for the simulator and one for
+    the policy."""
+    raw = workflow(cpus=2, mode="hybrid", stages=stages, num_envs=8)
+    for worker in ("env", "policy"):
+        raw["workers"][worker].pop("profile")
+    return raw
+
+
+def loop_calls(iterations, stages: int, step_s, start_s: float = 0.0) -> list[dict]:
+    """A traced loop: per iteration 5 steps of `stages` slices, each slice a step costing `step_s(envs)` and an
+    act of 2 ms."""
+
+    def call(port, worker, iteration, items, seconds, at):
+        device = "n0/cpu0" if worker.startswith("env") else "n0/cpu1"
+        args = {"worker": worker, "iteration": iteration, "items": items, "device": device}
+        return {"ph": "X", "name": port, "cat": "loop", "ts": at * 1e6, "dur": seconds * 1e6, "args": args}
+
+    events, at, envs = [], start_s, 8 // stages
+    for iteration in iterations:
+        for _ in range(5 * stages):
+            for port, worker, seconds in (("step", "env[0]", step_s(envs)), ("act", "policy[0]", 0.002)):
+                events.append(call(port, worker, iteration, envs, seconds, at))
+                at += seconds
+    return events
+
+
+def per_call(envs: int) -> float:
+    return 0.01  # a GPU renders a slice in the time it renders them all
+
+
+def per_item(envs: int) -> float:
+    return 0.005 * envs  # a core steps half the envs in half the time
+
+
+def test_a_cost_split_no_run_measured_is_tried_at_other_batch_sizes_and_the_next_replan_keeps_the_faster(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))  # no earlier run
+    graph = build_graph(spec_from_dict(unmeasured("auto")))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    sliced = make_plan(build_graph(spec_from_dict(unmeasured(2))), cluster)
+    first = loop_calls([0, 1, 2], 2, per_call)  # slices of 4 envs: one batch size, the split unmeasured
+    tried = replan(graph, cluster, Running(sliced, 0, warmups=(0,)), first, may_try=True)
+    assert tried.trial and tried.switched and tried.plan.pipeline_stages == 1
+    assert "trying hybrid S=1" in tried.why and "were their cost per call" in tried.why
+    assert not replan(graph, cluster, Running(sliced, 0, warmups=(0,)), first).switched  # no trial: not clear
+    # the trial at 8 envs a call: its first iteration warms up (compiles, captures) and is left out
+    warm_up = loop_calls([3], 1, lambda envs: 1.0, start_s=100)
+    trial = Running(tried.plan, 3, warmups=(0, 3), trial=True)
+    kept = replan(graph, cluster, trial, first + warm_up + loop_calls([4, 5], 1, per_call, start_s=200))
+    assert not kept.switched and kept.plan.pipeline_stages == 1
+    items_first = loop_calls([0, 1, 2], 2, per_item)  # had the cost been per env, the trial loses: back, for any gain
+    back = replan(graph, cluster, trial, items_first + warm_up + loop_calls([4, 5], 1, per_item, start_s=200))
+    assert back.switched and not back.trial and back.plan.pipeline_stages == 2
+
+
+def test_a_split_an_earlier_run_measured_is_kept_and_not_tried_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(unmeasured("auto")))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    sliced = make_plan(build_graph(spec_from_dict(unmeasured(2))), cluster)
+    points = {"env.step": [(4, 0.01)] * 3 + [(8, 0.01)] * 3, "policy.act": [(4, 0.002)] * 3 + [(8, 0.002)] * 3}
+    save_cached(graph, {"env": "cpu", "policy": "cpu"}, fit_points(points, "an earlier run")["ports"])
+    events = loop_calls([0, 1, 2], 2, per_call)
+    measured = refit(graph, cluster, events, Running(sliced, 0, warmups=(0,)))
+    assert measured.unsplit == []
+    step = measured.profile.costs["env.step"]  # this run saw 4 envs a call only: the cache's split holds
+    assert step.fixed_s == pytest.approx(0.01) and step.per_item_s == pytest.approx(0.0, abs=1e-12)
+    decided = replan(graph, cluster, Running(sliced, 0, warmups=(0,)), events, may_try=True)
+    assert not decided.trial and decided.plan.pipeline_stages == 1  # the cached split decides at once
