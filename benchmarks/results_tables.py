@@ -37,6 +37,8 @@ BACKENDS = ["gpu5/backends.json", "gpu9/backends.json", "gpu10/backends.json"]
 OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
 ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu13/hf_policy.json"
 ACCURACY_H200_PROCESSOR_SHARING = "gpu22/planner_accuracy.json"  # the same sweep after the fit's processor sharing
+ACCURACY_H200_BY_SIZE = "gpu23/planner_accuracy_by_size.json"  # after the cache kept every batch size
+ACCURACY_H200_TRIAL = "gpu23/planner_accuracy.json"  # after trials, calibrating 9 iterations
 LEARNING, ASYNC_H200 = "learning_halfcheetah.json", "gpu15/async_halfcheetah_h200.json"
 LOCOMOTION = ("hopper", "walker2d", "ant")  # learning_<task>_300k.json: locomotion.sh's runs, merged
 OBS_STATISTICS = "learning_halfcheetah_obs_statistics.json"  # locomotion.sh, HalfCheetah per env vs shared
@@ -412,6 +414,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "gpu_contention_h200_tiled_4x48": partial(gpu_contention, TILED_4X48),
     "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
     "planner_accuracy_h200_processor_sharing": partial(planner_accuracy, ACCURACY_H200_PROCESSOR_SHARING),
+    "planner_accuracy_h200_by_size": partial(planner_accuracy, ACCURACY_H200_BY_SIZE),
+    "planner_accuracy_h200_trial": partial(planner_accuracy, ACCURACY_H200_TRIAL),
     "hf_policy_h200": hf_policy,
     "learning": partial(learning, LEARNING),
     **{f"locomotion_{task}": partial(locomotion, f"learning_{task}_300k.json") for task in LOCOMOTION},
