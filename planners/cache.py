@@ -63,16 +63,15 @@ def _write(path: Path, entry: dict) -> Path:
 def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, PortCost]:
     """`worker.port` -> the cost an earlier run measured for this worker on this device kind."""
     return {
-        f"{worker}.{port}": PortCost(fixed_s=fit.get("fixed_s", 0.0), per_item_s=fit.get("per_item_s", 0.0))
-        for worker, kind in device_kinds.items()
-        for port, fit in _cached_ports(graph, worker, kind).items()
+        port: PortCost(fixed_s=fit.get("fixed_s", 0.0), per_item_s=fit.get("per_item_s", 0.0))
+        for port, fit in cached_fits(graph, device_kinds).items()
     }
 
 
-def cached_batch_sizes(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, list[int]]:
-    """`worker.port` -> the batch sizes earlier runs measured it at (two or more: its per-call part is known)."""
+def cached_fits(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, dict]:
+    """`worker.port` -> what earlier runs measured of it: the fit, its batch sizes and its mean cost at each."""
     return {
-        f"{worker}.{port}": fit.get("batch_sizes", [])
+        f"{worker}.{port}": fit
         for worker, kind in device_kinds.items()
         for port, fit in _cached_ports(graph, worker, kind).items()
     }

@@ -51,12 +51,10 @@ class Profile:
         return self.memory_gb.get(worker, 0.0) / HOST_DEVICE_GB_PER_S if device_kind == "gpu" else 0.0
 
     def per_call_fraction(self, port: str, items: float) -> float:
-        """What part of a call of `port` at `items` its cost puts in the per-call term — as measured (`m2flow
-        profile`, or earlier runs at other batch sizes), or else as the default for its worker's kind (not as
-        declared: a declared cost the run measured otherwise is no guide to its split): the prior for a fit
-        that saw one batch size only."""
-        measured = self.source.get(port) in ("measured", "cached")
-        cost = self.costs[port] if measured else self.prior.get(port, HANDOFF_COST)
+        """What part of a call of `port` at `items` its cost puts in the per-call term — as `m2flow profile`
+        measured it, or else as the default for its worker's kind (not as declared: a declared cost the run
+        measured otherwise is no guide to its split): the prior for a fit that saw one batch size only."""
+        cost = self.costs[port] if self.source.get(port) == "measured" else self.prior.get(port, HANDOFF_COST)
         total = cost.fixed_s + cost.per_item_s * items
         return cost.fixed_s / total if total > 0 else 1.0
 

@@ -123,7 +123,7 @@ class Run:
         self.replan_at = self.next_iteration + REPLAN_AFTER if measuring.replans else None
         self.measured_since = self.next_iteration  # the first iteration the current workers ran
         self.warmups: list[int] = []  # the first iteration of every start of the workers: left out of the costs
-        self.trial = False  # the plan runs as a re-plan's trial (`replan`)
+        self.tried_from: Plan | None = None  # the plan a re-plan's trial left (`replan`), while it runs
         if self.next_iteration:
             self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
         for line in measuring.says:
@@ -354,6 +354,7 @@ class Run:
             )
         self.cluster, self.plan = cluster, plan
         self.result.plan = plan
+        self.tried_from = None  # a trial's plan is gone with the node: the plan it left no longer applies either
         plan.save(self.run_dir / "plan.json")
         self.reporter.print(
             f"m2flow: lost node(s) at {names}: re-planned on the {cluster.nodes} node(s) left"
@@ -369,7 +370,7 @@ class Run:
         may_try = self.replans_left > 0 and self.spec.run.iterations - self.next_iteration >= TRIAL_LEFT
         decision = replan(self.graph, self.cluster, running, self.trace.events, measured_on=twin, may_try=may_try)
         remember(self.graph, self.cluster, self.trace.events, running, measured_on=twin)
-        self.trial = decision.trial
+        self.tried_from = running.plan if decision.trial else None
         self.reporter.print(decision.why)
         if not (self.run_dir / "plan.initial.json").exists():
             self.plan.save(self.run_dir / "plan.initial.json")
@@ -396,7 +397,7 @@ class Run:
         self.start()
 
     def _running(self, plan: Plan) -> Running:
-        return Running(plan, self.measured_since, tuple(self.warmups), self.trial)
+        return Running(plan, self.measured_since, tuple(self.warmups), self.tried_from)
 
     def finish(self) -> None:
         if self.overlapped:

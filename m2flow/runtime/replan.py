@@ -16,7 +16,9 @@ A split no run has measured can decide the plan: a GPU renders half the envs in 
 all of them, a core steps them in half the time. Where a plan at other batch sizes would be at least
 `TRIAL_GAIN` faster were such a split the other way (all per call, or all per item), and the run is long
 enough, the run tries that plan for `REPLAN_AFTER` iterations (a *trial*) — the probe that measures the
-split — and its next re-plan keeps whichever plan the costs now measured at both sizes predict faster.
+split — and its next re-plan, the costs now measured at both sizes, goes back to the plan it tried from if that
+is predicted `BACK_GAIN` faster (another plan needs `REPLAN_GAIN`, as ever). A trial costs its iterations at the
+tried plan's speed and a restart of the workers each way (with a checkpoint).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.planners import device_kinds, make_plan, profile_of
-from m2flow.planners.cache import cached_batch_sizes, save_cached, save_calibration
-from m2flow.planners.fit import controller_seconds, fit_points, points_from_trace
+from m2flow.planners.cache import cached_fits, save_cached, save_calibration
+from m2flow.planners.fit import controller_seconds, fit_points, merged, points_from_trace
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate
 from m2flow.program import build_phases
@@ -38,10 +40,11 @@ from m2flow.schedule import Plan, Prediction
 from m2flow.spec import PortCost
 
 REPLAN_GAIN = 0.10
-TRIAL_GAIN = 0.05  # a trial's possible gain, the unmeasured split the other way (module doc)
+TRIAL_GAIN = 0.05  # what a plan must be predicted to gain, the split the other way, to be tried
+BACK_GAIN = 0.02  # what the plan a trial left must be predicted to gain over it to go back (a restart)
 REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, the others are measured
 TRIAL_LEFT = 2 * REPLAN_AFTER  # iterations a run needs left to try a plan: to measure it, then to use what it learnt
-MAX_REPLANS = 2  # a switch to a plan with other batch sizes measures those too, and may refine once more
+MAX_REPLANS = 2  # a switch (or a trial) runs other batch sizes: the second re-plan decides on them too
 MAX_HOP_S = 0.05  # a message between two processes of one run costs at most this much
 
 
@@ -54,13 +57,12 @@ class Refit:
 
 @dataclass(frozen=True)
 class Running:
-    """The plan the workers run, since which iteration (that one warmed up); every iteration of the run that
-    warmed workers up (a start, a switch, a restart); whether the plan runs as a trial (module doc)."""
+    """The plan the workers run, since which iteration (that one warmed up)."""
 
     plan: Plan
     since: int
-    warmups: tuple[int, ...] = ()
-    trial: bool = False
+    warmups: tuple[int, ...] = ()  # the first iteration of each start of the workers (a switch, a restart)
+    tried_from: Plan | None = None  # the plan a trial left (module doc)
 
 
 def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running | None = None) -> Refit:
@@ -69,9 +71,10 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     profile = profile_of(graph, cluster)
     trace = {"traceEvents": events}
     points = points_from_trace(trace, skip_iterations=1, warmups=running.warmups if running else ())
-    priors = {port: profile.per_call_fraction(port, sum(x for x, _ in p) / len(p)) for port, p in points.items()}
+    cached = cached_fits(graph, device_kinds(graph, cluster))
+    priors = {port: _per_call_fraction(profile, port, samples, cached.get(port)) for port, samples in points.items()}
     fitted = fit_points(points, "online", priors)["ports"]  # this run's alone: the hop is calibrated against it
-    unsplit = _unsplit(graph, cluster, profile, fitted)
+    unsplit = _unsplit(graph, profile, fitted, cached)
     for port, fit in fitted.items():
         if port in profile.costs:
             profile.costs[port] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])
@@ -81,11 +84,22 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     return Refit(profile, fitted, unsplit)
 
 
-def _unsplit(graph: MacroGraph, cluster: Cluster, profile: Profile, fitted: dict[str, dict]) -> list[str]:
+def _per_call_fraction(profile: Profile, port: str, samples: list[tuple[float, float]], cached: dict | None) -> float:
+    """The per-call part of `port`'s cost at this run's mean batch size, should this run see one size only: as
+    the line through this run's mean and the sizes earlier runs measured, where they measured another size;
+    otherwise as the profile has it (`Profile.per_call_fraction`)."""
+    items = sum(x for x, _ in samples) / len(samples)
+    line = merged(cached or {}, fit_points({port: samples}, "online")["ports"][port])
+    if len(line["batch_sizes"]) < 2:
+        return profile.per_call_fraction(port, items)
+    total = line["fixed_s"] + line["per_item_s"] * items
+    return line["fixed_s"] / total if total > 0 else 1.0
+
+
+def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, dict], cached: dict[str, dict]) -> list[str]:
     """The loop's ports (their batch sizes follow the plan's slices) that this run measured at one batch size,
     and neither `m2flow profile` nor earlier runs at another."""
     loop = {str(p) for p in graph.loop.ports} if graph.loop else set()
-    cached = cached_batch_sizes(graph, device_kinds(graph, cluster))
     return [
         port
         for port, fit in fitted.items()
@@ -93,7 +107,7 @@ def _unsplit(graph: MacroGraph, cluster: Cluster, profile: Profile, fitted: dict
         and len(fit["batch_sizes"]) == 1
         and fit["batch_sizes"][0] > 0
         and profile.source.get(port) != "measured"
-        and set(cached.get(port, [])) <= set(fit["batch_sizes"])
+        and set(cached.get(port, {}).get("batch_sizes", [])) <= set(fit["batch_sizes"])
     ]
 
 
@@ -128,9 +142,11 @@ def _layout(plan: Plan) -> tuple:
     return plan.mode, plan.pipeline_stages, plan.placements, plan.processes
 
 
-def _batches(plan: Plan) -> tuple:
-    """What sets the loop's batch sizes: the slices per replica, and the knobs the planner set (envs each)."""
-    return plan.pipeline_stages, tuple(plan.spec_overrides)
+def _tryable(candidate: Plan, current: Plan) -> bool:
+    """Whether running `candidate` would measure the loop's ports at other batch sizes — other slices per replica
+    — on the workers as they are (the knobs the planner sets, e.g. envs per replica, need the run started again)."""
+    same_workers = candidate.spec_overrides == current.spec_overrides
+    return same_workers and candidate.pipeline_stages != current.pipeline_stages
 
 
 def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
@@ -244,8 +260,9 @@ def replan(
         return Decision(replace(current, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = _layout(best) == _layout(current)
-    if same or new_s > now_s * (1 - (0.0 if running.trial else REPLAN_GAIN)):
-        trial = _trial(graph, cluster, current, measured) if may_try else None
+    back = running.tried_from is not None and _layout(best) == _layout(running.tried_from)
+    if same or new_s > now_s * (1 - (BACK_GAIN if back else REPLAN_GAIN)):
+        trial = _trial(graph, cluster, current, best, measured) if may_try else None
         if trial is not None:
             return trial
         kept = replace(current, predicted=now, tasks=tasks)
@@ -261,9 +278,12 @@ def replan(
     return Decision(best, True, why)
 
 
-def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit) -> Decision | None:
+def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measured: Refit) -> Decision | None:
     """The plan at other batch sizes that would gain the most were the unmeasured splits all per call, or all
-    per item, if it would gain at least `TRIAL_GAIN`: run it to measure them (module doc)."""
+    per item, if it would gain at least `TRIAL_GAIN`: run it to measure them (module doc). Not `best`, the plan
+    the measured costs already favour: the re-plan weighed it."""
+    if not measured.unsplit:
+        return None
     gains = []
     for per_call in (True, False):
         profile = _split(measured, per_call)
@@ -271,15 +291,15 @@ def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit) 
             candidate = make_plan(graph, cluster, profile)
         except PlanError:
             continue
-        if _batches(candidate) == _batches(current):
-            continue  # the same batch sizes: running it would not measure the split
+        if not _tryable(candidate, current) or _layout(candidate) == _layout(best):
+            continue
         current_s = simulate(
             graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
         )[0].iteration_s
         gains.append((1 - candidate.predicted.iteration_s / current_s, per_call, candidate))
-    if not gains or max(gains, key=lambda g: g[0])[0] < TRIAL_GAIN:
+    gain, per_call, candidate = max(gains, key=lambda g: g[0], default=(0.0, False, None))
+    if candidate is None or gain < TRIAL_GAIN:
         return None
-    gain, per_call, candidate = max(gains, key=lambda g: g[0])
     why = (
         f"replan: trying {_label(candidate)} for {REPLAN_AFTER} iterations: {', '.join(measured.unsplit)} measured"
         f" at one batch size only; were {'their cost per call' if per_call else 'their cost per item'},"

@@ -129,7 +129,7 @@ def test_a_run_tries_other_batch_sizes_when_a_cost_split_it_could_not_measure_de
     keeps a one-stage plan, and caches both sizes."""
     import m2flow as mf
     from m2flow.planners import device_kinds
-    from m2flow.planners.cache import cached_batch_sizes
+    from m2flow.planners.cache import cached_fits
 
     spec = load_spec(
         ROOT / "configs" / "spin_balanced.yaml",
@@ -151,4 +151,4 @@ def test_a_run_tries_other_batch_sizes_when_a_cost_split_it_could_not_measure_de
     assert result.last["env_steps"] == 9 * 16 * 8
     graph = build_graph(spec)
     cluster = Cluster.from_spec(spec.cluster.model_copy(update={"cpus": 2, "gpus": 0}))
-    assert cached_batch_sizes(graph, device_kinds(graph, cluster))["env.step"] == [4, 8]
+    assert cached_fits(graph, device_kinds(graph, cluster))["env.step"]["batch_sizes"] == [4, 8]

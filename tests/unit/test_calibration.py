@@ -149,25 +149,43 @@ def test_a_cost_split_no_run_measured_is_tried_at_other_batch_sizes_and_the_next
     assert not replan(graph, cluster, Running(sliced, 0, warmups=(0,)), first).switched  # no trial: not clear
     # the trial at 8 envs a call: its first iteration warms up (compiles, captures) and is left out
     warm_up = loop_calls([3], 1, lambda envs: 1.0, start_s=100)
-    trial = Running(tried.plan, 3, warmups=(0, 3), trial=True)
+    trial = Running(tried.plan, 3, warmups=(0, 3), tried_from=sliced)
     kept = replan(graph, cluster, trial, first + warm_up + loop_calls([4, 5], 1, per_call, start_s=200))
     assert not kept.switched and kept.plan.pipeline_stages == 1
     items_first = loop_calls([0, 1, 2], 2, per_item)  # had the cost been per env, the trial loses: back, for any gain
     back = replan(graph, cluster, trial, items_first + warm_up + loop_calls([4, 5], 1, per_item, start_s=200))
     assert back.switched and not back.trial and back.plan.pipeline_stages == 2
+    assert "1.05x" in back.why  # under the 10% a switch needs: back to the plan the trial left takes 2%
 
 
-def test_a_split_an_earlier_run_measured_is_kept_and_not_tried_again(tmp_path, monkeypatch):
+def test_a_plan_whose_costs_were_measured_at_both_sizes_is_not_tried_a_switch_to_it_needs_10_percent(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(unmeasured("auto")))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    whole = make_plan(build_graph(spec_from_dict(unmeasured(1))), cluster)
+
+    def step_s(envs: int) -> float:
+        return 0.003 * envs
+
+    events = loop_calls([0, 1, 2], 2, step_s) + loop_calls([3, 4, 5], 1, step_s, start_s=100)
+    decided = replan(graph, cluster, Running(whole, 3, warmups=(0, 3)), events, may_try=True)
+    assert not decided.trial and not decided.switched  # two stages, 7% faster on what was measured: not tried
+    assert "predicted 2.68 s/iteration, the best alternative hybrid S=2 2.48 s" in decided.why
+
+
+def test_a_split_measured_across_an_earlier_runs_batch_size_and_this_runs_is_used_and_not_tried(tmp_path, monkeypatch):
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph = build_graph(spec_from_dict(unmeasured("auto")))
     cluster = Cluster.from_spec(graph.spec.cluster)
     sliced = make_plan(build_graph(spec_from_dict(unmeasured(2))), cluster)
-    points = {"env.step": [(4, 0.01)] * 3 + [(8, 0.01)] * 3, "policy.act": [(4, 0.002)] * 3 + [(8, 0.002)] * 3}
+    points = {"env.step": [(8, 0.01)] * 3, "policy.act": [(8, 0.002)] * 3}  # an earlier run at 8 envs a call
     save_cached(graph, {"env": "cpu", "policy": "cpu"}, fit_points(points, "an earlier run")["ports"])
-    events = loop_calls([0, 1, 2], 2, per_call)
+    events = loop_calls([0, 1, 2], 2, per_call)  # this one at 4
     measured = refit(graph, cluster, events, Running(sliced, 0, warmups=(0,)))
     assert measured.unsplit == []
-    step = measured.profile.costs["env.step"]  # this run saw 4 envs a call only: the cache's split holds
+    step = measured.profile.costs["env.step"]  # the line through 4 and 8 envs: all per call
     assert step.fixed_s == pytest.approx(0.01) and step.per_item_s == pytest.approx(0.0, abs=1e-12)
     decided = replan(graph, cluster, Running(sliced, 0, warmups=(0,)), events, may_try=True)
     assert not decided.trial and decided.plan.pipeline_stages == 1  # the cached split decides at once
