@@ -239,7 +239,9 @@ class Controller(InPlace):
         calls = [(group[0].process.run_loop.remote(program), group[0], "the loop") for group in processes]
         self._stream(phase)
         deadline = self._loop_deadline("the interaction loop", program.droppable)
-        per_process, failed = await_loop(calls, processes, deadline, loop.entry.worker, program.droppable)
+        per_process, failed = await_loop(
+            calls, processes, deadline, loop.entry.worker, program.droppable, self.deadlines.channel_s
+        )
         self.measured.loop_s += time.time() - began
         finished = {i for i, stats in enumerate(per_process) if stats is not None}
         for i, dropped in self._await_handover(processes, finished, program.droppable).items():

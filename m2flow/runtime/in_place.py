@@ -61,7 +61,7 @@ class InPlace:
             calls = [(group[0].process.run_loop.remote(redo), group[0], "the loop (redo)") for group in groups]
             self._restream([replica for replica, _ in failed])
             deadline = self._loop_deadline("the redone part of the loop", may_fail)
-            per_process, again = await_loop(calls, groups, deadline, simulator, may_fail)
+            per_process, again = await_loop(calls, groups, deadline, simulator, may_fail, self.deadlines.channel_s)
             finished = {i for i, stats in enumerate(per_process) if stats is not None}
             for i, dropped in self._await_handover(groups, finished, may_fail).items():
                 per_process[i], again[i] = None, dropped

@@ -239,13 +239,15 @@ def await_loop(
     deadline: Deadline,
     simulator: str,
     droppable: frozenset[ReplicaId],
+    alone_s: float,
 ) -> tuple[list[dict[str, LoopStats] | None], dict[int, Dropped]]:
     """Each process's loop stats, or None for a failed one that is replaced: one hosting only droppable
     replicas that raised or died, whose peers dropped all it hosts (it hangs), that a peer stopped for
     (`PeerLost`: it died or hangs), or still out at the deadline while others finished (it hangs where no
-    peer waits on it: a process stopped in its last step, or as its result was on its way). Those are
-    killed (their peers see the channel close) with when and why they failed. Any other failure raises at
-    once, as `wait_all` does."""
+    peer waits on it: a process stopped in its last step, or as its result was on its way) — or `alone_s`
+    after every process of the loop's other workers finished, when only simulators are left: their last
+    actions are sent, a step is all they had left. Those are killed (their peers see the channel close) with
+    when and why they failed. Any other failure raises at once, as `wait_all` does."""
     import ray
 
     results: list[dict[str, LoopStats] | None] = [None] * len(calls)
@@ -270,6 +272,14 @@ def await_loop(
         if i is not None and calls[i][0] in pending:
             fail(i, dataclasses.replace(dropped, env=None, peer=None))
 
+    def only_simulators_left() -> bool:
+        """Every process hosting another worker's replica finished its loop; those left host simulators only."""
+        served = all(
+            results[i] is not None for i in range(len(calls)) if any(r.worker != simulator for r in processes[i])
+        )
+        return served and all(replaceable(i) for i in pending.values())
+
+    alone = None  # the deadline of the simulators left alone
     while pending:
         lost = _lost(results, simulator)
         for i in list(pending.values()):
@@ -277,13 +287,17 @@ def await_loop(
                 fail(i, lost[processes[i][0].id])
         if not pending:
             break
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline.left()))
+        if alone is None and only_simulators_left():
+            alone = Deadline(alone_s, "simulators whose peers finished the loop")
+        waiting = deadline if alone is None or alone.left() > deadline.left() else alone
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, waiting.left()))
         if not ready:
             hung = list(pending.values())
             if len(hung) == len(calls) or not all(replaceable(i) for i in hung):  # none done: the loop is slow
                 wait_all([calls[i] for i in hung], deadline)  # raises the usual timeout, naming them
             for i in hung:  # no peer waits on them (their part was done, its result stuck on its way): hung
-                fail(i, Dropped(time.time(), _still(calls[i], deadline)))
+                why = _still(calls[i], deadline) if waiting is deadline else _alone(calls[i], alone_s)
+                fail(i, Dropped(time.time(), why))
             break
         for ref in ready:
             i = pending.pop(ref)
@@ -411,6 +425,11 @@ def await_transfer(
 def _still(call: Call, deadline: Deadline) -> str:
     """Why a call still out at its deadline failed: it hangs."""
     return f"{call[1].id} still in {call[2]} after {deadline.seconds:g}s"
+
+
+def _alone(call: Call, alone_s: float) -> str:
+    """Why a simulator's loop still out after its peers finished theirs failed: it hangs."""
+    return f"{call[1].id} still in {call[2]} {alone_s:g}s after its peers finished theirs"
 
 
 def _dropped(exc: WorkerError | WaitTimeout) -> Dropped:
