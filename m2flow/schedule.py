@@ -128,6 +128,11 @@ class Phase:
         )
 
 
+def unknown_costs(sources: dict[str, str]) -> list[str]:
+    """Of `worker.port` -> where its cost came from, the ports whose cost is a default (no memory estimates)."""
+    return sorted(k for k, s in sources.items() if s == "default" and not k.endswith(".memory"))
+
+
 @dataclass
 class Prediction:
     """What the event simulator predicts for one steady-state iteration of a plan."""
@@ -151,7 +156,7 @@ class Prediction:
     @property
     def unknown_costs(self) -> list[str]:
         """Ports whose cost nobody declared or measured: the prediction used a default for them."""
-        return sorted(k for k, s in self.cost_sources.items() if s == "default" and not k.endswith(".memory"))
+        return unknown_costs(self.cost_sources)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -49,6 +49,7 @@ def profile_of(graph, cluster) -> Profile:
     calibration = load_calibration(graph)
     profile.hop_s = calibration.get("hop_s", profile.hop_s)
     profile.controller_s = calibration.get("controller_s", profile.controller_s)
+    profile.beside_slowdown = calibration.get("beside_slowdown", profile.beside_slowdown)
     return profile
 
 

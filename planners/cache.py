@@ -48,7 +48,8 @@ def load_calibration(graph: MacroGraph) -> dict[str, float]:
 
 
 def save_calibration(graph: MacroGraph, calibration: dict[str, float]) -> Path:
-    entry = {"workflow": graph.spec.name, "calibration": calibration}
+    """Keep `calibration` for this workflow, beside what earlier runs measured of it that this one did not."""
+    entry = {"workflow": graph.spec.name, "calibration": {**load_calibration(graph), **calibration}}
     return _write(cache_dir() / f"{workflow_key(graph)}.json", entry)
 
 

@@ -39,6 +39,9 @@ class Profile:
     prior: dict[str, PortCost] = field(default_factory=dict)  # what a port is assumed to cost, knowing nothing
     hop_s: float = CHANNEL_HOP_S
     controller_s: float = CONTROLLER_S  # measured by a run's calibration: its iterations minus their tasks
+    # how much longer work takes on a device that the loop and a phase beside it (training, under flow.async)
+    # both load than alone, time-sliced between their processes: measured by an asynchronous run
+    beside_slowdown: float = 1.0
 
     def call_s(self, worker: str, port: str, items: float) -> float:
         cost = self.costs.get(f"{worker}.{port}", HANDOFF_COST)

@@ -176,14 +176,18 @@ class _Simulation:
 
     def _busy_beside_loop(self, share: float) -> dict[DeviceId, float]:
         """Per device, the seconds the overlapping phase (`share` of it per loop) and the whole loop keep it
-        busy together."""
+        busy together; on a device both load, their work takes `profile.beside_slowdown` times as long."""
         first, loop_first = self.beside[0], self.first
         scale = self.graph.loop.horizon / self.steps if self.steps else 1.0
         busy: dict[DeviceId, float] = {}
+        loads: dict[DeviceId, set[bool]] = {}  # per device: whether the loop, the phase beside it, or both load it
         for task, seconds in zip(self.sched.tasks[first:], self.sched.duration[first:], strict=True):
-            weight = (scale if task.step >= 0 else 1.0) if task.id >= loop_first else share
+            in_loop = task.id >= loop_first
+            weight = (scale if task.step >= 0 else 1.0) if in_loop else share
             busy[task.device] = busy.get(task.device, 0.0) + seconds * weight
-        return busy
+            loads.setdefault(task.device, set()).add(in_loop)
+        slowdown = self.profile.beside_slowdown
+        return {device: s * (slowdown if len(loads[device]) == 2 else 1.0) for device, s in busy.items()}
 
     # -- bookkeeping -------------------------------------------------------------------------------
     def _advance(self, phase: str, first: int, weight: float = 1.0) -> None:

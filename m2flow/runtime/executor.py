@@ -38,6 +38,7 @@ from m2flow.runtime.replan import (
     Running,
     calibration,
     remember,
+    remember_beside,
     replan,
     with_phases_of,
 )
@@ -400,14 +401,17 @@ class Run:
         return Running(plan, self.measured_since, tuple(self.warmups), self.tried_from)
 
     def finish(self) -> None:
+        ran = measured_iterations(self.result.history, self.measured_since, self.graph.loop is not None)
         if self.overlapped:
             self.reporter.print(
                 "m2flow: flow.async: the costs measured beside training are not cached (those of the synchronous"
                 " first iterations are, when it measured costs)"
             )
+            said = remember_beside(self.graph, self.cluster, self.plan, [h["time/iteration_s"] for h in ran])
+            if said:
+                self.reporter.print(said)
         else:
             remember(self.graph, self.cluster, self.trace.events, self._running(self.plan))
-        ran = measured_iterations(self.result.history, self.measured_since, self.graph.loop is not None)
         if ran:
             measured, events = self.controller.measured, self.trace.events
             self.result.device_busy = report_run(self.plan, measured, events, ran, self.replanned, self.reporter)

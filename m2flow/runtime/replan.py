@@ -36,7 +36,7 @@ from m2flow.planners.fit import controller_seconds, fit_points, merged, points_f
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate
 from m2flow.program import build_phases
-from m2flow.schedule import Plan, Prediction
+from m2flow.schedule import Plan, Prediction, unknown_costs
 from m2flow.spec import PortCost
 
 REPLAN_GAIN = 0.10
@@ -46,6 +46,7 @@ REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, th
 TRIAL_LEFT = 2 * REPLAN_AFTER  # iterations a run needs left to try a plan: to measure it, then to use what it learnt
 MAX_REPLANS = 2  # a switch (or a trial) runs other batch sizes: the second re-plan decides on them too
 MAX_HOP_S = 0.05  # a message between two processes of one run costs at most this much
+MAX_BESIDE_SLOWDOWN = 4.0  # work on a device the loop and training share takes at most this much longer
 
 
 @dataclass
@@ -109,6 +110,31 @@ def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, dict], cache
         and profile.source.get(port) != "measured"
         and set(cached.get(port, {}).get("batch_sizes", [])) <= set(fit["batch_sizes"])
     ]
+
+
+def beside_slowdown(graph: MacroGraph, cluster: Cluster, plan: Plan, iteration_s: float) -> float | None:
+    """How much longer work took on a device that the loop and training beside it both load (`flow.async`) than
+    the costs the run cached say it takes alone: the `Profile.beside_slowdown` that makes `plan`'s predicted
+    iteration what an asynchronous segment measured (`iteration_s`). None where it cannot be read: a cost is
+    not measured, or no such device bounds the plan's iteration."""
+    profile = profile_of(graph, cluster)
+    if unknown_costs(profile.source):
+        return None
+
+    def predicted(slowdown: float) -> float:
+        profile.beside_slowdown = slowdown
+        prediction, _ = simulate(graph, plan.placements, plan.pipeline_stages, profile, plan.phases, plan.processes)
+        return prediction.iteration_s
+
+    low, high = 1.0, MAX_BESIDE_SLOWDOWN
+    if predicted(high) <= predicted(low):
+        return None  # the slowdown changes nothing here: the time says nothing of it
+    if predicted(low) >= iteration_s:
+        return 1.0
+    for _ in range(24):  # the predicted iteration grows with the slowdown: bisect to the measured one
+        middle = (low + high) / 2
+        low, high = (middle, high) if predicted(middle) < iteration_s else (low, middle)
+    return (low + high) / 2
 
 
 def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: dict) -> None:
@@ -209,6 +235,19 @@ def with_phases_of(plan: Plan, graph: MacroGraph) -> Plan:
     back. Neither swaps a worker out (an asynchronous flow never does) nor streams its then-edges (an
     asynchronous one does not, so the twin measures training as it will run)."""
     return replace(plan, phases=[replace(phase, streamed=[]) for phase in build_phases(graph)])
+
+
+def remember_beside(graph: MacroGraph, cluster: Cluster, plan: Plan, iterations_s: list[float]) -> str | None:
+    """Cache how much slower the work an asynchronous segment shared a device with ran (`beside_slowdown`), for
+    the next runs and `m2flow plan`; what to say of it, if it could be read."""
+    slowdown = beside_slowdown(graph, cluster, plan, statistics.median(iterations_s)) if iterations_s else None
+    if slowdown is None:
+        return None
+    save_calibration(graph, {"beside_slowdown": slowdown})
+    return (
+        f"m2flow: flow.async: work on a device the loop and training share took {slowdown:.2f}x its time alone"
+        " (what makes the plan predict the iterations measured); cached for the next runs and `m2flow plan`"
+    )
 
 
 def remember(

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from m2flow.cluster import Cluster
 from m2flow.config import dump_spec, parse_yaml, spec_from_dict
 from m2flow.errors import SpecError
 from m2flow.graph import build_graph
 from m2flow.overlap import Overlap
+from m2flow.planners import make_plan, profile_of
+from m2flow.planners.cache import load_calibration, save_calibration
+from m2flow.runtime.replan import beside_slowdown, remember_beside
 from m2flow.schedule import Plan
 from tests.unit.test_planner import plan_of, workflow
 
@@ -167,3 +171,38 @@ def test_an_asynchronous_flow_measures_its_costs_on_its_synchronous_twin_when_th
     assert "in the first 3 iterations, then re-planning" in synchronous.says[0]
     brief = calibration(build_graph(spec_from_dict(workflow())), ["policy.act"], iterations_left=2)
     assert "this run's 2 iteration(s), too few to re-plan after 3; they are cached" in brief.says[0]
+
+
+def test_work_on_a_device_both_the_loop_and_training_load_takes_the_measured_slowdown_longer():
+    def predicted(raw: dict, slowdown: float) -> float:
+        graph = build_graph(spec_from_dict(raw))
+        cluster = Cluster.from_spec(graph.spec.cluster)
+        profile = profile_of(graph, cluster)
+        profile.beside_slowdown = slowdown
+        return make_plan(graph, cluster, profile).predicted.iteration_s
+
+    one_device = async_workflow(cpus=1, mode="shared")  # the loop and training take turns on it
+    assert predicted(one_device, 1.7) == pytest.approx(1.7 * predicted(one_device, 1.0), rel=0.02)
+    apart = async_workflow(cpus=3, mode="disaggregated")  # training on a device of its own: nothing shared
+    assert predicted(apart, 1.7) == pytest.approx(predicted(apart, 1.0), rel=1e-9)
+
+
+def test_an_asynchronous_run_s_iterations_give_the_slowdown_back_and_it_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(async_workflow(cpus=1, mode="shared")))  # every cost declared
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    truth = profile_of(graph, cluster)
+    truth.beside_slowdown = 1.7
+    measured_s = make_plan(graph, cluster, truth).predicted.iteration_s
+    assert beside_slowdown(graph, cluster, plan, measured_s) == pytest.approx(1.7, rel=1e-4)
+    assert beside_slowdown(graph, cluster, plan, 0.5 * measured_s) == 1.0  # faster than alone: no slowdown
+    said = remember_beside(graph, cluster, plan, [measured_s] * 3)
+    assert said is not None and "took 1.70x its time alone" in said
+    save_calibration(graph, {"hop_s": 0.001})  # a later calibration keeps the slowdown beside it
+    assert load_calibration(graph) == {"beside_slowdown": pytest.approx(1.7, rel=1e-4), "hop_s": 0.001}
+    assert profile_of(graph, cluster).beside_slowdown == pytest.approx(1.7, rel=1e-4)
+    unmeasured = async_workflow(cpus=1, mode="shared")
+    unmeasured["workers"]["learner"].pop("profile")  # its update left to a default: nothing to read it against
+    graph = build_graph(spec_from_dict(unmeasured))
+    assert beside_slowdown(graph, cluster, make_plan(graph, cluster), measured_s) is None
