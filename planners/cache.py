@@ -29,8 +29,12 @@ def _digest(what: dict) -> str:
 
 
 def worker_key(graph: MacroGraph, worker: str, device_kind: str) -> str:
+    """Its class, backend, device kind and args, less the items one replica serves (envs per process, which the
+    planner may set: a cost per item carries over, and the batch sizes are kept per entry)."""
     spec = graph.workers[worker]
-    return _digest({"class": spec.cls, "args": spec.args, "backend": spec.backend, "device": device_kind})
+    items = graph.info[worker].items_field
+    args = {key: value for key, value in spec.args.items() if key != items}
+    return _digest({"class": spec.cls, "args": args, "backend": spec.backend, "device": device_kind})
 
 
 def workflow_key(graph: MacroGraph) -> str:

@@ -55,6 +55,16 @@ class Counter:
         return out
 
 
+class CheckpointedCounter(Counter):
+    """A Counter whose counters are checkpointed, with no way to cut them into other slices."""
+
+    def state_dict(self) -> dict:
+        return {"state": self.state.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = np.array(state["state"])
+
+
 class PlusOne:
     def __init__(self):
         self.swaps = {"offload": 0, "onload": 0}

@@ -232,10 +232,25 @@ class WorkerHost:
         """Call a hook on each instance with its own value; None where an `optional` one is not defined."""
         if optional and not hasattr(self.instances[0], name):
             return None
+        if len(per_instance) != len(self.instances):  # saved by a plan with another number of stages
+            per_instance = self._resliced(name, per_instance)
         return [
             self._invoke(inst, name, (value,), f"hook {name}")
             for inst, value in zip(self.instances, per_instance, strict=True)
         ]
+
+    def _resliced(self, name: str, per_instance: list[Any]) -> list[Any]:
+        """States saved of `len(per_instance)` slices, cut into this plan's by the class (`reslice_states`)."""
+        cls = type(self.instances[0])
+        reslice = getattr(cls, "reslice_states", None)
+        if name != "load_state_dict" or reslice is None:
+            detail = (
+                f"the checkpoint holds the state of {len(per_instance)} slice(s) of each replica and this plan runs"
+                f" {len(self.instances)}; {cls.__name__} defines no reslice_states(states, parts) to cut it otherwise:"
+                f" run with placement.pipeline_stages={len(per_instance)}"
+            )
+            raise PortFailed(self.ctx.worker, self.ctx.replica, name, f"hook {name}", detail)
+        return reslice(per_instance, len(self.instances))
 
     def _invoke(self, instance: Any, port: str, args: tuple | list, where: str) -> Any:
         method = getattr(instance, port)

@@ -168,11 +168,21 @@ def _layout(plan: Plan) -> tuple:
     return plan.mode, plan.pipeline_stages, plan.placements, plan.processes
 
 
-def _tryable(candidate: Plan, current: Plan) -> bool:
+def _tryable(graph: MacroGraph, candidate: Plan, current: Plan) -> bool:
     """Whether running `candidate` would measure the loop's ports at other batch sizes — other slices per replica
-    — on the workers as they are (the knobs the planner sets, e.g. envs per replica, need the run started again)."""
-    same_workers = candidate.spec_overrides == current.spec_overrides
-    return same_workers and candidate.pipeline_stages != current.pipeline_stages
+    — on the workers as they are (no knobs the planner sets, e.g. envs per replica, other than theirs: those need
+    the run started again)."""
+    same_workers = not candidate.spec_overrides or candidate.spec_overrides == current.spec_overrides
+    return same_workers and candidate.pipeline_stages != current.pipeline_stages and _slices_follow(graph, candidate)
+
+
+def _slices_follow(graph: MacroGraph, plan: Plan) -> bool:
+    """Whether the loop's simulator state can follow a switch to `plan` whatever its slices: the simulator has no
+    state to carry, or cuts its saved state into other slices (`reslice_states`)."""
+    if graph.loop is None:
+        return True
+    target = graph.info[graph.loop.entry.worker].target
+    return not hasattr(target, "state_dict") or hasattr(target, "reslice_states")
 
 
 def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
@@ -299,6 +309,14 @@ def replan(
         return Decision(replace(current, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = _layout(best) == _layout(current)
+    if not same and best.pipeline_stages != current.pipeline_stages and not _slices_follow(graph, best):
+        target = graph.info[graph.loop.entry.worker].spec.cls
+        why = (
+            f"replan: keeping {_label(current)}: the best alternative {_label(best)} ({new_s:.3g} s/iteration against"
+            f" {now_s:.3g} s) slices the simulators otherwise, and {target} cannot cut its saved state into other"
+            " slices (no reslice_states)"
+        )
+        return Decision(replace(current, predicted=now, tasks=tasks), False, why)
     back = running.tried_from is not None and _layout(best) == _layout(running.tried_from)
     if same or new_s > now_s * (1 - (BACK_GAIN if back else REPLAN_GAIN)):
         trial = _trial(graph, cluster, current, best, measured) if may_try else None
@@ -330,7 +348,7 @@ def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measu
             candidate = make_plan(graph, cluster, profile)
         except PlanError:
             continue
-        if not _tryable(candidate, current) or _layout(candidate) == _layout(best):
+        if not _tryable(graph, candidate, current) or _layout(candidate) == _layout(best):
             continue
         current_s = simulate(
             graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes

@@ -189,3 +189,24 @@ def test_a_split_measured_across_an_earlier_runs_batch_size_and_this_runs_is_use
     assert step.fixed_s == pytest.approx(0.01) and step.per_item_s == pytest.approx(0.0, abs=1e-12)
     decided = replan(graph, cluster, Running(sliced, 0, warmups=(0,)), events, may_try=True)
     assert not decided.trial and decided.plan.pipeline_stages == 1  # the cached split decides at once
+
+
+def test_a_simulator_whose_saved_state_cannot_follow_other_slices_is_neither_tried_nor_switched_to_them(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+
+    def checkpointed(stages) -> dict:
+        raw = unmeasured(stages)
+        raw["workers"]["env"]["class"] = "tests.workers_for_tests.CheckpointedCounter"
+        return raw
+
+    graph = build_graph(spec_from_dict(checkpointed("auto")))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    sliced = make_plan(build_graph(spec_from_dict(checkpointed(2))), cluster)
+    first = loop_calls([0, 1, 2], 2, per_call)  # as in the trial's test: one stage would be tried
+    kept = replan(graph, cluster, Running(sliced, 0, warmups=(0,)), first, may_try=True)
+    assert not kept.trial and not kept.switched and kept.plan.pipeline_stages == 2
+    both = first + loop_calls([4, 5], 1, per_call, start_s=200)  # one stage clearly faster on what was measured
+    kept = replan(graph, cluster, Running(sliced, 3, warmups=(0, 3)), both)
+    assert not kept.switched and "tests.workers_for_tests.CheckpointedCounter cannot cut its saved state" in kept.why

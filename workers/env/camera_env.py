@@ -233,6 +233,13 @@ class CameraEnv:
         statistics = statistics_arrays(self.envs)
         return simulator_state(self.envs, self.recorder, proprio=self.proprio, done=self._done, **statistics)
 
+    @staticmethod
+    def reslice_states(states: list[dict[str, Any]], parts: int) -> list[dict[str, Any]]:
+        """Its slices' saved states cut into `parts` slices (after a switch to another number of stages)."""
+        from m2flow.workers.env.mujoco_state import resliced_states
+
+        return resliced_states(states, parts)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from m2flow.workers.env.mujoco_state import load_simulator_state
 

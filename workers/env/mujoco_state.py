@@ -59,6 +59,31 @@ def simulator_state(envs: list[gym.Env], recorder: Any, **arrays: np.ndarray) ->
     }
 
 
+def resliced_states(states: list[dict[str, Any]], parts: int) -> list[dict[str, Any]]:
+    """The states `simulator_state` saved of a replica's slices (its envs in order, cut into `len(states)`
+    contiguous slices) cut into `parts` slices instead: what its instances load after a switch to a plan with
+    another number of pipeline stages. Every entry is per env (physics, pending arrays, statistics, episodes)."""
+    from m2flow.sharding import slice_sizes
+
+    if not all(states):  # saved before the first observation: nothing to carry
+        return [{} for _ in range(parts)]
+    envs = [env for state in states for env in state["envs"]]
+    arrays = {key: np.concatenate([state["arrays"][key] for state in states]) for key in states[0]["arrays"]}
+    episodes = {key: np.concatenate([state["episodes"][key] for state in states]) for key in states[0]["episodes"]}
+    cut, start = [], 0
+    for size in slice_sizes(len(envs), parts):
+        part = slice(start, start + size)
+        cut.append(
+            {
+                "envs": envs[part],
+                "arrays": {key: value[part] for key, value in arrays.items()},
+                "episodes": {key: value[part] for key, value in episodes.items()},
+            }
+        )
+        start += size
+    return cut
+
+
 def load_simulator_state(envs: list[gym.Env], recorder: Any, state: dict[str, Any]) -> dict[str, np.ndarray]:
     """Restore what `simulator_state` saved into the envs and the recorder; returns the pending arrays."""
     for env, saved in zip(envs, state["envs"], strict=True):
