@@ -32,15 +32,23 @@ def worker_key(graph: MacroGraph, worker: str, device_kind: str) -> str:
     """Its class, backend, device kind and args, less the items one replica serves (envs per process, which the
     planner may set: a cost per item carries over, and the batch sizes are kept per entry)."""
     spec = graph.workers[worker]
-    items = graph.info[worker].items_field
-    args = {key: value for key, value in spec.args.items() if key != items}
+    args = _without_knobs(graph, worker, {"args": spec.args})["args"]
     return _digest({"class": spec.cls, "args": args, "backend": spec.backend, "device": device_kind})
 
 
 def workflow_key(graph: MacroGraph) -> str:
-    """What a run's own overheads depend on: its workers and their dataflow (not its run settings)."""
+    """What a run's own overheads depend on: its workers and their dataflow (not its run settings, nor the
+    replicas and envs per replica the planner may set: a run on the planner's choice and the next run, which
+    plans again, share it)."""
     spec = graph.spec.to_dict()
-    return "workflow-" + _digest({"workers": spec["workers"], "flow": spec["flow"], "cluster": spec["cluster"]})
+    workers = {name: _without_knobs(graph, name, worker) for name, worker in spec["workers"].items()}
+    return "workflow-" + _digest({"workers": workers, "flow": spec["flow"], "cluster": spec["cluster"]})
+
+
+def _without_knobs(graph: MacroGraph, name: str, worker: dict) -> dict:
+    items = graph.info[name].items_field
+    args = {key: value for key, value in worker.get("args", {}).items() if key != items}
+    return {**{key: value for key, value in worker.items() if key != "replicas"}, "args": args}
 
 
 def load_calibration(graph: MacroGraph) -> dict[str, float]:

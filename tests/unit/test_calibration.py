@@ -210,3 +210,15 @@ def test_a_simulator_whose_saved_state_cannot_follow_other_slices_is_neither_tri
     both = first + loop_calls([4, 5], 1, per_call, start_s=200)  # one stage clearly faster on what was measured
     kept = replan(graph, cluster, Running(sliced, 3, warmups=(0, 3)), both)
     assert not kept.switched and "tests.workers_for_tests.CheckpointedCounter cannot cut its saved state" in kept.why
+
+
+def test_the_cache_keys_leave_out_the_replicas_and_envs_per_replica_the_planner_sets():
+    from m2flow.planners.cache import worker_key, workflow_key
+
+    planned = build_graph(spec_from_dict(workflow(env_replicas=2, num_envs=4)))
+    declared = build_graph(spec_from_dict(workflow(env_replicas=1, num_envs=8)))
+    assert worker_key(planned, "env", "cpu") == worker_key(declared, "env", "cpu")
+    assert workflow_key(planned) == workflow_key(declared)  # its hop, controller time and slowdown carry over
+    other = workflow(env_replicas=2, num_envs=4)
+    other["flow"]["loop"]["horizon"] = 50
+    assert workflow_key(build_graph(spec_from_dict(other))) != workflow_key(planned)
