@@ -216,7 +216,7 @@ def test_the_cache_keys_leave_out_the_replicas_and_envs_per_replica_the_planner_
     from m2flow.planners.cache import worker_key, workflow_key
 
     planned = build_graph(spec_from_dict(workflow(env_replicas=2, num_envs=4)))
-    declared = build_graph(spec_from_dict(workflow(env_replicas=1, num_envs=8)))
+    declared = build_graph(spec_from_dict(workflow(env_s=0.004, policy_s=0.004, env_replicas=1, num_envs=8)))
     assert worker_key(planned, "env", "cpu") == worker_key(declared, "env", "cpu")
     assert workflow_key(planned) == workflow_key(declared)  # its hop, controller time and slowdown carry over
     other = workflow(env_replicas=2, num_envs=4)
