@@ -47,6 +47,7 @@ TRIAL_LEFT = 2 * REPLAN_AFTER  # iterations a run needs left to try a plan: to m
 MAX_REPLANS = 2  # a switch (or a trial) runs other batch sizes: the second re-plan decides on them too
 MAX_HOP_S = 0.05  # a message between two processes of one run costs at most this much
 MAX_BESIDE_SLOWDOWN = 4.0  # work on a device the loop and training share takes at most this much longer
+BESIDE_NOISE = 0.05  # an iteration within this much of its prediction without a slowdown shows none
 
 
 @dataclass
@@ -115,7 +116,9 @@ def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, dict], cache
 def beside_slowdown(graph: MacroGraph, cluster: Cluster, plan: Plan, iteration_s: float) -> float | None:
     """How much longer work took on a device that the loop and training beside it both load (`flow.async`) than
     the costs the run cached say it takes alone: the `Profile.beside_slowdown` that makes `plan`'s predicted
-    iteration what an asynchronous segment measured (`iteration_s`). None where it cannot be read: a cost is
+    iteration what an asynchronous segment measured (`iteration_s`); 1.0 where the iteration came within
+    `BESIDE_NOISE` of the prediction without one (read from less, it is noise, and it steers the plans of other
+    slices: benchmarks/RESULTS.md, "the slowdown of sharing the GPU"). None where it cannot be read: a cost is
     not measured, or no such device bounds the plan's iteration."""
     profile = profile_of(graph, cluster)
     if unknown_costs(profile.source):
@@ -129,7 +132,7 @@ def beside_slowdown(graph: MacroGraph, cluster: Cluster, plan: Plan, iteration_s
     low, high = 1.0, MAX_BESIDE_SLOWDOWN
     if predicted(high) <= predicted(low):
         return None  # the slowdown changes nothing here: the time says nothing of it
-    if predicted(low) >= iteration_s:
+    if predicted(low) * (1 + BESIDE_NOISE) >= iteration_s:
         return 1.0
     for _ in range(24):  # the predicted iteration grows with the slowdown: bisect to the measured one
         middle = (low + high) / 2

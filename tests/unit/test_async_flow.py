@@ -197,6 +197,9 @@ def test_an_asynchronous_run_s_iterations_give_the_slowdown_back_and_it_is_cache
     measured_s = make_plan(graph, cluster, truth).predicted.iteration_s
     assert beside_slowdown(graph, cluster, plan, measured_s) == pytest.approx(1.7, rel=1e-4)
     assert beside_slowdown(graph, cluster, plan, 0.5 * measured_s) == 1.0  # faster than alone: no slowdown
+    alone_s = plan.predicted.iteration_s
+    assert beside_slowdown(graph, cluster, plan, 1.04 * alone_s) == 1.0  # within noise of no slowdown: none read
+    assert beside_slowdown(graph, cluster, plan, 1.06 * alone_s) > 1.0
     said = remember_beside(graph, cluster, plan, [measured_s] * 3)
     assert said is not None and "took 1.70x its time alone" in said
     save_calibration(graph, {"hop_s": 0.001})  # a later calibration keeps the slowdown beside it
