@@ -240,17 +240,21 @@ class WorkerHost:
         ]
 
     def _resliced(self, name: str, per_instance: list[Any]) -> list[Any]:
-        """States saved of `len(per_instance)` slices, cut into this plan's by the class (`reslice_states`)."""
+        """States saved of `len(per_instance)` slices (for `load_state_dict` or `load_statistics`), cut into this
+        plan's by the class (`reslice_states`)."""
         cls = type(self.instances[0])
         reslice = getattr(cls, "reslice_states", None)
-        if name != "load_state_dict" or reslice is None:
+        if reslice is None:
             detail = (
                 f"the checkpoint holds the state of {len(per_instance)} slice(s) of each replica and this plan runs"
                 f" {len(self.instances)}; {cls.__name__} defines no reslice_states(states, parts) to cut it otherwise:"
                 f" run with placement.pipeline_stages={len(per_instance)}"
             )
             raise PortFailed(self.ctx.worker, self.ctx.replica, name, f"hook {name}", detail)
-        return reslice(per_instance, len(self.instances))
+        try:
+            return reslice(per_instance, len(self.instances))
+        except Exception as exc:
+            raise _failed(self.ctx, "reslice_states", f"hook {name}", exc) from None
 
     def _invoke(self, instance: Any, port: str, args: tuple | list, where: str) -> Any:
         method = getattr(instance, port)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
+from m2flow.kinds import KINDS
 from m2flow.planners import device_kinds, make_plan, profile_of
 from m2flow.planners.cache import cached_fits, save_cached, save_calibration
 from m2flow.planners.fit import controller_seconds, fit_points, merged, points_from_trace
@@ -130,8 +131,8 @@ def beside_slowdown(graph: MacroGraph, cluster: Cluster, plan: Plan, iteration_s
         return prediction.iteration_s
 
     low, high = 1.0, MAX_BESIDE_SLOWDOWN
-    if predicted(high) <= predicted(low):
-        return None  # the slowdown changes nothing here: the time says nothing of it
+    if predicted(1.0 + BESIDE_NOISE) <= predicted(low):
+        return None  # no such device bounds the iteration as predicted: the time says nothing of the slowdown
     if predicted(low) * (1 + BESIDE_NOISE) >= iteration_s:
         return 1.0
     for _ in range(24):  # the predicted iteration grows with the slowdown: bisect to the measured one
@@ -176,16 +177,23 @@ def _tryable(graph: MacroGraph, candidate: Plan, current: Plan) -> bool:
     — on the workers as they are (no knobs the planner sets, e.g. envs per replica, other than theirs: those need
     the run started again)."""
     same_workers = not candidate.spec_overrides or candidate.spec_overrides == current.spec_overrides
-    return same_workers and candidate.pipeline_stages != current.pipeline_stages and _slices_follow(graph, candidate)
+    return same_workers and candidate.pipeline_stages != current.pipeline_stages and not _fixed_slices(graph)
 
 
-def _slices_follow(graph: MacroGraph, plan: Plan) -> bool:
-    """Whether the loop's simulator state can follow a switch to `plan` whatever its slices: the simulator has no
-    state to carry, or cuts its saved state into other slices (`reslice_states`)."""
-    if graph.loop is None:
-        return True
-    target = graph.info[graph.loop.entry.worker].target
-    return not hasattr(target, "state_dict") or hasattr(target, "reslice_states")
+def _fixed_slices(graph: MacroGraph) -> list[str]:
+    """The classes of sliced workers (a simulator: an instance per pipeline slice) whose saved state cannot follow
+    a switch to other slices: they have a `state_dict` and no `reslice_states` to cut it otherwise."""
+    return [
+        info.spec.cls
+        for info in graph.info.values()
+        if KINDS[info.kind].slices and hasattr(info.target, "state_dict") and not hasattr(info.target, "reslice_states")
+    ]
+
+
+def _same_stages(graph: MacroGraph, stages: int) -> MacroGraph:
+    """`graph` planned at `stages` only."""
+    placement = graph.spec.placement.model_copy(update={"pipeline_stages": stages})
+    return replace(graph, spec=graph.spec.model_copy(update={"placement": placement}))
 
 
 def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
@@ -305,21 +313,14 @@ def replan(
         graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
     )
     now.cost_sources = dict(profile.source)
-    try:
-        best = make_plan(graph, cluster, profile)
+    fixed = _fixed_slices(graph)
+    try:  # a simulator whose saved state cannot follow other slices keeps its stages (it says why below)
+        best = make_plan(_same_stages(graph, current.pipeline_stages) if fixed else graph, cluster, profile)
     except PlanError as exc:  # e.g. a sync transport the workflow asks for that the better layout cannot carry
         why = f"replan: keeping {_label(current)}: the best alternative is refused: {exc}"
         return Decision(replace(current, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = _layout(best) == _layout(current)
-    if not same and best.pipeline_stages != current.pipeline_stages and not _slices_follow(graph, best):
-        target = graph.info[graph.loop.entry.worker].spec.cls
-        why = (
-            f"replan: keeping {_label(current)}: the best alternative {_label(best)} ({new_s:.3g} s/iteration against"
-            f" {now_s:.3g} s) slices the simulators otherwise, and {target} cannot cut its saved state into other"
-            " slices (no reslice_states)"
-        )
-        return Decision(replace(current, predicted=now, tasks=tasks), False, why)
     back = running.tried_from is not None and _layout(best) == _layout(running.tried_from)
     if same or new_s > now_s * (1 - (BACK_GAIN if back else REPLAN_GAIN)):
         trial = _trial(graph, cluster, current, best, measured) if may_try else None
@@ -330,6 +331,8 @@ def replan(
             f"replan: keeping {_label(current)}: with the measured costs it is predicted {now_s:.3g} s/iteration,"
             f" the best alternative {_label(best)} {new_s:.3g} s"
         )
+        if fixed:
+            why += f" at {current.pipeline_stages} stage(s): {', '.join(fixed)} cannot cut its saved state otherwise"
         return Decision(kept, False, why)
     why = (
         f"replan: switching {_label(current)} -> {_label(best)}: with the measured costs {now_s:.3g} ->"

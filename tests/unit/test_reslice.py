@@ -54,7 +54,6 @@ class Stateful:
 
 
 def test_a_state_saved_of_other_slices_of_a_class_that_cannot_cut_it_is_refused_naming_the_stages(tmp_path):
-    set_context(WorkerContext(worker="env", kind="simulator", replica=0, items=(0, 4), output_dir=str(tmp_path)))
     host = WorkerHost.__new__(WorkerHost)  # the host's hook alone, without Ray
     host.ctx = WorkerContext(worker="env", kind="simulator", replica=1, items=(0, 4), output_dir=str(tmp_path))
     host.instances = [Stateful()]
@@ -64,3 +63,21 @@ def test_a_state_saved_of_other_slices_of_a_class_that_cannot_cut_it_is_refused_
     assert "placement.pipeline_stages=2" in str(err.value)
     host.hook_each("load_state_dict", [{"n": 3}])
     assert host.instances[0].state == {"n": 3}
+
+
+def test_a_host_cuts_the_states_of_other_slices_for_its_instances_to_load_and_keep_statistics_from(tmp_path):
+    halves = []
+    for first, last in ((0, 2), (2, 4)):  # a replica run at two stages: a state per slice
+        env = pendulums(first, last, tmp_path)
+        env.obs()
+        for k in range(5):
+            env.step(actions(2, k))
+        halves.append(env.state_dict())
+    host = WorkerHost.__new__(WorkerHost)
+    host.ctx = WorkerContext(worker="env", kind="simulator", replica=0, items=(0, 4), output_dir=str(tmp_path))
+    host.instances = [pendulums(0, 4, tmp_path)]  # now at one stage
+    host.hook_each("load_state_dict", halves)
+    assert [int(s["elapsed"]) for s in halves[0]["envs"] + halves[1]["envs"]] == [
+        int(s["elapsed"]) for s in host.instances[0].state_dict()["envs"]
+    ]
+    assert host.hook_each("load_statistics", halves, True) == [True]  # a replacement keeps their statistics
