@@ -276,6 +276,12 @@ class TimeoutSpec(_Strict):
     start_s: float = Field(180.0, gt=0, description="worker start-up (imports, model build)")
     call_s: float | None = Field(None, gt=0, description="one coarse phase call; unset: from the plan")
     channel_s: float | None = Field(None, gt=0, description="one receive on a channel; unset: from the plan")
+    silence_s: float = Field(
+        5.0,
+        gt=0,
+        description="a loop peer that sends nothing for this long, not even its process's beat, is hung (stopped, or"
+        " stuck in native code that holds the GIL); at most the channel deadline",
+    )
     safety_factor: float = Field(20.0, ge=1)
     floor_s: float = Field(60.0, gt=0)
     ceiling_s: float = Field(3600.0, gt=0)

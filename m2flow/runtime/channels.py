@@ -4,10 +4,11 @@ Each worker replica listens on one address per channel kind; a peer connects onc
 connection carries every message from that peer, in program order. Same node: a Unix socket
 (~0.03 ms a hop here); other nodes: TCP. Every receive has a deadline and names what it waits for.
 
-A replica that waits long on one peer says so to every peer it sends to (a beat, a few bytes), so a
-replica waiting on it can tell "busy waiting on someone else" from "stopped": a peer that sends nothing
-at all, neither data nor a beat, for `Patience.silent_s` is taken as hung, however long the wait may
-last in all (`Patience.most_s`).
+While it runs the loop, a process beats to every peer its replicas send to (a few bytes, from a thread
+of its own: `pulse.py`), saying how long its port call in progress has run. A receiver takes a peer that
+sends nothing at all, neither data nor a beat, for `Patience.silent_s` as hung (stopped, or stuck in native
+code that holds the GIL), and one whose call has run past `Patience.call_s` too; a peer that beats while it
+waits on others may keep a receiver waiting `Patience.most_s` in all.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
@@ -28,25 +28,29 @@ from typing import Any
 from m2flow.errors import WaitTimeout, WorkerError
 
 PeerId = tuple[str, int]  # (worker, replica)
-BEAT = ("beat",)  # the header of a beat: "alive, waiting on another peer"
-BEATS_PER_SILENCE = 4  # beats sent within the silence a peer may keep: one lost or late is no failure
+BEAT = ("beat",)  # the header of a beat: "alive"; its payload, how long its call in progress has run (None: none)
 
 
 @dataclass(frozen=True)
 class Patience:
-    """How long a receive waits for its peer: `silent_s` with no word from it (data or beat), `most_s` in all."""
+    """How long a receive waits for its peer: `silent_s` with no word from it (data or beat), while its beats
+    say one call of its has run up to `call_s`, and `most_s` in all."""
 
     silent_s: float
+    call_s: float
     most_s: float
 
     def __post_init__(self):
-        if not 0 < self.silent_s <= self.most_s:
-            raise ValueError(f"patience needs 0 < silent_s <= most_s, got {self.silent_s}, {self.most_s}")
+        if not 0 < self.silent_s <= self.most_s or not 0 < self.call_s <= self.most_s:
+            raise ValueError(
+                f"patience needs 0 < silent_s <= most_s and 0 < call_s <= most_s, got {self.silent_s},"
+                f" {self.call_s}, {self.most_s}"
+            )
 
     @classmethod
     def fixed(cls, seconds: float) -> Patience:
         """One deadline, beats or not."""
-        return cls(seconds, seconds)
+        return cls(seconds, seconds, seconds)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class Mailbox:
         self.authkey = authkey
         self.inbound: dict[PeerId, Connection] = {}
         self.outbound: dict[PeerId, Connection] = {}
+        self._sending: dict[PeerId, threading.Lock] = {}  # one writer at a time per channel: data or a beat
         self.sent_bytes = 0
         self._arrived = threading.Condition()
         self._listeners = {k: CHANNEL_KINDS[k].listen(f"{me[0]}-{me[1]}", authkey) for k in kinds}
@@ -118,6 +123,7 @@ class Mailbox:
                     raise WaitTimeout(f"{_name(self.me)}: could not connect to {_name(peer)} at {address}") from None
                 time.sleep(0.05)
         conn.send(list(self.me))
+        self._sending[peer] = threading.Lock()
         self.outbound[peer] = conn
 
     def wait_inbound(self, peers: list[PeerId], timeout_s: float) -> None:
@@ -130,6 +136,7 @@ class Mailbox:
     def forget(self, peer: PeerId) -> None:
         """Close both channels with `peer` (replaced by a new process that will connect afresh)."""
         with self._arrived:
+            self._sending.pop(peer, None)
             for conn in (self.inbound.pop(peer, None), self.outbound.pop(peer, None)):
                 if conn is not None:
                     conn.close()
@@ -137,7 +144,8 @@ class Mailbox:
     def send(self, peer: PeerId, header: tuple, payload: Any) -> int:
         data = pickle.dumps((header, payload), protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self.outbound[peer].send_bytes(data)
+            with self._sending[peer]:
+                self.outbound[peer].send_bytes(data)
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise WorkerError(
                 f"{_name(self.me)}: channel to {_name(peer)} broke ({exc}); did {_name(peer)} die?"
@@ -145,29 +153,22 @@ class Mailbox:
         self.sent_bytes += len(data)
         return len(data)
 
-    def recv(
-        self, peer: PeerId, header: tuple, patience: Patience, waiting_for: str, beat: Callable[[], None] | None = None
-    ) -> Any:
-        """The message `header` from `peer`; past `patience` (module doc) raises `WaitTimeout`. While it waits
-        it beats (`beat`: for every replica its process hosts; default, its own `beat`)."""
-        beat = beat or self.beat
+    def recv(self, peer: PeerId, header: tuple, patience: Patience, waiting_for: str) -> Any:
+        """The message `header` from `peer`; past `patience` (module doc) raises `WaitTimeout`."""
         conn = self.inbound[peer]
         start = heard = now = time.monotonic()
-        beat_every = patience.silent_s / BEATS_PER_SILENCE
-        next_beat = start + beat_every
         while True:
             until = min(heard + patience.silent_s, start + patience.most_s)
             if now >= until:
                 raise self._timeout(peer, header, patience, now - heard, waiting_for)
-            if conn.poll(max(0.0, min(until, next_beat) - now)):
+            if conn.poll(max(0.0, until - now)):
                 got, payload = self._read(conn, peer, waiting_for)
                 if tuple(got) != BEAT:
                     break
                 heard = time.monotonic()
+                if payload is not None and payload > patience.call_s:
+                    raise self._timeout(peer, header, patience, 0.0, waiting_for, in_call_s=payload)
             now = time.monotonic()
-            if now >= next_beat:
-                beat()
-                next_beat = now + beat_every
         if tuple(got) != tuple(header):
             raise RuntimeError(
                 f"{_name(self.me)}: out-of-order message from {_name(peer)}: got {got}, expected {header}"
@@ -183,13 +184,20 @@ class Mailbox:
                 " (it crashed or was killed)"
             ) from None
 
-    def beat(self) -> None:
-        """Tell every peer this replica sends to that it is alive and waiting. Never blocks: a peer that reads
-        nothing (stopped) and whose channel is full misses it; a broken channel is the data's to report."""
-        for conn in self.outbound.values():
-            with contextlib.suppress(OSError, ValueError):
-                if select.select([], [conn.fileno()], [], 0)[1]:
-                    conn.send_bytes(_BEAT_BYTES)
+    def beat(self, in_call_s: float | None) -> None:
+        """Tell every peer this replica sends to that it is alive, and how long its call in progress has run.
+        Never blocks: a channel busy with data (that says more) or full (its reader stopped) goes without;
+        a broken channel is the data's to report."""
+        for peer, conn in list(self.outbound.items()):
+            lock = self._sending.get(peer)
+            if lock is None or not lock.acquire(blocking=False):
+                continue
+            try:
+                with contextlib.suppress(OSError, ValueError):
+                    if select.select([], [conn.fileno()], [], 0)[1]:
+                        conn.send_bytes(pickle.dumps((BEAT, in_call_s), protocol=pickle.HIGHEST_PROTOCOL))
+            finally:
+                lock.release()
 
     def close(self) -> None:
         """Stop listening and close every channel."""
@@ -198,18 +206,29 @@ class Mailbox:
         for conn in [*self.inbound.values(), *self.outbound.values()]:
             conn.close()
 
-    def _timeout(self, peer: PeerId, header: tuple, patience: Patience, silent: float, waiting_for: str) -> WaitTimeout:
-        if silent >= patience.silent_s:
-            what = f"no word from {_name(peer)} for {patience.silent_s:g}s (data, or a sign it waits on another peer)"
+    def _timeout(
+        self,
+        peer: PeerId,
+        header: tuple,
+        patience: Patience,
+        silent: float,
+        waiting_for: str,
+        in_call_s: float | None = None,
+    ) -> WaitTimeout:
+        if in_call_s is not None:
+            what = f"{_name(peer)} has been in one call for {in_call_s:.1f}s, over the {patience.call_s:g}s it may take"
+        elif silent >= patience.silent_s:
+            what = (
+                f"no word from {_name(peer)} for {patience.silent_s:g}s (no data, no beat: stopped, or stuck in"
+                " native code that holds the GIL)"
+            )
         else:  # it kept saying it waits on another peer, for longer than we may wait in all
             what = f"no data from {_name(peer)} for {patience.most_s:g}s, the most we may wait"
         return WaitTimeout(
             f"{_name(self.me)}: {what} while waiting for {waiting_for} (step {header[0]}); is {_name(peer)} hung?"
-            " If it is just slow, raise run.timeouts.safety_factor or set run.timeouts.channel_s"
+            " If it is just slow, raise run.timeouts.safety_factor or set run.timeouts.channel_s (a call that holds"
+            " the GIL that long: run.timeouts.silence_s)"
         )
-
-
-_BEAT_BYTES = pickle.dumps((BEAT, None), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _name(peer: PeerId) -> str:

@@ -230,6 +230,7 @@ class Controller(InPlace):
             replicas={w: self.graph.workers[w].count for w in loop.workers},
             iteration=self._it,
             channel_timeout_s=self.deadlines.channel_s,
+            silence_s=self.deadlines.silence_s,
             trace_steps=self._it < self.trace_until,
             droppable=self.replacer.replaceable(),
         )

@@ -8,8 +8,9 @@ while its peer already works on slice s+1 — pipelining falls out of the datafl
 A `droppable` replica of the first worker (a simulator) whose channel breaks or stays silent past its
 deadline is dropped: its peers go on with the other shards and report it `lost`; the controller replaces
 it and runs a program of `only_shards` to redo its part. Everyone else may then wait longer for its own
-peers, since those may be waiting out a silent simulator first: while they do, they say so (a beat,
-`channels.py`), and one silent for a channel deadline is hung. A droppable replica of another worker
+peers, since those may be waiting out a silent simulator first. Every process beats while in the loop
+(`pulse.py`): a peer silent for `silence_s` is hung (stopped, or stuck holding the GIL), and so is one
+whose beats say one call of its has run for a channel deadline. A droppable replica of another worker
 (an inference replica) cannot be gone around: the simulators it serves stop with `PeerLost` naming it,
 and the controller replaces it with them and redoes their shards.
 """
@@ -24,6 +25,7 @@ from typing import Any
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.batching import concat, split
 from m2flow.runtime.channels import Mailbox, Patience, PeerId
+from m2flow.runtime.pulse import Pulse
 from m2flow.runtime.spans import Spans
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.sharding import owner, shard_groups
@@ -38,6 +40,7 @@ class LoopProgram:
     replicas: dict[str, int]
     iteration: int
     channel_timeout_s: float
+    silence_s: float  # a peer that sends nothing, neither data nor a beat, this long is hung (pulse.py)
     trace_steps: bool
     droppable: frozenset[PeerId] = frozenset()  # replicas whose failure is not fatal (module doc)
     only_shards: tuple[int, ...] | None = None  # a redo: only these shards step
@@ -129,8 +132,17 @@ class _LoopRun:
         }
         self._routes: dict[tuple, list[tuple[int, int]]] = {}
         self._peers: dict[tuple, list[int]] = {}
+        self.pulse = Pulse([m.mailbox for m in members], min(prog.silence_s, prog.channel_timeout_s))
 
     def run(self) -> list[LoopStats]:
+        with self.pulse:
+            self._steps()
+        for m in self.members:
+            key = (m.worker, m.replica)
+            self.stats[key].sent_bytes = m.mailbox.sent_bytes - self.sent_before[key]
+        return [self.stats[(m.worker, m.replica)] for m in self.members]
+
+    def _steps(self) -> None:
         """The entry port once per slice (the first observations), then `horizon` steps of the body ports."""
         prog, k = self.prog, self.last_port
         for m in self._members_of(0):
@@ -147,30 +159,22 @@ class _LoopRun:
                         self.call(
                             m, j, s, value, sizes, t, None if last else (j + 1 if j < k else 1, t if j < k else t + 1)
                         )
-        for m in self.members:
-            key = (m.worker, m.replica)
-            self.stats[key].sent_bytes = m.mailbox.sent_bytes - self.sent_before[key]
-        return [self.stats[(m.worker, m.replica)] for m in self.members]
 
     def _members_of(self, j: int) -> list[Member]:
         """The members here that run port j: those left with shards to serve."""
         return [m for m in self.members if m.worker == self.prog.ports[j][0] and self.mine[(m.worker, m.replica)]]
 
     def _patience(self, peer: PeerId) -> Patience:
-        """How long to wait for `peer`'s message: a droppable simulator replica's silence ends at the channel
-        deadline; any other peer may also beat while it waits out each droppable simulator replica before
-        (in turn), and is hung only once silent for a channel deadline."""
+        """How long to wait for `peer`'s message: silent for the silence bound, or in one call for a channel
+        deadline, it is hung; a droppable simulator replica may take a channel deadline in all, any other peer
+        may also wait out each droppable simulator replica before it (in turn)."""
         channel_s = self.prog.channel_timeout_s
+        silent_s = min(self.prog.silence_s, channel_s)
         entry = self.prog.ports[0][0]
         simulators = sum(1 for worker, _ in self.prog.droppable if worker == entry)
         if peer[0] == entry and peer in self.prog.droppable:
-            return Patience.fixed(channel_s)
-        return Patience(channel_s, channel_s * (1 + simulators))
-
-    def _beat(self) -> None:
-        """Every member this process hosts says it is alive: while one waits, the others send nothing either."""
-        for member in self.members:
-            member.mailbox.beat()
+            return Patience(silent_s, channel_s, channel_s)
+        return Patience(silent_s, channel_s, channel_s * (1 + simulators))
 
     def drop(self, m: Member, peer: PeerId, error: Exception) -> None:
         """Go on without `peer`, a droppable simulator replica that failed `m`'s channel: its shards leave
@@ -242,7 +246,7 @@ class _LoopRun:
             what = f"{m.worker}.{port} input from {w_prev}.{source} (iteration {prog.iteration})"
             try:
                 patience = self._patience((w_prev, peer))
-                pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), patience, what, self._beat))
+                pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), patience, what))
             except (WorkerError, WaitTimeout) as exc:
                 self.drop(m, (w_prev, peer), exc)
         shards = self.mine[(m.worker, m.replica)]
@@ -252,7 +256,8 @@ class _LoopRun:
         """Call port j on slice s, then deliver its output to `after` = (next port, its step), if any."""
         port = self.prog.ports[j][1]
         start = time.time()
-        out = m.call_port(port, s, value)
+        with self.pulse.calling():
+            out = m.call_port(port, s, value)
         end = time.time()
         sent = self.deliver(m, after[0], s, after[1], out, sizes) if after else 0
         items = sum(sizes) if value is not None else 0

@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
 HORIZON, ENVS, ITERATIONS = 16, 2, 3
 FLOOR_S = 8.0  # every deadline comes from the plan, as by default, floored here to keep the test short
+SILENCE_S = 3.0  # a loop peer silent this long (stopped: no beat) is hung, before its channel deadline
 
 
 def faulty_ppo(tmp_path, fault: str, state: str, fault_in: str = "step", at_step: int = 6) -> mf.WorkflowSpec:
@@ -29,7 +30,7 @@ def faulty_ppo(tmp_path, fault: str, state: str, fault_in: str = "step", at_step
         checkpoint_every=1,
         on_failure="replace",
         replacement_state=state,
-        timeouts={"floor_s": FLOOR_S},
+        timeouts={"floor_s": FLOOR_S, "silence_s": SILENCE_S},
     )
     env = raw["workers"]["env"]
     env["class"] = "tests.workers_for_tests.FaultyGymEnv"
@@ -53,8 +54,9 @@ def test_a_failed_simulator_is_replaced_in_place_and_only_its_part_is_redone(tmp
     detection = failure["detected_at"] - struck_at
     if fault == "kill":  # the channel closes at once
         assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
-    else:  # a hang is silent: caught when its peer's channel deadline passes, before the loop's
-        assert FLOOR_S - 1 <= detection < 3 * FLOOR_S, f"detected after {detection:.1f}s"
+    else:  # a stopped process sends nothing, not even a beat: caught at the silence bound, before the channel's
+        assert SILENCE_S - 1 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
+        assert "no word from env[1] for 3s (no data, no beat: stopped" in failure["error"]
 
     per_iteration = 2 * ENVS * HORIZON
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]

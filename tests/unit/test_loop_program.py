@@ -21,7 +21,7 @@ class Mailbox:
     def __init__(self):
         self.sent: list[tuple] = []
 
-    def recv(self, peer, header, patience, waiting_for, beat):
+    def recv(self, peer, header, patience, waiting_for):
         step = header[0]
         if peer == ("env", 1) and step >= BREAKS_AT:
             raise WorkerError("rollout[0]: env[1] closed its channel (it crashed or was killed)")
@@ -30,6 +30,9 @@ class Mailbox:
     def send(self, peer, header, payload):
         self.sent.append((peer, header[0], sorted(payload)))
         return 1
+
+    def beat(self, in_call_s):
+        pass
 
 
 def program(droppable: frozenset[tuple[str, int]]) -> LoopProgram:
@@ -41,6 +44,7 @@ def program(droppable: frozenset[tuple[str, int]]) -> LoopProgram:
         replicas={"env": 2, "rollout": 1},
         iteration=0,
         channel_timeout_s=1.0,
+        silence_s=1.0,
         trace_steps=False,
         droppable=droppable,
     )
@@ -76,13 +80,16 @@ class PolicyMailbox:
 
     sent_bytes = 0
 
-    def recv(self, peer, header, patience, waiting_for, beat):
+    def recv(self, peer, header, patience, waiting_for):
         if header[0] >= BREAKS_AT:
             raise WorkerError("env[0]: rollout[0] closed its channel (it crashed or was killed)")
         return {0: np.zeros((ENVS_PER_SHARD, 1), np.float32)}
 
     def send(self, peer, header, payload):
         return 1
+
+    def beat(self, in_call_s):
+        pass
 
 
 def simulator(stepped: list[int]) -> Member:
