@@ -278,9 +278,9 @@ class TimeoutSpec(_Strict):
     channel_s: float | None = Field(None, gt=0, description="one receive on a channel; unset: from the plan")
     silence_s: float = Field(
         5.0,
-        gt=0,
-        description="a loop peer that sends nothing for this long, not even its process's beat, is hung (stopped, or"
-        " stuck in native code that holds the GIL); at most the channel deadline",
+        ge=2.0,
+        description="a worker process that gives no sign of life for this long (no beat: a thread of its own beats) is"
+        " hung: stopped, or stuck in native code that holds the GIL; in the loop at most the channel deadline",
     )
     safety_factor: float = Field(20.0, ge=1)
     floor_s: float = Field(60.0, gt=0)

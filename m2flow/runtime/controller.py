@@ -436,7 +436,9 @@ class Controller(InPlace):
         return Deadline(waiting, f"{what} (iteration {self._it}); {self.deadlines.explain}")
 
     def _deadline(self, what: str, phase: str) -> Deadline:
-        return Deadline(self.deadlines.phase(phase), f"{what} (iteration {self._it}); {self.deadlines.explain}")
+        """A phase's deadline; a process on this host silent for `run.timeouts.silence_s` is hung before it."""
+        watch = self.launch.watch(self.launch.timeouts.silence_s)
+        return Deadline(self.deadlines.phase(phase), f"{what} (iteration {self._it}); {self.deadlines.explain}", watch)
 
     def _worker_metrics(self) -> dict[str, float]:
         """Average of what each replica's optional `metrics()` hook reports; a replica still training (drop
@@ -444,7 +446,7 @@ class Controller(InPlace):
         busy = self.backlog.busy() if self.backlog is not None else set()
         replicas = [r for group in self.launch.replicas.values() for r in group if id(r) not in busy]
         calls = [(r.actor.hook.remote("metrics"), r, "metrics()") for r in replicas]
-        deadline = Deadline(self.deadlines.phase("then"), f"metrics() hooks (iteration {self._it})")
+        deadline = self._deadline("metrics() hooks", "then")
         replaceable = self.replacer.replaceable()
         per_replica, failed = await_calls(calls, deadline, replaceable)
         if failed:

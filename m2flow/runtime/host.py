@@ -23,6 +23,7 @@ from m2flow.runtime.channels import Mailbox, PeerId
 from m2flow.runtime.crashes import record_here
 from m2flow.runtime.gpu_memory import cap_gpu_memory, out_of_share
 from m2flow.runtime.loop import LoopProgram, LoopStats, Member, run_loop
+from m2flow.runtime.pulse import beat_while_alive
 from m2flow.runtime.stacks import answer_when_asked
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.runtime.weight_sync import Route, StateManifest, SyncTransport, transport_for
@@ -78,6 +79,7 @@ class WorkerHost:
             os.sched_setaffinity(0, {core % (os.cpu_count() or 1)})
         address = _node_address()
         answer_when_asked(ctx.output_dir, address)
+        beat_while_alive(ctx.output_dir, address)
         record_here(ctx.output_dir, address)
         self.ctx = ctx
         self.me: PeerId = (ctx.worker, ctx.replica)

@@ -10,6 +10,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from m2flow.cluster import DeviceId
@@ -22,6 +23,7 @@ from m2flow.planners.render import render_gpus
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.nodes import addresses
+from m2flow.runtime.pulse import Watch, beat_file
 from m2flow.runtime.spares import SpareHost, SpareKey, Spares
 from m2flow.runtime.waits import Deadline, died, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
@@ -71,6 +73,7 @@ class Launch:
         self.replicas: dict[str, list[Replica]] = {}
         self.nodes: dict[ReplicaId, str] = {}
         self.pids: dict[ReplicaId, int] = {}
+        self._beat_files: dict[ReplicaId, tuple[Path, int]] | None = None  # `watch`'s, once read
         self.started: dict[ReplicaId, float] = {}  # each process's start time: tells it from a later one of its pid
         self.pg = None
         self.bundle_of: dict[DeviceId, int] = {}
@@ -196,6 +199,7 @@ class Launch:
     def _started(self, replica: Replica, info: dict) -> None:
         """What a replica's new process said of itself as it started."""
         self.nodes[replica.id], self.pids[replica.id] = info["node"], info["pid"]
+        self._beat_files = None  # a new process: read afresh
         self.started[replica.id], self.modules[replica.id] = info["started"], info["modules"]
 
     def _actor(self, host: type, label: str, device: DeviceId, env: dict, resources: dict, *args: Any) -> Any:
@@ -401,6 +405,19 @@ class Launch:
                     met.add(edge)
                     calls += self._connect_edge(edge)
         wait_all(calls, Deadline(self.timeouts.start_s, f"the replacement of {names}: its sync routes"))
+
+    def watch(self, silence_s: float) -> Watch:
+        """The beat files of the replicas' processes on the driver's host (`pulse.py`)."""
+        import ray
+
+        if self._beat_files is None:
+            nodes, here = addresses(), ray.util.get_node_ip_address()
+            self._beat_files = {
+                replica: (beat_file(self.output_dir, here, pid), pid)
+                for replica, pid in self.pids.items()
+                if nodes.get(self.nodes[replica]) == here
+            }
+        return Watch(self._beat_files, silence_s)
 
     def on_this_host(self, replica: ReplicaId) -> bool:
         """Whether `replica`'s process runs on the driver's host (its pid means something here)."""

@@ -1,20 +1,29 @@
-"""A loop process's pulse: while it runs the loop, a thread of its own tells every peer its replicas send to
-that the process is alive, and how long the port call in progress has run (none: it sends or waits).
+"""A worker process's signs of life, beaten by threads of its own, so a hang is told from work without waiting
+out a deadline: a process stopped, or stuck in native code that holds the GIL, falls silent.
 
-So a receiver tells three things apart without waiting out the channel deadline: a peer that works or
-waits (it pulses), a peer stopped or stuck in native code that holds the GIL (it falls silent: hung after
-`run.timeouts.silence_s`), and a peer that pulses from inside one call longer than the channel deadline
-(hung in Python code, or just slow: the channel deadline, as without a pulse).
+- In the loop (`Pulse`): the process tells every peer its replicas send to that it is alive, and how long
+  its port call in progress has run (none: it sends or waits). A receiver takes a peer silent for
+  `run.timeouts.silence_s` as hung, and one that beats from inside one call past the channel deadline too
+  (hung in Python code, or just slow: the channel deadline, as without a beat).
+- Always (`beat_while_alive`): the process touches its beat file, `<run>/pulse/<address>-<pid>`. The driver,
+  waiting on a call (training, a hook, a sync), reads the age of the files of the processes on its host
+  (`Watch`): one silent for `silence_s` is hung. Processes on other hosts are left to their deadlines.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from m2flow.runtime.channels import Mailbox
+from m2flow.runtime.nodes import process_name
 
 PULSES_PER_SILENCE = 4  # pulses sent within the silence a peer may keep: one late is no failure
 
@@ -52,3 +61,61 @@ class Pulse:
             in_call_s = None if since is None else time.monotonic() - since
             for mailbox in self.mailboxes:
                 mailbox.beat(in_call_s)
+
+
+BEAT_FILE_EVERY_S = 0.5  # how often a worker process touches its beat file; run.timeouts.silence_s is >= 4x this
+_beating: list[threading.Thread] = []  # this process's beat-file thread, once started
+
+
+def beat_file(run_dir: str, address: str, pid: int) -> Path:
+    return Path(run_dir) / "pulse" / process_name(address, pid)
+
+
+def beat_while_alive(run_dir: str, address: str) -> None:
+    """Touch this process's beat file (on the node at `address`) every `BEAT_FILE_EVERY_S` for as long as the
+    process lives; once per process."""
+    if _beating:
+        return
+    path = beat_file(run_dir, address, os.getpid())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+
+    def touch() -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                os.utime(path)
+            time.sleep(BEAT_FILE_EVERY_S)
+
+    _beating.append(threading.Thread(target=touch, name="m2flow-beat-file", daemon=True))
+    _beating[0].start()
+
+
+@dataclass(frozen=True)
+class Watch:
+    """The beat files of the processes on the driver's host (by replica id, with their pids): a process that
+    still runs but has not beaten for `silence_s` is hung."""
+
+    files: Mapping[Any, tuple[Path, int]]
+    silence_s: float
+
+    def silent(self, replicas: list[Any]) -> dict[Any, float]:
+        """The ids of those of `replicas` whose process is silent, with how long it has been."""
+        now, out = time.time(), {}
+        for replica in replicas:
+            path, pid = self.files.get(replica.id, (None, 0))
+            if path is None or not _runs(pid):  # elsewhere, or gone: a death is Ray's to report
+                continue
+            with contextlib.suppress(OSError):
+                if (age := now - path.stat().st_mtime) > self.silence_s:
+                    out[replica.id] = age
+        return out
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

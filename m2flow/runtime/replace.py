@@ -30,7 +30,7 @@ from m2flow.runtime.host import PortFailed, headline
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopStats, PeerLost
 from m2flow.runtime.quarantine import Quarantine
-from m2flow.runtime.waits import Deadline, finished, get, wait_all
+from m2flow.runtime.waits import Deadline, finished, get, next_ready, silent_timeout, wait_all
 from m2flow.schedule import ReplicaId
 from m2flow.spec import PortRef
 
@@ -318,14 +318,31 @@ def await_calls(
     """Each call's result, or None for a call of a `replaceable` replica that raised, died or is still
     running at the deadline (hung), with when and why; any other failure raises, as `wait_all` does.
     `together`: a worker's replicas fail together (the ranks of a group): once one fails, the others'
-    calls are given up at once."""
-    import ray
-
+    calls are given up at once; a replica whose process falls silent (`deadline.watch`) fails then."""
     results: list[Any] = [None] * len(calls)
     failed: dict[int, Dropped] = {}
     pending = {ref: i for i, (ref, _, _) in enumerate(calls)}
+
+    def fail(i: int, dropped: Dropped) -> None:
+        failed[i] = dropped
+        pending.pop(calls[i][0], None)
+        if together:
+            for ref, j in list(pending.items()):
+                if calls[j][1].worker == calls[i][1].worker:
+                    failed[j] = Dropped(time.time(), f"{calls[j][1].id} given up with {calls[i][1].id}")
+                    del pending[ref]
+
     while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline.left()))
+        ready, silent = next_ready(list(pending), deadline, lambda ref: calls[pending[ref]][1])
+        if silent:
+            out = [i for i in pending.values() if calls[i][1].id in silent]
+            if any(calls[i][1].id not in replaceable for i in out):
+                raise silent_timeout(silent, deadline, tuple(calls[i][1] for i in out))
+            for i in out:
+                if calls[i][0] in pending:  # not given up with another already
+                    one = {calls[i][1].id: silent[calls[i][1].id]}
+                    fail(i, Dropped(time.time(), str(silent_timeout(one, deadline))))
+            continue
         if not ready:
             if any(calls[i][1].id not in replaceable for i in pending.values()):
                 wait_all([calls[i] for i in pending.values()], deadline)  # raises the usual timeout, naming them
@@ -338,12 +355,7 @@ def await_calls(
         except (WorkerError, WaitTimeout) as exc:
             if calls[i][1].id not in replaceable:
                 raise
-            failed[i] = _dropped(exc)
-            if together:
-                for ref, j in list(pending.items()):
-                    if calls[j][1].worker == calls[i][1].worker:
-                        failed[j] = Dropped(time.time(), f"{calls[j][1].id} given up with {calls[i][1].id}")
-                        del pending[ref]
+            fail(i, _dropped(exc))
     return results, failed
 
 

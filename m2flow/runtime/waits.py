@@ -5,20 +5,49 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from m2flow.errors import M2FlowError, WaitTimeout, WorkerError
+from m2flow.runtime.pulse import BEAT_FILE_EVERY_S, Watch
 
 
 @dataclass
 class Deadline:
     seconds: float
     waiting_for: str
+    watch: Watch | None = None  # the beat files of the processes awaited: a silent one is hung before the deadline
     start: float = field(default_factory=time.monotonic)
 
     def left(self) -> float:
         return self.seconds - (time.monotonic() - self.start)
+
+
+def next_ready(pending: list[Any], deadline: Deadline, replica_of: Callable[[Any], Any]) -> tuple[list[Any], dict]:
+    """The first of `pending` (object refs) to finish, waiting at most until `deadline`: ([ref], {}); or, the
+    ids of the replicas (`replica_of` a ref) whose process fell silent first, with how long (`deadline.watch`):
+    ([], silent); ([], {}) at the deadline."""
+    import ray
+
+    while True:
+        left = max(0.0, deadline.left())
+        step = left if deadline.watch is None else min(left, BEAT_FILE_EVERY_S)
+        ready, _ = ray.wait(pending, num_returns=1, timeout=step)
+        if ready or deadline.left() <= 0:
+            return ready, {}
+        if silent := deadline.watch.silent([replica_of(ref) for ref in pending]):
+            return [], silent
+
+
+def silent_timeout(silent: dict, deadline: Deadline, stuck: tuple = ()) -> WaitTimeout:
+    """The failure of calls whose processes fell silent (`silent`: replica id -> seconds)."""
+    names = ", ".join(f"{replica} for {age:.1f}s" for replica, age in silent.items())
+    return WaitTimeout(
+        f"no beat from {names} while waiting for {deadline.waiting_for}: its process is stopped, or stuck in native"
+        " code that holds the GIL. If a call of yours holds the GIL that long, raise run.timeouts.silence_s",
+        stuck,
+    )
 
 
 def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]:
@@ -29,7 +58,10 @@ def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]
     results: list[Any] = [None] * len(calls)
     pending = [ref for ref, _, _ in calls]
     while pending:
-        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline.left()))
+        ready, silent = next_ready(pending, deadline, lambda ref: calls[index[ref]][1])
+        if silent:
+            raise silent_timeout(silent, deadline, tuple(r for _, r, _ in calls if r.id in silent))
+        pending = [ref for ref in pending if ref not in ready]
         if not ready:
             # a worker that gave up waiting on a peer says exactly who and what: prefer its error
             grace = min(5.0, 0.5 * deadline.seconds)

@@ -126,8 +126,9 @@ save_checkpoint(root, 2, {"w": torch.ones(150_000_000)}, {"env_steps": 20})
 
 
 def test_a_simulator_hung_as_a_checkpoint_is_gathered_is_caught_at_a_deadline_from_the_last_one_and_restarts(tmp_path):
-    floor_s = 8.0
-    raw = ppo_raw(tmp_path, "hung-checkpoint", iterations=4, timeouts={"floor_s": floor_s, "start_s": 300})
+    floor_s = 8.0  # silence_s far above it: the deadline is what catches the stopped process here
+    timeouts = {"floor_s": floor_s, "start_s": 300, "silence_s": 300}
+    raw = ppo_raw(tmp_path, "hung-checkpoint", iterations=4, timeouts=timeouts)
     env = raw["workers"]["env"]
     env["replicas"] = 2
     env["class"] = "tests.workers_for_tests.FaultyGymEnv"

@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
 HORIZON, ENVS, ITERATIONS = 16, 2, 3
 FLOOR_S = 8.0  # every deadline comes from the plan, as by default, floored here to keep the test short
+SILENCE_S = 3.0  # a process with no beat this long (stopped) is hung, before its call's deadline
 
 
 def faulty_training(tmp_path, fault: str, checkpoint_every: int = 1) -> mf.WorkflowSpec:
@@ -30,7 +31,7 @@ def faulty_training(tmp_path, fault: str, checkpoint_every: int = 1) -> mf.Workf
         envs=ENVS,
         checkpoint_every=checkpoint_every,
         on_failure="replace",
-        timeouts={"floor_s": FLOOR_S, "ceiling_s": FLOOR_S},
+        timeouts={"floor_s": FLOOR_S, "ceiling_s": FLOOR_S, "silence_s": SILENCE_S},
     )
     actor = raw["workers"]["actor"]
     actor["class"] = "tests.workers_for_tests.FaultyPPO"
@@ -49,8 +50,9 @@ def test_a_failed_training_rank_restarts_its_worker_in_place_on_the_same_batch(t
     detection = failure["detected_at"] - struck_at
     if fault == "kill":  # the other rank's collective breaks at once
         assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
-    else:  # silent: caught at the training call's deadline, the ranks named
-        assert FLOOR_S - 1 <= detection < 3 * FLOOR_S, f"detected after {detection:.1f}s"
+    else:  # no beat from its process: caught at the silence bound, before the call's deadline, the ranks named
+        assert SILENCE_S - 1 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
+        assert "no beat from actor[1] for 3." in failure["error"], failure["error"]
         assert "process group of 'actor': 1 of 2 ranks in a collective" in failure["error"]
         assert re.search(r"not arrived: actor\[1\]", failure["error"]), failure["error"]
 
