@@ -4,16 +4,18 @@ Each worker replica listens on one address per channel kind; a peer connects onc
 connection carries every message from that peer, in program order. Same node: a Unix socket
 (~0.03 ms a hop here); other nodes: TCP. Every receive has a deadline and names what it waits for.
 
-While it runs the loop, a process beats to every peer its replicas send to (a few bytes, from a thread
-of its own: `pulse.py`), saying how long its port call in progress has run. A receiver takes a peer that
-sends nothing at all, neither data nor a beat, for `Patience.silent_s` as hung (stopped, or stuck in native
-code that holds the GIL), and one whose call has run past `Patience.call_s` too; a peer that beats while it
-waits on others may keep a receiver waiting `Patience.most_s` in all.
+For as long as it is open, a replica's mailbox beats to every peer it sends to, from a thread of its own (a
+few bytes every `BEAT_EVERY_S`), saying how long its port call in progress has run (none: it sends, waits
+or works outside the loop). A receiver takes a peer that sends nothing at all, neither data nor a beat, for
+`Patience.silent_s` as hung (its process stopped, or stuck in native code that holds the GIL), and one whose
+beats say its call has run `Patience.call_s` too (hung in Python code, or just slow); a peer that beats
+while it waits on others may keep a receiver waiting `Patience.most_s` in all.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import select
@@ -21,6 +23,8 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
@@ -29,6 +33,7 @@ from m2flow.errors import WaitTimeout, WorkerError
 
 PeerId = tuple[str, int]  # (worker, replica)
 BEAT = ("beat",)  # the header of a beat: "alive"; its payload, how long its call in progress has run (None: none)
+BEAT_EVERY_S = 0.5  # how often a mailbox beats; a silence bound is at least 4x this (run.timeouts.silence_s)
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ def node_ip() -> str:
 class Mailbox:
     """One replica's channel endpoints: listeners accepting peers, inbound and outbound connections."""
 
-    def __init__(self, me: PeerId, authkey: bytes, kinds: list[str]):
+    def __init__(self, me: PeerId, authkey: bytes, kinds: list[str], beat_every_s: float = BEAT_EVERY_S):
         self.me = me
         self.authkey = authkey
         self.inbound: dict[PeerId, Connection] = {}
@@ -93,9 +98,12 @@ class Mailbox:
         self._sending: dict[PeerId, threading.Lock] = {}  # one writer at a time per channel: data or a beat
         self.sent_bytes = 0
         self._arrived = threading.Condition()
+        self._call_since: float | None = None  # when the port call in progress began (`calling`)
+        self._closed = threading.Event()
         self._listeners = {k: CHANNEL_KINDS[k].listen(f"{me[0]}-{me[1]}", authkey) for k in kinds}
         for listener in self._listeners.values():
             threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        threading.Thread(target=self._beat_until_closed, args=(beat_every_s,), name="m2flow-beat", daemon=True).start()
 
     @property
     def addresses(self) -> dict[str, Any]:
@@ -135,8 +143,7 @@ class Mailbox:
 
     def forget(self, peer: PeerId) -> None:
         """Close both channels with `peer` (replaced by a new process that will connect afresh)."""
-        with self._arrived:
-            self._sending.pop(peer, None)
+        with self._arrived, self._sending.pop(peer, None) or contextlib.nullcontext():
             for conn in (self.inbound.pop(peer, None), self.outbound.pop(peer, None)):
                 if conn is not None:
                     conn.close()
@@ -153,22 +160,40 @@ class Mailbox:
         self.sent_bytes += len(data)
         return len(data)
 
+    @contextmanager
+    def calling(self) -> Iterator[None]:
+        """Mark a port call in progress: the beats say for how long."""
+        self._call_since = time.monotonic()
+        try:
+            yield
+        finally:
+            self._call_since = None
+
     def recv(self, peer: PeerId, header: tuple, patience: Patience, waiting_for: str) -> Any:
-        """The message `header` from `peer`; past `patience` (module doc) raises `WaitTimeout`."""
+        """The message `header` from `peer`; past `patience` (module doc) raises `WaitTimeout`. Beats are read
+        while more are waiting, and only the newest is judged: those left unread since an earlier receive
+        say nothing of now."""
         conn = self.inbound[peer]
         start = heard = now = time.monotonic()
+        call_began: float | None = None  # when the peer's call in progress began, as its newest beat says
         while True:
-            until = min(heard + patience.silent_s, start + patience.most_s)
+            bounds = (heard + patience.silent_s, start + patience.most_s)
+            until = min(bounds) if call_began is None else min(*bounds, call_began + patience.call_s)
             if now >= until:
-                raise self._timeout(peer, header, patience, now - heard, waiting_for)
+                in_call_s = None if call_began is None else now - call_began
+                raise self._timeout(peer, header, patience, now - heard, waiting_for, in_call_s)
             if conn.poll(max(0.0, until - now)):
-                got, payload = self._read(conn, peer, waiting_for)
-                if tuple(got) != BEAT:
-                    break
-                heard = time.monotonic()
-                if payload is not None and payload > patience.call_s:
-                    raise self._timeout(peer, header, patience, 0.0, waiting_for, in_call_s=payload)
+                while True:
+                    got, payload = self._read(conn, peer, waiting_for)
+                    if tuple(got) != BEAT:
+                        return self._in_order(peer, header, got, payload)
+                    heard = time.monotonic()
+                    call_began = None if payload is None else heard - payload
+                    if not conn.poll(0):
+                        break
             now = time.monotonic()
+
+    def _in_order(self, peer: PeerId, header: tuple, got: tuple, payload: Any) -> Any:
         if tuple(got) != tuple(header):
             raise RuntimeError(
                 f"{_name(self.me)}: out-of-order message from {_name(peer)}: got {got}, expected {header}"
@@ -184,23 +209,33 @@ class Mailbox:
                 " (it crashed or was killed)"
             ) from None
 
-    def beat(self, in_call_s: float | None) -> None:
+    def beat(self) -> None:
         """Tell every peer this replica sends to that it is alive, and how long its call in progress has run.
         Never blocks: a channel busy with data (that says more) or full (its reader stopped) goes without;
         a broken channel is the data's to report."""
+        since = self._call_since
+        data = pickle.dumps((BEAT, None if since is None else time.monotonic() - since), pickle.HIGHEST_PROTOCOL)
         for peer, conn in list(self.outbound.items()):
             lock = self._sending.get(peer)
             if lock is None or not lock.acquire(blocking=False):
                 continue
             try:
-                with contextlib.suppress(OSError, ValueError):
-                    if select.select([], [conn.fileno()], [], 0)[1]:
-                        conn.send_bytes(pickle.dumps((BEAT, in_call_s), protocol=pickle.HIGHEST_PROTOCOL))
+                with contextlib.suppress(OSError, ValueError, TypeError):  # closed meanwhile
+                    if _writable(conn):
+                        conn.send_bytes(data)
             finally:
                 lock.release()
 
+    def _beat_until_closed(self, every_s: float) -> None:
+        while not self._closed.wait(every_s):
+            try:
+                self.beat()
+            except Exception:  # noqa: BLE001 - a beat missed is no failure; a beat thread gone would be
+                logging.getLogger(__name__).exception("m2flow: %s could not beat", _name(self.me))
+
     def close(self) -> None:
-        """Stop listening and close every channel."""
+        """Stop beating and listening, and close every channel."""
+        self._closed.set()
         for listener in self._listeners.values():
             listener.close()
         for conn in [*self.inbound.values(), *self.outbound.values()]:
@@ -213,22 +248,31 @@ class Mailbox:
         patience: Patience,
         silent: float,
         waiting_for: str,
-        in_call_s: float | None = None,
+        in_call_s: float | None,
     ) -> WaitTimeout:
-        if in_call_s is not None:
-            what = f"{_name(peer)} has been in one call for {in_call_s:.1f}s, over the {patience.call_s:g}s it may take"
-        elif silent >= patience.silent_s:
+        if silent >= patience.silent_s:
             what = (
-                f"no word from {_name(peer)} for {patience.silent_s:g}s (no data, no beat: stopped, or stuck in"
-                " native code that holds the GIL)"
+                f"no word from {_name(peer)} for {patience.silent_s:g}s (no data, no beat: its process is stopped,"
+                " or stuck in native code that holds the GIL)"
             )
-        else:  # it kept saying it waits on another peer, for longer than we may wait in all
-            what = f"no data from {_name(peer)} for {patience.most_s:g}s, the most we may wait"
+        elif in_call_s is not None and in_call_s >= patience.call_s:
+            what = f"{_name(peer)} has been in one call for {in_call_s:.1f}s, the most it may take"
+        else:
+            what = f"no data from {_name(peer)} for {patience.most_s:g}s, the most we may wait" + (
+                "" if in_call_s is None else f" (it has been in one call for {in_call_s:.1f}s)"
+            )
         return WaitTimeout(
             f"{_name(self.me)}: {what} while waiting for {waiting_for} (step {header[0]}); is {_name(peer)} hung?"
             " If it is just slow, raise run.timeouts.safety_factor or set run.timeouts.channel_s (a call that holds"
             " the GIL that long: run.timeouts.silence_s)"
         )
+
+
+def _writable(conn: Connection) -> bool:
+    """Whether a beat can be written to `conn` now, without blocking."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLOUT)
+    return bool(poller.poll(0))
 
 
 def _name(peer: PeerId) -> str:

@@ -12,7 +12,7 @@ from m2flow.spec import TimeoutSpec
 class Deadlines:
     phase_s: dict[str, float]
     channel_s: float
-    silence_s: float  # a loop peer silent this long is hung, however long its channel deadline
+    silence_s: float  # a loop peer silent this long is hung, however long its channel deadline (at most that)
     start_s: float
     explain: str
 
@@ -39,10 +39,9 @@ class Deadlines:
         predicted = plan.predicted
         phases = {op: timeouts.call_s or derived(seconds) for op, seconds in predicted.phase_s.items()}
         channel = timeouts.channel_s or derived(predicted.loop_step_s)
-        silence = min(timeouts.silence_s, channel)
+        silence = min(timeouts.silence_s, channel)  # in the loop: at most a channel deadline
         explain = (
             f"deadlines: x{timeouts.safety_factor:g} the predicted time, within"
-            f" [{timeouts.floor_s:g}, {timeouts.ceiling_s:g}] s; a loop peer silent for {silence:g} s is hung"
-            " (run.timeouts)"
+            f" [{timeouts.floor_s:g}, {timeouts.ceiling_s:g}] s (run.timeouts)"
         )
         return cls(phases, channel, silence, timeouts.start_s, explain)

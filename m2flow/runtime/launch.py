@@ -411,11 +411,11 @@ class Launch:
         import ray
 
         if self._beat_files is None:
-            nodes, here = addresses(), ray.util.get_node_ip_address()
+            node, address = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
             self._beat_files = {
-                replica: (beat_file(self.output_dir, here, pid), pid)
+                replica: (beat_file(self.output_dir, address, pid), pid)
                 for replica, pid in self.pids.items()
-                if nodes.get(self.nodes[replica]) == here
+                if self.nodes[replica] == node
             }
         return Watch(self._beat_files, silence_s)
 

@@ -8,9 +8,9 @@ while its peer already works on slice s+1 — pipelining falls out of the datafl
 A `droppable` replica of the first worker (a simulator) whose channel breaks or stays silent past its
 deadline is dropped: its peers go on with the other shards and report it `lost`; the controller replaces
 it and runs a program of `only_shards` to redo its part. Everyone else may then wait longer for its own
-peers, since those may be waiting out a silent simulator first. Every process beats while in the loop
-(`pulse.py`): a peer silent for `silence_s` is hung (stopped, or stuck holding the GIL), and so is one
-whose beats say one call of its has run for a channel deadline. A droppable replica of another worker
+peers, since those may be waiting out a silent simulator first. Every replica's mailbox beats (`channels.py`):
+a peer silent for `silence_s` is hung (stopped, or stuck holding the GIL), and so is one whose beats say one
+call of its has run for a channel deadline. A droppable replica of another worker
 (an inference replica) cannot be gone around: the simulators it serves stop with `PeerLost` naming it,
 and the controller replaces it with them and redoes their shards.
 """
@@ -25,7 +25,6 @@ from typing import Any
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.batching import concat, split
 from m2flow.runtime.channels import Mailbox, Patience, PeerId
-from m2flow.runtime.pulse import Pulse
 from m2flow.runtime.spans import Spans
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.sharding import owner, shard_groups
@@ -40,7 +39,7 @@ class LoopProgram:
     replicas: dict[str, int]
     iteration: int
     channel_timeout_s: float
-    silence_s: float  # a peer that sends nothing, neither data nor a beat, this long is hung (pulse.py)
+    silence_s: float  # a peer that sends nothing, neither data nor a beat, this long is hung (channels.py)
     trace_steps: bool
     droppable: frozenset[PeerId] = frozenset()  # replicas whose failure is not fatal (module doc)
     only_shards: tuple[int, ...] | None = None  # a redo: only these shards step
@@ -132,11 +131,9 @@ class _LoopRun:
         }
         self._routes: dict[tuple, list[tuple[int, int]]] = {}
         self._peers: dict[tuple, list[int]] = {}
-        self.pulse = Pulse([m.mailbox for m in members], min(prog.silence_s, prog.channel_timeout_s))
 
     def run(self) -> list[LoopStats]:
-        with self.pulse:
-            self._steps()
+        self._steps()
         for m in self.members:
             key = (m.worker, m.replica)
             self.stats[key].sent_bytes = m.mailbox.sent_bytes - self.sent_before[key]
@@ -168,8 +165,7 @@ class _LoopRun:
         """How long to wait for `peer`'s message: silent for the silence bound, or in one call for a channel
         deadline, it is hung; a droppable simulator replica may take a channel deadline in all, any other peer
         may also wait out each droppable simulator replica before it (in turn)."""
-        channel_s = self.prog.channel_timeout_s
-        silent_s = min(self.prog.silence_s, channel_s)
+        channel_s, silent_s = self.prog.channel_timeout_s, self.prog.silence_s
         entry = self.prog.ports[0][0]
         simulators = sum(1 for worker, _ in self.prog.droppable if worker == entry)
         if peer[0] == entry and peer in self.prog.droppable:
@@ -256,7 +252,7 @@ class _LoopRun:
         """Call port j on slice s, then deliver its output to `after` = (next port, its step), if any."""
         port = self.prog.ports[j][1]
         start = time.time()
-        with self.pulse.calling():
+        with m.mailbox.calling():
             out = m.call_port(port, s, value)
         end = time.time()
         sent = self.deliver(m, after[0], s, after[1], out, sizes) if after else 0

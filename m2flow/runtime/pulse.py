@@ -1,13 +1,9 @@
-"""A worker process's signs of life, beaten by threads of its own, so a hang is told from work without waiting
-out a deadline: a process stopped, or stuck in native code that holds the GIL, falls silent.
-
-- In the loop (`Pulse`): the process tells every peer its replicas send to that it is alive, and how long
-  its port call in progress has run (none: it sends or waits). A receiver takes a peer silent for
-  `run.timeouts.silence_s` as hung, and one that beats from inside one call past the channel deadline too
-  (hung in Python code, or just slow: the channel deadline, as without a beat).
-- Always (`beat_while_alive`): the process touches its beat file, `<run>/pulse/<address>-<pid>`. The driver,
-  waiting on a call (training, a hook, a sync), reads the age of the files of the processes on its host
-  (`Watch`): one silent for `silence_s` is hung. Processes on other hosts are left to their deadlines.
+"""A worker process's beat file: a thread of its own touches `<run>/pulse/<address>-<pid>` every
+`BEAT_FILE_EVERY_S` for as long as the process lives, so the driver, waiting on a call of it (training, a
+hook, a weight sync's publish), tells a process at work from one stopped, or stuck in native code that holds
+the GIL, without waiting out the call's deadline: the second's file stops changing (`Watch`). The driver
+reads the files of the processes on its own host; those on other hosts are left to their deadlines. (In the
+loop, peers tell the same from the beats on their channels: `channels.py`.)
 """
 
 from __future__ import annotations
@@ -16,52 +12,12 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from m2flow.runtime.channels import Mailbox
 from m2flow.runtime.nodes import process_name
-
-PULSES_PER_SILENCE = 4  # pulses sent within the silence a peer may keep: one late is no failure
-
-
-class Pulse:
-    """The pulse of one process for its members' mailboxes, every `silence_s / PULSES_PER_SILENCE`."""
-
-    def __init__(self, mailboxes: list[Mailbox], silence_s: float):
-        self.mailboxes = mailboxes
-        self.every_s = silence_s / PULSES_PER_SILENCE
-        self._call_since: float | None = None
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="m2flow-pulse", daemon=True)
-
-    @contextmanager
-    def calling(self) -> Iterator[None]:
-        """Mark a port call in progress: the pulses say for how long."""
-        self._call_since = time.monotonic()
-        try:
-            yield
-        finally:
-            self._call_since = None
-
-    def __enter__(self) -> Pulse:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=max(1.0, 2 * self.every_s))
-
-    def _run(self) -> None:
-        while not self._stopped.wait(self.every_s):
-            since = self._call_since
-            in_call_s = None if since is None else time.monotonic() - since
-            for mailbox in self.mailboxes:
-                mailbox.beat(in_call_s)
-
+from m2flow.schedule import ReplicaId
 
 BEAT_FILE_EVERY_S = 0.5  # how often a worker process touches its beat file; run.timeouts.silence_s is >= 4x this
 _beating: list[threading.Thread] = []  # this process's beat-file thread, once started
@@ -90,24 +46,32 @@ def beat_while_alive(run_dir: str, address: str) -> None:
     _beating[0].start()
 
 
-@dataclass(frozen=True)
+@dataclass
 class Watch:
-    """The beat files of the processes on the driver's host (by replica id, with their pids): a process that
-    still runs but has not beaten for `silence_s` is hung."""
+    """The beat files of the processes on the driver's host (by replica, with their pids) during one wait:
+    a process that still runs but whose file has not changed for `silence_s` of the driver's clock is hung
+    (its file's time is only compared with itself: no clock of another machine is read)."""
 
-    files: Mapping[Any, tuple[Path, int]]
+    files: Mapping[ReplicaId, tuple[Path, int]]
     silence_s: float
+    _seen: dict[ReplicaId, tuple[float, float]] = field(default_factory=dict)  # mtime, when it was first seen
 
-    def silent(self, replicas: list[Any]) -> dict[Any, float]:
-        """The ids of those of `replicas` whose process is silent, with how long it has been."""
-        now, out = time.time(), {}
+    def silent(self, replicas: list[ReplicaId]) -> dict[ReplicaId, float]:
+        """Those of `replicas` whose process is silent, with how long it has been, as far as this watch saw."""
+        now, out = time.monotonic(), {}
         for replica in replicas:
-            path, pid = self.files.get(replica.id, (None, 0))
+            path, pid = self.files.get(replica, (None, 0))
             if path is None or not _runs(pid):  # elsewhere, or gone: a death is Ray's to report
                 continue
-            with contextlib.suppress(OSError):
-                if (age := now - path.stat().st_mtime) > self.silence_s:
-                    out[replica.id] = age
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                continue
+            seen, since = self._seen.get(replica, (None, now))
+            if seen != mtime:
+                self._seen[replica] = (mtime, now)
+            elif now - since > self.silence_s:
+                out[replica] = now - since
         return out
 
 

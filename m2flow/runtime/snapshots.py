@@ -93,9 +93,8 @@ class Snapshots:
             (r.actor.hook.remote(hook, *([str(self._files(folder, r))] if folder else [])), r, f"{hook}()")
             for r in replicas
         ]
-        watch = self.launch.watch(self.timeouts.silence_s)  # a process silent that long is hung before the deadline
         with naming_ranks(self.launch):
-            return wait_all(calls, Deadline(timeout_s or self.timeouts.start_s, what, watch))
+            return wait_all(calls, Deadline(timeout_s or self.timeouts.start_s, what))
 
     def _files(self, directory: Path, replica: Replica) -> Path:
         """Where a worker's own files go: one folder for a group, one per replica otherwise."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from m2flow.errors import M2FlowError, WaitTimeout, WorkerError
 from m2flow.runtime.pulse import BEAT_FILE_EVERY_S, Watch
+from m2flow.schedule import ReplicaId
 
 
 @dataclass
@@ -34,18 +35,19 @@ def next_ready(pending: list[Any], deadline: Deadline, replica_of: Callable[[Any
         left = max(0.0, deadline.left())
         step = left if deadline.watch is None else min(left, BEAT_FILE_EVERY_S)
         ready, _ = ray.wait(pending, num_returns=1, timeout=step)
-        if ready or deadline.left() <= 0:
+        if ready or deadline.left() <= 0 or deadline.watch is None:
             return ready, {}
-        if silent := deadline.watch.silent([replica_of(ref) for ref in pending]):
-            return [], silent
+        if silent := deadline.watch.silent([replica_of(ref).id for ref in pending]):
+            done, _ = ray.wait(pending, num_returns=1, timeout=0)  # a call that ended meanwhile is no hang
+            return done, {} if done else silent
 
 
-def silent_timeout(silent: dict, deadline: Deadline, stuck: tuple = ()) -> WaitTimeout:
+def silent_timeout(silent: dict[ReplicaId, float], deadline: Deadline, stuck: tuple = ()) -> WaitTimeout:
     """The failure of calls whose processes fell silent (`silent`: replica id -> seconds)."""
     names = ", ".join(f"{replica} for {age:.1f}s" for replica, age in silent.items())
     return WaitTimeout(
-        f"no beat from {names} while waiting for {deadline.waiting_for}: its process is stopped, or stuck in native"
-        " code that holds the GIL. If a call of yours holds the GIL that long, raise run.timeouts.silence_s",
+        f"no beat from {names} (a process stopped, or stuck in native code that holds the GIL) while waiting for"
+        f" {deadline.waiting_for}. If a call of yours holds the GIL that long, raise run.timeouts.silence_s",
         stuck,
     )
 

@@ -4,6 +4,8 @@ droppable fails the loop as before; a simulator whose droppable inference peer b
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -31,8 +33,8 @@ class Mailbox:
         self.sent.append((peer, header[0], sorted(payload)))
         return 1
 
-    def beat(self, in_call_s):
-        pass
+    def calling(self):
+        return contextlib.nullcontext()
 
 
 def program(droppable: frozenset[tuple[str, int]]) -> LoopProgram:
@@ -88,8 +90,8 @@ class PolicyMailbox:
     def send(self, peer, header, payload):
         return 1
 
-    def beat(self, in_call_s):
-        pass
+    def calling(self):
+        return contextlib.nullcontext()
 
 
 def simulator(stepped: list[int]) -> Member:
