@@ -56,7 +56,7 @@ def test_a_failed_simulator_is_replaced_in_place_and_only_its_part_is_redone(tmp
         assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
     else:  # a stopped process sends nothing, not even a beat: caught at the silence bound, before the channel's
         assert SILENCE_S - 1 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
-        assert "no word from env[1] for 3s (no data, no beat: stopped" in failure["error"]
+        assert "no word from env[1] for 3s (no data, no beat: its process is stopped" in failure["error"]
 
     per_iteration = 2 * ENVS * HORIZON
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
@@ -89,9 +89,10 @@ def test_a_simulator_that_fails_handing_over_its_trajectory_is_replaced_and_its_
 
     (failure,) = result.failures  # replaced, not restarted
     assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
-    # seen by the handover's wait, or by the loop's when its result was still on its way as the process went
-    # (a killed process: its loop call died; a stopped one: its loop call is still out at the loop's deadline)
-    seen_by = ("env.trajectory", "during the loop", "still in the loop")
+    # seen by the handover's wait (a stopped process: no beat for the silence bound), or by the loop's when its
+    # result was still on its way as the process went (a killed process: its loop call died; a stopped one: its
+    # loop call is still out at the loop's deadline)
+    seen_by = ("env.trajectory", "during the loop", "still in the loop", "no beat from env[1] for 3.")
     assert any(seen in failure["error"] for seen in seen_by), failure["error"]
     per_iteration = 2 * ENVS * HORIZON
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]

@@ -77,7 +77,7 @@ def test_a_failed_policy_replica_is_replaced_in_place_with_the_simulators_it_lef
         assert 0 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
     else:  # silent, not even a beat: caught at the silence bound, before its channel deadline
         assert SILENCE_S - 1 <= detection < FLOOR_S, f"detected after {detection:.1f}s"
-        assert "no word from rollout[0] for 2s (no data, no beat: stopped" in policy["error"]
+        assert "no word from rollout[0] for 2s (no data, no beat: its process is stopped" in policy["error"]
 
     faulted = result.history[1]
     assert faulted["failures/replaced"] == len(served) + 1

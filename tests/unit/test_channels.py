@@ -86,6 +86,7 @@ def test_a_peer_whose_beats_say_one_call_ran_past_its_bound_is_hung_then_not_at_
 
 def test_beats_do_not_stretch_a_wait_past_its_most_and_the_timeout_says_the_peer_is_in_a_call(mailboxes):
     def policy_acts_long():
+        time.sleep(0.3)  # its call begins after the wait: the wait's own bound comes first
         with mailboxes[POLICY].calling():
             time.sleep(3.0)
 
