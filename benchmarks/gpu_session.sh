@@ -19,6 +19,8 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json MUJOCO_GL=egl
 export PYOPENGL_PLATFORM=egl PYTHONUNBUFFERED=1 RAY_DEDUP_LOGS=0
 rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+# the commit the wheel was built at (`git rev-parse --short HEAD > .whl/COMMIT` when building it): the results' meta
+[ -f .whl/COMMIT ] && export M2FLOW_RESULTS_COMMIT="$(cat .whl/COMMIT)"
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, ray, mujoco; print(torch.__version__, torch.cuda.is_available(), ray.__version__, mujoco.__version__)" | tee -a "$OUT/gpu.txt"
 cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmarks" benchmarks

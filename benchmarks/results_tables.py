@@ -18,7 +18,9 @@ from tables_gpu import CONTENTION, CONTENTION_4X48, TILED, TILED_4X48, gpu_conte
 from tables_learning import learning, locomotion
 from tables_recovery import (
     CHAOS,
+    CHAOS_FINAL,
     CHAOS_SEED3,
+    CHAOS_SEED3_FINAL,
     CHAOS_SEED3_SPARES,
     CHAOS_SPARES,
     chaos_faults,
@@ -388,6 +390,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "chaos_spares_summary": partial(chaos_summary, CHAOS_SPARES),
     "chaos_seed3_spares_faults": partial(chaos_faults, CHAOS_SEED3_SPARES),
     "chaos_seed3_spares_summary": partial(chaos_summary, CHAOS_SEED3_SPARES),
+    "chaos_seed3_final_faults": partial(chaos_faults, CHAOS_SEED3_FINAL),
+    "chaos_seed3_final_summary": partial(chaos_summary, CHAOS_SEED3_FINAL),
+    "chaos_final_faults": partial(chaos_faults, CHAOS_FINAL),
+    "chaos_final_summary": partial(chaos_summary, CHAOS_FINAL),
     "chaos_seed3_summary": partial(chaos_summary, CHAOS_SEED3),
     "hosts": hosts,
     "replacement_spares": replacement_spares,

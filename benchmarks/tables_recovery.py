@@ -9,6 +9,7 @@ from tables_format import Block, count, table
 FAULTS, CHAOS, CHAOS_SEED3, HOSTS = "faults.json", "chaos.json", "chaos_seed3.json", "hosts.json"
 CHAOS_SPARES = "chaos_spares.json"  # the rounds with spare processes (run.spares): seed 0...
 CHAOS_SEED3_SPARES = "chaos_seed3_spares.json"  # ...and seed 3
+CHAOS_SEED3_FINAL, CHAOS_FINAL = "chaos_seed3_final.json", "chaos_final.json"  # processes beating: seeds 3 and 0
 SPARES = "replacement_spares.json"
 
 
