@@ -17,6 +17,7 @@ and the controller replaces it with them and redoes their shards.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -252,7 +253,9 @@ class _LoopRun:
         """Call port j on slice s, then deliver its output to `after` = (next port, its step), if any."""
         port = self.prog.ports[j][1]
         start = time.time()
-        with m.mailbox.calling():
+        with contextlib.ExitStack() as calling:  # the process is in a call: every replica it hosts says so
+            for member in self.members:
+                calling.enter_context(member.mailbox.calling())
             out = m.call_port(port, s, value)
         end = time.time()
         sent = self.deliver(m, after[0], s, after[1], out, sizes) if after else 0

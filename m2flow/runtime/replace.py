@@ -328,8 +328,11 @@ def await_calls(
         pending.pop(calls[i][0], None)
         if together:
             for ref, j in list(pending.items()):
-                if calls[j][1].worker == calls[i][1].worker:
-                    failed[j] = Dropped(time.time(), f"{calls[j][1].id} given up with {calls[i][1].id}")
+                if calls[j][1].worker == calls[i][1].worker:  # the replica's own other calls fail as it did
+                    same = calls[j][1].id == calls[i][1].id
+                    failed[j] = (
+                        dropped if same else Dropped(time.time(), f"{calls[j][1].id} given up with {calls[i][1].id}")
+                    )
                     del pending[ref]
 
     while pending:
