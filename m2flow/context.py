@@ -6,6 +6,7 @@ in `__init__` if it needs any of this. Outside a run, `context()` returns a sing
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -30,6 +31,13 @@ class WorkerContext:
     iterations: int = 1  # the run's planned iterations (schedules such as learning-rate annealing read it)
     quarantined: Mapping[int, int] = field(default_factory=dict)  # env -> times
     gpu_memory_gb: float | None = None  # on a GPU that processes share, the most its process may hold; None: all
+    collective_s: float = 1800.0  # the most one collective of the worker's process groups may take: the plan's
+    # deadline in a run; outside one, torch's default of 30 minutes
+
+    @property
+    def collective_timeout(self) -> datetime.timedelta:
+        """`collective_s` as torch.distributed (and megatron-core) take it: every group the worker makes."""
+        return datetime.timedelta(seconds=self.collective_s)
 
     def env_seed(self, env: int, offset: int | None = None, shared_by: Iterable[int] = ()) -> int:
         """The seed global env `env` starts from: run.seed + `offset` (default: the env's index), moved on for

@@ -21,19 +21,18 @@ def backend_for(device: str) -> str:
     return "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
 
 
-def init_process_group(ctx: WorkerContext, address: str, port: int, timeout_s: float, meet_s: float) -> None:
+def init_process_group(ctx: WorkerContext, address: str, port: int, meet_s: float) -> None:
     """Join the worker's default process group: its ranks meet through a TCP store within `meet_s` (start-up
-    may be slow), then every collective is bounded by `timeout_s`, derived from the plan, never torch's
+    may be slow), then every collective is bounded by `ctx.collective_s`, derived from the plan, never torch's
     default of 30 minutes. A rank that does not come names itself and the group."""
-    import datetime
-
     import torch.distributed as dist
 
     rank, world = ctx.replica, ctx.replicas
     os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     store = meet(f"worker '{ctx.worker}'", address, port, rank, world, meet_s)
-    timeout = datetime.timedelta(seconds=timeout_s)
-    dist.init_process_group(backend_for(ctx.device), store=store, rank=rank, world_size=world, timeout=timeout)
+    dist.init_process_group(
+        backend_for(ctx.device), store=store, rank=rank, world_size=world, timeout=ctx.collective_timeout
+    )
 
 
 def meet(group: str, address: str, port: int, rank: int, world: int, meet_s: float) -> Any:

@@ -91,7 +91,7 @@ class WorkerHost:
         if dist is not None:
             from m2flow.runtime.distributed import init_process_group
 
-            init_process_group(ctx, dist["address"], dist["port"], dist["timeout_s"], dist["meet_s"])
+            init_process_group(ctx, dist["address"], dist["port"], dist["meet_s"])
         self.instances = [self._build(target, args, ctx, s, instances) for s in range(instances)]
 
     @staticmethod

@@ -147,12 +147,14 @@ class Launch:
             iterations=self.graph.spec.run.iterations,
             quarantined=dict(self.quarantined),
             gpu_memory_gb=self.plan.memory_gb(ReplicaId(name, r)),
+            # a rank's own collective timeout is the backstop, twice the training call's deadline, so the
+            # controller's deadline passes first and names the ranks; should measured costs later raise that
+            # deadline past it (`Controller.adopt`), the rank's own timeout reports a hang first
+            collective_s=self.deadlines.collective_s,
         )
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
-        # a rank's own collective timeout is the backstop, twice the training call's deadline, so the
-        # controller's deadline passes first and names the ranks; should measured costs later raise that
-        # deadline past it (`Controller.adopt`), the rank's own timeout reports a hang first
-        dist = _with_timeouts(self.rendezvous[name], self.deadlines.collective_s, self.timeouts.start_s)
+        rendezvous = self.rendezvous[name]
+        dist = None if rendezvous is None else {**rendezvous, "meet_s": self.timeouts.start_s}
         args = (info.target, info.spec.args, ctx, instances, dist, self._core(device))
         render = self.render_on.get(ReplicaId(name, r))
         env_vars = {}
@@ -456,11 +458,6 @@ def _rendezvous_point() -> dict:
     from m2flow.runtime.distributed import free_port
 
     return {"address": node_ip(), "port": free_port()}
-
-
-def _with_timeouts(dist: dict | None, timeout_s: float, meet_s: float) -> dict | None:
-    """A group's rendezvous with its deadlines: one collective, and the meeting of its ranks at start-up."""
-    return None if dist is None else {**dist, "timeout_s": timeout_s, "meet_s": meet_s}
 
 
 def replica_process(workflow: str, replica: str) -> Any:

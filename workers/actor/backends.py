@@ -123,7 +123,9 @@ class TrainingBackend(ABC):
 
         if not dist.is_initialized():
             backend = "cpu:gloo,cuda:nccl" if self.device.type == "cuda" else "gloo"
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            dist.init_process_group(
+                backend, store=dist.HashStore(), rank=0, world_size=1, timeout=self.ctx.collective_timeout
+            )
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
         from torch import nn

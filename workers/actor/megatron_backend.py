@@ -100,7 +100,12 @@ class MegatronBackend(TrainingBackend):
             ) from None
         self.ensure_process_group()
         if not parallel_state.model_parallel_is_initialized():
-            parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.world_size)
+            # megatron-core's groups take the plan's bound, not its own 30 minutes (its minutes go into a
+            # timedelta, so a fraction of one is kept)
+            parallel_state.initialize_model_parallel(
+                tensor_model_parallel_size=self.world_size,
+                distributed_timeout_minutes=self.ctx.collective_s / 60,
+            )
 
     def _parallel(self, mlp: nn.Sequential, config) -> nn.Sequential:
         """Linears in pairs: column-parallel (output split) then row-parallel (input split, outputs summed),
