@@ -76,3 +76,13 @@ def two_host_ppo(out: Path, address: str, *, iterations: int, checkpoint_every: 
     raw["placement"] = {"mode": "hybrid", "pipeline_stages": 1, "replan": False}
     raw["cluster"] = {"address": address}
     return raw
+
+
+def simulator_across_hosts(out: Path, address: str, *, iterations: int, floor_s: float) -> dict:
+    """Two simulator replicas of 2 envs pinned one to each of two hosts of 2 cores (node 0 is the driver's),
+    policy and training on host 0, simulators replaced in place on a failure (`run.on_failure: replace`)."""
+    raw = two_host_ppo(out, address, iterations=iterations, checkpoint_every=2, floor_s=floor_s)
+    raw["run"]["on_failure"] = "replace"
+    raw["workers"]["actor"]["replicas"] = 1
+    raw["placement"]["devices"] = {"env": [1, 2], "rollout": 0, "actor": 0}
+    return raw

@@ -223,14 +223,16 @@ class Run:
             quarantined=r.quarantined,
             state=r.state,
             spare=r.spare,
+            borrowed=r.borrowed,
             seconds=r.seconds,
         )
         self._record_failure(failure)
         named = "" if r.env is None else f" (env {r.env})"
         self.reporter.print(f"m2flow: {r.replica} failed in iteration {r.iteration}{named}: {r.why}")
         redone = f"its {r.steps_redone} env steps redone, the other replicas kept theirs" if r.steps_redone else ""
+        where = f", on {r.borrowed}: its planned node no longer answers" if r.borrowed else ""
         self.reporter.print(
-            f"m2flow: {r.replica} replaced in place ({r.state}{', in a spare process' if r.spare else ''});"
+            f"m2flow: {r.replica} replaced in place ({r.state}{', in a spare process' if r.spare else ''}{where});"
             f" {redone or 'no env step redone'},"
             f" {r.seconds:.1f}s after the failure was seen"
         )
@@ -440,12 +442,14 @@ def _failure(
     quarantined: bool = False,
     state: str | None = None,
     spare: bool = False,
+    borrowed: str | None = None,
     seconds: float | None = None,
 ) -> dict:
     """One entry of `RunResult.failures`: `replaced` names the replica replaced in place (None: a restart),
     `env` the env its simulator said failed, `quarantined` whether that env was started from a new seed,
     `state` what the replacement started from, `spare` whether it ran in a spare process (`run.spares`),
-    `seconds` from when the failure was seen to the end of the replacement (and its redo)."""
+    `borrowed` the core it borrowed where its planned device's node was gone, `seconds` from when the
+    failure was seen to the end of the replacement (and its redo)."""
     return {
         "iteration": iteration,
         "error": error,
@@ -456,6 +460,7 @@ def _failure(
         "quarantined": quarantined,
         "state": state,
         "spare": spare,
+        "borrowed": borrowed,
         "seconds": seconds,
     }
 

@@ -45,10 +45,13 @@ def connect_ray(spec: ClusterSpec) -> Cluster:
 
 def cluster_from_ray(spec: ClusterSpec, without: frozenset[str] = frozenset()) -> Cluster:
     """The devices Ray reports, node by node (GPUs, then one CPU slot per core), but for the nodes (Ray
-    node ids) `without`."""
+    node ids) `without`. Node 0 is the driver's, the others follow in Ray's order, so that device indices
+    (`placement.devices`) count the driver's host's devices first."""
     import ray
 
+    here = None if ray.util.client.ray.is_connected() else ray.get_runtime_context().get_node_id()
     nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in without]
+    nodes.sort(key=lambda node: node["NodeID"] != here)  # stable: Ray's order after the driver's node
     devices: dict[DeviceId, float] = {}
     for kind, key, memory in (("gpu", "GPU", gpu_memory_gb(spec)), ("cpu", "CPU", None)):
         index = 0

@@ -61,6 +61,7 @@ class Replacement:
     env: int | None  # the env that failed, when the replica or its crash record named it
     quarantined: bool  # whether that env was quarantined (started again from a new seed)
     spare: bool  # whether its new process was a spare started ahead (`run.spares`)
+    borrowed: str | None = None  # the core its new process borrowed, its planned device's node gone (`relocate.py`)
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ class Replacer:
             env=dropped.env,
             quarantined=started.quarantined,
             spare=replica.id in self.launch.from_spare,
+            borrowed=str(self.launch.moved[replica.id]) if replica.id in self.launch.moved else None,
         )
         self.report(replacement)
         return replacement

@@ -30,9 +30,10 @@ class LoopChannels:
     def wire(self, members: list[Replica]) -> None:
         """Open a mailbox on every loop replica and connect each to the peers it sends to."""
         self.addresses = self._open(members)
+        replica_of = {r.id: r for r in members}
         calls = [
             (
-                r.actor.connect.remote(self._addresses(r, self.senders.get(r.id, ())), self.start_s),
+                r.actor.connect.remote(self._addresses(r, self.senders.get(r.id, ()), replica_of), self.start_s),
                 r,
                 "connect channels",
             )
@@ -61,7 +62,7 @@ class LoopChannels:
         sends, receives = self._ends(links)
         senders = [replica_of[s] for s in sends]
         calls = [
-            (r.actor.connect.remote(self._addresses(r, sends[r.id]), self.start_s), r, "connect channels")
+            (r.actor.connect.remote(self._addresses(r, sends[r.id], replica_of), self.start_s), r, "connect channels")
             for r in senders
         ]
         wait_all(calls, Deadline(self.start_s, "channels of replaced replicas to connect"))
@@ -87,10 +88,13 @@ class LoopChannels:
         opened = wait_all(calls, Deadline(self.start_s, "channels to open"))
         return dict(zip([r.id for r in members], opened, strict=True))
 
-    def _addresses(self, sender: Replica, peers: Iterable[ReplicaId]) -> list[tuple[ReplicaId, Any]]:
-        """Each peer's address as `sender` dials it: a Unix socket on its node, TCP across nodes."""
+    def _addresses(
+        self, sender: Replica, peers: Iterable[ReplicaId], replica_of: dict[ReplicaId, Replica]
+    ) -> list[tuple[ReplicaId, Any]]:
+        """Each peer's address as `sender` dials it: a Unix socket on its node, TCP across nodes (where each
+        runs now: a replica replaced off a lost node runs away from its planned device)."""
         node = sender.device.node
-        kind = {peer: "unix" if self.plan.device_of(peer).node == node else "tcp" for peer in peers}
+        kind = {peer: "unix" if replica_of[peer].device.node == node else "tcp" for peer in peers}
         return [(peer, self.addresses[peer][kind[peer]]) for peer in sorted(kind)]
 
     def _senders_to(self, peer: ReplicaId) -> list[ReplicaId]:

@@ -18,7 +18,7 @@ import yaml
 
 from m2flow.runtime.checkpoint import load_checkpoint
 from tests.netns import Hosts, available
-from tests.workflows import two_host_ppo
+from tests.workflows import simulator_across_hosts, two_host_ppo
 
 UNAVAILABLE = available()
 pytestmark = [
@@ -99,15 +99,56 @@ def test_a_job_across_two_hosts_loses_one_and_goes_on_on_the_other(tmp_path, fau
     assert_nothing_lost(run_dir)
 
 
-def assert_nothing_lost(run_dir: Path) -> None:
+def assert_nothing_lost(run_dir: Path, iterations: int = ITERATIONS) -> None:
     """Every iteration trained on a whole batch (an iteration done again: its last record stands), the env
     steps add up, and every checkpoint the run wrote loads."""
     last = {m["iteration"]: m for m in read_jsonl(run_dir / "metrics.jsonl")}
     per_iteration = 2 * 2 * 16  # simulator replicas x envs x horizon, as `job` has them
-    assert [last[i]["actor/steps_consumed"] for i in range(ITERATIONS)] == [per_iteration] * ITERATIONS
-    assert [last[i]["env_steps"] for i in range(ITERATIONS)] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
-    for i in range(CHECKPOINT_EVERY - 1, ITERATIONS, CHECKPOINT_EVERY):
+    assert [last[i]["actor/steps_consumed"] for i in range(iterations)] == [per_iteration] * iterations
+    assert [last[i]["env_steps"] for i in range(iterations)] == [per_iteration * (i + 1) for i in range(iterations)]
+    for i in range(CHECKPOINT_EVERY - 1, iterations, CHECKPOINT_EVERY):
         load_checkpoint(run_dir / "checkpoints" / f"iter_{i:08d}")
+
+
+@pytest.mark.parametrize("fault", ["partition", "host killed"])
+def test_a_simulator_on_a_lost_host_is_replaced_in_place_on_a_core_of_the_host_left(tmp_path, fault):
+    iterations = 30
+    raw = simulator_across_hosts(tmp_path, "", iterations=iterations, floor_s=FLOOR_S)
+    with Hosts(2, cpus=2) as hosts:
+        raw["cluster"] = {"address": hosts.ray_address}
+        path = tmp_path / "moved.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        run_dir = tmp_path / "hosts"
+        log = (tmp_path / "driver.log").open("w")
+        driver = hosts.start_in(0, [M2FLOW, "run", str(path)], stdout=log, stderr=log)
+        try:
+            three = lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 3  # noqa: E731
+            wait_for(three, 180, "three iterations", driver, tmp_path / "driver.log")
+            where = {name: e["address"] for name, e in json.loads((run_dir / "processes.json").read_text()).items()}
+            assert [name for name, address in where.items() if address == hosts.address(1)] == ["env[1]"]
+            struck_at = time.time()
+            if fault == "partition":
+                hosts.partition(1)
+            else:
+                hosts.kill_host(1)
+            driver.wait(timeout=300)
+        finally:
+            driver.kill()
+            log.close()
+        output = " ".join((tmp_path / "driver.log").read_text().split())
+        assert driver.returncode == 0, output[-3000:]
+
+    (failure,) = read_jsonl(run_dir / "failures.jsonl")  # one failure, replaced in place: no restart
+    assert failure["replaced"] == "env[1]", failure
+    assert failure["detected_at"] - struck_at < 3 * FLOOR_S, output[-3000:]
+    assert failure["borrowed"] in {"n0/cpu0", "n0/cpu1"}, failure  # a core of host 0, the driver's node
+    assert "its planned node no longer answers" in output, output[-3000:]
+    assert "restart" not in output, output[-3000:]
+    iterations_run = [m["iteration"] for m in read_jsonl(run_dir / "metrics.jsonl")]
+    assert iterations_run == list(range(iterations))  # each once: nothing done again
+    after = json.loads((run_dir / "processes.json").read_text())
+    assert {entry["address"] for entry in after.values()} == {hosts.address(0)}
+    assert_nothing_lost(run_dir, iterations)
 
 
 def test_a_training_rank_hung_across_hosts_is_named_with_both_ranks_asked_on_their_hosts(tmp_path):
