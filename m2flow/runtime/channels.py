@@ -103,7 +103,9 @@ class Mailbox:
         self._listeners = {k: CHANNEL_KINDS[k].listen(f"{me[0]}-{me[1]}", authkey) for k in kinds}
         for listener in self._listeners.values():
             threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-        threading.Thread(target=self._beat_until_closed, args=(beat_every_s,), name="m2flow-beat", daemon=True).start()
+        self._beat_every_s = beat_every_s
+        self._beater = threading.Thread(target=self._beat_until_closed, name="m2flow-beat", daemon=True)
+        self._beater.start()
 
     @property
     def addresses(self) -> dict[str, Any]:
@@ -226,16 +228,20 @@ class Mailbox:
             finally:
                 lock.release()
 
-    def _beat_until_closed(self, every_s: float) -> None:
-        while not self._closed.wait(every_s):
+    def _beat_until_closed(self) -> None:
+        while not self._closed.wait(self._beat_every_s):
             try:
                 self.beat()
             except Exception:  # noqa: BLE001 - a beat missed is no failure; a beat thread gone would be
-                logging.getLogger(__name__).exception("m2flow: %s could not beat", _name(self.me))
+                if not self._closed.is_set():  # one cut short by `close` is expected
+                    logging.getLogger(__name__).exception("m2flow: %s could not beat", _name(self.me))
 
     def close(self) -> None:
-        """Stop beating and listening, and close every channel."""
+        """Stop beating (a beat under way ends first, within a beat's interval) and listening, and close every
+        channel."""
         self._closed.set()
+        if self._beater is not threading.current_thread():
+            self._beater.join(timeout=2 * self._beat_every_s)
         for listener in self._listeners.values():
             listener.close()
         for conn in [*self.inbound.values(), *self.outbound.values()]:

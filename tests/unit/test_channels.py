@@ -171,3 +171,17 @@ def test_beats_from_the_beat_thread_never_mix_into_large_messages_sent_at_the_sa
 
     assert len(received) == len(payloads)
     assert all(np.array_equal(got, sent) for got, sent in zip(received, payloads, strict=True))
+
+
+def test_closing_a_mailbox_ends_its_beat_thread_before_its_channels_close(caplog):
+    before = set(threading.enumerate())
+    boxes = [Mailbox(me, b"test", ["unix"], beat_every_s=0.01) for me in (SIMULATOR, POLICY)]
+    boxes[0].connect(POLICY, boxes[1].addresses["unix"], timeout_s=10)
+    boxes[1].wait_inbound([SIMULATOR], timeout_s=10)
+    time.sleep(0.1)  # beating, a beat every 10 ms
+    beats = {t for t in set(threading.enumerate()) - before if t.name == "m2flow-beat"}
+    for box in boxes:
+        box.close()
+
+    assert len(beats) == 2 and not any(thread.is_alive() for thread in beats)
+    assert "could not beat" not in caplog.text

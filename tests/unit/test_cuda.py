@@ -85,6 +85,36 @@ def test_a_megatron_checkpoint_loads_into_a_fused_adam_on_cuda_and_trains_on(tmp
     assert resumed.version == 2
 
 
+def _megatron_groups_on_cuda(collective_s: float, results) -> None:
+    """A one-rank Megatron ViT worker's groups (NCCL for CUDA tensors) and the timeouts they run under."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    context = WorkerContext(worker="training", kind="training", device="cuda", backend="megatron", seed=1)
+    set_context(context.with_(collective_s=collective_s))
+    PPO(**VIT, num_minibatches=1, update_epochs=1)
+    groups = {
+        "default": dist.distributed_c10d._get_default_group(),
+        "tensor parallel": parallel_state.get_tensor_model_parallel_group(),
+        "data parallel": parallel_state.get_data_parallel_group(),
+        "model parallel": parallel_state.get_model_parallel_group(),
+    }
+    cuda = torch.device("cuda")
+    results.put({name: group._get_backend(cuda).options._timeout.total_seconds() for name, group in groups.items()})
+
+
+def test_megatron_groups_on_nccl_take_the_plans_collective_deadline():
+    import torch.multiprocessing as mp
+
+    spawn = mp.get_context("spawn")
+    results = spawn.Queue()
+    rank = spawn.Process(target=_megatron_groups_on_cuda, args=(7.5, results))
+    rank.start()
+    timeouts = results.get(timeout=240)
+    rank.join(timeout=60)
+    assert timeouts == dict.fromkeys(timeouts, 7.5)
+
+
 def test_fsdp2_cpu_offload_trains_with_parameters_on_the_host():
     on_cuda("training", "fsdp")
     ppo = PPO(**VIT, num_minibatches=2, update_epochs=1, cpu_offload=True, normalize_reward=False)
