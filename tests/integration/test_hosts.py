@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,37 +52,49 @@ def wait_for(condition, timeout_s: float, what: str, driver: subprocess.Popen, l
         time.sleep(0.1)
 
 
+def strike_mid_run(hosts: Hosts, path: Path, fault: str, before: Callable[[dict, int], None]) -> tuple[float, str]:
+    """Run `path` from host 0 through the CLI; after three iterations `before` checks where the replicas run
+    (processes.json, the driver's pid), then host 1 is partitioned or killed (`fault`). When the fault
+    struck, and the driver's output once the run ended well."""
+    run_dir, log_path = path.parent / "hosts", path.parent / "driver.log"
+    log = log_path.open("w")
+    driver = hosts.start_in(0, [M2FLOW, "run", str(path)], stdout=log, stderr=log)
+    try:
+        three = lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 3  # noqa: E731
+        wait_for(three, 180, "three iterations", driver, log_path)
+        before(json.loads((run_dir / "processes.json").read_text()), driver.pid)
+        struck_at = time.time()
+        if fault == "partition":
+            hosts.partition(1)
+        else:
+            hosts.kill_host(1)
+        driver.wait(timeout=300)
+    finally:
+        driver.kill()
+        log.close()
+    output = log_path.read_text()
+    assert driver.returncode == 0, output[-3000:]
+    return struck_at, output
+
+
 @pytest.mark.parametrize("fault", ["partition", "host killed"])
 def test_a_job_across_two_hosts_loses_one_and_goes_on_on_the_other(tmp_path, fault):
+    on_host_1 = []
+
+    def spread_over_both_hosts(where: dict, driver_pid: int) -> None:
+        across = {name: entry["address"] for name, entry in where.items()}
+        on_host_1.extend(name for name, address in across.items() if address == hosts.address(1))
+        assert {across["actor[0]"], across["actor[1]"]} == {hosts.address(0), hosts.address(1)}
+        assert across["env[0]"] != across["rollout[0]"]  # the loop's channels cross hosts
+        inside = {host: set(hosts.pids(host)) for host in (0, 1)}
+        assert driver_pid in inside[0]  # the driver and every worker run in the hosts' namespaces
+        for name, entry in where.items():
+            assert entry["pid"] in inside[[hosts.address(0), hosts.address(1)].index(entry["address"])], name
+
+    run_dir = tmp_path / "hosts"
     with Hosts(2, cpus=2) as hosts:
         assert hosts.ways_out() == []  # traffic can only go between the hosts' namespaces
-        run_dir = tmp_path / "hosts"
-        log = (tmp_path / "driver.log").open("w")
-        driver = hosts.start_in(0, [M2FLOW, "run", str(job(tmp_path, hosts.ray_address))], stdout=log, stderr=log)
-        try:
-            three = lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 3  # noqa: E731
-            wait_for(three, 180, "three iterations", driver, tmp_path / "driver.log")
-            where = json.loads((run_dir / "processes.json").read_text())
-            across = {name: entry["address"] for name, entry in where.items()}
-            on_host_1 = [name for name, address in across.items() if address == hosts.address(1)]
-            assert {across["actor[0]"], across["actor[1]"]} == {hosts.address(0), hosts.address(1)}
-            assert across["env[0]"] != across["rollout[0]"]  # the loop's channels cross hosts
-            inside = {host: set(hosts.pids(host)) for host in (0, 1)}
-            assert driver.pid in inside[0]  # the driver and every worker run in the hosts' namespaces
-            for name, entry in where.items():
-                assert entry["pid"] in inside[[hosts.address(0), hosts.address(1)].index(entry["address"])], name
-
-            struck_at = time.time()
-            if fault == "partition":
-                hosts.partition(1)
-            else:
-                hosts.kill_host(1)
-            driver.wait(timeout=300)
-        finally:
-            driver.kill()
-            log.close()
-        output = (tmp_path / "driver.log").read_text()
-        assert driver.returncode == 0, output[-3000:]
+        struck_at, output = strike_mid_run(hosts, job(tmp_path, hosts.ray_address), fault, spread_over_both_hosts)
 
     failures = read_jsonl(run_dir / "failures.jsonl")
     assert failures, output[-3000:]
@@ -113,37 +126,23 @@ def assert_nothing_lost(run_dir: Path, iterations: int = ITERATIONS) -> None:
 @pytest.mark.parametrize("fault", ["partition", "host killed"])
 def test_a_simulator_on_a_lost_host_is_replaced_in_place_on_a_core_of_the_host_left(tmp_path, fault):
     iterations = 30
-    raw = simulator_across_hosts(tmp_path, "", iterations=iterations, floor_s=FLOOR_S)
+    run_dir, path = tmp_path / "hosts", tmp_path / "moved.yaml"
+
+    def only_a_simulator_on_host_1(where: dict, driver_pid: int) -> None:
+        assert [name for name, entry in where.items() if entry["address"] == hosts.address(1)] == ["env[1]"]
+
     with Hosts(2, cpus=2) as hosts:
-        raw["cluster"] = {"address": hosts.ray_address}
-        path = tmp_path / "moved.yaml"
+        raw = simulator_across_hosts(tmp_path, hosts.ray_address, iterations=iterations, floor_s=FLOOR_S)
         path.write_text(yaml.safe_dump(raw))
-        run_dir = tmp_path / "hosts"
-        log = (tmp_path / "driver.log").open("w")
-        driver = hosts.start_in(0, [M2FLOW, "run", str(path)], stdout=log, stderr=log)
-        try:
-            three = lambda: len(read_jsonl(run_dir / "metrics.jsonl")) >= 3  # noqa: E731
-            wait_for(three, 180, "three iterations", driver, tmp_path / "driver.log")
-            where = {name: e["address"] for name, e in json.loads((run_dir / "processes.json").read_text()).items()}
-            assert [name for name, address in where.items() if address == hosts.address(1)] == ["env[1]"]
-            struck_at = time.time()
-            if fault == "partition":
-                hosts.partition(1)
-            else:
-                hosts.kill_host(1)
-            driver.wait(timeout=300)
-        finally:
-            driver.kill()
-            log.close()
-        output = " ".join((tmp_path / "driver.log").read_text().split())
-        assert driver.returncode == 0, output[-3000:]
+        struck_at, output = strike_mid_run(hosts, path, fault, only_a_simulator_on_host_1)
+    output = " ".join(output.split())
 
     (failure,) = read_jsonl(run_dir / "failures.jsonl")  # one failure, replaced in place: no restart
     assert failure["replaced"] == "env[1]", failure
     assert failure["detected_at"] - struck_at < 3 * FLOOR_S, output[-3000:]
     assert failure["borrowed"] in {"n0/cpu0", "n0/cpu1"}, failure  # a core of host 0, the driver's node
     assert "its planned node no longer answers" in output, output[-3000:]
-    assert "restart" not in output, output[-3000:]
+    assert "m2flow: restart" not in output, output[-3000:]
     iterations_run = [m["iteration"] for m in read_jsonl(run_dir / "metrics.jsonl")]
     assert iterations_run == list(range(iterations))  # each once: nothing done again
     after = json.loads((run_dir / "processes.json").read_text())
