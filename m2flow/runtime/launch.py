@@ -23,7 +23,7 @@ from m2flow.planners.processes import same_process
 from m2flow.planners.render import render_gpus
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
-from m2flow.runtime.nodes import addresses
+from m2flow.runtime.nodes import addresses, driver_node
 from m2flow.runtime.pulse import Watch, beat_file
 from m2flow.runtime.relocate import lost_nodes, stand_in
 from m2flow.runtime.spares import SpareHost, SpareKey, Spares
@@ -264,8 +264,7 @@ class Launch:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         node_ids = self.plan.cluster.node_ids
-        driver_node = None if ray.util.client.ray.is_connected() else ray.get_runtime_context().get_node_id()
-        if node_ids and node_ids[device.node] == driver_node:  # (a Ray client's driver runs elsewhere)
+        if node_ids and node_ids[device.node] == driver_node():  # (a Ray client's driver runs elsewhere)
             return _rendezvous_point()  # no process to start for it (a task's takes a second)
 
         task = ray.remote(_rendezvous_point).options(

@@ -33,6 +33,13 @@ def unreachable(node_ids: tuple[str, ...], timeout_s: float) -> set[str]:
     return set(node_ids) - answered
 
 
+def driver_node() -> str | None:
+    """The Ray node id of the node this driver runs on; None for a Ray client's driver, which runs on none."""
+    import ray
+
+    return None if ray.util.client.ray.is_connected() else ray.get_runtime_context().get_node_id()
+
+
 def addresses() -> dict[str, str]:
     """Every node's IP address, by Ray node id."""
     import ray

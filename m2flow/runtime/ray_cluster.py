@@ -7,6 +7,7 @@ import logging
 import os
 
 from m2flow.cluster import Cluster, DeviceId, gpu_memory_gb
+from m2flow.runtime.nodes import driver_node
 from m2flow.spec import ClusterSpec
 
 NICENESS = "RAY_worker_niceness"  # how much a Ray worker lowers its priority as it starts
@@ -49,7 +50,7 @@ def cluster_from_ray(spec: ClusterSpec, without: frozenset[str] = frozenset()) -
     (`placement.devices`) count the driver's host's devices first."""
     import ray
 
-    here = None if ray.util.client.ray.is_connected() else ray.get_runtime_context().get_node_id()
+    here = driver_node()
     nodes = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in without]
     nodes.sort(key=lambda node: node["NodeID"] != here)  # stable: Ray's order after the driver's node
     devices: dict[DeviceId, float] = {}

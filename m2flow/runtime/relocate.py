@@ -14,13 +14,17 @@ from collections import Counter
 from collections.abc import Iterable
 
 from m2flow.cluster import Cluster, DeviceId
-from m2flow.runtime.nodes import unreachable
+from m2flow.runtime.nodes import driver_node, unreachable
 
 
 def lost_nodes(cluster: Cluster, devices: Iterable[DeviceId], reach_s: float) -> set[int]:
-    """The nodes of `devices` that do not run a no-op task within `reach_s`; none asked on one node."""
-    asked = sorted({device.node for device in devices})
-    if len(cluster.node_ids) < 2 or not asked:
+    """The nodes of `devices` that do not run a no-op task within `reach_s`; none asked on one node, nor the
+    driver's own."""
+    if len(cluster.node_ids) < 2:
+        return set()
+    here = driver_node()
+    asked = sorted({device.node for device in devices if cluster.node_ids[device.node] != here})
+    if not asked:
         return set()
     gone = unreachable(tuple(cluster.node_ids[node] for node in asked), reach_s)
     return {node for node in asked if cluster.node_ids[node] in gone}
