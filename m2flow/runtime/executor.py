@@ -31,6 +31,7 @@ from m2flow.runtime.launch import Launch
 from m2flow.runtime.nodes import addresses, unreachable
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.ray_cluster import cluster_from_ray, connect_ray
+from m2flow.runtime.relocate import Move
 from m2flow.runtime.replace import Replacement, Replacer, Restore, candidates, training_groups
 from m2flow.runtime.replan import (
     REPLAN_AFTER,
@@ -223,14 +224,14 @@ class Run:
             quarantined=r.quarantined,
             state=r.state,
             spare=r.spare,
-            borrowed=r.borrowed,
+            moved=r.moved,
             seconds=r.seconds,
         )
         self._record_failure(failure)
         named = "" if r.env is None else f" (env {r.env})"
         self.reporter.print(f"m2flow: {r.replica} failed in iteration {r.iteration}{named}: {r.why}")
         redone = f"its {r.steps_redone} env steps redone, the other replicas kept theirs" if r.steps_redone else ""
-        where = f", on {r.borrowed}: its planned node no longer answers" if r.borrowed else ""
+        where = f", on {r.moved.borrowed}: the node at {r.moved.address} no longer answers" if r.moved else ""
         self.reporter.print(
             f"m2flow: {r.replica} replaced in place ({r.state}{', in a spare process' if r.spare else ''}{where});"
             f" {redone or 'no env step redone'},"
@@ -314,8 +315,9 @@ class Run:
                 raise WorkerError(f"{exc}\n{said}") from None
             raise exc
         self.reporter.print(f"m2flow: iteration {failure['iteration']} failed: {failure['error']}")
+        found_lost = self.launch.relocator.lost_ids() if self.launch is not None else frozenset()
         self.close()
-        self._leave_lost_nodes()
+        self._leave_lost_nodes(found_lost)
         self.next_iteration, self.env_steps, self.restore_from = self._latest()
         self.result.history = [h for h in self.result.history if h["iteration"] < self.next_iteration]
         self.reporter.print(
@@ -334,13 +336,15 @@ class Run:
             return ""
         return "; ".join(f"{r}: {crash}" for r, crash in crashes.items() if str(crash.dump) not in str(exc))
 
-    def _leave_lost_nodes(self) -> None:
-        """Probe the plan's nodes; without the ones that are gone or cut off, re-plan on those left (the
-        same workers and replicas: the checkpoint restores onto the new placement)."""
+    def _leave_lost_nodes(self, found_lost: frozenset[str]) -> None:
+        """Probe the plan's nodes but those the launch already found lost; without the ones that are gone or
+        cut off, re-plan on those left (the same workers and replicas: the checkpoint restores onto the new
+        placement)."""
         planned = self.plan.cluster.node_ids
         if len(planned) < 2:
             return
-        lost = unreachable(planned, Deadlines.from_plan(self.plan, self.spec.run.timeouts).reach_s)
+        asked = tuple(node for node in planned if node not in found_lost)
+        lost = found_lost | unreachable(asked, Deadlines.from_plan(self.plan, self.spec.run.timeouts).reach_s)
         if not lost:
             return
         ips = addresses()
@@ -442,14 +446,14 @@ def _failure(
     quarantined: bool = False,
     state: str | None = None,
     spare: bool = False,
-    borrowed: str | None = None,
+    moved: Move | None = None,
     seconds: float | None = None,
 ) -> dict:
     """One entry of `RunResult.failures`: `replaced` names the replica replaced in place (None: a restart),
     `env` the env its simulator said failed, `quarantined` whether that env was started from a new seed,
     `state` what the replacement started from, `spare` whether it ran in a spare process (`run.spares`),
-    `borrowed` the core it borrowed where its planned device's node was gone, `seconds` from when the
-    failure was seen to the end of the replacement (and its redo)."""
+    `borrowed` the core it borrowed off `lost_node` (an address) when the node it ran on no longer answered,
+    `seconds` from when the failure was seen to the end of the replacement (and its redo)."""
     return {
         "iteration": iteration,
         "error": error,
@@ -460,7 +464,8 @@ def _failure(
         "quarantined": quarantined,
         "state": state,
         "spare": spare,
-        "borrowed": borrowed,
+        "borrowed": None if moved is None else str(moved.borrowed),
+        "lost_node": None if moved is None else moved.address,
         "seconds": seconds,
     }
 

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import signal
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -16,16 +15,16 @@ from typing import Any
 
 from m2flow.cluster import DeviceId
 from m2flow.context import WorkerContext
-from m2flow.errors import PlanError, WorkerError
+from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners.processes import same_process
 from m2flow.planners.render import render_gpus
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
-from m2flow.runtime.nodes import addresses, driver_node
+from m2flow.runtime.nodes import addresses, driver_node, unreachable
 from m2flow.runtime.pulse import Watch, beat_file
-from m2flow.runtime.relocate import lost_nodes, stand_in
+from m2flow.runtime.relocate import Relocator
 from m2flow.runtime.spares import SpareHost, SpareKey, Spares
 from m2flow.runtime.waits import Deadline, died, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
@@ -88,8 +87,10 @@ class Launch:
         self.modules: dict[ReplicaId, list[str]] = {}  # what each replica's process imported: its spare's imports
         self.spares = Spares(self._spare)
         self.from_spare: set[ReplicaId] = set()  # replicas whose current process was a spare
-        self.moved: dict[ReplicaId, DeviceId] = {}  # replicas running off their planned device: its node was gone
-        self.lost: set[int] = set()  # the plan's nodes found gone since the start
+        # the replicas started off their planned device, its node lost (`relocate.py`)
+        self.relocator = Relocator(
+            plan.cluster, sorted(plan.occupants()), self.deadlines.reach_s, unreachable, driver_node(), _address
+        )
 
     def start(self) -> None:
         """Reserve the plan's devices, start a host per replica (or per shared process), wait until every
@@ -132,15 +133,15 @@ class Launch:
             ) from None
 
     def device_of(self, replica: ReplicaId) -> DeviceId:
-        """Where `replica` runs: its planned device, or the one it borrowed when that device's node was gone."""
-        return self.moved.get(replica) or self.plan.device_of(replica)
+        """Where `replica` runs: its planned device, or the core it borrowed when that device's node was lost."""
+        return self.relocator.device_of(replica, self.plan.device_of(replica))
 
     def _host_args(self, name: str, r: int) -> _HostArgs:
         """Replica `r` of worker `name`: its context, its share of its device (none on a borrowed one: its
         occupants hold it whole), its host's arguments."""
         info = self.graph.info[name]
         device = self.device_of(ReplicaId(name, r))
-        share = 0.0 if ReplicaId(name, r) in self.moved else _share(self.plan.occupants()[device])
+        share = 0.0 if ReplicaId(name, r) in self.relocator.moves else _share(self.plan.occupants()[device])
         resources = {"num_gpus": share, "num_cpus": 0} if device.kind == "gpu" else {"num_cpus": share}
         items = info.items_per_replica
         ctx = WorkerContext(
@@ -318,18 +319,11 @@ class Launch:
         """Every replica of `worker` in a new process, as `replace` does, on its planned device; a process
         group meets again, at a new rendezvous. A rank whose node is gone fails the restart: the run
         restarts and re-plans without the node (`relocate.py`)."""
-        ranks = [r.id for r in self.replicas[worker]]
-        lost = lost_nodes(self.plan.cluster, [self.device_of(r) for r in ranks], self.deadlines.reach_s)
-        if lost:
-            self.lost |= lost
-            on = [str(r) for r in ranks if self.device_of(r).node in lost]
-            raise WorkerError(
-                f"{', '.join(on)} ran on node(s) {self._addresses_of(lost)}, which no longer answer; a training"
-                " worker is not moved in place: the run restarts and re-plans on the nodes left"
-            )
+        ranks = {r.id: self.device_of(r.id) for r in self.replicas[worker]}
+        self.relocator.move(ranks, self._running(), lambda *_: "a training worker moves only by a re-plan")
         if self.rendezvous.get(worker):
             self.rendezvous[worker] = self._rendezvous(worker)
-        return self._replace(ranks)
+        return self.replace(list(ranks))
 
     def replaceable(self, replica: ReplicaId) -> str | None:
         """Why `replica` cannot be replaced in place (None: it can): it must run in a process of its own and
@@ -340,46 +334,26 @@ class Launch:
             return f"{replica} is a rank of '{replica.worker}''s process group"
         return None
 
+    def relocate(self, replicas: list[ReplicaId]) -> None:
+        """Before `replace`: each of `replicas` whose node no longer answers borrows a core on a node left,
+        or a WorkerError says why it cannot (`relocate.py`)."""
+        self.relocator.move({r: self.device_of(r) for r in replicas}, self._running(), self._unmovable)
+
+    def _running(self) -> dict[ReplicaId, DeviceId]:
+        return {r.id: self.device_of(r.id) for group in self.replicas.values() for r in group}
+
+    def _unmovable(self, replica: ReplicaId, device: DeviceId) -> str | None:
+        if replica in self.render_on:
+            return "it renders on a GPU of that node (it moves only by a re-plan)"
+        return None
+
     def replace(self, replicas: list[ReplicaId]) -> list[Replica]:
-        """A new process for each of `replicas` where the plan put it, or, where that device's node no longer
-        answers, on the least occupied device of its kind left (`relocate.py`); the old one killed if it
-        still runs. Each is built as at start but for the envs quarantined since, its channels wired to the
-        same peers and its sync routes set as at start; a sync edge whose group meets meets again, the new
-        processes in it (every other member's meeting is queued behind its calls in flight: those must end
-        within `run.timeouts.start_s`, as a broadcast does once its lost members are killed)."""
-        self._move_off_lost_nodes(replicas)
-        return self._replace(replicas)
-
-    def _move_off_lost_nodes(self, replicas: list[ReplicaId]) -> None:
-        """Each of `replicas` whose device's node does not answer borrows a device on a node that does."""
-        devices = {r: self.device_of(r) for r in replicas}
-        self.lost |= lost_nodes(
-            self.plan.cluster, [d for d in devices.values() if d.node not in self.lost], self.deadlines.reach_s
-        )
-        load = Counter(r.device for group in self.replicas.values() for r in group)
-        for replica, device in devices.items():
-            if device.node not in self.lost:
-                continue
-            borrowed = stand_in(device, self.bundle_of, self.lost, load)
-            if borrowed is None:
-                why = (
-                    "this run holds no CPU core on another node"
-                    if device.kind == "cpu"
-                    else "a GPU-placed replica moves only by a re-plan (Ray gives a process that holds no share"
-                    " of a GPU no GPU of its own)"
-                )
-                raise WorkerError(
-                    f"{replica} ran on node {self._addresses_of({device.node})}, which no longer answers, and {why}:"
-                    " the run restarts and re-plans on the nodes left"
-                )
-            self.moved[replica] = borrowed
-            load[borrowed] += 1
-
-    def _addresses_of(self, nodes: set[int]) -> str:
-        ips = addresses()
-        return ", ".join(ips.get(self.plan.cluster.node_ids[n], f"n{n}") for n in sorted(nodes))
-
-    def _replace(self, replicas: list[ReplicaId]) -> list[Replica]:
+        """A new process for each of `replicas` where it ran (its planned device, or the core it borrowed
+        when `relocate` found that device's node lost), the old one killed if it still runs. Each is built as
+        at start but for the envs quarantined since, its channels wired to the same peers and its sync routes
+        set as at start; a sync edge whose group meets meets again, the new processes in it (every other
+        member's meeting is queued behind its calls in flight: those must end within `run.timeouts.start_s`,
+        as a broadcast does once its lost members are killed)."""
         import ray
 
         fresh, starting, hosts = [], [], []
@@ -536,3 +510,8 @@ def worker_env(env_vars: dict[str, str]) -> dict:
 def _share(occupants: int) -> float:
     """Fraction of one device per replica, floored to Ray's 1e-4 resource precision."""
     return max(1e-4, int(10_000 / occupants) / 10_000)
+
+
+def _address(node: str) -> str:
+    """A Ray node's address (its id where Ray no longer lists it)."""
+    return addresses().get(node, node)

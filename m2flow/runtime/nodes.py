@@ -20,6 +20,8 @@ def unreachable(node_ids: tuple[str, ...], timeout_s: float) -> set[str]:
         for node in node_ids
         if node in alive
     }
+    if not refs:
+        return set(node_ids)  # none alive to ask (or none asked)
     ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
     answered = set()
     for ref in ready:

