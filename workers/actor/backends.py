@@ -26,6 +26,7 @@ from m2flow.workers.models.precision import Precision, compute_in
 if TYPE_CHECKING:
     import torch
     from torch import nn
+    from torch.distributed.device_mesh import DeviceMesh
 
 _BACKENDS: dict[str, type[TrainingBackend]] = {}
 BUILT_IN = {"megatron": "m2flow.workers.actor.megatron_backend"}  # registered on import, when first asked for
@@ -127,6 +128,16 @@ class TrainingBackend(ABC):
                 backend, store=dist.HashStore(), rank=0, world_size=1, timeout=self.ctx.collective_timeout
             )
 
+    def world_mesh(self) -> DeviceMesh:
+        """A 1-D device mesh over the worker's ranks, on its default process group: collectives on the mesh
+        run under the plan's deadline (`init_device_mesh` would make a group of its own, with torch's default
+        timeout, for a CPU rank where CUDA is visible)."""
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import DeviceMesh
+
+        self.ensure_process_group()
+        return DeviceMesh.from_group(dist.group.WORLD, self.device.type)
+
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
         from torch import nn
 
@@ -180,11 +191,9 @@ class FSDPBackend(TrainingBackend):
         offload = self.options.cpu_offload and self.device.type == "cuda"
         if self.world_size == 1 and not offload:
             return model
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-        self.ensure_process_group()  # one rank, sharded only to offload: a process group of one
-        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        mesh = self.world_mesh()  # one rank, sharded only to offload: a process group of one
         loaded = {p.dtype for p in model.parameters()}
         if len(loaded) > 1:
             model.float()

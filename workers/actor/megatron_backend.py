@@ -236,9 +236,7 @@ class MegatronBackend(TrainingBackend):
 
     def _mesh(self):
         if self.mesh is None:
-            from torch.distributed.device_mesh import init_device_mesh
-
-            self.mesh = init_device_mesh(self.device.type, (self.world_size,))
+            self.mesh = self.world_mesh()
         return self.mesh
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
