@@ -1,6 +1,6 @@
 """Every process group of a training worker bounds a collective by the plan's deadline, never torch's or
-megatron-core's 30 minutes: the runtime's default group, a single rank's group of one, Megatron's
-model-parallel groups (two real gloo ranks)."""
+megatron-core's 30 minutes: the runtime's default group, a single rank's group of one, the device mesh
+FSDP2 shards over, Megatron's model-parallel groups (two real gloo ranks)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def _megatron_rank(rank: int, port: int, results) -> None:
     backend.wrap(PolicyArgs(env_id="Pendulum-v1").build())
     groups = {
         "default": dist.distributed_c10d._get_default_group(),
+        "device mesh": backend.world_mesh().get_group(),
         "tensor parallel": parallel_state.get_tensor_model_parallel_group(),
         "data parallel": parallel_state.get_data_parallel_group(),
         "pipeline parallel": parallel_state.get_pipeline_model_parallel_group(),
@@ -70,12 +71,13 @@ def _single_rank(results) -> None:
     from m2flow.workers.actor import BackendOptions, get_backend
 
     ctx = WorkerContext(worker="actor", kind="training", backend="fsdp", collective_s=PLAN_S)
-    get_backend(ctx, BackendOptions()).ensure_process_group()
-    results.put(group_timeout(dist.distributed_c10d._get_default_group()).total_seconds())
+    mesh = get_backend(ctx, BackendOptions()).world_mesh()  # a group of one, made for the mesh (sharding)
+    groups = {"default": dist.distributed_c10d._get_default_group(), "device mesh": mesh.get_group()}
+    results.put({name: group_timeout(group).total_seconds() for name, group in groups.items()})
     dist.destroy_process_group()
 
 
-def test_a_single_ranks_group_of_one_takes_the_plans_collective_deadline():
+def test_a_single_ranks_group_of_one_and_its_device_mesh_take_the_plans_collective_deadline():
     import torch.multiprocessing as mp
 
     spawn = mp.get_context("spawn")
@@ -84,4 +86,4 @@ def test_a_single_ranks_group_of_one_takes_the_plans_collective_deadline():
     rank.start()
     rank.join(timeout=180)
     assert rank.exitcode == 0  # a rank that failed says why in the output above
-    assert results.get(timeout=5) == PLAN_S
+    assert results.get(timeout=5) == {"default": PLAN_S, "device mesh": PLAN_S}
