@@ -206,6 +206,7 @@ FIGURES: dict[str, Callable[[Results], str]] = {
     "chaos_seed3_beats.line": partial(chaos_line, "chaos_seed3_beats.json"),
     "chaos_seed3_final.line": partial(chaos_line, "chaos_seed3_final.json"),
     "chaos_final.line": partial(chaos_line, "chaos_final.json"),
+    "chaos_seed1.line": partial(chaos_line, "chaos_seed1.json"),
     "chaos_streamed_part_collective.line": partial(chaos_line, "chaos_streamed_part_collective.json"),
     "hosts.line": hosts_line,
     "faults.completed": lambda res: f"{sum(r['completed'] for r in res.rows(FAULTS))}/{len(res.rows(FAULTS))}",

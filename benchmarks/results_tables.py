@@ -19,6 +19,7 @@ from tables_learning import learning, locomotion
 from tables_recovery import (
     CHAOS,
     CHAOS_FINAL,
+    CHAOS_SEED1,
     CHAOS_SEED3,
     CHAOS_SEED3_FINAL,
     CHAOS_SEED3_SPARES,
@@ -394,6 +395,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "chaos_seed3_final_summary": partial(chaos_summary, CHAOS_SEED3_FINAL),
     "chaos_final_faults": partial(chaos_faults, CHAOS_FINAL),
     "chaos_final_summary": partial(chaos_summary, CHAOS_FINAL),
+    "chaos_seed1_faults": partial(chaos_faults, CHAOS_SEED1),
+    "chaos_seed1_summary": partial(chaos_summary, CHAOS_SEED1),
     "chaos_seed3_summary": partial(chaos_summary, CHAOS_SEED3),
     "hosts": hosts,
     "replacement_spares": replacement_spares,

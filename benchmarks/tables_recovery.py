@@ -10,6 +10,7 @@ FAULTS, CHAOS, CHAOS_SEED3, HOSTS = "faults.json", "chaos.json", "chaos_seed3.js
 CHAOS_SPARES = "chaos_spares.json"  # the rounds with spare processes (run.spares): seed 0...
 CHAOS_SEED3_SPARES = "chaos_seed3_spares.json"  # ...and seed 3
 CHAOS_SEED3_FINAL, CHAOS_FINAL = "chaos_seed3_final.json", "chaos_final.json"  # processes beating: seeds 3 and 0
+CHAOS_SEED1 = "chaos_seed1.json"  # a new draw, with what the beats' round left open fixed
 SPARES = "replacement_spares.json"
 
 
