@@ -28,7 +28,7 @@ from m2flow.runtime.crashes import crashes_of
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import headline
 from m2flow.runtime.launch import Launch
-from m2flow.runtime.nodes import addresses, unreachable
+from m2flow.runtime.nodes import addresses, driver_node, unreachable
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.ray_cluster import cluster_from_ray, connect_ray
 from m2flow.runtime.relocate import Move
@@ -343,7 +343,7 @@ class Run:
         planned = self.plan.cluster.node_ids
         if len(planned) < 2:
             return
-        asked = tuple(node for node in planned if node not in found_lost)
+        asked = tuple(node for node in planned if node not in found_lost and node != driver_node())
         lost = found_lost | unreachable(asked, Deadlines.from_plan(self.plan, self.spec.run.timeouts).reach_s)
         if not lost:
             return

@@ -166,7 +166,7 @@ class Launch:
         rendezvous = self.rendezvous[name]
         dist = None if rendezvous is None else {**rendezvous, "meet_s": self.timeouts.start_s}
         args = (info.target, info.spec.args, ctx, instances, dist, self._core(device))
-        render = self.render_on.get(ReplicaId(name, r))
+        render = self._render_gpu(ReplicaId(name, r))
         env_vars = {}
         # a GPU-placed simulator sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES; EGL lists that one); a
         # MUJOCO_EGL_DEVICE_ID set by the user is left alone
@@ -174,6 +174,16 @@ class Launch:
             # MuJoCo's EGL device index: the GPU's position on its host, in the order the driver lists them
             env_vars["MUJOCO_EGL_DEVICE_ID"] = str(self.plan.cluster.on_node(render))
         return _HostArgs(Replica(name, r, device, None), args, resources, env_vars)
+
+    def _render_gpu(self, replica: ReplicaId) -> DeviceId | None:
+        """The GPU a simulator replica renders on: the plan's; for one moved off a lost node, the first GPU its
+        borrowed node's simulators render on, else that node's first GPU (None where it has none)."""
+        move = self.relocator.moves.get(replica)
+        if move is None:
+            return self.render_on.get(replica)
+        node = move.borrowed.node
+        rendering = sorted({gpu for gpu in self.render_on.values() if gpu.node == node})
+        return (rendering or [gpu for gpu in self.plan.cluster.of_kind("gpu") if gpu.node == node] or [None])[0]
 
     def _start_hosts(self, hosts: list[_HostArgs]) -> None:
         """A `WorkerHost` actor per replica; replicas the plan co-hosts share one `ProcessHost` actor."""
@@ -337,15 +347,10 @@ class Launch:
     def relocate(self, replicas: list[ReplicaId]) -> None:
         """Before `replace`: each of `replicas` whose node no longer answers borrows a core on a node left,
         or a WorkerError says why it cannot (`relocate.py`)."""
-        self.relocator.move({r: self.device_of(r) for r in replicas}, self._running(), self._unmovable)
+        self.relocator.move({r: self.device_of(r) for r in replicas}, self._running())
 
     def _running(self) -> dict[ReplicaId, DeviceId]:
         return {r.id: self.device_of(r.id) for group in self.replicas.values() for r in group}
-
-    def _unmovable(self, replica: ReplicaId, device: DeviceId) -> str | None:
-        if replica in self.render_on:
-            return "it renders on a GPU of that node (it moves only by a re-plan)"
-        return None
 
     def replace(self, replicas: list[ReplicaId]) -> list[Replica]:
         """A new process for each of `replicas` where it ran (its planned device, or the core it borrowed

@@ -3,10 +3,11 @@
 A loop replica replaced in place starts on its planned device. When that device's node no longer runs a
 task (gone, cut off), a replica on a CPU core borrows the least occupied core among those the run has
 reserved on the nodes that still answer: it holds no share of it (its occupants hold it whole), so the
-loop goes on, slower, until the run restarts and re-plans. A replica that cannot move that way — on a GPU
-(Ray gives a process that holds no share of a GPU no GPU at all), rendering on its node's GPU, a training
-rank (its placement is the plan's to make) — or a lost node that still hosts replicas not being replaced
-now fails the replacement: the run restarts and re-plans without the node.
+loop goes on, slower, until the run restarts and re-plans (a simulator that rendered on its node's GPU
+renders on one of the borrowed core's node). A replica that cannot move that way — on a GPU (Ray gives a
+process that holds no share of a GPU no GPU at all), a training rank (its placement is the plan's to
+make) — or a lost node that still hosts replicas not being replaced now fails the replacement: the run
+restarts and re-plans without the node.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class Relocator:
         self,
         failed: Mapping[ReplicaId, DeviceId],
         running: Mapping[ReplicaId, DeviceId],
-        unmovable: Callable[[ReplicaId, DeviceId], str | None],
+        unmovable: Callable[[ReplicaId, DeviceId], str | None] = lambda *_: None,
     ) -> None:
         """Each of `failed` (replica -> the device it ran on) whose node is lost borrows a core on a node left,
         the least occupied by `running` (every replica of the launch -> its device). All or none: a WorkerError
@@ -84,16 +85,16 @@ class Relocator:
         lost = self.find_lost(failed.values())
         if not lost:
             return
-        names = ", ".join(self.address(self.cluster.node_ids[node]) for node in sorted(lost))
         for replica, device in sorted(failed.items()):
             why = (_on_gpu(device) or unmovable(replica, device)) if device.node in lost else None
             if why:
                 raise WorkerError(
-                    f"{replica} ran on the node at {names}, which no longer answers, and {why}: the run restarts"
-                    " and re-plans on the nodes left"
+                    f"{replica} ran on the node at {self._address_of(device)}, which no longer answers, and {why}:"
+                    " the run restarts and re-plans on the nodes left"
                 )
         stranded = sorted(r for r, device in running.items() if device.node in lost and r not in failed)
         if stranded:
+            names = ", ".join(self.address(self.cluster.node_ids[node]) for node in sorted(lost))
             raise WorkerError(
                 f"the node(s) at {names} no longer answer, with {', '.join(map(str, stranded))} still placed"
                 " there: the run restarts and re-plans on the nodes left"
@@ -106,12 +107,15 @@ class Relocator:
             borrowed = stand_in(device, self.reserved, self.lost, load)
             if borrowed is None:
                 raise WorkerError(
-                    f"{replica} ran on the node at {names}, which no longer answers, and this run holds no CPU core"
-                    " on another node: the run restarts and re-plans on the nodes left"
+                    f"{replica} ran on the node at {self._address_of(device)}, which no longer answers, and this run"
+                    " holds no CPU core on another node: the run restarts and re-plans on the nodes left"
                 )
-            moves[replica] = Move(device, borrowed, self.address(self.cluster.node_ids[device.node]))
+            moves[replica] = Move(device, borrowed, self._address_of(device))
             load[borrowed] += 1
         self.moves.update(moves)
+
+    def _address_of(self, device: DeviceId) -> str:
+        return self.address(self.cluster.node_ids[device.node])
 
 
 def _on_gpu(device: DeviceId) -> str | None:

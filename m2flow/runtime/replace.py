@@ -164,8 +164,8 @@ class Replacer:
         `checkpoint`; past the budget, the failure is the iteration's."""
         if self.budget <= 0:
             raise WorkerError(f"'{worker}' failed ({dropped.why}); no in-place replacement left (run.max_replacements)")
+        fresh = self.launch.restart_worker(worker)  # may fail the iteration (a rank's node lost): before the count
         self.budget -= 1
-        fresh = self.launch.restart_worker(worker)
         self.restore.workers(checkpoint, [worker])
         return Started(
             f"'{worker}' restarted whole, {len(fresh)} process(es) from {checkpoint.name}; it trains on the same batch",

@@ -58,6 +58,8 @@ def test_megatron_model_parallel_groups_take_the_plans_collective_deadline():
         p.start()
     for p in ranks:
         p.join(timeout=180)
+        if p.is_alive():  # hung: ended here, failed below
+            p.kill()
     assert [p.exitcode for p in ranks] == [0, 0]  # a rank that failed says why in the output above
     seen = dict(results.get(timeout=5) for _ in ranks)
     assert set(seen) == {0, 1}
@@ -85,5 +87,7 @@ def test_a_single_ranks_group_of_one_and_its_device_mesh_take_the_plans_collecti
     rank = spawn.Process(target=_single_rank, args=(results,))
     rank.start()
     rank.join(timeout=180)
+    if rank.is_alive():  # hung: ended here, failed below
+        rank.kill()
     assert rank.exitcode == 0  # a rank that failed says why in the output above
     assert results.get(timeout=5) == {"default": PLAN_S, "device mesh": PLAN_S}

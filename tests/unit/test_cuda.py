@@ -110,8 +110,11 @@ def test_megatron_groups_on_nccl_take_the_plans_collective_deadline():
     results = spawn.Queue()
     rank = spawn.Process(target=_megatron_groups_on_cuda, args=(7.5, results))
     rank.start()
-    timeouts = results.get(timeout=240)
-    rank.join(timeout=60)
+    rank.join(timeout=240)
+    if rank.is_alive():  # hung: ended here, failed below
+        rank.kill()
+    assert rank.exitcode == 0  # a rank that failed says why in the output above
+    timeouts = results.get(timeout=5)
     assert timeouts == dict.fromkeys(timeouts, 7.5)
 
 

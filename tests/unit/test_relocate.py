@@ -47,7 +47,7 @@ def test_a_failed_replica_on_a_lost_node_moves_to_the_freer_core_left_and_the_mo
     probe = Answers(gone={"node-b"})
     moves = relocator(probe)
     running = {ENV0: CORES[1], ENV1: CORES[2], ROLLOUT: CORES[0], ReplicaId("actor", 0): CORES[0]}
-    moves.move({ENV1: CORES[2]}, running, unmovable=lambda *_: None)
+    moves.move({ENV1: CORES[2]}, running)
 
     assert moves.moves == {ENV1: Move(CORES[2], CORES[1], "addr-of-node-b")}
     assert moves.device_of(ENV1, CORES[2]) == CORES[1] and moves.device_of(ENV0, CORES[1]) == CORES[1]
@@ -58,21 +58,21 @@ def test_a_failed_replica_on_a_lost_node_moves_to_the_freer_core_left_and_the_mo
 def test_a_replica_on_a_node_that_answers_stays_and_a_node_found_lost_is_not_asked_again():
     probe = Answers(gone=set())
     moves = relocator(probe)
-    moves.move({ENV1: CORES[2]}, {ENV1: CORES[2]}, unmovable=lambda *_: None)
+    moves.move({ENV1: CORES[2]}, {ENV1: CORES[2]})
     assert moves.moves == {} and probe.asked == [("node-b",)]
 
     probe.gone = {"node-b"}
-    moves.move({ENV1: CORES[2]}, {ENV1: CORES[2]}, unmovable=lambda *_: None)
+    moves.move({ENV1: CORES[2]}, {ENV1: CORES[2]})
     assert set(moves.moves) == {ENV1}
-    moves.move({ENV0: CORES[3]}, {ENV0: CORES[3], ENV1: CORES[0]}, unmovable=lambda *_: None)
+    moves.move({ENV0: CORES[3]}, {ENV0: CORES[3], ENV1: CORES[0]})
     assert set(moves.moves) == {ENV0, ENV1} and probe.asked == [("node-b",), ("node-b",)]
 
 
 def test_one_node_and_the_drivers_own_node_are_never_asked():
     probe = Answers(gone={"node-a", "node-b"})
     one_node = Cluster(dict.fromkeys(CORES[:2], 8.0), 1, ("node-a",))
-    relocator(probe, one_node).move({ENV0: CORES[0]}, {ENV0: CORES[0]}, unmovable=lambda *_: None)
-    relocator(probe).move({ENV0: CORES[0]}, {ENV0: CORES[0]}, unmovable=lambda *_: None)
+    relocator(probe, one_node).move({ENV0: CORES[0]}, {ENV0: CORES[0]})
+    relocator(probe).move({ENV0: CORES[0]}, {ENV0: CORES[0]})
     assert probe.asked == []
 
 
@@ -80,13 +80,13 @@ def test_one_node_and_the_drivers_own_node_are_never_asked():
     ("failed", "unmovable", "says"),
     [
         ({ROLLOUT: GPU}, None, "a GPU-placed replica moves only by a re-plan"),
-        ({ENV1: CORES[2]}, "it renders on a GPU of that node", "it renders on a GPU of that node"),
+        ({ReplicaId("actor", 1): CORES[2]}, "a training worker moves only by a re-plan", "a training worker"),
     ],
 )
 def test_a_replica_that_cannot_move_fails_the_move_naming_itself_and_the_node(failed, unmovable, says):
     moves = relocator(Answers(gone={"node-b"}))
     with pytest.raises(WorkerError) as raised:
-        moves.move(failed, dict(failed), unmovable=lambda *_: unmovable)
+        moves.move(failed, dict(failed), lambda *_: unmovable)
     assert f"{next(iter(failed))} ran on the node at addr-of-node-b, which no longer answers, and {says}" in str(
         raised.value
     )
@@ -97,7 +97,7 @@ def test_a_lost_node_that_still_hosts_a_replica_not_failed_fails_the_move_and_mo
     moves = relocator(Answers(gone={"node-b"}))
     running = {ENV0: CORES[3], ENV1: CORES[2], ROLLOUT: CORES[0]}
     with pytest.raises(WorkerError, match=r"node\(s\) at addr-of-node-b no longer answer, with env\[0\] still"):
-        moves.move({ENV1: CORES[2]}, running, unmovable=lambda *_: None)
+        moves.move({ENV1: CORES[2]}, running)
     assert moves.moves == {}
 
 
@@ -105,4 +105,4 @@ def test_with_every_other_node_lost_no_core_is_left_to_borrow():
     cores_of_b = Cluster(dict.fromkeys(CORES, 8.0), 2, ("node-a", "node-b"))
     moves = Relocator(cores_of_b, CORES[2:], 10.0, Answers(gone={"node-b"}), "node-a", address=str)
     with pytest.raises(WorkerError, match="this run holds no CPU core on another node"):
-        moves.move({ENV1: CORES[2]}, {ENV1: CORES[2]}, unmovable=lambda *_: None)
+        moves.move({ENV1: CORES[2]}, {ENV1: CORES[2]})
