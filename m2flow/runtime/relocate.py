@@ -27,7 +27,6 @@ Probe = Callable[[tuple[str, ...], float], set[str]]  # (Ray node ids, seconds) 
 class Move:
     """A replica started away from the device it ran on, whose node no longer answered."""
 
-    left: DeviceId
     borrowed: DeviceId
     address: str  # the lost node's
 
@@ -104,13 +103,13 @@ class Relocator:
         for replica, device in sorted(failed.items()):
             if device.node not in lost:
                 continue
-            borrowed = stand_in(device, self.reserved, self.lost, load)
+            borrowed = stand_in(self.reserved, self.lost, load)
             if borrowed is None:
                 raise WorkerError(
                     f"{replica} ran on the node at {self._address_of(device)}, which no longer answers, and this run"
                     " holds no CPU core on another node: the run restarts and re-plans on the nodes left"
                 )
-            moves[replica] = Move(device, borrowed, self._address_of(device))
+            moves[replica] = Move(borrowed, self._address_of(device))
             load[borrowed] += 1
         self.moves.update(moves)
 
@@ -124,11 +123,8 @@ def _on_gpu(device: DeviceId) -> str | None:
     return None
 
 
-def stand_in(device: DeviceId, reserved: Iterable[DeviceId], lost: set[int], load: Counter) -> DeviceId | None:
-    """The core a replica that ran on CPU core `device` (on a lost node) borrows: of the `reserved` cores on
-    nodes not `lost`, the one the fewest replicas run on (`load`), the first of those on a tie; None where
-    none is left, or `device` is a GPU."""
-    if device.kind != "cpu":
-        return None
+def stand_in(reserved: Iterable[DeviceId], lost: set[int], load: Counter) -> DeviceId | None:
+    """The core a replica that ran on a CPU core of a lost node borrows: of the `reserved` cores on nodes not
+    `lost`, the one the fewest replicas run on (`load`), the first of those on a tie; None where none is left."""
     left = [d for d in reserved if d.kind == "cpu" and d.node not in lost]
     return min(left, key=lambda d: (load[d], d), default=None)
