@@ -1,4 +1,4 @@
-"""Synthetic workers with known costs: they spin the CPU (not sleep) for a declared time per call,
+"""Synthetic workers with known costs: they spin the CPU (not sleep) for a declared CPU time per call,
 so a benchmark can compare the planner's prediction with what really runs."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from m2flow.sharding import shard_groups
 
 
 def spin(seconds: float) -> None:
-    """Busy-wait: holds a core like real work does."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    """Busy-wait until this thread has run on a core for `seconds`: work of a known CPU cost. Two spinning
+    processes sharing one core each take about twice as long, as real work does (a spin on the wall clock
+    would end on time however little of the core it had, and could not show contention)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
         pass
 
 
