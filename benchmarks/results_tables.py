@@ -377,6 +377,37 @@ def camera_gpu_pipeline(rel: str, res: Results, calibrated_async: bool = False) 
     return Block([caption, "", *table(header, rows, "lrrrrrrr")], [rel])
 
 
+def merging(res: Results) -> Block:
+    rel = "merging.json"
+    data = res.json(rel)
+    rows = [
+        [
+            str(r["round"]),
+            "merged" if r["merge"] else "per slice",
+            fixed(r["predicted_loop_s"]),
+            fixed(r["loop_s"]),
+            pct(r["loop_s"] / r["predicted_loop_s"] - 1),
+            fixed(r["iteration_s"]),
+            ", ".join(f"{calls} of {rows} rows" for rows, calls in r["act_calls_by_rows"].items()),
+        ]
+        for r in data["runs"]
+    ]
+    header = [
+        "round",
+        "policy calls",
+        "predicted loop s",
+        "measured loop s",
+        "error",
+        "iteration s",
+        "traced act calls",
+    ]
+    caption = (
+        f"*a spin simulator and a policy paid mostly per call, hybrid S=4, {data['args']['iterations']} iterations a"
+        f" run (median after the first), rounds alternating; `{data['line']}`*"
+    )
+    return Block([caption, "", *table(header, rows, "llrrrrl")], [rel])
+
+
 TABLES: dict[str, Callable[[Results], Block]] = {
     "engine_overhead": engine_overhead,
     "modes_spin": partial(modes_table, SPIN),
@@ -455,4 +486,5 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     ),
     "multigpu_hf_x2_256": partial(multigpu, HF_X2_256),
     "multigpu_hf_x2_1024": partial(multigpu, HF_X2_1024),
+    "merging": merging,
 }

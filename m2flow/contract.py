@@ -13,6 +13,9 @@ declarations beside it:
   outputs stand for it, where the class knows better than its kind's default (a sharded replay buffer:
   each replica adds its block of trajectories, every replica hears every priority update). A workflow's
   `workers.<w>.dispatch` still wins.
+- `batch_invariant: frozenset[str]`: ports whose output for each row does not depend on which other rows
+  share its call (a policy drawing each env's noise from the env's own stream). The loop may then merge
+  pipeline slices into one call of them where that is predicted faster (`planners/merging.py`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ class WorkerInfo:
         """Its replicas are ranks of one process group (checkpointed together, rank 0 speaks for them)."""
         return KINDS[self.kind].group
 
+    def batch_invariant(self, port: str) -> bool:
+        """Whether a call of `port` gives each row the same output whatever rows share the call."""
+        return port in getattr(self.target, "batch_invariant", frozenset())
+
     def dispatch(self, port: str) -> Dispatch:
         declared = getattr(self.target, "port_dispatch", {})
         return self.spec.dispatch.get(port) or declared.get(port) or KINDS[self.kind].dispatch
@@ -84,6 +91,7 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
     for port in sorted(set(spec.dispatch) - ports):
         problems.append(f"{key}.dispatch.{port}: '{name}' has no port '{port}' (its ports: {', '.join(sorted(ports))})")
     problems += [f"{key}: {problem}" for problem in _check_port_dispatch(target, ports, spec.cls)]
+    problems += [f"{key}: {problem}" for problem in _check_batch_invariant(target, ports, spec.cls)]
     if problems:
         return None, problems
     data_parallel = spec.count
@@ -108,6 +116,18 @@ def _check_port_dispatch(target: Any, ports: frozenset[str], cls: str) -> list[s
         elif not isinstance(rule, Dispatch):
             problems.append(f"{cls}.port_dispatch['{port}']: expected m2flow.Dispatch(split=..., gather=...)")
     return problems
+
+
+def _check_batch_invariant(target: Any, ports: frozenset[str], cls: str) -> list[str]:
+    """A class's `batch_invariant` declaration: a set of its own port names."""
+    declared = getattr(target, "batch_invariant", frozenset())
+    if not isinstance(declared, (set, frozenset)):
+        return [f"{cls}.batch_invariant: expected a frozenset of port names, got {type(declared).__name__}"]
+    return [
+        f"{cls}.batch_invariant: '{port}' is not one of its ports ({', '.join(sorted(ports))})"
+        for port in sorted(map(str, declared))
+        if port not in ports
+    ]
 
 
 def _validate_args(target: Any, args: dict[str, Any], prefix: tuple[str, ...]) -> tuple[BaseModel | None, list[str]]:

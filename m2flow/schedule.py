@@ -209,6 +209,7 @@ class Plan:
     processes: list[list[ReplicaId]] = field(default_factory=list)  # replicas sharing a process
     transports: dict[str, str] = field(default_factory=dict)  # each sync edge's (m2flow.transfer)
     memory_shares: dict[ReplicaId, float] = field(default_factory=dict)  # of a shared GPU, per replica's process
+    merge_slices: list[str] = field(default_factory=list)  # loop ports taking in later slices (planners/merging.py)
 
     def occupants(self) -> Counter[DeviceId]:
         """How many replicas (of any worker) each device hosts."""
@@ -248,6 +249,7 @@ class Plan:
             "processes": [[list(m) for m in group] for group in self.processes],
             "transports": self.transports,
             "memory_shares": [[r.worker, r.replica, share] for r, share in self.memory_shares.items()],
+            "merge_slices": self.merge_slices,
         }
 
     @classmethod
@@ -267,6 +269,7 @@ class Plan:
             processes=[[ReplicaId(w, int(r)) for w, r in group] for group in data.get("processes", [])],
             transports=data.get("transports", {}),
             memory_shares={ReplicaId(w, int(r)): share for w, r, share in data.get("memory_shares", [])},
+            merge_slices=data.get("merge_slices", []),
         )
 
     def save(self, path: str | Path) -> Path:

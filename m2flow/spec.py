@@ -241,6 +241,11 @@ class PlacementSpec(_Strict):
         description="loop workers' replicas on the same device share one process (per-step data is a direct call);"
         " auto: where that is predicted at least 5% faster",
     )
+    merge_slices: bool | Literal["auto"] = Field(
+        "auto",
+        description="a batch-invariant loop port (a policy's act) takes into one call the later pipeline slices"
+        " that arrived while it worked; auto: where its cost is mostly per call (planners/merging.py)",
+    )
     memory_shares: bool = Field(
         True,
         description="cap each process on a GPU that several share at its share of the memory: the GPU's usable"

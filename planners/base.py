@@ -12,6 +12,7 @@ from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.overlap import Overlap
 from m2flow.planners.memory import memory_shares, share_notes
+from m2flow.planners.merging import merge_notes, merge_slices
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swaps
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
@@ -95,6 +96,7 @@ class PlacementPlanner(Planner):
             tasks=tasks,
         )
         plan.processes = processes
+        plan.merge_slices = merge_slices(graph, profile, stages)
         memory_notes = []
         if graph.spec.placement.memory_shares:
             plan.memory_shares, memory_notes = memory_shares(placements, phases, offloaded, processes, cluster, profile)
@@ -106,6 +108,7 @@ class PlacementPlanner(Planner):
         plan.notes += streaming_notes(graph, phases, prediction)
         if why:
             plan.notes.append(why)
+        plan.notes += merge_notes(graph, profile, stages)
         for group in plan.processes:
             plan.notes.append(f"one process: {' + '.join(map(str, group))} (placement.colocate)")
         plan.notes += memory_notes + share_notes(plan)

@@ -3,18 +3,24 @@
 It interprets the same program the executor runs (`m2flow.program`: phases in order, each op calling
 ports with the same dispatch rules), adding a predicted task for every call instead of a Ray call.
 Inside the loop every replica calls its ports step by step and slice by slice; a task starts when its
-inputs exist and its device is free (devices run one task at a time). Long loops are compressed: the
-first steps are simulated and the steady-state step time extrapolates the rest.
+inputs exist and its device is free (devices run one task at a time). A port of `merge_slices` takes into
+the call it starts the next slices of the same step whose inputs all exist by then, as the executor's loop
+does (inputs whose tasks are not yet scheduled count as missing: merges are, if anything, under-predicted).
+Long loops are compressed: the first steps are simulated and the steady-state step time extrapolates the rest.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
+import math
+from collections.abc import Callable
 
 from m2flow.cluster import DeviceId
 from m2flow.dispatch import gather, split
 from m2flow.graph import MacroGraph
 from m2flow.overlap import Overlap
+from m2flow.planners.merging import merge_slices
 from m2flow.planners.processes import Processes, same_process
 from m2flow.planners.profile import Profile
 from m2flow.program import own_items, run_phase
@@ -33,6 +39,10 @@ class _Schedule:
         self.duration: list[float] = []
         self.receiving: list[float] = []  # the part of each task's duration spent receiving its inputs
         self.devices = devices
+        self.items: dict[int, float] = {}  # a mergeable call -> its rows
+        self.cost: dict[int, Callable[[float], float]] = {}  # a mergeable call -> its seconds for given rows
+        self.follower: dict[int, int] = {}  # a mergeable call -> the next slice's call it may take in
+        self.taken_in: set[int] = set()  # calls done inside an earlier slice's call
 
     def add(
         self,
@@ -53,6 +63,30 @@ class _Schedule:
         self.receiving.append(receiving)
         return task.id
 
+    def mergeable(self, tid: int, items: float, cost: Callable[[float], float], after: int | None) -> None:
+        """Task `tid`, a call of `items` rows costing `cost(rows)`, may take in the slices after it; `after` is the
+        previous slice's call of the same replica, port and step (None for the first slice)."""
+        self.items[tid], self.cost[tid] = items, cost
+        if after is not None:
+            self.follower[after] = tid
+
+    def _take_in(self, tid: int, start: float, ends: dict[int, float], first: int) -> None:
+        """Merge into `tid`, starting at `start`, the following slices' calls whose other inputs ended by then."""
+        chain, follower = [tid], self.follower.get(tid)
+        while follower is not None and all(
+            d < first or ends.get(d, math.inf) <= start for d in self.tasks[follower].deps if d != chain[-1]
+        ):
+            chain.append(follower)
+            follower = self.follower.get(follower)
+        if len(chain) == 1:
+            return
+        receiving = sum(self.receiving[t] for t in chain)
+        self.duration[tid] = self.cost[tid](sum(self.items[t] for t in chain)) + receiving
+        self.receiving[tid] = receiving
+        for t in chain[1:]:
+            self.duration[t] = self.receiving[t] = 0.0
+            self.taken_in.add(t)
+
     def run(self, start: float, first: int) -> float:
         """Schedule tasks[first:] (dependencies inside that range), starting no earlier than `start`."""
         pending = {t.id: len([d for d in t.deps if d >= first]) for t in self.tasks[first:]}
@@ -65,13 +99,20 @@ class _Schedule:
         heap = [(start, tid) for tid, n in pending.items() if n == 0]
         heapq.heapify(heap)
         device_free: dict[DeviceId, float] = {}
+        ends: dict[int, float] = {}
         end = start
         while heap:
             ready, tid = heapq.heappop(heap)
             task = self.tasks[tid]
-            task.start = max(ready, device_free.get(task.device, start))
-            task.end = task.start + self.duration[tid]
-            device_free[task.device] = task.end
+            if tid in self.taken_in:  # done by the call that took it in: its output is out when that one's is
+                task.start = task.end = ready
+            else:
+                task.start = max(ready, device_free.get(task.device, start))
+                if tid in self.follower:
+                    self._take_in(tid, task.start, ends, first)
+                task.end = task.start + self.duration[tid]
+                device_free[task.device] = task.end
+            ends[tid] = task.end
             end = max(end, task.end)
             for child in children.get(tid, ()):
                 ready_at[child] = max(ready_at[child], task.end)
@@ -241,6 +282,7 @@ def _simulate_loop(
     steps = min(loop.horizon, SIMULATED_STEPS)
     last_of: dict[ReplicaId, int] = {}  # replica -> its last task: program order
     produced: dict[tuple[int, int], int] = {}  # (shard, slice) -> task that produced its current data
+    merging = set(merge_slices(graph, profile, stages))
 
     def call(port: PortRef, step: int) -> None:
         replicas = graph.workers[port.worker].count
@@ -260,8 +302,12 @@ def _simulate_loop(
                 )
                 if me in last_of:
                     deps.append(last_of[me])
-                seconds = profile.call_s(port.worker, port.port, slice_items[s] * len(group))
+                rows = slice_items[s] * len(group)
+                seconds = profile.call_s(port.worker, port.port, rows)
                 tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s, hops * profile.hop_s)
+                if str(port) in merging:
+                    cost = functools.partial(profile.call_s, port.worker, port.port)
+                    sched.mergeable(tid, rows, cost, last_of[me] if s > 0 else None)
                 last_of[me] = tid
                 for b in group:
                     produced[(b, s)] = tid

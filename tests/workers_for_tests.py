@@ -66,6 +66,8 @@ class CheckpointedCounter(Counter):
 
 
 class PlusOne:
+    batch_invariant = frozenset({"act"})  # ones, whatever rows share a call
+
     def __init__(self):
         self.swaps = {"offload": 0, "onload": 0}
 
@@ -80,6 +82,12 @@ class PlusOne:
 
     def metrics(self) -> dict:
         return {f"policy/{op}s": float(n) for op, n in self.swaps.items()}
+
+
+class PlusOnePerSlice(PlusOne):
+    """PlusOne declaring no port batch-invariant: the loop calls its `act` slice by slice."""
+
+    batch_invariant = frozenset()
 
 
 class Collect:
@@ -216,6 +224,15 @@ class SavingPolicy(TorchPolicy):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.saver.calls = state["calls"]
+
+
+class SlowSavingPolicy(SavingPolicy):
+    """A SavingPolicy whose act also waits 20 ms, as a call paid per call does: the slices the simulators send
+    meanwhile arrive before it acts on the next."""
+
+    def act(self, batch):
+        time.sleep(0.02)
+        return super().act(batch)
 
 
 class WholeBatchPPO(PPO):

@@ -57,6 +57,8 @@ class SpinSimulator:
 class SpinPolicy:
     """An inference worker whose act costs `fixed_s + per_env_s * batch`."""
 
+    batch_invariant = frozenset({"act"})  # zeros, whatever rows share a call
+
     def __init__(self, fixed_s: float = 0.0, per_env_s: float = 1e-3):
         self.fixed_s, self.per_env_s = fixed_s, per_env_s
         self.version = -1

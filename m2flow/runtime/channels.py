@@ -98,6 +98,7 @@ class Mailbox:
         self._sending: dict[PeerId, threading.Lock] = {}  # one writer at a time per channel: data or a beat
         self.sent_bytes = 0
         self._arrived = threading.Condition()
+        self._early: dict[PeerId, tuple[tuple, Any]] = {}  # a message `arrived` read before its `recv`
         self._call_since: float | None = None  # when the port call in progress began (`calling`)
         self._closed = threading.Event()
         self._listeners = {k: CHANNEL_KINDS[k].listen(f"{me[0]}-{me[1]}", authkey) for k in kinds}
@@ -145,6 +146,7 @@ class Mailbox:
 
     def forget(self, peer: PeerId) -> None:
         """Close both channels with `peer` (replaced by a new process that will connect afresh)."""
+        self._early.pop(peer, None)
         with self._arrived, self._sending.pop(peer, None) or contextlib.nullcontext():
             for conn in (self.inbound.pop(peer, None), self.outbound.pop(peer, None)):
                 if conn is not None:
@@ -171,10 +173,29 @@ class Mailbox:
         finally:
             self._call_since = None
 
+    def arrived(self, peer: PeerId, header: tuple) -> bool:
+        """Whether the message `header` from `peer` is here already; never waits. A message read to see is kept
+        for its `recv`; a channel that broke says no here and is reported by the `recv` that waits on it."""
+        if peer not in self._early:
+            conn = self.inbound.get(peer)
+            try:
+                while conn is not None and conn.poll(0):
+                    got, payload = pickle.loads(conn.recv_bytes())
+                    if tuple(got) != BEAT:
+                        self._early[peer] = (tuple(got), payload)
+                        break
+            except (EOFError, OSError):
+                return False
+        early = self._early.get(peer)
+        return early is not None and early[0] == tuple(header)
+
     def recv(self, peer: PeerId, header: tuple, patience: Patience, waiting_for: str) -> Any:
         """The message `header` from `peer`; past `patience` (module doc) raises `WaitTimeout`. Beats are read
         while more are waiting, and only the newest is judged: those left unread since an earlier receive
         say nothing of now."""
+        if peer in self._early:
+            got, payload = self._early.pop(peer)
+            return self._in_order(peer, header, got, payload)
         conn = self.inbound[peer]
         start = heard = now = time.monotonic()
         call_began: float | None = None  # when the peer's call in progress began, as its newest beat says

@@ -233,6 +233,7 @@ class Controller(InPlace):
             silence_s=self.deadlines.silence_s,
             trace_steps=self._it < self.trace_until,
             droppable=self.replacer.replaceable(),
+            merge_slices=frozenset(j for j, p in enumerate(loop.ports) if str(p) in self.plan.merge_slices),
         )
         processes = self._loop_processes()
         steps_before = self._result.env_steps

@@ -3,7 +3,10 @@
 The batch is cut into `shards` (one per replica of the loop's first worker) and each shard into
 `stages` slices. Every replica walks the same global order (step, port, slice), so the messages on
 each channel arrive in the order they are awaited; with several slices, a worker computes slice s
-while its peer already works on slice s+1 — pipelining falls out of the dataflow.
+while its peer already works on slice s+1 — pipelining falls out of the dataflow. A port of
+`merge_slices` (one whose call costs about the same for fewer rows, as a policy's on a GPU: the plan
+says which) takes into its call of slice s the later slices of the same step whose inputs have all
+arrived by then, and sends each slice's rows on as its own message: nobody downstream sees a difference.
 
 A `droppable` replica of the first worker (a simulator) whose channel breaks or stays silent past its
 deadline is dropped: its peers go on with the other shards and report it `lost`; the controller replaces
@@ -44,6 +47,7 @@ class LoopProgram:
     trace_steps: bool
     droppable: frozenset[PeerId] = frozenset()  # replicas whose failure is not fatal (module doc)
     only_shards: tuple[int, ...] | None = None  # a redo: only these shards step
+    merge_slices: frozenset[int] = frozenset()  # ports (by index) whose calls take in the later slices arrived
 
 
 @dataclass(frozen=True)
@@ -145,18 +149,21 @@ class _LoopRun:
         prog, k = self.prog, self.last_port
         for m in self._members_of(0):
             for s in range(prog.stages):
-                self.call(m, 0, s, None, [0], -1, (1, 0))
+                self.call(m, 0, s, [(None, [0])], -1, (1, 0))
         for t in range(prog.horizon):
             for j in range(1, k + 1):
+                after = None if t == prog.horizon - 1 and j == k else (j + 1 if j < k else 1, t if j < k else t + 1)
                 for m in self._members_of(j):
-                    for s in range(prog.stages):
-                        value, sizes = self.gather(m, j, s, t)
-                        if not sizes:  # every shard it served was dropped
+                    s = 0
+                    while s < prog.stages:
+                        taken = [self.gather(m, j, s, t)]
+                        if not taken[0][1]:  # every shard it served was dropped
+                            s += 1
                             continue
-                        last = t == prog.horizon - 1 and j == k
-                        self.call(
-                            m, j, s, value, sizes, t, None if last else (j + 1 if j < k else 1, t if j < k else t + 1)
-                        )
+                        while j in prog.merge_slices and self.arrived(m, j, s + len(taken), t):
+                            taken.append(self.gather(m, j, s + len(taken), t))
+                        self.call(m, j, s, taken, t, after)
+                        s += len(taken)
 
     def _members_of(self, j: int) -> list[Member]:
         """The members here that run port j: those left with shards to serve."""
@@ -249,15 +256,34 @@ class _LoopRun:
         shards = self.mine[(m.worker, m.replica)]
         return concat([pieces[b] for b in shards]) if shards else (None, [])
 
-    def call(self, m: Member, j: int, s: int, value: Any, sizes: list[int], step: int, after: tuple[int, int] | None):
-        """Call port j on slice s, then deliver its output to `after` = (next port, its step), if any."""
+    def arrived(self, m: Member, j: int, s: int, t: int) -> bool:
+        """Whether slice s of port j, step t, is a slice of this step whose every input for `m` is here already."""
+        if s >= self.prog.stages or not self.mine[(m.worker, m.replica)]:
+            return False
+        upstream = self.last_port if j == 1 and t > 0 else j - 1
+        w_prev = self.prog.ports[upstream][0]
+        return all(
+            (w_prev, peer) in self.here or m.mailbox.arrived((w_prev, peer), (t, j, s))
+            for peer in self.upstream_peers(m, w_prev)
+        )
+
+    def call(
+        self, m: Member, j: int, s: int, taken: list[tuple[Any, list[int]]], step: int, after: tuple[int, int] | None
+    ):
+        """Call port j on slices s, s+1, ... (one `(input, sizes)` each in `taken`; several in one call), then
+        deliver each slice's part of the output to `after` = (next port, its step), if any."""
         port = self.prog.ports[j][1]
+        value = taken[0][0] if len(taken) == 1 else concat([v for v, _ in taken])[0]
         start = time.time()
         with contextlib.ExitStack() as calling:  # the process is in a call: every replica it hosts says so
             for member in self.members:
                 calling.enter_context(member.mailbox.calling())
             out = m.call_port(port, s, value)
         end = time.time()
-        sent = self.deliver(m, after[0], s, after[1], out, sizes) if after else 0
-        items = sum(sizes) if value is not None else 0
+        sent = 0
+        if after:
+            parts = [out] if len(taken) == 1 else split(out, [sum(sizes) for _, sizes in taken])
+            for i, ((_, sizes), part) in enumerate(zip(taken, parts, strict=True)):
+                sent += self.deliver(m, after[0], s + i, after[1], part, sizes)
+        items = sum(sum(sizes) for _, sizes in taken) if value is not None else 0
         self.stats[(m.worker, m.replica)].add(port, start, end, items, step, s, sent, self.prog.trace_steps)

@@ -34,6 +34,7 @@ from m2flow.kinds import KINDS
 from m2flow.planners import device_kinds, make_plan, profile_of
 from m2flow.planners.cache import cached_fits, save_cached, save_calibration
 from m2flow.planners.fit import controller_seconds, fit_points, merged, points_from_trace
+from m2flow.planners.merging import merge_slices
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate
 from m2flow.program import build_phases
@@ -313,12 +314,13 @@ def replan(
         graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
     )
     now.cost_sources = dict(profile.source)
+    merging = merge_slices(graph, profile, current.pipeline_stages)  # as `now` predicts it, on the measured costs
     fixed = _fixed_slices(graph)
     try:  # a simulator whose saved state cannot follow other slices keeps its stages (it says why below)
         best = make_plan(_same_stages(graph, current.pipeline_stages) if fixed else graph, cluster, profile)
     except PlanError as exc:  # e.g. a sync transport the workflow asks for that the better layout cannot carry
         why = f"replan: keeping {_label(current)}: the best alternative is refused: {exc}"
-        return Decision(replace(current, predicted=now, tasks=tasks), False, why)
+        return Decision(replace(current, predicted=now, tasks=tasks, merge_slices=merging), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = _layout(best) == _layout(current)
     back = running.tried_from is not None and _layout(best) == _layout(running.tried_from)
@@ -326,7 +328,7 @@ def replan(
         trial = _trial(graph, cluster, current, best, measured) if may_try else None
         if trial is not None:
             return trial
-        kept = replace(current, predicted=now, tasks=tasks)
+        kept = replace(current, predicted=now, tasks=tasks, merge_slices=merging)
         why = (
             f"replan: keeping {_label(current)}: with the measured costs it is predicted {now_s:.3g} s/iteration,"
             f" the best alternative {_label(best)} {new_s:.3g} s"

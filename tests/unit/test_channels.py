@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from m2flow.errors import WaitTimeout
+from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.channels import Mailbox, Patience
 
 SIMULATOR, POLICY, SILENT = ("env", 0), ("rollout", 0), ("env", 1)
@@ -184,3 +184,27 @@ def test_closing_a_mailbox_ends_its_beat_thread():
         box.close()
 
     assert len(beats) == 2 and not any(thread.is_alive() for thread in beats)
+
+
+def test_arrived_says_whether_the_next_message_is_here_without_waiting_and_keeps_what_it_read(mailboxes):
+    simulator, policy = mailboxes[SIMULATOR], mailboxes[POLICY]
+    time.sleep(3 * BEAT_EVERY_S)  # beats queued ahead of the data are read past
+    assert not policy.arrived(SIMULATOR, (0, 1, 0))
+    simulator.send(POLICY, (0, 1, 0), "slice 0")
+    simulator.send(POLICY, (0, 1, 1), "slice 1")
+    deadline = time.monotonic() + 10
+    while not policy.arrived(SIMULATOR, (0, 1, 0)):
+        assert time.monotonic() < deadline, "a message sent never arrived"
+    assert not policy.arrived(SIMULATOR, (0, 1, 1))  # not the next one: slice 0 comes first
+    assert policy.recv(SIMULATOR, (0, 1, 0), Patience.fixed(5), "slice 0") == "slice 0"
+    while not policy.arrived(SIMULATOR, (0, 1, 1)):
+        assert time.monotonic() < deadline, "a message sent never arrived"
+    assert policy.recv(SIMULATOR, (0, 1, 1), Patience.fixed(5), "slice 1") == "slice 1"
+
+
+def test_arrived_says_no_for_a_closed_channel_and_its_receive_reports_it(mailboxes):
+    mailboxes[SILENT].close()
+    time.sleep(0.2)
+    assert not mailboxes[POLICY].arrived(SILENT, (0, 1, 0))
+    with pytest.raises(WorkerError, match="closed its channel"):
+        mailboxes[POLICY].recv(SILENT, (0, 1, 0), Patience.fixed(5), "obs from env[1]")

@@ -7,7 +7,9 @@ An env's action must not depend on how envs are batched (pipeline slices cut the
 its noise from its own stream, and every call is padded to a multiple of `ROW_MULTIPLE` rows, because
 BLAS picks its matmul kernel by row count and MKL's kernel for fewer than 4 rows rounds differently —
 a 1-ulp difference that chaotic physics grows into different trajectories. (Seen with MKL on CPU; other
-BLAS libraries and GPUs may need another multiple.)
+BLAS libraries and GPUs may need another multiple.) So `act` is declared `batch_invariant`: the loop may
+merge pipeline slices into one call of it (`planners/merging.py`), given `env_id`s, as the built-in
+simulators send them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class TorchPolicyConfig(PolicyArgs):
 
 class TorchPolicy:
     Config = TorchPolicyConfig
+    batch_invariant = frozenset({"act"})
 
     def __init__(self, **args: Any):
         import torch
