@@ -438,7 +438,7 @@ class Controller(InPlace):
 
     def _deadline(self, what: str, phase: str) -> Deadline:
         """A phase's deadline; a process on this host silent for `run.timeouts.silence_s` is hung before it."""
-        watch = self.launch.watch(self.launch.timeouts.silence_s)
+        watch = self.launch.processes.watch(self.launch.timeouts.silence_s)
         return Deadline(self.deadlines.phase(phase), f"{what} (iteration {self._it}); {self.deadlines.explain}", watch)
 
     def _worker_metrics(self) -> dict[str, float]:

@@ -21,10 +21,14 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from m2flow.context import set_env_note
 from m2flow.runtime.nodes import Unreached, addresses, process_name, run_on
 from m2flow.schedule import ReplicaId
+
+if TYPE_CHECKING:
+    from m2flow.runtime.started import Started
 
 FATAL = "Fatal Python error: "
 NOTE_BYTES = 16  # two unsigned 64-bit words: the env plus one (0: none), the thread working on it
@@ -94,9 +98,9 @@ def crashed_on(node: str, processes: dict[str, tuple[str, int]], run_dir: str) -
 
 
 def crashes_of(
-    nodes: Mapping[ReplicaId, str], pids: Mapping[ReplicaId, int], run_dir: str, replicas: Iterable[ReplicaId]
+    started: Mapping[ReplicaId, Started], run_dir: str, replicas: Iterable[ReplicaId]
 ) -> dict[ReplicaId, Crash]:
-    """How the processes of these replicas (on Ray nodes `nodes`, pids `pids`) that crashed of their own
+    """How the processes of these replicas (as `started` says: node and pid) that crashed of their own
     crashed, each record read on its node; one entry per process (replicas sharing one: the first)."""
     import ray
 
@@ -104,8 +108,8 @@ def crashes_of(
     alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
     by_process: dict[tuple[str, int], ReplicaId] = {}
     for r in replicas:
-        if nodes[r] in alive:  # a node gone took its records with it
-            by_process.setdefault((nodes[r], pids[r]), r)
+        if started[r].node in alive:  # a node gone took its records with it
+            by_process.setdefault((started[r].node, started[r].pid), r)
     found: dict[ReplicaId, Crash | None] = {}
     remote: dict[str, dict[str, tuple[str, int]]] = {}
     for (node, pid), r in by_process.items():

@@ -248,8 +248,8 @@ class Run:
     def _note_processes(self) -> None:
         """Where each replica runs now (a replacement runs in a new process), also in the run folder's
         processes.json for tools that watch a run (a profiler, a fault injector)."""
-        self.result.nodes = {str(replica): node for replica, node in self.launch.nodes.items()}
-        self.result.pids = {str(replica): pid for replica, pid in self.launch.pids.items()}
+        self.result.nodes = {str(replica): node for replica, node in self.launch.processes.nodes.items()}
+        self.result.pids = {str(replica): pid for replica, pid in self.launch.processes.pids.items()}
         ips = addresses()
         where = {
             replica: {"node": node, "address": ips.get(node), "pid": self.result.pids[replica]}
@@ -331,7 +331,7 @@ class Run:
         question is a courtesy: "" where it cannot be answered."""
         try:
             launch = self.launch
-            crashes = crashes_of(launch.nodes, launch.pids, launch.output_dir, launch.pids) if launch else {}
+            crashes = crashes_of(launch.processes.of, launch.output_dir, launch.processes.of) if launch else {}
         except Exception:  # noqa: BLE001 - never worse than the failure itself
             return ""
         return "; ".join(f"{r}: {crash}" for r, crash in crashes.items() if str(crash.dump) not in str(exc))

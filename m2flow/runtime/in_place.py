@@ -222,7 +222,8 @@ class InPlace:
         host); else, where the ranks are still out, one that did not arrive at the collective the others
         wait in (the explanation added); else the first failure seen."""
         ids = {calls[i][1].id: i for i in failed}
-        dead = [i for r, i in ids.items() if self.launch.on_this_host(r) and not self.launch.alive_here(r)]
+        processes = self.launch.processes
+        dead = [i for r, i in ids.items() if processes.on_this_host(r) and not processes.alive_here(r)]
         if dead:
             return dead[0], failed[dead[0]]
         first = min(failed, key=lambda i: failed[i].at)

@@ -10,7 +10,6 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from m2flow.cluster import DeviceId
@@ -23,9 +22,9 @@ from m2flow.planners.render import render_gpus
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.nodes import addresses, driver_node, unreachable
-from m2flow.runtime.pulse import Watch, beat_file
 from m2flow.runtime.relocate import Relocator
 from m2flow.runtime.spares import SpareHost, SpareKey, Spares
+from m2flow.runtime.started import StartedProcesses
 from m2flow.runtime.waits import Deadline, died, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
 from m2flow.runtime.wiring import LoopChannels
@@ -72,10 +71,7 @@ class Launch:
         self.timeouts = graph.spec.run.timeouts
         self.deadlines = Deadlines.from_plan(plan, self.timeouts)  # collectives wait no longer than their phase
         self.replicas: dict[str, list[Replica]] = {}
-        self.nodes: dict[ReplicaId, str] = {}
-        self.pids: dict[ReplicaId, int] = {}
-        self._beat_files: dict[ReplicaId, tuple[Path, int]] | None = None  # `watch`'s, once read
-        self.started: dict[ReplicaId, float] = {}  # each process's start time: tells it from a later one of its pid
+        self.processes = StartedProcesses(output_dir)
         self.pg = None
         self.bundle_of: dict[DeviceId, int] = {}
         self.rendezvous: dict[str, dict | None] = {}
@@ -84,7 +80,6 @@ class Launch:
         self.channels: LoopChannels | None = None
         self.sync_setup: dict[ReplicaId, dict[Edge, tuple[str, Route | None]]] = {}  # edge -> (method, route)
         self.generation: dict[ReplicaId, int] = {}  # processes a replica has had before its current one
-        self.modules: dict[ReplicaId, list[str]] = {}  # what each replica's process imported: its spare's imports
         self.spares = Spares(self._spare)
         self.from_spare: set[ReplicaId] = set()  # replicas whose current process was a spare
         # the replicas started off their planned device, its node lost (`relocate.py`)
@@ -216,13 +211,7 @@ class Launch:
             Deadline(self.timeouts.start_s, "workers to start (import, build model, init process groups)"),
         )
         for replica, info in zip(members, infos, strict=True):
-            self._started(replica, info)
-
-    def _started(self, replica: Replica, info: dict) -> None:
-        """What a replica's new process said of itself as it started."""
-        self.nodes[replica.id], self.pids[replica.id] = info["node"], info["pid"]
-        self._beat_files = None  # a new process: read afresh
-        self.started[replica.id], self.modules[replica.id] = info["started"], info["modules"]
+            self.processes.record(replica.id, info)
 
     def _actor(self, host: type, label: str, device: DeviceId, env: dict, resources: dict, *args: Any) -> Any:
         """A host actor named `m2flow:<workflow>:<label>`, in the plan's bundle for its device."""
@@ -247,7 +236,7 @@ class Launch:
         node_ids = self.plan.cluster.node_ids
         if not node_ids:
             return
-        for replica, node in self.nodes.items():
+        for replica, node in self.processes.nodes.items():
             device = self.device_of(replica)
             if node != node_ids[device.node]:
                 raise PlanError(
@@ -364,9 +353,9 @@ class Launch:
         fresh, starting, hosts = [], [], []
         for replica in replicas:
             old = self._replica(replica)
-            if self.alive_here(replica):  # at once, also when stopped: its device share is freed for the new one
+            if self.processes.alive_here(replica):  # at once, also when stopped: its share is freed for the new one
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pids[replica], signal.SIGKILL)
+                    os.kill(self.processes.of[replica].pid, signal.SIGKILL)
             ray.kill(old.process, no_restart=True)
             host = self._host_args(replica.worker, replica.replica)
             new = Replica(old.worker, old.index, host.replica.device, None)
@@ -386,7 +375,7 @@ class Launch:
             if new.id in self.from_spare and died(starting[i][0], deadline):  # a spare is never worse than none
                 starting[i] = self._fresh_host(new, host)
         for new, info in zip(fresh, wait_all(starting, deadline), strict=True):
-            self._started(new, info)
+            self.processes.record(new.id, info)
         looped = [new for new in fresh if self.channels is not None and new.id in self.channels.addresses]
         if looped:
             self.channels.rewire(looped, {r.id: r for group in self.replicas.values() for r in group})
@@ -422,7 +411,7 @@ class Launch:
         third-party modules the worker's processes imported (not the worker's package nor m2flow: a module
         of those may set thread-local state as it is imported, and they import quickly)."""
         own = {"m2flow", self.graph.workers[key.worker].cls.partition(".")[0]}
-        imported = (m for r, names in self.modules.items() if r.worker == key.worker for m in names)
+        imported = (m for r, started in self.processes.of.items() if r.worker == key.worker for m in started.modules)
         modules = list(dict.fromkeys(m for m in imported if m.partition(".")[0] not in own))
         env = worker_env(dict(key.env))
         return self._actor(SpareHost, f"spare:{key.worker}:{number}", key.bundle, env, {"num_cpus": 0}, modules)
@@ -438,37 +427,6 @@ class Launch:
                     met.add(edge)
                     calls += self._connect_edge(edge)
         wait_all(calls, Deadline(self.timeouts.start_s, f"the replacement of {names}: its sync routes"))
-
-    def watch(self, silence_s: float) -> Watch:
-        """The beat files of the replicas' processes on the driver's host (`pulse.py`)."""
-        import ray
-
-        if self._beat_files is None:
-            node, address = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
-            self._beat_files = {
-                replica: (beat_file(self.output_dir, address, pid), pid)
-                for replica, pid in self.pids.items()
-                if self.nodes[replica] == node
-            }
-        return Watch(self._beat_files, silence_s)
-
-    def on_this_host(self, replica: ReplicaId) -> bool:
-        """Whether `replica`'s process runs on the driver's host (its pid means something here)."""
-        import ray
-
-        return addresses().get(self.nodes[replica]) == ray.util.get_node_ip_address()
-
-    def alive_here(self, replica: ReplicaId) -> bool:
-        """Whether `replica`'s process runs on the driver's host and is still the one started for it (its pid
-        may have been given to another process since it ended): only then may it be signalled."""
-        import psutil
-
-        if not self.on_this_host(replica):
-            return False
-        try:
-            return psutil.Process(self.pids[replica]).create_time() == self.started[replica]
-        except psutil.Error:
-            return False
 
     def _replica(self, replica: ReplicaId) -> Replica:
         return self.replicas[replica.worker][replica.replica]

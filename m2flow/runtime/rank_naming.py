@@ -38,14 +38,16 @@ def rank_states(launch: Launch, replicas: list[Replica]) -> list[RankState]:
     """Where each of these ranks is: asked on this host, through its node's Ray on another."""
     import ray
 
-    local = [r for r in replicas if launch.on_this_host(r.id)]
-    here = {str(r.id): launch.pids[r.id] for r in local if launch.alive_here(r.id)}
+    processes = launch.processes
+    local = [r for r in replicas if processes.on_this_host(r.id)]
+    here = {str(r.id): processes.of[r.id].pid for r in local if processes.alive_here(r.id)}
     states = ask(here, launch.output_dir, ray.util.get_node_ip_address())
     states += [RankState(str(r.id), None, "its process is gone") for r in local if str(r.id) not in here]
     elsewhere: dict[str, dict[str, tuple[int, float]]] = {}
     for r in replicas:
         if r not in local:
-            elsewhere.setdefault(launch.nodes[r.id], {})[str(r.id)] = (launch.pids[r.id], launch.started[r.id])
+            started = processes.of[r.id]
+            elsewhere.setdefault(started.node, {})[str(r.id)] = (started.pid, started.at)
     for node, ranks in elsewhere.items():
         states += ask_on_node(node, ranks, launch.output_dir)
     return states

@@ -141,7 +141,7 @@ class Replacer:
         """`failed`, each replica whose process crashed with how it crashed; a simulator's with the env it
         was working on then, unless it named one itself."""
         launch = self.launch
-        crashes = crashes_of(launch.nodes, launch.pids, launch.output_dir, [replica.id for replica, _ in failed])
+        crashes = crashes_of(launch.processes.of, launch.output_dir, [replica.id for replica, _ in failed])
         simulator = launch.graph.loop.entry.worker
         blamed = []
         for replica, dropped in failed:
