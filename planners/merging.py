@@ -19,6 +19,8 @@ from m2flow.graph import MacroGraph
 from m2flow.planners.profile import Profile
 from m2flow.sharding import shard_groups, slice_sizes
 
+MERGE_NOTE = "slices:"  # how a plan's note on merging slices begins
+
 
 @dataclass(frozen=True)
 class SliceCall:
@@ -31,6 +33,7 @@ class SliceCall:
 
     @property
     def merging_pays(self) -> bool:
+        """Taking a second slice into a call gains its caller at least the time it delays the first's (module doc)."""
         return 2 * self.two_s <= 3 * self.one_s
 
 
@@ -70,7 +73,7 @@ def merge_notes(graph: MacroGraph, profile: Profile, stages: int) -> list[str]:
             why = "mostly per call" if call.merging_pays else "mostly per row"
         else:
             why = f"placement.merge_slices: {str(wanted).lower()}"
-        notes.append(f"slices: {call.port} {how}: {costs} ({why})")
+        notes.append(f"{MERGE_NOTE} {call.port} {how}: {costs} ({why})")
     return notes
 
 

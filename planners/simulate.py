@@ -5,7 +5,7 @@ ports with the same dispatch rules), adding a predicted task for every call inst
 Inside the loop every replica calls its ports step by step and slice by slice; a task starts when its
 inputs exist and its device is free (devices run one task at a time). A port of `merge_slices` takes into
 the call it starts the next slices of the same step whose inputs all exist by then, as the executor's loop
-does (inputs whose tasks are not yet scheduled count as missing: merges are, if anything, under-predicted).
+takes in those whose messages have arrived (an input whose task is not yet scheduled counts as missing).
 Long loops are compressed: the first steps are simulated and the steady-state step time extrapolates the rest.
 """
 
@@ -15,6 +15,7 @@ import functools
 import heapq
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from m2flow.cluster import DeviceId
 from m2flow.dispatch import gather, split
@@ -31,6 +32,16 @@ from m2flow.spec import PortRef
 SIMULATED_STEPS = 16
 
 
+@dataclass
+class _Mergeable:
+    """A call of a port that merges slices (`merge_slices`): its rows, its cost for given rows, and the next
+    slice's call of the same replica, port and step, which it may take in."""
+
+    rows: float
+    cost: Callable[[float], float]
+    follower: int | None = None
+
+
 class _Schedule:
     """Tasks with durations and dependencies, list-scheduled on FIFO devices."""
 
@@ -39,9 +50,7 @@ class _Schedule:
         self.duration: list[float] = []
         self.receiving: list[float] = []  # the part of each task's duration spent receiving its inputs
         self.devices = devices
-        self.items: dict[int, float] = {}  # a mergeable call -> its rows
-        self.cost: dict[int, Callable[[float], float]] = {}  # a mergeable call -> its seconds for given rows
-        self.follower: dict[int, int] = {}  # a mergeable call -> the next slice's call it may take in
+        self.mergeable: dict[int, _Mergeable] = {}  # by task id: the calls of a port that merges slices
         self.taken_in: set[int] = set()  # calls done inside an earlier slice's call
 
     def add(
@@ -63,25 +72,25 @@ class _Schedule:
         self.receiving.append(receiving)
         return task.id
 
-    def mergeable(self, tid: int, items: float, cost: Callable[[float], float], after: int | None) -> None:
-        """Task `tid`, a call of `items` rows costing `cost(rows)`, may take in the slices after it; `after` is the
+    def may_merge(self, tid: int, rows: float, cost: Callable[[float], float], after: int | None) -> None:
+        """Task `tid`, a call of `rows` rows costing `cost(rows)`, may take in the slices after it; `after` is the
         previous slice's call of the same replica, port and step (None for the first slice)."""
-        self.items[tid], self.cost[tid] = items, cost
+        self.mergeable[tid] = _Mergeable(rows, cost)
         if after is not None:
-            self.follower[after] = tid
+            self.mergeable[after].follower = tid
 
     def _take_in(self, tid: int, start: float, ends: dict[int, float], first: int) -> None:
         """Merge into `tid`, starting at `start`, the following slices' calls whose other inputs ended by then."""
-        chain, follower = [tid], self.follower.get(tid)
+        chain, follower = [tid], self.mergeable[tid].follower
         while follower is not None and all(
             d < first or ends.get(d, math.inf) <= start for d in self.tasks[follower].deps if d != chain[-1]
         ):
             chain.append(follower)
-            follower = self.follower.get(follower)
+            follower = self.mergeable[follower].follower
         if len(chain) == 1:
             return
         receiving = sum(self.receiving[t] for t in chain)
-        self.duration[tid] = self.cost[tid](sum(self.items[t] for t in chain)) + receiving
+        self.duration[tid] = self.mergeable[tid].cost(sum(self.mergeable[t].rows for t in chain)) + receiving
         self.receiving[tid] = receiving
         for t in chain[1:]:
             self.duration[t] = self.receiving[t] = 0.0
@@ -108,7 +117,7 @@ class _Schedule:
                 task.start = task.end = ready
             else:
                 task.start = max(ready, device_free.get(task.device, start))
-                if tid in self.follower:
+                if tid in self.mergeable:
                     self._take_in(tid, task.start, ends, first)
                 task.end = task.start + self.duration[tid]
                 device_free[task.device] = task.end
@@ -307,7 +316,7 @@ def _simulate_loop(
                 tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s, hops * profile.hop_s)
                 if str(port) in merging:
                     cost = functools.partial(profile.call_s, port.worker, port.port)
-                    sched.mergeable(tid, rows, cost, last_of[me] if s > 0 else None)
+                    sched.may_merge(tid, rows, cost, last_of[me] if s > 0 else None)
                 last_of[me] = tid
                 for b in group:
                     produced[(b, s)] = tid

@@ -59,6 +59,14 @@ class Patience:
 
 
 @dataclass(frozen=True)
+class Message:
+    """A data message on a channel: its header (step, port, slice) and what it carries."""
+
+    header: tuple
+    payload: Any
+
+
+@dataclass(frozen=True)
 class ChannelKind:
     """How to listen and what address family peers dial."""
 
@@ -98,7 +106,8 @@ class Mailbox:
         self._sending: dict[PeerId, threading.Lock] = {}  # one writer at a time per channel: data or a beat
         self.sent_bytes = 0
         self._arrived = threading.Condition()
-        self._early: dict[PeerId, tuple[tuple, Any]] = {}  # a message `arrived` read before its `recv`
+        # a message `arrived` read before its `recv` (both are called by the loop's one thread only)
+        self._early: dict[PeerId, Message] = {}
         self._call_since: float | None = None  # when the port call in progress began (`calling`)
         self._closed = threading.Event()
         self._listeners = {k: CHANNEL_KINDS[k].listen(f"{me[0]}-{me[1]}", authkey) for k in kinds}
@@ -174,28 +183,30 @@ class Mailbox:
             self._call_since = None
 
     def arrived(self, peer: PeerId, header: tuple) -> bool:
-        """Whether the message `header` from `peer` is here already; never waits. A message read to see is kept
-        for its `recv`; a channel that broke says no here and is reported by the `recv` that waits on it."""
+        """Whether the message `header` from `peer` has begun to arrive (then it is read whole, as `recv` reads
+        it); waits for none. A message read to see is kept for its `recv`; the beats read past are dropped (the
+        next beat, within `BEAT_EVERY_S`, says as much); a channel that broke says no here and is reported by the
+        `recv` that waits on it."""
         if peer not in self._early:
             conn = self.inbound.get(peer)
             try:
                 while conn is not None and conn.poll(0):
                     got, payload = pickle.loads(conn.recv_bytes())
                     if tuple(got) != BEAT:
-                        self._early[peer] = (tuple(got), payload)
+                        self._early[peer] = Message(tuple(got), payload)
                         break
             except (EOFError, OSError):
                 return False
         early = self._early.get(peer)
-        return early is not None and early[0] == tuple(header)
+        return early is not None and early.header == tuple(header)
 
     def recv(self, peer: PeerId, header: tuple, patience: Patience, waiting_for: str) -> Any:
         """The message `header` from `peer`; past `patience` (module doc) raises `WaitTimeout`. Beats are read
         while more are waiting, and only the newest is judged: those left unread since an earlier receive
         say nothing of now."""
         if peer in self._early:
-            got, payload = self._early.pop(peer)
-            return self._in_order(peer, header, got, payload)
+            early = self._early.pop(peer)
+            return self._in_order(peer, header, early.header, early.payload)
         conn = self.inbound[peer]
         start = heard = now = time.monotonic()
         call_began: float | None = None  # when the peer's call in progress began, as its newest beat says

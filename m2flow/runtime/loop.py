@@ -51,6 +51,20 @@ class LoopProgram:
 
 
 @dataclass(frozen=True)
+class Slice:
+    """A slice's data at a port: its rows (`value`, batch first), the shards they come from, in order, and the
+    rows of each."""
+
+    value: Any
+    shards: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(self.sizes)
+
+
+@dataclass(frozen=True)
 class Dropped:
     """A replica that failed in the loop: when, and why."""
 
@@ -125,7 +139,7 @@ class _LoopRun:
         self.here = {(m.worker, m.replica) for m in members}
         self.stats = {(m.worker, m.replica): LoopStats(start=time.time()) for m in members}
         self.sent_before = {(m.worker, m.replica): m.mailbox.sent_bytes for m in members}
-        self.local: dict[tuple, tuple[Any, list[int]]] = {}  # (worker, replica, port, slice) -> its own output
+        self.local: dict[tuple, Slice] = {}  # (worker, replica, port, slice) -> its own output
         self.inbox: dict[tuple, dict[int, Any]] = {}  # (to, from, step, port, slice) -> shards from a member here
         only = set(range(prog.shards) if prog.only_shards is None else prog.only_shards)
         self.mine = {
@@ -134,7 +148,6 @@ class _LoopRun:
             ]
             for m in members
         }
-        self._routes: dict[tuple, list[tuple[int, int]]] = {}
         self._peers: dict[tuple, list[int]] = {}
 
     def run(self) -> list[LoopStats]:
@@ -146,24 +159,31 @@ class _LoopRun:
 
     def _steps(self) -> None:
         """The entry port once per slice (the first observations), then `horizon` steps of the body ports."""
-        prog, k = self.prog, self.last_port
+        prog = self.prog
         for m in self._members_of(0):
+            shards = tuple(self.mine[(m.worker, m.replica)])
             for s in range(prog.stages):
-                self.call(m, 0, s, [(None, [0])], -1, (1, 0))
+                self.call(m, 0, s, [Slice(None, shards, (0,) * len(shards))], -1, (1, 0))
         for t in range(prog.horizon):
-            for j in range(1, k + 1):
-                after = None if t == prog.horizon - 1 and j == k else (j + 1 if j < k else 1, t if j < k else t + 1)
+            for j in range(1, self.last_port + 1):
                 for m in self._members_of(j):
                     s = 0
                     while s < prog.stages:
                         taken = [self.gather(m, j, s, t)]
-                        if not taken[0][1]:  # every shard it served was dropped
+                        if not taken[0].shards:  # every shard it served was dropped
                             s += 1
                             continue
                         while j in prog.merge_slices and self.arrived(m, j, s + len(taken), t):
                             taken.append(self.gather(m, j, s + len(taken), t))
-                        self.call(m, j, s, taken, t, after)
+                        self.call(m, j, s, taken, t, self._feeds(j, t))
                         s += len(taken)
+
+    def _feeds(self, j: int, t: int) -> tuple[int, int] | None:
+        """The port and step that port j's output at step t is the input of: the next port of the step, the
+        first body port of the next step, or none after the last step."""
+        if j < self.last_port:
+            return j + 1, t
+        return None if t == self.prog.horizon - 1 else (1, t + 1)
 
     def _members_of(self, j: int) -> list[Member]:
         """The members here that run port j: those left with shards to serve."""
@@ -192,17 +212,8 @@ class _LoopRun:
         gone = set(shard_groups(self.prog.shards, self.prog.replicas[entry])[peer[1]])
         for key, shards in self.mine.items():
             self.mine[key] = [b for b in shards if b not in gone]
-        self._routes.clear()
         self._peers.clear()
         self.stats[(m.worker, m.replica)].lost[peer[1]] = Dropped(time.time(), str(error).splitlines()[0])
-
-    def routes(self, m: Member, w_next: str) -> list[tuple[int, int]]:
-        """(shard, replica of `w_next` that owns it) for each shard `m` holds."""
-        key = (m.worker, m.replica, w_next)
-        if key not in self._routes:
-            owned = self.mine[(m.worker, m.replica)]
-            self._routes[key] = [(b, owner(b, self.prog.shards, self.prog.replicas[w_next])) for b in owned]
-        return self._routes[key]
 
     def upstream_peers(self, m: Member, w_prev: str) -> list[int]:
         """The replicas of `w_prev` that send `m` its shards."""
@@ -212,17 +223,19 @@ class _LoopRun:
             self._peers[key] = sorted({owner(b, self.prog.shards, self.prog.replicas[w_prev]) for b in owned})
         return self._peers[key]
 
-    def deliver(self, m: Member, j_next: int, s: int, t_next: int, value: Any, sizes: list[int]) -> int:
-        """Hand `value` to the next port's replicas; returns the bytes sent on channels."""
+    def deliver(self, m: Member, j_next: int, s: int, t_next: int, value: Any, source: Slice) -> int:
+        """Hand `value`, the output for `source`'s rows, to the next port's replicas: each shard's rows to the
+        replica that owns it, but for shards dropped since they were gathered. Returns the bytes sent on channels."""
         w_next = self.prog.ports[j_next][0]
         if w_next == m.worker:
-            self.local[(m.worker, m.replica, j_next, s)] = (value, sizes)
+            self.local[(m.worker, m.replica, j_next, s)] = Slice(value, source.shards, source.sizes)
             return 0
-        route = self.routes(m, w_next)
-        parts = split(value, sizes) if len(route) > 1 else [value]
+        parts = split(value, list(source.sizes)) if len(source.shards) > 1 else [value]
+        live = set(self.mine[(m.worker, m.replica)])
         by_peer: dict[int, dict[int, Any]] = {}
-        for (shard, peer), part in zip(route, parts, strict=True):
-            by_peer.setdefault(peer, {})[shard] = part
+        for shard, part in zip(source.shards, parts, strict=True):
+            if shard in live:
+                by_peer.setdefault(owner(shard, self.prog.shards, self.prog.replicas[w_next]), {})[shard] = part
         sent = 0
         for peer, payload in by_peer.items():
             if (w_next, peer) in self.here:
@@ -234,7 +247,7 @@ class _LoopRun:
                 self.drop(m, (w_next, peer), exc)
         return sent
 
-    def gather(self, m: Member, j: int, s: int, t: int) -> tuple[Any, list[int]]:
+    def gather(self, m: Member, j: int, s: int, t: int) -> Slice:
         """The input of port j, slice s, step t for `m`: its own output, or its shards from upstream."""
         if (m.worker, m.replica, j, s) in self.local:
             return self.local.pop((m.worker, m.replica, j, s))
@@ -253,8 +266,11 @@ class _LoopRun:
                 pieces.update(m.mailbox.recv((w_prev, peer), (t, j, s), patience, what))
             except (WorkerError, WaitTimeout) as exc:
                 self.drop(m, (w_prev, peer), exc)
-        shards = self.mine[(m.worker, m.replica)]
-        return concat([pieces[b] for b in shards]) if shards else (None, [])
+        shards = tuple(self.mine[(m.worker, m.replica)])
+        if not shards:
+            return Slice(None, (), ())
+        value, sizes = concat([pieces[b] for b in shards])
+        return Slice(value, shards, tuple(sizes))
 
     def arrived(self, m: Member, j: int, s: int, t: int) -> bool:
         """Whether slice s of port j, step t, is a slice of this step whose every input for `m` is here already."""
@@ -267,13 +283,11 @@ class _LoopRun:
             for peer in self.upstream_peers(m, w_prev)
         )
 
-    def call(
-        self, m: Member, j: int, s: int, taken: list[tuple[Any, list[int]]], step: int, after: tuple[int, int] | None
-    ):
-        """Call port j on slices s, s+1, ... (one `(input, sizes)` each in `taken`; several in one call), then
-        deliver each slice's part of the output to `after` = (next port, its step), if any."""
+    def call(self, m: Member, j: int, s: int, taken: list[Slice], step: int, after: tuple[int, int] | None):
+        """Call port j on slices s, s+1, ... (`taken`: several in one call), then deliver each slice's part of the
+        output to `after` = (next port, its step), if any."""
         port = self.prog.ports[j][1]
-        value = taken[0][0] if len(taken) == 1 else concat([v for v, _ in taken])[0]
+        value = taken[0].value if len(taken) == 1 else concat([piece.value for piece in taken])[0]
         start = time.time()
         with contextlib.ExitStack() as calling:  # the process is in a call: every replica it hosts says so
             for member in self.members:
@@ -282,8 +296,8 @@ class _LoopRun:
         end = time.time()
         sent = 0
         if after:
-            parts = [out] if len(taken) == 1 else split(out, [sum(sizes) for _, sizes in taken])
-            for i, ((_, sizes), part) in enumerate(zip(taken, parts, strict=True)):
-                sent += self.deliver(m, after[0], s + i, after[1], part, sizes)
-        items = sum(sum(sizes) for _, sizes in taken) if value is not None else 0
+            parts = [out] if len(taken) == 1 else split(out, [piece.rows for piece in taken])
+            for i, (piece, part) in enumerate(zip(taken, parts, strict=True)):
+                sent += self.deliver(m, after[0], s + i, after[1], part, piece)
+        items = sum(piece.rows for piece in taken) if value is not None else 0
         self.stats[(m.worker, m.replica)].add(port, start, end, items, step, s, sent, self.prog.trace_steps)

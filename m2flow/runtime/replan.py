@@ -34,7 +34,7 @@ from m2flow.kinds import KINDS
 from m2flow.planners import device_kinds, make_plan, profile_of
 from m2flow.planners.cache import cached_fits, save_cached, save_calibration
 from m2flow.planners.fit import controller_seconds, fit_points, merged, points_from_trace
-from m2flow.planners.merging import merge_slices
+from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate
 from m2flow.program import build_phases
@@ -314,13 +314,13 @@ def replan(
         graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
     )
     now.cost_sources = dict(profile.source)
-    merging = merge_slices(graph, profile, current.pipeline_stages)  # as `now` predicts it, on the measured costs
+    merged = _merging_on(graph, current, profile)  # as `now` predicts it, on the measured costs
     fixed = _fixed_slices(graph)
     try:  # a simulator whose saved state cannot follow other slices keeps its stages (it says why below)
         best = make_plan(_same_stages(graph, current.pipeline_stages) if fixed else graph, cluster, profile)
     except PlanError as exc:  # e.g. a sync transport the workflow asks for that the better layout cannot carry
         why = f"replan: keeping {_label(current)}: the best alternative is refused: {exc}"
-        return Decision(replace(current, predicted=now, tasks=tasks, merge_slices=merging), False, why)
+        return Decision(replace(merged, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = _layout(best) == _layout(current)
     back = running.tried_from is not None and _layout(best) == _layout(running.tried_from)
@@ -328,7 +328,7 @@ def replan(
         trial = _trial(graph, cluster, current, best, measured) if may_try else None
         if trial is not None:
             return trial
-        kept = replace(current, predicted=now, tasks=tasks, merge_slices=merging)
+        kept = replace(merged, predicted=now, tasks=tasks)
         why = (
             f"replan: keeping {_label(current)}: with the measured costs it is predicted {now_s:.3g} s/iteration,"
             f" the best alternative {_label(best)} {new_s:.3g} s"
@@ -341,6 +341,13 @@ def replan(
         f" {new_s:.3g} s/iteration ({now_s / new_s:.2f}x)"
     )
     return Decision(best, True, why)
+
+
+def _merging_on(graph: MacroGraph, plan: Plan, profile: Profile) -> Plan:
+    """`plan` merging the slices `profile`'s costs say to, its notes saying so (`planners/merging.py`)."""
+    stages = plan.pipeline_stages
+    notes = [note for note in plan.notes if not note.startswith(MERGE_NOTE)] + merge_notes(graph, profile, stages)
+    return replace(plan, merge_slices=merge_slices(graph, profile, stages), notes=notes)
 
 
 def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measured: Refit) -> Decision | None:

@@ -1,5 +1,5 @@
-"""Placement and pipeline slices change the schedule, never the results: every mode and S equal shared S=1,
-env by env."""
+"""Placement, pipeline slices and slices merged into one policy call change the schedule, never the results:
+every mode and S equal shared S=1, and merged calls the same plan's slice-by-slice calls, env by env."""
 
 from __future__ import annotations
 
@@ -14,7 +14,15 @@ from m2flow.config import spec_from_dict
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
 
-def rollout_workflow(tmp_path, name: str, stages: int, mode: str, colocate: bool = False) -> mf.WorkflowSpec:
+def rollout_workflow(
+    tmp_path,
+    name: str,
+    stages: int,
+    mode: str,
+    colocate: bool = False,
+    merge: bool = False,
+    policy: str = "SavingPolicy",
+) -> mf.WorkflowSpec:
     env = {"env_id": "HalfCheetah-v5"}
     return spec_from_dict(
         {
@@ -26,13 +34,13 @@ def rollout_workflow(tmp_path, name: str, stages: int, mode: str, colocate: bool
                     "replicas": 2,
                     "args": {**env, "num_envs": 4},
                 },
-                "rollout": {"kind": "inference", "class": "tests.workers_for_tests.SavingPolicy", "args": env},
+                "rollout": {"kind": "inference", "class": f"tests.workers_for_tests.{policy}", "args": env},
             },
             "flow": {
                 "loop": {"horizon": 64, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
                 "then": ["env.trajectory -> rollout.train"],
             },
-            "placement": {"mode": mode, "pipeline_stages": stages, "colocate": colocate},
+            "placement": {"mode": mode, "pipeline_stages": stages, "colocate": colocate, "merge_slices": merge},
             "run": {"iterations": 2, "seed": 5, "output_dir": str(tmp_path), "progress": False, "checkpoint_every": 0},
         }
     )
@@ -86,19 +94,20 @@ def test_resume_reproduces_the_next_iteration_batch(tmp_path):
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
-def test_slices_merged_into_one_policy_call_give_the_same_trajectories_env_by_env(tmp_path, reference):
-    raw = rollout_workflow(tmp_path, "merged", 4, "hybrid").to_dict()
-    raw["workers"]["rollout"]["class"] = "tests.workers_for_tests.SlowSavingPolicy"
-    raw["workers"]["rollout"]["profile"] = {"act": {"fixed_s": 0.02}}
-    merged = mf.run(spec_from_dict(raw))
-    assert merged.plan.merge_slices == ["rollout.act"]
-    events = json.loads((merged.run_dir / "trace.json").read_text())["traceEvents"]
-    acts = [e["args"]["items"] for e in events if e.get("cat") == "loop" and e["name"] == "act"]
-    assert set(acts) <= {2, 4, 6, 8}  # 1 env a slice from each of the 2 simulators; merged calls take more slices
-    assert max(acts) > 2
+def test_slices_merged_into_one_policy_call_give_the_trajectories_of_the_same_plan_calling_slice_by_slice(tmp_path):
+    runs = {
+        merge: mf.run(rollout_workflow(tmp_path, f"merge-{merge}", 4, "hybrid", merge=merge, policy="SlowSavingPolicy"))
+        for merge in (True, False)
+    }
+    assert runs[True].plan.merge_slices == ["rollout.act"] and runs[False].plan.merge_slices == []
+    for merge, run in runs.items():
+        events = json.loads((run.run_dir / "trace.json").read_text())["traceEvents"]
+        acts = [e["args"]["items"] for e in events if e.get("cat") == "loop" and e["name"] == "act"]
+        assert set(acts) <= {2, 4, 6, 8}  # 1 env a slice from each of the 2 simulators; merged calls take more
+        assert (max(acts) > 2) == merge
     for it in range(2):
-        a = np.load(reference.run_dir / f"batch_{it}.npz")
-        b = np.load(merged.run_dir / f"batch_{it}.npz")
+        a = np.load(runs[False].run_dir / f"batch_{it}.npz")
+        b = np.load(runs[True].run_dir / f"batch_{it}.npz")
         assert a["env_ids"].tolist() == b["env_ids"].tolist() == list(range(8))
         for key in ("obs", "action", "reward"):
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key}, iteration {it}")

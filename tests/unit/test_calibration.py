@@ -109,9 +109,9 @@ def unmeasured(stages) -> dict:
     return raw
 
 
-def loop_calls(iterations, stages: int, step_s, start_s: float = 0.0) -> list[dict]:
+def loop_calls(iterations, stages: int, step_s, start_s: float = 0.0, act_s=lambda envs: 0.002) -> list[dict]:
     """A traced loop: per iteration 5 steps of `stages` slices, each slice a step costing `step_s(envs)` and an
-    act of 2 ms."""
+    act costing `act_s(envs)` (2 ms)."""
 
     def call(port, worker, iteration, items, seconds, at):
         device = "n0/cpu0" if worker.startswith("env") else "n0/cpu1"
@@ -121,7 +121,7 @@ def loop_calls(iterations, stages: int, step_s, start_s: float = 0.0) -> list[di
     events, at, envs = [], start_s, 8 // stages
     for iteration in iterations:
         for _ in range(5 * stages):
-            for port, worker, seconds in (("step", "env[0]", step_s(envs)), ("act", "policy[0]", 0.002)):
+            for port, worker, seconds in (("step", "env[0]", step_s(envs)), ("act", "policy[0]", act_s(envs))):
                 events.append(call(port, worker, iteration, envs, seconds, at))
                 at += seconds
     return events
@@ -223,3 +223,22 @@ def test_the_cache_keys_leave_out_replicas_and_envs_per_replica_which_the_planne
     other = workflow(env_replicas=2, num_envs=4)
     other["flow"]["loop"]["horizon"] = 50
     assert workflow_key(build_graph(spec_from_dict(other))) != workflow_key(planned)
+
+
+def test_a_kept_plan_merges_slices_as_the_measured_costs_say_and_its_notes_say_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(unmeasured("auto")))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    sliced = make_plan(build_graph(spec_from_dict(unmeasured(2))), cluster)
+    assert sliced.merge_slices == ["policy.act"]  # the inference default is mostly per call
+    assert any("policy.act takes into one call" in note for note in sliced.notes)
+
+    def act_s(envs: int) -> float:
+        return 0.001 * envs  # measured at 4 and 8 envs a call: all per row
+
+    events = loop_calls([0, 1, 2], 2, per_item, act_s=act_s) + loop_calls([3, 4], 1, per_item, 100, act_s)
+    kept = replan(graph, cluster, Running(sliced, 3, warmups=(0, 3)), events)
+    assert not kept.switched and kept.plan.pipeline_stages == 2
+    assert kept.plan.merge_slices == []
+    merging = [note for note in kept.plan.notes if note.startswith("slices:")]
+    assert len(merging) == 1 and "policy.act calls each slice apart" in merging[0] and "(mostly per row)" in merging[0]

@@ -202,9 +202,12 @@ def test_arrived_says_whether_the_next_message_is_here_without_waiting_and_keeps
     assert policy.recv(SIMULATOR, (0, 1, 1), Patience.fixed(5), "slice 1") == "slice 1"
 
 
-def test_arrived_says_no_for_a_closed_channel_and_its_receive_reports_it(mailboxes):
+def test_a_message_sent_before_its_channel_closed_has_arrived_and_the_receive_after_it_reports_the_close(mailboxes):
+    mailboxes[SILENT].send(POLICY, (0, 1, 0), "last words")
     mailboxes[SILENT].close()
-    time.sleep(0.2)
-    assert not mailboxes[POLICY].arrived(SILENT, (0, 1, 0))
+    assert mailboxes[POLICY].arrived(SILENT, (0, 1, 0))
+    assert not mailboxes[POLICY].arrived(SILENT, (0, 1, 1))  # the message read is another's; nothing after it
+    assert mailboxes[POLICY].recv(SILENT, (0, 1, 0), Patience.fixed(5), "obs from env[1]") == "last words"
+    assert not mailboxes[POLICY].arrived(SILENT, (0, 1, 1))  # closed: no, and the receive says why
     with pytest.raises(WorkerError, match="closed its channel"):
-        mailboxes[POLICY].recv(SILENT, (0, 1, 0), Patience.fixed(5), "obs from env[1]")
+        mailboxes[POLICY].recv(SILENT, (0, 1, 1), Patience.fixed(5), "obs from env[1]")

@@ -113,3 +113,75 @@ def test_a_simulator_whose_policy_breaks_stops_naming_it_when_it_may_be_replaced
     if policy_droppable:
         assert raised.value.peer == ("rollout", 0)
     assert stepped == ["obs"] + ["step"] * BREAKS_AT  # it stopped at the break, its envs no further
+
+
+class SlicesMailbox:
+    """Channels to three simulator replicas, each sending one env a slice (its replica index as the rows'
+    value); `late` lists the (peer, step, slice) whose message has not arrived when the policy first looks, and
+    the channel to `breaks`, if any, breaks as the policy sends to it at step BREAKS_AT."""
+
+    sent_bytes = 0
+
+    def __init__(self, late: frozenset[tuple[int, int, int]] = frozenset(), breaks: int | None = None):
+        self.late, self.breaks = late, breaks
+        self.sent: list[tuple[int, int, int, dict]] = []  # (peer, step, slice, payload)
+
+    def arrived(self, peer, header):
+        return (peer[1], header[0], header[2]) not in self.late
+
+    def recv(self, peer, header, patience, waiting_for):
+        return {peer[1]: np.full((1, 3), float(peer[1]), np.float32)}
+
+    def send(self, peer, header, payload):
+        if peer[1] == self.breaks and header[0] == BREAKS_AT:  # the actions of step BREAKS_AT
+            raise WorkerError(f"rollout[0]: channel to env[{peer[1]}] broke; did env[{peer[1]}] die?")
+        self.sent.append((peer[1], header[0], header[2], payload))
+        return 1
+
+    def calling(self):
+        return contextlib.nullcontext()
+
+
+def merging_program() -> LoopProgram:
+    return LoopProgram(
+        ports=(("env", "obs"), ("rollout", "act"), ("env", "step")),
+        horizon=HORIZON,
+        stages=2,
+        shards=3,
+        replicas={"env": 3, "rollout": 1},
+        iteration=0,
+        channel_timeout_s=1.0,
+        silence_s=1.0,
+        trace_steps=False,
+        droppable=frozenset({("env", 0), ("env", 1), ("env", 2)}),
+        merge_slices=frozenset({1}),
+    )
+
+
+def test_a_merging_port_takes_in_a_slice_only_once_every_simulator_s_part_of_it_has_arrived():
+    mailbox, acted = SlicesMailbox(late=frozenset({(2, 3, 1)})), []  # env[2]'s slice 1 of step 3 is late
+    (stats,) = run_loop(merging_program(), [rollout(mailbox, acted)])
+
+    assert [len(obs) for obs in acted] == [6] * 3 + [3, 3] + [6] * (HORIZON - 4)  # slices 0+1 merged but at step 3
+    assert stats.calls["act"] == HORIZON + 1 and stats.items["act"] == HORIZON * 6
+    for peer, _, s, payload in mailbox.sent:  # each slice's actions go to each env as a message of its own
+        assert list(payload) == [peer] and payload[peer].tolist() == [[float(peer)] * 3], (peer, s)
+    assert sorted((peer, step, s) for peer, step, s, _ in mailbox.sent) == [
+        (peer, step, s) for peer in range(3) for step in range(HORIZON) for s in range(2)
+    ]
+
+
+def test_a_simulator_dropped_while_a_merged_call_sends_gets_nothing_more_and_the_others_their_own_rows():
+    mailbox, acted = SlicesMailbox(breaks=1), []
+    (stats,) = run_loop(merging_program(), [rollout(mailbox, acted)])
+
+    assert list(stats.lost) == [1] and "channel to env[1] broke" in stats.lost[1].why
+    assert [len(obs) for obs in acted] == [6] * (BREAKS_AT + 1) + [4] * (HORIZON - BREAKS_AT - 1)
+    for peer, _, _, payload in mailbox.sent:
+        assert list(payload) == [peer] and payload[peer].tolist() == [[float(peer)] * 3]
+    assert {(step, s) for peer, step, s, _ in mailbox.sent if peer == 1} == {
+        (step, s) for step in range(BREAKS_AT) for s in range(2)
+    }
+    assert {(step, s) for peer, step, s, _ in mailbox.sent if peer == 2} == {
+        (step, s) for step in range(HORIZON) for s in range(2)
+    }

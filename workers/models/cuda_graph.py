@@ -25,7 +25,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from m2flow.workers.models.precision import Precision, compute_in
 
-MAX_GRAPHS = 8  # batch shapes kept; slices of a pipeline give one or two, a ragged last slice one more
+# batch shapes kept: slices of a pipeline give one or two, a ragged last slice one more, merged slices one per
+# number of slices merged (up to the stage count); past them, calls run eager
+MAX_GRAPHS = 8
 WARM_UP_CALLS = 3  # eager calls on a side stream before capture (cuBLAS workspaces, lazy initialisation)
 
 

@@ -8,8 +8,10 @@ its noise from its own stream, and every call is padded to a multiple of `ROW_MU
 BLAS picks its matmul kernel by row count and MKL's kernel for fewer than 4 rows rounds differently —
 a 1-ulp difference that chaotic physics grows into different trajectories. (Seen with MKL on CPU; other
 BLAS libraries and GPUs may need another multiple.) So `act` is declared `batch_invariant`: the loop may
-merge pipeline slices into one call of it (`planners/merging.py`), given `env_id`s, as the built-in
-simulators send them.
+merge pipeline slices into one call of it (`planners/merging.py`). That holds on CPU given `env_id`s, as the
+built-in simulators send them. Without them the model draws every env's noise from one stream, and on a GPU
+kernels chosen by row count may round differently: which slices merge depends on when they arrive, so such a
+run may not repeat to the last bit (`placement.merge_slices: false` makes it repeat).
 """
 
 from __future__ import annotations
