@@ -38,6 +38,7 @@ bench: $(STAMP)  # the CPU benchmarks; GPU ones: benchmarks/gpu_session.sh on a 
 	$(BIN)/python benchmarks/chaos.py
 	$(BIN)/python benchmarks/backends.py --sizes 1m 10m
 	$(BIN)/python benchmarks/planner_accuracy.py
+	$(BIN)/python benchmarks/merging.py
 	$(BIN)/python benchmarks/learning.py
 
 clean:
