@@ -4,8 +4,10 @@ pipelined with a simulator in four slices on the 2-core machine.
 The spin workers spend declared CPU time (`workers/synthetic.py`): a simulator of 8 envs at 0.5 ms an env on one
 core, a policy costing 4 ms a call plus 0.1 ms a row on the other, hybrid S=4 (2 envs a slice). The same plan
 runs with `placement.merge_slices=true` and `false`, in alternating rounds; each round's loop time is the median
-of its iterations after the first. Predictions come from the declared costs (the plan's event simulator merges
-as the loop does). The trace of the merged runs' first iterations says how many rows each `act` call took.
+of its iterations after the first. Predictions come from the declared costs and the defaults for the rest (a
+cost cache of the benchmark's own, empty at each run: no run's measurements reach another), the plan's event
+simulator merging as the loop does. The trace of the merged runs' first iterations says how many rows each
+`act` call took.
 
     python benchmarks/merging.py [--rounds 2] [--iterations 6]
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 from collections import Counter
@@ -93,6 +96,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="m2flow-merging-") as tmp:
         for round_ in range(args.rounds):
             for merge in (True, False):
+                os.environ["M2FLOW_COST_CACHE"] = str(Path(tmp) / f"cost-cache-{round_}-{merge}")  # empty
                 result = mf.run(workflow(merge, args.iterations, Path(tmp) / f"{round_}"))
                 ran = result.history[1:]
                 run = {

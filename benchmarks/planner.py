@@ -1,7 +1,9 @@
 """The planner: (a) how long planning takes as clusters and graphs grow, (b) how well it predicts.
 
 (a) plans a 3-worker (env, rollout, actor) and a 5-worker (+ reward model, + critic) workflow on
-    8 .. 1,024 GPUs (8 per node), `auto` over every mode and stage count; no Ray, no torch.
+    8 .. 1,024 GPUs (8 per node), `auto` over every mode and stage count; no Ray, no torch. The replica counts
+    are given (a quarter of the GPUs each for the simulators, inference and training), and then, for the
+    5-worker one, chosen by the planner (`replicas: auto` for inference and training: the allocation search).
 (b) runs synthetic spin workers with known costs for real in each mode on this machine (modes.py's
     workflow) and prints predicted vs measured iteration time and whether `auto` picked the fastest.
 
@@ -24,8 +26,8 @@ from m2flow.planners import make_plan
 SIZES = [8, 64, 256, 1024]
 
 
-def big_workflow(gpus: int, workers: int) -> dict:
-    share = max(1, gpus // 4)
+def big_workflow(gpus: int, workers: int, allocate: bool = False) -> dict:
+    share = max(1, gpus // 4)  # a training rank per simulator replica: each takes one shard of trajectories
     sim = "m2flow.workers.synthetic.SpinSimulator"
     spec = {
         "name": f"scale-{workers}w-{gpus}",
@@ -48,7 +50,7 @@ def big_workflow(gpus: int, workers: int) -> dict:
             "actor": {
                 "kind": "training",
                 "class": "m2flow.workers.synthetic.SpinTrainer",
-                "replicas": gpus,
+                "replicas": share,
                 "resources": {"memory_gb": 40},
                 "profile": {"train": {"per_item_s": 1e-4}},
             },
@@ -71,19 +73,22 @@ def big_workflow(gpus: int, workers: int) -> dict:
         spec["workers"]["critic"] = {
             "kind": "training",
             "class": "m2flow.workers.synthetic.SpinTrainer",
-            "replicas": gpus // 2,
+            "replicas": share,
             "resources": {"memory_gb": 20},
         }
         spec["flow"]["then"] += ["env.trajectory -> reward.train", "reward.weights -> critic.train"]
+    if allocate:
+        for worker in ("rollout", "actor"):
+            spec["workers"][worker]["replicas"] = "auto"
     return spec
 
 
 def plan_times(out: Path) -> list[dict]:
     rows = []
     print(f"{'workers':>7s} {'GPUs':>6s} {'nodes':>6s} {'plan s':>8s} {'chosen':>22s} {'candidates':>10s}")
-    for workers in (3, 5):
+    for workers, allocate in ((3, False), (5, False), (5, True)):
         for gpus in SIZES:
-            spec = spec_from_dict(big_workflow(gpus, workers))
+            spec = spec_from_dict(big_workflow(gpus, workers, allocate))
             graph = build_graph(spec)
             start = time.perf_counter()
             plan = make_plan(graph, Cluster.from_spec(spec.cluster))
@@ -92,6 +97,7 @@ def plan_times(out: Path) -> list[dict]:
             rows.append(
                 {
                     "workers": workers,
+                    "allocation": allocate,
                     "gpus": gpus,
                     "nodes": spec.cluster.nodes,
                     "plan_s": seconds,
@@ -102,7 +108,7 @@ def plan_times(out: Path) -> list[dict]:
             )
             print(
                 f"{workers:7d} {gpus:6d} {spec.cluster.nodes:6d} {seconds:8.2f} {chosen:>22s}"
-                f" {len(plan.candidates):10d}",
+                f" {len(plan.candidates):10d}{'  (allocation)' if allocate else ''}",
                 flush=True,
             )
     return rows
@@ -117,8 +123,15 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = plan_times(out)
     save_result("planner_scale", {"rows": rows}, out)
-    largest = max((r for r in rows if r["workers"] == 5), key=lambda r: r["gpus"])
-    summary = f"plan time, 5 workers on {largest['gpus']} GPUs in {largest['nodes']} nodes: {largest['plan_s']:.2f} s"
+    five = [r for r in rows if r["workers"] == 5]
+    largest = {
+        allocate: max((r for r in five if r["allocation"] is allocate), key=lambda r: r["gpus"])
+        for allocate in (False, True)
+    }
+    summary = (
+        f"plan time, 5 workers on {largest[True]['gpus']} GPUs in {largest[True]['nodes']} nodes:"
+        f" {largest[False]['plan_s']:.2f} s, {largest[True]['plan_s']:.2f} s choosing replica counts"
+    )
     if not args.skip_accuracy:
         import subprocess
         import sys

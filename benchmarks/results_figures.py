@@ -94,7 +94,7 @@ def spread(rel: str, res: Results, max_stages: int = 2) -> str:
 
 
 def plan_growth(workers: int, res: Results, small: int = 256, large: int = 1024) -> str:
-    plan_s = {r["gpus"]: r["plan_s"] for r in res.rows(PLANNER) if r["workers"] == workers}
+    plan_s = {r["gpus"]: r["plan_s"] for r in res.rows(PLANNER) if r["workers"] == workers and not r["allocation"]}
     return times(plan_s[large] / plan_s[small], 1)
 
 

@@ -106,11 +106,11 @@ def modes_table(rel: str, res: Results) -> Block:
 def planner_scale(res: Results) -> Block:
     rows = [
         [str(r["workers"]), count(r["gpus"]), str(r["nodes"]), f"{r['plan_s']:.2f} s", r["chosen"]]
-        + [str(r["candidates"]), count(r["tasks"])]
+        + [str(r["candidates"]), count(r["tasks"]), "chosen" if r["allocation"] else "given"]
         for r in res.rows(PLANNER)
     ]
-    header = ["workers", "GPUs", "nodes", "plan time", "chosen", "candidates", "tasks simulated"]
-    return Block(table(header, rows, "rrrrlrr"), [PLANNER])
+    header = ["workers", "GPUs", "nodes", "plan time", "chosen", "candidates", "tasks simulated", "replica counts"]
+    return Block(table(header, rows, "rrrrlrrl"), [PLANNER])
 
 
 ABLATION_CHANGES = {  # row -> what it changes over the previous one

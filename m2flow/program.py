@@ -14,7 +14,7 @@ from typing import Generic, Protocol, TypeVar
 
 from m2flow.graph import MacroGraph
 from m2flow.schedule import Phase
-from m2flow.sharding import shard_groups
+from m2flow.sharding import shards_of
 from m2flow.spec import Edge, PortRef
 
 H = TypeVar("H")
@@ -99,7 +99,7 @@ def own_items(graph: MacroGraph, worker: str, replica: int, op: str) -> float:
     replicas = graph.workers[worker].count
     if worker in loop.workers:
         n_shards = graph.workers[loop.entry.worker].count
-        return loop_steps * len(shard_groups(n_shards, replicas)[replica]) / n_shards
+        return loop_steps * len(shards_of(n_shards, replicas, replica)) / n_shards
     return loop_steps / replicas
 
 

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 
 def shard_groups(n_shards: int, replicas: int) -> list[list[int]]:
-    """Contiguous blocks of shard ids, one block per replica (`replicas <= n_shards`)."""
-    return [[s for s in range(n_shards) if s * replicas // n_shards == r] for r in range(replicas)]
+    """Contiguous blocks of shard ids, one block per replica (`replicas <= n_shards`): shard s to its `owner`."""
+    return [list(shards_of(n_shards, replicas, r)) for r in range(replicas)]
+
+
+def shards_of(n_shards: int, replicas: int, replica: int) -> range:
+    """The block of shard ids `replica` owns: those s with r <= s * replicas / n_shards < r + 1."""
+    return range(-(-replica * n_shards // replicas), -(-(replica + 1) * n_shards // replicas))
 
 
 def owner(shard: int, n_shards: int, replicas: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from abc import ABC, abstractmethod
 from collections import Counter
 from typing import ClassVar
@@ -225,12 +226,16 @@ def spread(
 ) -> Placement:
     """Replicas over the given devices: round-robin from the first (co-located with whoever else starts
     there, as `shared` means), or, given the workers `placed` so far, each on the least-loaded device."""
-    load = Counter(d for p in (placed or {}).values() for d in p.replica_devices)
+    if placed is None:
+        return Placement(worker, list(devices), [devices[r % len(devices)] for r in range(replicas)])
+    load = Counter(d for p in placed.values() for d in p.replica_devices)
+    least = [(load[d], d) for d in devices]  # a heap: the least loaded device first, the lowest on a tie
+    heapq.heapify(least)
     chosen = []
-    for r in range(replicas):
-        device = min(devices, key=lambda d: (load[d], d)) if placed is not None else devices[r % len(devices)]
+    for _ in range(replicas):
+        occupants, device = heapq.heappop(least)
         chosen.append(device)
-        load[device] += 1
+        heapq.heappush(least, (occupants + 1, device))
     return Placement(worker, list(devices), chosen)
 
 

@@ -292,10 +292,10 @@ def _simulate_loop(
     last_of: dict[ReplicaId, int] = {}  # replica -> its last task: program order
     produced: dict[tuple[int, int], int] = {}  # (shard, slice) -> task that produced its current data
     merging = set(merge_slices(graph, profile, stages))
+    groups = {w: shard_groups(n_shards, graph.workers[w].count) for w in loop.workers}
 
     def call(port: PortRef, step: int) -> None:
-        replicas = graph.workers[port.worker].count
-        for r, group in enumerate(shard_groups(n_shards, replicas)):
+        for r, group in enumerate(groups[port.worker]):
             me = ReplicaId(port.worker, r)
             for s in range(stages):
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]

@@ -6,7 +6,8 @@ each channel arrive in the order they are awaited; with several slices, a worker
 while its peer already works on slice s+1 — pipelining falls out of the dataflow. A port of
 `merge_slices` (one whose call costs about the same for fewer rows, as a policy's on a GPU: the plan
 says which) takes into its call of slice s the later slices of the same step whose inputs have all
-arrived by then, and sends each slice's rows on as its own message: nobody downstream sees a difference.
+arrived by then, and sends each slice's rows on as its own message: downstream, the messages are those of
+slice-by-slice calls (their rows the same where the port is batch-invariant as declared).
 
 A `droppable` replica of the first worker (a simulator) whose channel breaks or stays silent past its
 deadline is dropped: its peers go on with the other shards and report it `lost`; the controller replaces
@@ -24,7 +25,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.batching import concat, split
@@ -62,6 +63,13 @@ class Slice:
     @property
     def rows(self) -> int:
         return sum(self.sizes)
+
+
+class Target(NamedTuple):
+    """Where a port's output goes: the port (by index) and step whose input it is."""
+
+    port: int
+    step: int
 
 
 @dataclass(frozen=True)
@@ -163,7 +171,7 @@ class _LoopRun:
         for m in self._members_of(0):
             shards = tuple(self.mine[(m.worker, m.replica)])
             for s in range(prog.stages):
-                self.call(m, 0, s, [Slice(None, shards, (0,) * len(shards))], -1, (1, 0))
+                self.call(m, 0, s, [Slice(None, shards, (0,) * len(shards))], -1, Target(1, 0))
         for t in range(prog.horizon):
             for j in range(1, self.last_port + 1):
                 for m in self._members_of(j):
@@ -178,12 +186,19 @@ class _LoopRun:
                         self.call(m, j, s, taken, t, self._feeds(j, t))
                         s += len(taken)
 
-    def _feeds(self, j: int, t: int) -> tuple[int, int] | None:
-        """The port and step that port j's output at step t is the input of: the next port of the step, the
-        first body port of the next step, or none after the last step."""
+    def _feeds(self, j: int, t: int) -> Target | None:
+        """Where port j's output at step t goes: the next port of the step, the first body port of the next
+        step, or nowhere after the last step."""
         if j < self.last_port:
-            return j + 1, t
-        return None if t == self.prog.horizon - 1 else (1, t + 1)
+            return Target(j + 1, t)
+        return None if t == self.prog.horizon - 1 else Target(1, t + 1)
+
+    def _upstream(self, j: int, t: int) -> int:
+        """The port whose output is port j's input at step t: the entry's first observations, the last port of
+        the step before, or the port before j."""
+        if j == 1:
+            return 0 if t == 0 else self.last_port
+        return j - 1
 
     def _members_of(self, j: int) -> list[Member]:
         """The members here that run port j: those left with shards to serve."""
@@ -252,7 +267,7 @@ class _LoopRun:
         if (m.worker, m.replica, j, s) in self.local:
             return self.local.pop((m.worker, m.replica, j, s))
         prog = self.prog
-        upstream = 0 if (j == 1 and t == 0) else (self.last_port if j == 1 else j - 1)
+        upstream = self._upstream(j, t)
         w_prev = prog.ports[upstream][0]
         pieces: dict[int, Any] = {}
         for peer in self.upstream_peers(m, w_prev):
@@ -276,16 +291,15 @@ class _LoopRun:
         """Whether slice s of port j, step t, is a slice of this step whose every input for `m` is here already."""
         if s >= self.prog.stages or not self.mine[(m.worker, m.replica)]:
             return False
-        upstream = self.last_port if j == 1 and t > 0 else j - 1
-        w_prev = self.prog.ports[upstream][0]
+        w_prev = self.prog.ports[self._upstream(j, t)][0]
         return all(
             (w_prev, peer) in self.here or m.mailbox.arrived((w_prev, peer), (t, j, s))
             for peer in self.upstream_peers(m, w_prev)
         )
 
-    def call(self, m: Member, j: int, s: int, taken: list[Slice], step: int, after: tuple[int, int] | None):
+    def call(self, m: Member, j: int, s: int, taken: list[Slice], step: int, after: Target | None):
         """Call port j on slices s, s+1, ... (`taken`: several in one call), then deliver each slice's part of the
-        output to `after` = (next port, its step), if any."""
+        output to `after`, if anywhere."""
         port = self.prog.ports[j][1]
         value = taken[0].value if len(taken) == 1 else concat([piece.value for piece in taken])[0]
         start = time.time()
@@ -298,6 +312,6 @@ class _LoopRun:
         if after:
             parts = [out] if len(taken) == 1 else split(out, [piece.rows for piece in taken])
             for i, (piece, part) in enumerate(zip(taken, parts, strict=True)):
-                sent += self.deliver(m, after[0], s + i, after[1], part, piece)
+                sent += self.deliver(m, after.port, s + i, after.step, part, piece)
         items = sum(piece.rows for piece in taken) if value is not None else 0
         self.stats[(m.worker, m.replica)].add(port, start, end, items, step, s, sent, self.prog.trace_steps)

@@ -15,6 +15,8 @@ from m2flow.schedule import ReplicaId
 
 @dataclass(frozen=True)
 class Started:
+    """What a replica's process said of itself as it started."""
+
     node: str  # its Ray node id
     pid: int
     at: float  # its start time: tells it from a later process given its pid
@@ -36,10 +38,12 @@ class StartedProcesses:
 
     @property
     def nodes(self) -> dict[ReplicaId, str]:
+        """Each replica's Ray node id."""
         return {replica: started.node for replica, started in self.of.items()}
 
     @property
     def pids(self) -> dict[ReplicaId, int]:
+        """Each replica's process id (on its node)."""
         return {replica: started.pid for replica, started in self.of.items()}
 
     def on_this_host(self, replica: ReplicaId) -> bool:

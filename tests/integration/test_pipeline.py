@@ -20,7 +20,7 @@ def rollout_workflow(
     stages: int,
     mode: str,
     colocate: bool = False,
-    merge: bool = False,
+    merge: bool | str = "auto",
     policy: str = "SavingPolicy",
 ) -> mf.WorkflowSpec:
     env = {"env_id": "HalfCheetah-v5"}
