@@ -37,18 +37,21 @@ class Mailbox:
         return contextlib.nullcontext()
 
 
-def program(droppable: frozenset[tuple[str, int]]) -> LoopProgram:
+def program(
+    droppable: frozenset[tuple[str, int]], simulators: int = 2, stages: int = 1, merge: frozenset[int] = frozenset()
+) -> LoopProgram:
     return LoopProgram(
         ports=(("env", "obs"), ("rollout", "act"), ("env", "step")),
         horizon=HORIZON,
-        stages=1,
-        shards=2,
-        replicas={"env": 2, "rollout": 1},
+        stages=stages,
+        shards=simulators,
+        replicas={"env": simulators, "rollout": 1},
         iteration=0,
         channel_timeout_s=1.0,
         silence_s=1.0,
         trace_steps=False,
         droppable=droppable,
+        merge_slices=merge,
     )
 
 
@@ -143,19 +146,8 @@ class SlicesMailbox:
 
 
 def merging_program() -> LoopProgram:
-    return LoopProgram(
-        ports=(("env", "obs"), ("rollout", "act"), ("env", "step")),
-        horizon=HORIZON,
-        stages=2,
-        shards=3,
-        replicas={"env": 3, "rollout": 1},
-        iteration=0,
-        channel_timeout_s=1.0,
-        silence_s=1.0,
-        trace_steps=False,
-        droppable=frozenset({("env", 0), ("env", 1), ("env", 2)}),
-        merge_slices=frozenset({1}),
-    )
+    """Three droppable simulator replicas, two slices, the policy's act (port 1) merging them."""
+    return program(frozenset({("env", 0), ("env", 1), ("env", 2)}), simulators=3, stages=2, merge=frozenset({1}))
 
 
 def test_a_merging_port_takes_in_a_slice_only_once_every_simulator_s_part_of_it_has_arrived():
