@@ -20,7 +20,6 @@ from results_tables import (
     H200_PROFILED,
     METAWORLD,
     OFFLOAD,
-    PLANNER,
     PPO_H200,
     SPIN,
     X2,
@@ -28,6 +27,7 @@ from results_tables import (
     ended,
 )
 from tables_format import pct, span, times
+from tables_planner import PLANNER
 from tables_recovery import CHAOS, CHAOS_SEED3, FAULTS, HOSTS
 
 VIT, CHECK = "gpu6/vit_metrics.jsonl", "gpu7/ppo_camera_check_metrics.jsonl"

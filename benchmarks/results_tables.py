@@ -16,6 +16,16 @@ from results_io import Results
 from tables_format import Block, count, fixed, pct, table, times
 from tables_gpu import CONTENTION, CONTENTION_4X48, TILED, TILED_4X48, gpu_contention
 from tables_learning import learning, locomotion
+from tables_planner import (
+    ACCURACY,
+    ACCURACY_H200,
+    ACCURACY_H200_BY_SIZE,
+    ACCURACY_H200_PROCESSOR_SHARING,
+    ACCURACY_H200_TRIAL,
+    merging,
+    planner_accuracy,
+    planner_scale,
+)
 from tables_recovery import (
     CHAOS,
     CHAOS_FINAL,
@@ -31,17 +41,14 @@ from tables_recovery import (
     replacement_spares,
 )
 
-ENGINE, PLANNER = "engine_overhead.json", "planner_scale.json"
+ENGINE = "engine_overhead.json"
 SPIN, BEFORE_HOPS, CAMERA_CPU = "modes_spin.json", "modes.json", "modes_camera.json"
 H200, H200_PROFILED, H200_HOPS, X2 = (f"{d}/modes_camera.json" for d in ("gpu", "gpu2", "gpu3", "gpu8"))
 METAWORLD, PPO_H200 = "ppo_metaworld_camera_metrics.jsonl", "gpu/ppo_camera_metrics.jsonl"
 CHANNELS = ["channels.json", "gpu4/channels.json"]
 BACKENDS = ["gpu5/backends.json", "gpu9/backends.json", "gpu10/backends.json"]
 OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
-ACCURACY, ACCURACY_H200, HF_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json", "gpu13/hf_policy.json"
-ACCURACY_H200_PROCESSOR_SHARING = "gpu22/planner_accuracy.json"  # the same sweep after the fit's processor sharing
-ACCURACY_H200_BY_SIZE = "gpu23/planner_accuracy_by_size.json"  # after the cache kept every batch size
-ACCURACY_H200_TRIAL = "gpu23/planner_accuracy.json"  # after trials, calibrating 9 iterations
+HF_H200 = "gpu13/hf_policy.json"
 LEARNING, ASYNC_H200 = "learning_halfcheetah.json", "gpu15/async_halfcheetah_h200.json"
 LOCOMOTION = ("hopper", "walker2d", "ant")  # learning_<task>_300k.json: locomotion.sh's runs, merged
 OBS_STATISTICS = "learning_halfcheetah_obs_statistics.json"  # locomotion.sh, HalfCheetah per env vs shared
@@ -101,16 +108,6 @@ def modes_table(rel: str, res: Results) -> Block:
 
 
 # --- planner.py, faults.py, simulator_ablation.py ---------------------------------------------------------------
-
-
-def planner_scale(res: Results) -> Block:
-    rows = [
-        [str(r["workers"]), count(r["gpus"]), str(r["nodes"]), f"{r['plan_s']:.2f} s", r["chosen"]]
-        + [str(r["candidates"]), count(r["tasks"]), "chosen" if r["allocation"] else "given"]
-        for r in res.rows(PLANNER)
-    ]
-    header = ["workers", "GPUs", "nodes", "plan time", "chosen", "candidates", "tasks simulated", "replica counts"]
-    return Block(table(header, rows, "rrrrlrrl"), [PLANNER])
 
 
 ABLATION_CHANGES = {  # row -> what it changes over the previous one
@@ -234,30 +231,7 @@ def multigpu(rel: str, res: Results) -> Block:
     return Block(table(header, rows, "lrlrrrr"), [rel])
 
 
-# --- planner_accuracy.py, hf_policy.py, learning.py -------------------------------------------------------------
-
-
-def planner_accuracy(rel: str, res: Results) -> Block:
-    data = res.json(rel)
-    rows = [
-        [
-            w["workload"],
-            f"{r['mode']} S={r['stages']}",
-            fixed(r["predicted_s"]),
-            fixed(r["measured_s"]),
-            pct(r["error"]),
-            "auto" if r["auto"] else "",
-        ]
-        for w in data["workloads"]
-        for r in w["rows"]
-        if "measured_s" in r
-    ]
-    caption = (
-        "*no costs declared: each workload calibrated by a run of its own (measure, re-plan, cache), then every"
-        f" candidate run for {data['args']['iterations']} iterations, median after the first; `{data['summary']}`*"
-    )
-    header = ["workload", "plan", "predicted s", "measured s", "error", "chosen"]
-    return Block([caption, "", *table(header, rows, "llrrrl")], [rel])
+# --- hf_policy.py, learning.py -------------------------------------------------------------
 
 
 def hf_policy(res: Results) -> Block:
@@ -375,37 +349,6 @@ def camera_gpu_pipeline(rel: str, res: Results, calibrated_async: bool = False) 
     )
     header = ["mode", "predicted s", "measured s", "error", "loop s", "sync s", "env steps/s", "vs shared"]
     return Block([caption, "", *table(header, rows, "lrrrrrrr")], [rel])
-
-
-def merging(res: Results) -> Block:
-    rel = "merging.json"
-    data = res.json(rel)
-    rows = [
-        [
-            str(r["round"]),
-            "merged" if r["merge"] else "per slice",
-            fixed(r["predicted_loop_s"]),
-            fixed(r["loop_s"]),
-            pct(r["loop_s"] / r["predicted_loop_s"] - 1),
-            fixed(r["iteration_s"]),
-            ", ".join(f"{calls} of {rows} rows" for rows, calls in r["act_calls_by_rows"].items()),
-        ]
-        for r in data["runs"]
-    ]
-    header = [
-        "round",
-        "policy calls",
-        "predicted loop s",
-        "measured loop s",
-        "error",
-        "iteration s",
-        "traced act calls",
-    ]
-    caption = (
-        f"*a spin simulator and a policy paid mostly per call, hybrid S=4, {data['args']['iterations']} iterations a"
-        f" run (median after the first), rounds alternating; `{data['line']}`*"
-    )
-    return Block([caption, "", *table(header, rows, "llrrrrl")], [rel])
 
 
 TABLES: dict[str, Callable[[Results], Block]] = {

@@ -1,0 +1,77 @@
+"""The planner's tables of benchmarks/RESULTS.md: planner.py's planning times, planner_accuracy.py's predictions
+against measured iterations, and merging.py's merged slices against slice-by-slice calls."""
+
+from __future__ import annotations
+
+from results_io import Results
+from tables_format import Block, count, fixed, pct, table
+
+PLANNER = "planner_scale.json"
+ACCURACY, ACCURACY_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json"
+ACCURACY_H200_PROCESSOR_SHARING = "gpu22/planner_accuracy.json"  # the same sweep after the fit's processor sharing
+ACCURACY_H200_BY_SIZE = "gpu23/planner_accuracy_by_size.json"  # after the cache kept every batch size
+ACCURACY_H200_TRIAL = "gpu23/planner_accuracy.json"  # after trials, calibrating 9 iterations
+
+
+def planner_scale(res: Results) -> Block:
+    rows = [
+        [str(r["workers"]), count(r["gpus"]), str(r["nodes"]), f"{r['plan_s']:.2f} s", r["chosen"]]
+        + [str(r["candidates"]), count(r["tasks"]), "chosen" if r["allocation"] else "given"]
+        for r in res.rows(PLANNER)
+    ]
+    header = ["workers", "GPUs", "nodes", "plan time", "chosen", "candidates", "tasks simulated", "replica counts"]
+    return Block(table(header, rows, "rrrrlrrl"), [PLANNER])
+
+
+def planner_accuracy(rel: str, res: Results) -> Block:
+    data = res.json(rel)
+    rows = [
+        [
+            w["workload"],
+            f"{r['mode']} S={r['stages']}",
+            fixed(r["predicted_s"]),
+            fixed(r["measured_s"]),
+            pct(r["error"]),
+            "auto" if r["auto"] else "",
+        ]
+        for w in data["workloads"]
+        for r in w["rows"]
+        if "measured_s" in r
+    ]
+    caption = (
+        "*no costs declared: each workload calibrated by a run of its own (measure, re-plan, cache), then every"
+        f" candidate run for {data['args']['iterations']} iterations, median after the first; `{data['summary']}`*"
+    )
+    header = ["workload", "plan", "predicted s", "measured s", "error", "chosen"]
+    return Block([caption, "", *table(header, rows, "llrrrl")], [rel])
+
+
+def merging(res: Results) -> Block:
+    rel = "merging.json"
+    data = res.json(rel)
+    rows = [
+        [
+            str(r["round"]),
+            "merged" if r["merge"] else "per slice",
+            fixed(r["predicted_loop_s"]),
+            fixed(r["loop_s"]),
+            pct(r["loop_s"] / r["predicted_loop_s"] - 1),
+            fixed(r["iteration_s"]),
+            ", ".join(f"{calls} of {rows} rows" for rows, calls in r["act_calls_by_rows"].items()),
+        ]
+        for r in data["runs"]
+    ]
+    header = [
+        "round",
+        "policy calls",
+        "predicted loop s",
+        "measured loop s",
+        "error",
+        "iteration s",
+        "traced act calls",
+    ]
+    caption = (
+        f"*a spin simulator and a policy paid mostly per call, hybrid S=4, {data['args']['iterations']} iterations a"
+        f" run (median after the first), rounds alternating; `{data['line']}`*"
+    )
+    return Block([caption, "", *table(header, rows, "llrrrrl")], [rel])
