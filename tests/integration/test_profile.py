@@ -126,9 +126,9 @@ def test_calibration_corrects_costs_declared_5x_wrong_and_the_next_run_starts_fr
 
 
 def test_a_run_tries_other_batch_sizes_when_a_cost_split_it_could_not_measure_decides_the_plan(tmp_path, capsys):
-    """The simulator's step costs 4 ms a call whatever its envs (as a GPU renders a slice): at one slice size
-    that reads as per env, and the run's first plan pipelines. The run tries one stage, measures both sizes,
-    keeps a one-stage plan, and caches both sizes."""
+    """The simulator's step costs 4 ms a call whatever its envs (as a GPU renders a slice), the policy little
+    beside it: at one slice size the step reads as per env, and the run's first plan pipelines. The run tries
+    one stage, measures both sizes, keeps a one-stage plan, and caches both sizes."""
     import m2flow as mf
     from m2flow.planners import device_kinds
     from m2flow.planners.cache import cached_fits
@@ -141,6 +141,7 @@ def test_a_run_tries_other_batch_sizes_when_a_cost_split_it_could_not_measure_de
             "flow.loop.horizon=16",
             "run.progress=false",
             "workers.env.args={num_envs: 8, fixed_s: 0.004, per_env_s: 0.0}",
+            "workers.policy.args={fixed_s: 0.0004, per_env_s: 0.0001}",  # cheap beside the step: S=1 pays
         ],
     )
     result = mf.run(spec)
