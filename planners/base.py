@@ -17,9 +17,9 @@ from m2flow.planners.merging import merge_notes, merge_slices
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swaps
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
-from m2flow.planners.simulate import simulate
+from m2flow.planners.simulate import Simulated, simulation
 from m2flow.program import build_phases, part_port
-from m2flow.schedule import Candidate, Phase, Placement, Plan, Prediction, Task
+from m2flow.schedule import Candidate, Phase, Placement, Plan, Prediction
 
 _PLANNERS: dict[str, type[Planner]] = {}
 
@@ -79,12 +79,13 @@ class PlacementPlanner(Planner):
                 reasons.append(str(exc))
                 continue
             phases = with_swaps(build_phases(graph), offloaded)
-            processes, why, (stages, prediction, tasks) = choose_processes(graph, placements, profile, phases)
-            if best is None or prediction.iteration_s < best[3].iteration_s:
-                best = (name, placements, offloaded, prediction, stages, phases, tasks, processes, why)
+            processes, why, (stages, simulated) = choose_processes(graph, placements, profile, phases)
+            if best is None or simulated.prediction.iteration_s < best[3].prediction.iteration_s:
+                best = (name, placements, offloaded, simulated, stages, phases, processes, why)
         if best is None:
             raise PlanError(f"placement.mode={self.mode}: {reasons[0]}")
-        name, placements, offloaded, prediction, stages, phases, tasks, processes, why = best
+        name, placements, offloaded, simulated, stages, phases, processes, why = best
+        prediction = simulated.prediction
         prediction.cost_sources = dict(profile.source)
         plan = Plan(
             workflow=graph.spec.name,
@@ -94,7 +95,7 @@ class PlacementPlanner(Planner):
             pipeline_stages=stages,
             phases=phases,
             predicted=prediction,
-            tasks=tasks,
+            tasks=simulated.tasks(),
         )
         plan.processes = processes
         plan.merge_slices = merge_slices(graph, profile, stages)
@@ -193,23 +194,23 @@ def stage_options(graph: MacroGraph, profile: Profile) -> list[int]:
 
 def best_stages(
     graph: MacroGraph, placements: dict[str, Placement], profile: Profile, phases: list[Phase], processes: Processes
-) -> tuple[int, Prediction, list[Task]]:
-    """The stage count predicted fastest (the fewest on a tie), its prediction and micro schedule."""
+) -> tuple[int, Simulated]:
+    """The stage count predicted fastest (the fewest on a tie) and its simulation."""
     options = stage_options(graph, profile)
-    results = [(s, *simulate(graph, placements, s, profile, phases, processes)) for s in options]
-    return min(results, key=lambda r: (r[1].iteration_s, r[0]))
+    results = [(s, simulation(graph, placements, s, profile, phases, processes)) for s in options]
+    return min(results, key=lambda r: (r[1].prediction.iteration_s, r[0]))
 
 
 def choose_processes(
     graph: MacroGraph, placements: dict[str, Placement], profile: Profile, phases: list[Phase]
-) -> tuple[Processes, str, tuple[int, Prediction, list[Task]]]:
+) -> tuple[Processes, str, tuple[int, Simulated]]:
     """The process layout (`placement.colocate`), why auto chose it when it weighed two (else ""), and its
-    best stage count with that count's prediction and micro schedule."""
+    best stage count with that count's simulation."""
     options = process_options(graph, placements)
     results = [best_stages(graph, placements, profile, phases, o) for o in options]
     if len(options) == 1:
         return options[0], "", results[0]
-    apart, together = (r[1].iteration_s for r in results)
+    apart, together = (r[1].prediction.iteration_s for r in results)
     gain = apart / together - 1 if together > 0 else 0.0
     if gain >= COLOCATE_GAIN:
         why = f"colocate: auto co-hosts replicas on one device: predicted {gain:.1%} faster without hops"

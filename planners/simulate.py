@@ -6,7 +6,8 @@ Inside the loop every replica calls its ports step by step and slice by slice; a
 inputs exist and its device is free (devices run one task at a time). A port of `merge_slices` takes into
 the call it starts the next slices of the same step whose inputs all exist by then, as the executor's loop
 takes in those whose messages have arrived (an input whose task is not yet scheduled counts as missing).
-Long loops are compressed: the first steps are simulated and the steady-state step time extrapolates the rest.
+Long loops are compressed: the first steps are simulated and the steady-state step time extrapolates the rest;
+and of the loop's components that are copies of one another only one is simulated (`planners/symmetry.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from m2flow.overlap import Overlap
 from m2flow.planners.merging import merge_slices
 from m2flow.planners.processes import Processes, same_process
 from m2flow.planners.profile import Profile
+from m2flow.planners.symmetry import LoopClass, loop_classes
 from m2flow.program import own_items, run_phase
 from m2flow.schedule import Phase, Placement, Prediction, ReplicaId, Task
 from m2flow.sharding import shard_groups, slice_sizes
@@ -130,6 +132,69 @@ class _Schedule:
                     heapq.heappush(heap, (ready_at[child], child))
         return end
 
+    def copy_classes(self, loop: range, classes: list[LoopClass]) -> None:
+        """Give each class's other components the schedule of its model, whose tasks are those in `loop`."""
+        model_tasks: dict[ReplicaId, list[int]] = {}
+        for task in self.tasks[loop.start : loop.stop]:
+            model_tasks.setdefault(ReplicaId(task.worker, task.replica), []).append(task.id)
+        for loop_class in classes:
+            model = loop_class.model
+            tids = sorted(t for me in model.replicas for t in model_tasks.get(me, ()))
+            for copy in loop_class.copies:
+                replica = dict(zip(model.replicas, copy.replicas, strict=True))
+                device = dict(zip(model.devices, copy.devices, strict=True))
+                new_id: dict[int, int] = {}
+                for t in tids:
+                    task = self.tasks[t]
+                    new_id[t] = tid = len(self.tasks)
+                    me = replica[ReplicaId(task.worker, task.replica)]
+                    self.tasks.append(
+                        Task(
+                            tid,
+                            task.worker,
+                            me.replica,
+                            task.port,
+                            device[task.device],
+                            task.start,
+                            task.end,
+                            task.phase,
+                            task.step,
+                            task.stage,
+                            [new_id[d] for d in task.deps],
+                        )
+                    )
+                    self.duration.append(self.duration[t])
+                    self.receiving.append(self.receiving[t])
+
+
+@dataclass
+class Simulated:
+    """A candidate's predicted iteration, and the simulation that can draw its micro schedule on demand (a
+    search weighs many candidates and keeps one: only its copied components are ever written out)."""
+
+    prediction: Prediction
+    run: _Simulation
+
+    def tasks(self) -> list[Task]:
+        """Every replica's tasks: the simulated ones and the copies of the loop's components."""
+        return self.run.micro_schedule()
+
+
+def simulation(
+    graph: MacroGraph,
+    placements: dict[str, Placement],
+    stages: int,
+    profile: Profile,
+    phases: list[Phase],
+    processes: Processes,
+) -> Simulated:
+    """Predict one steady-state iteration of `phases` (the plan's program) on `placements`, the replicas
+    in `processes` sharing theirs."""
+    run = _Simulation(graph, placements, stages, profile, processes)
+    for phase in phases:
+        run_phase(phase, run)
+    return Simulated(run.prediction(), run)
+
 
 def simulate(
     graph: MacroGraph,
@@ -139,12 +204,9 @@ def simulate(
     phases: list[Phase],
     processes: Processes,
 ) -> tuple[Prediction, list[Task]]:
-    """Predict one steady-state iteration of `phases` (the plan's program) on `placements`, the replicas
-    in `processes` sharing theirs: the summary and the micro schedule of tasks."""
-    run = _Simulation(graph, placements, stages, profile, processes)
-    for phase in phases:
-        run_phase(phase, run)
-    return run.prediction(), run.sched.tasks
+    """`simulation`'s prediction and its micro schedule of tasks."""
+    simulated = simulation(graph, placements, stages, profile, phases, processes)
+    return simulated.prediction, simulated.tasks()
 
 
 class _Simulation:
@@ -165,6 +227,10 @@ class _Simulation:
         self.beside: tuple[int, float] | None = None  # an overlapping phase's first task and its seconds
         self.hidden_s = 0.0
         self.trains_one_in = 1  # drop mode: loops per training
+        self.loop_tasks = range(0)  # the ids of the loop's tasks
+        self.classes: list[LoopClass] = []  # the loop's components: one simulated per class, the others copy it
+        self.copies: dict[ReplicaId, int] = {}  # a simulated loop replica -> how many replicas copy it
+        self.expanded = False
 
     # -- the interpreter ---------------------------------------------------------------------------
     def swap(self, phase: Phase) -> None:
@@ -197,7 +263,12 @@ class _Simulation:
             self.sched.add(port.worker, r, port.port, self.profile.call_s(port.worker, port.port, 1), phase.op, [state])
 
     def loop(self, phase: Phase) -> None:
-        self.loop_items, self.steps = _simulate_loop(self.graph, self.stages, self.profile, self.sched, self.together)
+        self.classes = loop_classes(self.graph, self.devices, self.together)
+        self.copies = {me: len(c.copies) for c in self.classes for me in c.model.replicas}
+        self.loop_items, self.steps = _simulate_loop(
+            self.graph, self.stages, self.profile, self.sched, self.together, set(self.copies)
+        )
+        self.loop_tasks = range(self.first, len(self.sched.tasks))
         end_simulated = self.sched.run(self.clock, self.first)
         per_step = self.step_s = _steady_step_s(_step_ends(self.sched.tasks[self.first :], self.steps), self.clock)
         loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
@@ -230,16 +301,38 @@ class _Simulation:
         first, loop_first = self.beside[0], self.first
         scale = self.graph.loop.horizon / self.steps if self.steps else 1.0
         busy: dict[DeviceId, float] = {}
+        in_loop_s: dict[DeviceId, float] = {}
         loads: dict[DeviceId, set[bool]] = {}  # per device: whether the loop, the phase beside it, or both load it
         for task, seconds in zip(self.sched.tasks[first:], self.sched.duration[first:], strict=True):
             in_loop = task.id >= loop_first
             weight = (scale if task.step >= 0 else 1.0) if in_loop else share
             busy[task.device] = busy.get(task.device, 0.0) + seconds * weight
+            if in_loop:
+                in_loop_s[task.device] = in_loop_s.get(task.device, 0.0) + seconds * weight
             loads.setdefault(task.device, set()).add(in_loop)
+        for device in self._add_copies(busy, in_loop_s):
+            loads.setdefault(device, set()).add(True)
         slowdown = self.profile.beside_slowdown
         return {device: s * (slowdown if len(loads[device]) == 2 else 1.0) for device, s in busy.items()}
 
     # -- bookkeeping -------------------------------------------------------------------------------
+    def _add_copies(self, busy: dict[DeviceId, float], in_loop_s: dict[DeviceId, float]) -> list[DeviceId]:
+        """Add to `busy` the loop seconds of the copied components' devices, each as its model's device has
+        them (`in_loop_s`); the devices added to."""
+        added = []
+        for loop_class in self.classes:
+            for copy in loop_class.copies:
+                for model_device, device in zip(loop_class.model.devices, copy.devices, strict=True):
+                    busy[device] = busy.get(device, 0.0) + in_loop_s.get(model_device, 0.0)
+                    added.append(device)
+        return added
+
+    def micro_schedule(self) -> list[Task]:
+        if not self.expanded:
+            self.sched.copy_classes(self.loop_tasks, self.classes)
+            self.expanded = True
+        return self.sched.tasks
+
     def _advance(self, phase: str, first: int, weight: float = 1.0) -> None:
         end = self.sched.run(self.clock, first)
         self.phase_s[phase] = self.phase_s.get(phase, 0.0) + (end - self.clock) * weight
@@ -252,6 +345,7 @@ class _Simulation:
         total_items = self.loop_items * (graph.loop.horizon if graph.loop else 1)
         scale = graph.loop.horizon / steps if graph.loop is not None and steps else 1.0
         busy: dict[DeviceId, float] = {}
+        in_loop_s: dict[DeviceId, float] = {}
         port_s: dict[str, float] = {}
         for task, seconds, receiving in zip(sched.tasks, sched.duration, sched.receiving, strict=True):
             weight = scale if task.phase == "loop" and task.step >= 0 else 1.0
@@ -259,8 +353,12 @@ class _Simulation:
                 weight = 1.0 / self.trains_one_in
             own = (seconds - receiving) * weight  # the task's own work, as a trace measures it: no receiving
             busy[task.device] = busy.get(task.device, 0.0) + own
+            copies = self.copies.get(ReplicaId(task.worker, task.replica), 0) if task.id in self.loop_tasks else 0
+            if copies:
+                in_loop_s[task.device] = in_loop_s.get(task.device, 0.0) + own
             key = f"{task.worker}.{task.port}"
-            port_s[key] = port_s.get(key, 0.0) + own
+            port_s[key] = port_s.get(key, 0.0) + own * (1 + copies)
+        self._add_copies(busy, in_loop_s)
         used = sorted(busy)
         device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
         bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0
@@ -279,10 +377,16 @@ class _Simulation:
 
 
 def _simulate_loop(
-    graph: MacroGraph, stages: int, profile: Profile, sched: _Schedule, together: dict[ReplicaId, int]
+    graph: MacroGraph,
+    stages: int,
+    profile: Profile,
+    sched: _Schedule,
+    together: dict[ReplicaId, int],
+    models: set[ReplicaId],
 ) -> tuple[int, int]:
-    """Add the loop's tasks for the first simulated steps, in each replica's program order; a message
-    costs a channel hop unless sender and receiver share a process (`together`)."""
+    """Add the loop's tasks of the replicas in `models` (the others copy them) for the first simulated steps,
+    in each replica's program order; a message costs a channel hop unless sender and receiver share a process
+    (`together`). Returns the loop's items per step (all replicas') and the steps simulated."""
     loop = graph.loop
     entry = loop.entry.worker
     n_shards = graph.workers[entry].count
@@ -297,6 +401,8 @@ def _simulate_loop(
     def call(port: PortRef, step: int) -> None:
         for r, group in enumerate(groups[port.worker]):
             me = ReplicaId(port.worker, r)
+            if me not in models:
+                continue
             for s in range(stages):
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]
                 # a message from each upstream replica of another worker in another process: a channel hop
