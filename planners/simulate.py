@@ -44,8 +44,19 @@ class _Mergeable:
     follower: int | None = None
 
 
+@dataclass(slots=True)
+class _Waiting:
+    """Tasks with one list of dependencies (a broadcast's receivers share it): how many of those are still to
+    end, when the last ended so far did, and the tasks that start once all have."""
+
+    pending: int
+    ready: float
+    tasks: list[int]
+
+
 class _Schedule:
-    """Tasks with durations and dependencies, list-scheduled on FIFO devices."""
+    """Tasks with durations and dependencies, list-scheduled on FIFO devices. Tasks with the same
+    dependencies share one list, so a broadcast to n replicas costs n + inputs, not n x inputs."""
 
     def __init__(self, devices: dict[str, list[DeviceId]]):
         self.tasks: list[Task] = []
@@ -54,6 +65,7 @@ class _Schedule:
         self.devices = devices
         self.mergeable: dict[int, _Mergeable] = {}  # by task id: the calls of a port that merges slices
         self.taken_in: set[int] = set()  # calls done inside an earlier slice's call
+        self.dep_lists: dict[tuple[int, ...], list[int]] = {}  # one list object per distinct dependencies
 
     def add(
         self,
@@ -68,7 +80,11 @@ class _Schedule:
         receiving: float = 0.0,
     ) -> int:
         device = self.devices[worker][replica]
-        task = Task(len(self.tasks), worker, replica, port, device, 0.0, 0.0, phase, step, stage, sorted(set(deps)))
+        key = tuple(sorted(set(deps)))
+        shared = self.dep_lists.get(key)
+        if shared is None:
+            shared = self.dep_lists[key] = list(key)
+        task = Task(len(self.tasks), worker, replica, port, device, 0.0, 0.0, phase, step, stage, shared)
         self.tasks.append(task)
         self.duration.append(seconds + receiving)
         self.receiving.append(receiving)
@@ -100,14 +116,17 @@ class _Schedule:
 
     def run(self, start: float, first: int) -> float:
         """Schedule tasks[first:] (dependencies inside that range), starting no earlier than `start`."""
-        pending = {t.id: len([d for d in t.deps if d >= first]) for t in self.tasks[first:]}
-        children: dict[int, list[int]] = {}
-        ready_at = {t.id: start for t in self.tasks[first:]}
+        waiting: dict[int, _Waiting] = {}  # by id() of a dependency list
+        children: dict[int, list[_Waiting]] = {}
         for task in self.tasks[first:]:
-            for dep in task.deps:
-                if dep >= first:
-                    children.setdefault(dep, []).append(task.id)
-        heap = [(start, tid) for tid, n in pending.items() if n == 0]
+            group = waiting.get(id(task.deps))
+            if group is None:
+                inside = [d for d in task.deps if d >= first]
+                group = waiting[id(task.deps)] = _Waiting(len(inside), start, [])
+                for dep in inside:
+                    children.setdefault(dep, []).append(group)
+            group.tasks.append(task.id)
+        heap = [(start, tid) for group in waiting.values() if group.pending == 0 for tid in group.tasks]
         heapq.heapify(heap)
         device_free: dict[DeviceId, float] = {}
         ends: dict[int, float] = {}
@@ -125,11 +144,12 @@ class _Schedule:
                 device_free[task.device] = task.end
             ends[tid] = task.end
             end = max(end, task.end)
-            for child in children.get(tid, ()):
-                ready_at[child] = max(ready_at[child], task.end)
-                pending[child] -= 1
-                if pending[child] == 0:
-                    heapq.heappush(heap, (ready_at[child], child))
+            for group in children.get(tid, ()):
+                group.ready = max(group.ready, task.end)
+                group.pending -= 1
+                if group.pending == 0:
+                    for child in group.tasks:
+                        heapq.heappush(heap, (group.ready, child))
         return end
 
     def copy_classes(self, loop: range, classes: list[LoopClass]) -> None:
@@ -249,9 +269,13 @@ class _Simulation:
         rule = info.dispatch(port.port)
         per_replica = [split(rule, handles, info.replicas, info.data_parallel) for handles in inputs]
         outputs = []
+        totals: dict[tuple[int, ...], float] = {}  # a broadcast's receivers share one input list: sum it once
         for r in range(info.replicas):
             mine = [h for edge in per_replica for h in edge[r]]
-            items = sum(self.items[h] for h in mine) if mine else own_items(self.graph, port.worker, r, phase.op)
+            key = tuple(mine)
+            if key not in totals:
+                totals[key] = sum(self.items[h] for h in mine)
+            items = totals[key] if mine else own_items(self.graph, port.worker, r, phase.op)
             seconds = self.profile.call_s(port.worker, port.port, items)
             tid = self.sched.add(port.worker, r, port.port, seconds, phase.op, mine)
             self.items[tid] = items

@@ -355,3 +355,18 @@ def test_simulators_render_on_the_gpus_no_inference_replica_uses_and_the_plan_sa
     assert any("shared with the loop's GPU workers" in note for note in plan.notes)
     graph, plan = camera_plan(gpus=0, mode="shared")  # no GPU: nothing to choose
     assert not render_gpus(graph, plan) and not any(note.startswith("render:") for note in plan.notes)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "env_replicas", "policies", "expected"),
+    [
+        (8, 8, 2, [0, 4]),  # each with the first env of its block, not on cpu0 and cpu1
+        (8, 4, 3, [0, 2, 3]),  # blocks [0, 1], [2], [3]
+        (2, 2, 2, [0, 1]),  # as many as the envs: round-robin, as before
+    ],
+)
+def test_shared_puts_each_policy_replica_on_a_device_of_the_envs_it_serves(cpus, env_replicas, policies, expected):
+    raw = workflow(cpus=cpus, mode="shared", env_replicas=env_replicas)
+    raw["workers"]["policy"]["replicas"] = policies
+    plan = plan_of(raw)
+    assert [d.index for d in plan.placements["policy"].replica_devices] == expected

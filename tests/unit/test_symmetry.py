@@ -98,7 +98,10 @@ CASES = {
     "hybrid, 8 envs over 4 policies": spin_workflow(8, 4, cpus=16, mode="hybrid"),
     "disaggregated, 5 envs over 2 policies (blocks of 3 and 2)": spin_workflow(5, 2, cpus=12, mode="disaggregated"),
     "shared, co-hosted, 4 stages": spin_workflow(8, 8, cpus=8, mode="shared", stages=4, colocate=True),
-    "shared, fewer policies than envs (one component)": spin_workflow(8, 2, cpus=8, mode="shared"),
+    "shared, fewer policies than envs": spin_workflow(8, 2, cpus=8, mode="shared"),
+    "policies placed by hand across the envs' blocks (one component)": spin_workflow(
+        8, 2, cpus=8, mode="shared", devices={"env": "0-7", "policy": "0-1"}
+    ),
     "hybrid, training beside the loop": spin_workflow(8, 4, cpus=12, mode="hybrid", asynchronous=True),
     "training beside the loop on a copy's device": spin_workflow(  # that device bounds the loop
         2,
@@ -151,9 +154,9 @@ def test_components_that_line_up_form_one_class_and_uneven_shard_blocks_two():
 
 
 def test_replicas_tied_through_a_shared_device_are_one_component():
-    """Shared, 8 envs on 8 devices, 2 policies on the first two: policy 1 sits with env 1, which policy 0
+    """8 envs on 8 devices, 2 policies placed by hand on the first two: policy 1 sits with env 1, which policy 0
     serves, so the two policies' blocks wait on each other's device queue."""
-    (only,) = classes_of(spin_workflow(8, 2, cpus=8, mode="shared"))
+    (only,) = classes_of(spin_workflow(8, 2, cpus=8, mode="shared", devices={"env": "0-7", "policy": "0-1"}))
     assert len(only.components) == 1 and len(only.model.replicas) == 10
 
 
