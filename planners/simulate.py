@@ -421,12 +421,11 @@ def _simulate_loop(
     produced: dict[tuple[int, int], int] = {}  # (shard, slice) -> task that produced its current data
     merging = set(merge_slices(graph, profile, stages))
     groups = {w: shard_groups(n_shards, graph.workers[w].count) for w in loop.workers}
+    simulated = {w: sorted(me.replica for me in models if me.worker == w) for w in loop.workers}
 
     def call(port: PortRef, step: int) -> None:
-        for r, group in enumerate(groups[port.worker]):
-            me = ReplicaId(port.worker, r)
-            if me not in models:
-                continue
+        for r in simulated[port.worker]:
+            me, group = ReplicaId(port.worker, r), groups[port.worker][r]
             for s in range(stages):
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]
                 # a message from each upstream replica of another worker in another process: a channel hop
