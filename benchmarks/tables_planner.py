@@ -19,7 +19,7 @@ def planner_scale(res: Results) -> Block:
         + [str(r["candidates"]), count(r["tasks"]), "chosen" if r["allocation"] else "given"]
         for r in res.rows(PLANNER)
     ]
-    header = ["workers", "GPUs", "nodes", "plan time", "chosen", "candidates", "tasks simulated", "replica counts"]
+    header = ["workers", "GPUs", "nodes", "plan time", "chosen", "candidates", "tasks", "replica counts"]
     return Block(table(header, rows, "rrrrlrrl"), [PLANNER])
 
 
