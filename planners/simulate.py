@@ -13,9 +13,6 @@ and of the loop's components that are copies of one another only one is simulate
 from __future__ import annotations
 
 import functools
-import heapq
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from m2flow.cluster import DeviceId
@@ -26,6 +23,7 @@ from m2flow.planners.merging import merge_slices
 from m2flow.planners.processes import Processes, same_process
 from m2flow.planners.profile import Profile
 from m2flow.planners.symmetry import LoopClass, loop_classes
+from m2flow.planners.tasklist import TaskList
 from m2flow.program import own_items, run_phase
 from m2flow.schedule import Phase, Placement, Prediction, ReplicaId, Task
 from m2flow.sharding import shard_groups, slice_sizes
@@ -35,162 +33,9 @@ SIMULATED_STEPS = 16
 
 
 @dataclass
-class _Mergeable:
-    """A call of a port that merges slices (`merge_slices`): its rows, its cost for given rows, and the next
-    slice's call of the same replica, port and step, which it may take in."""
-
-    rows: float
-    cost: Callable[[float], float]
-    follower: int | None = None
-
-
-@dataclass(slots=True)
-class _Waiting:
-    """Tasks with one list of dependencies (a broadcast's receivers share it): how many of those are still to
-    end, when the last ended so far did, and the tasks that start once all have."""
-
-    pending: int
-    ready: float
-    tasks: list[int]
-
-
-class _Schedule:
-    """Tasks with durations and dependencies, list-scheduled on FIFO devices. Tasks with the same
-    dependencies share one list, so a broadcast to n replicas costs n + inputs, not n x inputs."""
-
-    def __init__(self, devices: dict[str, list[DeviceId]]):
-        self.tasks: list[Task] = []
-        self.duration: list[float] = []
-        self.receiving: list[float] = []  # the part of each task's duration spent receiving its inputs
-        self.devices = devices
-        self.mergeable: dict[int, _Mergeable] = {}  # by task id: the calls of a port that merges slices
-        self.taken_in: set[int] = set()  # calls done inside an earlier slice's call
-        self.dep_lists: dict[tuple[int, ...], list[int]] = {}  # one list object per distinct dependencies
-
-    def add(
-        self,
-        worker: str,
-        replica: int,
-        port: str,
-        seconds: float,
-        phase: str,
-        deps: list[int],
-        step: int = -1,
-        stage: int = 0,
-        receiving: float = 0.0,
-    ) -> int:
-        device = self.devices[worker][replica]
-        key = tuple(sorted(set(deps)))
-        shared = self.dep_lists.get(key)
-        if shared is None:
-            shared = self.dep_lists[key] = list(key)
-        task = Task(len(self.tasks), worker, replica, port, device, 0.0, 0.0, phase, step, stage, shared)
-        self.tasks.append(task)
-        self.duration.append(seconds + receiving)
-        self.receiving.append(receiving)
-        return task.id
-
-    def may_merge(self, tid: int, rows: float, cost: Callable[[float], float], after: int | None) -> None:
-        """Task `tid`, a call of `rows` rows costing `cost(rows)`, may take in the slices after it; `after` is the
-        previous slice's call of the same replica, port and step (None for the first slice)."""
-        self.mergeable[tid] = _Mergeable(rows, cost)
-        if after is not None:
-            self.mergeable[after].follower = tid
-
-    def _take_in(self, tid: int, start: float, ends: dict[int, float], first: int) -> None:
-        """Merge into `tid`, starting at `start`, the following slices' calls whose other inputs ended by then."""
-        chain, follower = [tid], self.mergeable[tid].follower
-        while follower is not None and all(
-            d < first or ends.get(d, math.inf) <= start for d in self.tasks[follower].deps if d != chain[-1]
-        ):
-            chain.append(follower)
-            follower = self.mergeable[follower].follower
-        if len(chain) == 1:
-            return
-        receiving = sum(self.receiving[t] for t in chain)
-        self.duration[tid] = self.mergeable[tid].cost(sum(self.mergeable[t].rows for t in chain)) + receiving
-        self.receiving[tid] = receiving
-        for t in chain[1:]:
-            self.duration[t] = self.receiving[t] = 0.0
-            self.taken_in.add(t)
-
-    def run(self, start: float, first: int) -> float:
-        """Schedule tasks[first:] (dependencies inside that range), starting no earlier than `start`."""
-        waiting: dict[int, _Waiting] = {}  # by id() of a dependency list
-        children: dict[int, list[_Waiting]] = {}
-        for task in self.tasks[first:]:
-            group = waiting.get(id(task.deps))
-            if group is None:
-                inside = [d for d in task.deps if d >= first]
-                group = waiting[id(task.deps)] = _Waiting(len(inside), start, [])
-                for dep in inside:
-                    children.setdefault(dep, []).append(group)
-            group.tasks.append(task.id)
-        heap = [(start, tid) for group in waiting.values() if group.pending == 0 for tid in group.tasks]
-        heapq.heapify(heap)
-        device_free: dict[DeviceId, float] = {}
-        ends: dict[int, float] = {}
-        end = start
-        while heap:
-            ready, tid = heapq.heappop(heap)
-            task = self.tasks[tid]
-            if tid in self.taken_in:  # done by the call that took it in: its output is out when that one's is
-                task.start = task.end = ready
-            else:
-                task.start = max(ready, device_free.get(task.device, start))
-                if tid in self.mergeable:
-                    self._take_in(tid, task.start, ends, first)
-                task.end = task.start + self.duration[tid]
-                device_free[task.device] = task.end
-            ends[tid] = task.end
-            end = max(end, task.end)
-            for group in children.get(tid, ()):
-                group.ready = max(group.ready, task.end)
-                group.pending -= 1
-                if group.pending == 0:
-                    for child in group.tasks:
-                        heapq.heappush(heap, (group.ready, child))
-        return end
-
-    def copy_classes(self, loop: range, classes: list[LoopClass]) -> None:
-        """Give each class's other components the schedule of its model, whose tasks are those in `loop`."""
-        model_tasks: dict[ReplicaId, list[int]] = {}
-        for task in self.tasks[loop.start : loop.stop]:
-            model_tasks.setdefault(ReplicaId(task.worker, task.replica), []).append(task.id)
-        for loop_class in classes:
-            model = loop_class.model
-            tids = sorted(t for me in model.replicas for t in model_tasks.get(me, ()))
-            for copy in loop_class.copies:
-                replica = dict(zip(model.replicas, copy.replicas, strict=True))
-                device = dict(zip(model.devices, copy.devices, strict=True))
-                new_id: dict[int, int] = {}
-                for t in tids:
-                    task = self.tasks[t]
-                    new_id[t] = tid = len(self.tasks)
-                    me = replica[ReplicaId(task.worker, task.replica)]
-                    self.tasks.append(
-                        Task(
-                            tid,
-                            task.worker,
-                            me.replica,
-                            task.port,
-                            device[task.device],
-                            task.start,
-                            task.end,
-                            task.phase,
-                            task.step,
-                            task.stage,
-                            [new_id[d] for d in task.deps],
-                        )
-                    )
-                    self.duration.append(self.duration[t])
-                    self.receiving.append(self.receiving[t])
-
-
-@dataclass
 class Simulated:
-    """A candidate's predicted iteration, and the simulation that can draw its micro schedule on demand (a
-    search weighs many candidates and keeps one: only its copied components are ever written out)."""
+    """A candidate's predicted iteration, and the simulation that writes out its micro schedule on demand (a
+    search weighs many candidates and keeps few: only theirs get the copied components' tasks)."""
 
     prediction: Prediction
     run: _Simulation
@@ -238,7 +83,7 @@ class _Simulation:
         self.graph, self.placements, self.stages, self.profile = graph, placements, stages, profile
         self.together = same_process(processes)
         self.devices = {w: p.replica_devices for w, p in placements.items()}
-        self.sched = _Schedule(self.devices)
+        self.sched = TaskList(self.devices)
         self.items: dict[int, float] = {}  # task id -> items (env steps) its output carries
         self.clock = 0.0
         self.first = 0  # the current phase's first task
@@ -404,7 +249,7 @@ def _simulate_loop(
     graph: MacroGraph,
     stages: int,
     profile: Profile,
-    sched: _Schedule,
+    sched: TaskList,
     together: dict[ReplicaId, int],
     models: set[ReplicaId],
 ) -> tuple[int, int]:
