@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 from abc import ABC, abstractmethod
 from collections import Counter
+from dataclasses import dataclass
 from typing import ClassVar
 
 from m2flow.cluster import Cluster, DeviceId
@@ -71,7 +72,8 @@ class PlacementPlanner(Planner):
             options = self.candidates(graph, cluster, profile)
         except Infeasible as exc:
             raise PlanError(f"placement.mode={self.mode}: {exc}") from None
-        best, reasons = None, []
+        best: _Split | None = None
+        reasons = []
         for name, placements in options.items():
             try:
                 offloaded = choose_offload(graph, placements, cluster, profile)
@@ -79,13 +81,14 @@ class PlacementPlanner(Planner):
                 reasons.append(str(exc))
                 continue
             phases = with_swaps(build_phases(graph), offloaded)
-            processes, why, (stages, simulated) = choose_processes(graph, placements, profile, phases)
-            if best is None or simulated.prediction.iteration_s < best[3].prediction.iteration_s:
-                best = (name, placements, offloaded, simulated, stages, phases, processes, why)
+            choice = choose_processes(graph, placements, profile, phases)
+            if best is None or choice.iteration_s < best.choice.iteration_s:
+                best = _Split(name, placements, offloaded, phases, choice)
         if best is None:
             raise PlanError(f"placement.mode={self.mode}: {reasons[0]}")
-        name, placements, offloaded, simulated, stages, phases, processes, why = best
-        prediction = simulated.prediction
+        name, placements, offloaded, phases = best.name, best.placements, best.offloaded, best.phases
+        simulated, processes, why = best.choice.simulated, best.choice.processes, best.choice.why
+        prediction, stages = simulated.prediction, simulated.stages
         prediction.cost_sources = dict(profile.source)
         plan = Plan(
             workflow=graph.spec.name,
@@ -115,6 +118,17 @@ class PlacementPlanner(Planner):
             plan.notes.append(f"one process: {' + '.join(map(str, group))} (placement.colocate)")
         plan.notes += memory_notes + share_notes(plan)
         return plan
+
+
+@dataclass
+class _Split:
+    """A device split of a mode, with the swaps, phases and process layout chosen for it."""
+
+    name: str
+    placements: dict[str, Placement]
+    offloaded: set[str]
+    phases: list[Phase]
+    choice: Choice
 
 
 def streaming_notes(graph: MacroGraph, phases: list[Phase], prediction: Prediction) -> list[str]:
@@ -192,34 +206,47 @@ def stage_options(graph: MacroGraph, profile: Profile) -> list[int]:
     return [wanted]
 
 
+@dataclass
+class Choice:
+    """A placement's process layout (`placement.colocate`), why auto chose it when it weighed two (else ""),
+    and the simulation of its best stage count."""
+
+    processes: Processes
+    why: str
+    simulated: Simulated
+
+    @property
+    def iteration_s(self) -> float:
+        return self.simulated.prediction.iteration_s
+
+
 def best_stages(
     graph: MacroGraph, placements: dict[str, Placement], profile: Profile, phases: list[Phase], processes: Processes
-) -> tuple[int, Simulated]:
-    """The stage count predicted fastest (the fewest on a tie) and its simulation."""
+) -> Simulated:
+    """The simulation of the stage count predicted fastest (the fewest on a tie)."""
     options = stage_options(graph, profile)
-    results = [(s, simulation(graph, placements, s, profile, phases, processes)) for s in options]
-    return min(results, key=lambda r: (r[1].prediction.iteration_s, r[0]))
+    results = [simulation(graph, placements, s, profile, phases, processes) for s in options]
+    return min(results, key=lambda r: (r.prediction.iteration_s, r.stages))
 
 
 def choose_processes(
     graph: MacroGraph, placements: dict[str, Placement], profile: Profile, phases: list[Phase]
-) -> tuple[Processes, str, tuple[int, Simulated]]:
-    """The process layout (`placement.colocate`), why auto chose it when it weighed two (else ""), and its
-    best stage count with that count's simulation."""
+) -> Choice:
+    """The process layout and stage count predicted fastest, co-hosting only for a gain of `COLOCATE_GAIN`."""
     options = process_options(graph, placements)
     results = [best_stages(graph, placements, profile, phases, o) for o in options]
     if len(options) == 1:
-        return options[0], "", results[0]
-    apart, together = (r[1].prediction.iteration_s for r in results)
+        return Choice(options[0], "", results[0])
+    apart, together = (r.prediction.iteration_s for r in results)
     gain = apart / together - 1 if together > 0 else 0.0
     if gain >= COLOCATE_GAIN:
         why = f"colocate: auto co-hosts replicas on one device: predicted {gain:.1%} faster without hops"
-        return options[1], why, results[1]
+        return Choice(options[1], why, results[1])
     why = (
         f"colocate: auto keeps a process per replica: co-hosting is predicted {gain:.1%} faster, under the"
         f" {COLOCATE_GAIN:.0%} it must gain to be worth a process that hides which worker crashed"
     )
-    return options[0], why, results[0]
+    return Choice(options[0], why, results[0])
 
 
 def spread(

@@ -40,6 +40,10 @@ class Simulated:
     prediction: Prediction
     run: _Simulation
 
+    @property
+    def stages(self) -> int:
+        return self.run.stages
+
     def tasks(self) -> list[Task]:
         """Every replica's tasks: the simulated ones and the copies of the loop's components."""
         return self.run.micro_schedule()
