@@ -45,7 +45,7 @@ from m2flow.runtime.replan import (
 )
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.run_report import measured_iterations, report_run
-from m2flow.runtime.snapshots import Snapshots
+from m2flow.runtime.snapshots import Replacing, Snapshots
 from m2flow.runtime.tracing import Trace
 from m2flow.schedule import Plan
 from m2flow.spec import WorkflowSpec
@@ -288,7 +288,8 @@ class Run:
             "plan": self.plan.to_dict(),
             "quarantined": self.quarantine.times,  # env -> times: how far its seed moved
         }
-        return self.snapshots.save(self.run_dir / "checkpoints", self.next_iteration - 1, meta)
+        replacing = Replacing(self.controller.replacer.replaceable, self.controller.replace_lost_in_checkpoint)
+        return self.snapshots.save(self.run_dir / "checkpoints", self.next_iteration - 1, meta, replacing)
 
     def recover(self, exc: Exception) -> None:
         """Restart every worker from the last checkpoint, or re-raise with the failure history. A process

@@ -99,6 +99,11 @@ class InPlace:
             lost.setdefault(hosting[handover[j][1].id], dropped)
         return lost
 
+    def replace_lost_in_checkpoint(self, failed: Failed) -> None:
+        """Loop replicas lost as a checkpoint gathered their state, after the iteration: replaced, nothing
+        redone (`snapshots.Replacing`)."""
+        self._replace_outside_loop(failed, "as a checkpoint gathered its state")
+
     def _replace_outside_loop(self, failed: Failed, where: str = "between loops", now: Phase | None = None) -> None:
         """New processes for loop replicas that died or hung outside their loop (while training ran, or in a
         weight sync, the phase running `now`): their trajectories were delivered, so nothing is redone;

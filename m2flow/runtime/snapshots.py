@@ -6,12 +6,15 @@ one folder together, every rank at once; other workers get one folder per replic
 makes the directory atomic. The first checkpoint's hooks, and every restore's, wait as long as workers may
 take to start; later checkpoints' hooks x`safety_factor` the last one's time, within [`floor_s`,
 `ceiling_s`] (`run.timeouts`), so a host cut off while the state is gathered is caught at that, its group's
-ranks named.
+ranks named. A loop replica that may be replaced in place (`run.on_failure: replace`) and dies or hangs as
+its state is gathered is replaced, and the checkpoint holds its replacement's state (`Replacing`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,18 @@ from m2flow.graph import MacroGraph
 from m2flow.runtime.checkpoint import load_checkpoint, save_checkpoint
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.rank_naming import naming_ranks
+from m2flow.runtime.replace import Failed, await_calls
 from m2flow.runtime.waits import Deadline, wait_all
+from m2flow.schedule import ReplicaId
+
+
+@dataclass(frozen=True)
+class Replacing:
+    """The loop replicas a checkpoint may replace in place now, and what replaces them (the controller's
+    recovery in place: new processes, weights synced, the replacement recorded)."""
+
+    replaceable: Callable[[], frozenset[ReplicaId]]
+    replace: Callable[[Failed], None]
 
 
 class Snapshots:
@@ -29,9 +43,9 @@ class Snapshots:
         self.timeouts = launch.timeouts  # restoring waits `start_s`: as long as a worker may take to start
         self.saved_in_s: float | None = None  # how long these workers' last checkpoint took
 
-    def save(self, root: Path, iteration: int, meta: dict) -> Path:
+    def save(self, root: Path, iteration: int, meta: dict, replacing: Replacing | None = None) -> Path:
         began = time.monotonic()
-        path = save_checkpoint(root, iteration, self._states(), meta, write_files=self._write_files)
+        path = save_checkpoint(root, iteration, self._states(replacing), meta, write_files=self._write_files)
         self.saved_in_s = time.monotonic() - began
         return path
 
@@ -113,16 +127,33 @@ class Snapshots:
         replicas = [r for name in sorted(saved) for r in self.launch.replicas[name]]
         self._hooks(replicas, "load_checkpoint", "load_checkpoint() hooks on resume", checkpoint)
 
-    def _states(self) -> dict[str, list]:
+    def _states(self, replacing: Replacing | None) -> dict[str, list]:
         """Per worker, per replica, per instance state (a group keeps rank 0's), every replica asked at once."""
         replicas = [r for group in self.launch.replicas.values() for r in group]
-        values = iter(self._hooks(replicas, "state_dict", "state_dict() hooks", timeout_s=self.saving_s))
+        values = iter(self._gather(replicas, replacing))
         state = {}
         for name, group in self.launch.replicas.items():
             per_replica = [next(values) for _ in group]
             if per_replica[0] is not None:
                 state[name] = per_replica[:1] if self.graph.info[name].group else per_replica
         return state
+
+    def _gather(self, replicas: list[Replica], replacing: Replacing | None) -> list[Any]:
+        """Each replica's `state_dict()`; a replaceable one lost meanwhile is replaced and its replacement's
+        state taken instead."""
+        replaceable = replacing.replaceable() if replacing is not None else frozenset()
+        if not replaceable:
+            return self._hooks(replicas, "state_dict", "state_dict() hooks", timeout_s=self.saving_s)
+        calls = [(r.actor.hook.remote("state_dict"), r, "state_dict()") for r in replicas]
+        with naming_ranks(self.launch):
+            values, failed = await_calls(calls, Deadline(self.saving_s, "state_dict() hooks"), replaceable)
+        if failed:
+            lost = [(calls[i][1], dropped) for i, dropped in failed.items()]
+            replacing.replace(lost)
+            fresh = [self.launch.replicas[replica.worker][replica.index] for replica, _ in lost]
+            for i, value in zip(failed, self._hooks(fresh, "state_dict", "state_dict() of replacements"), strict=True):
+                values[i] = value
+        return values
 
     def _load_states(self, state: dict[str, list]) -> None:
         calls = []

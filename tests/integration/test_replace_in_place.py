@@ -1,6 +1,7 @@
-"""Recovery in place: a simulator replica killed (SIGKILL) or hung (SIGSTOP) in the middle of the loop, or
-as it hands over its trajectory, is replaced on its planned device and only its part of the iteration is
-redone; the other replicas keep their steps, training sees a whole batch, and nothing restarts."""
+"""Recovery in place: a simulator replica killed (SIGKILL) or hung (SIGSTOP) in the middle of the loop, as it
+hands over its trajectory, or as a checkpoint gathers its state, is replaced on its planned device and only
+its part of the iteration is redone; the other replicas keep their steps, training sees a whole batch, and
+nothing restarts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
+from m2flow.runtime.checkpoint import load_checkpoint
 from tests.workflows import recovery_ppo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
@@ -97,6 +99,26 @@ def test_a_simulator_that_fails_handing_over_its_trajectory_is_replaced_and_its_
     per_iteration = 2 * ENVS * HORIZON
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
     assert result.history[1]["failures/steps_redone"] == ENVS * HORIZON  # its steps went with its trajectory
+    assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS
+    assert result.last["actor/weights_version"] == ITERATIONS
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_simulator_lost_as_a_checkpoint_gathers_its_state_is_replaced_in_place_and_the_checkpoint_written(
+    tmp_path, fault
+):
+    result = mf.run(faulty_ppo(tmp_path, fault, "reset", fault_in="checkpoint"))
+    struck_at = float((tmp_path / "fault").read_text())
+
+    (failure,) = result.failures  # replaced, not restarted (a restart records replaced: None)
+    assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
+    assert "state_dict()" in failure["error"] and "as a checkpoint gathered its state" not in failure["error"]
+    # a kill is seen at once, a hang at the checkpoint's deadline (floored at FLOOR_S)
+    assert 0 <= failure["detected_at"] - struck_at < (1 if fault == "kill" else 3) * FLOOR_S + 1
+    state, meta = load_checkpoint(result.run_dir / "checkpoints" / "iter_00000001")
+    assert meta["iteration"] == 1 and len(state["env"]) == 2  # the replacement's state in place of the lost one
+    per_iteration = 2 * ENVS * HORIZON
+    assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
     assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS
     assert result.last["actor/weights_version"] == ITERATIONS
 
