@@ -43,7 +43,7 @@ from results_io import save_result, share_down
 import m2flow as mf
 from m2flow.config import spec_from_dict
 from m2flow.runtime.deadlines import Deadlines
-from m2flow.runtime.executor import RunResult
+from m2flow.runtime.run_record import RunResult
 
 HORIZON, ENV_REPLICAS, ENVS_PER_REPLICA = 64, 2, 4  # as faults.py's job has them
 STEPS_PER_ITERATION = HORIZON * ENV_REPLICAS * ENVS_PER_REPLICA

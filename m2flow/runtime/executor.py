@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from m2flow.config import apply_overrides, dump_spec, spec_from_dict
@@ -31,7 +30,6 @@ from m2flow.runtime.launch import Launch
 from m2flow.runtime.nodes import addresses, driver_node, unreachable
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.ray_cluster import cluster_from_ray, connect_ray
-from m2flow.runtime.relocate import Move
 from m2flow.runtime.replace import Replacement, Replacer, Restore, candidates, training_groups
 from m2flow.runtime.replan import (
     REPLAN_AFTER,
@@ -44,6 +42,7 @@ from m2flow.runtime.replan import (
     with_phases_of,
 )
 from m2flow.runtime.reporting import Reporter
+from m2flow.runtime.run_record import RunResult, failure_entry, keep_previous
 from m2flow.runtime.run_report import measured_iterations, report_run
 from m2flow.runtime.snapshots import Replacing, Snapshots
 from m2flow.runtime.tracing import Trace
@@ -54,28 +53,6 @@ log = logging.getLogger(__name__)
 
 RECOVERABLE = (WorkerError, WaitTimeout)
 SETTLE_S = 2.0  # how long a closing run waits for the given-up calls still queued to end
-
-
-@dataclass
-class RunResult:
-    run_dir: Path
-    plan: Plan
-    iterations: int
-    history: list[dict] = field(default_factory=list)
-    failures: list[dict] = field(default_factory=list)
-    nodes: dict[str, str] = field(default_factory=dict)  # "worker[replica]" -> Ray node it ran on
-    pids: dict[str, int] = field(default_factory=dict)  # "worker[replica]" -> its process
-    device_busy: dict[str, float] = field(default_factory=dict)  # device -> busy share of the measured iterations
-
-    @property
-    def last(self) -> dict:
-        """The metrics of the last iteration (a metric appears only in iterations that report it)."""
-        return self.history[-1] if self.history else {}
-
-    def latest(self, key: str) -> float | None:
-        """The last value `key` took in this run, e.g. `env/episode_return` (reported only by iterations in
-        which an episode ended); None if it never did."""
-        return next((h[key] for h in reversed(self.history) if key in h), None)
 
 
 def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
@@ -214,7 +191,7 @@ class Run:
 
     def _replaced(self, r: Replacement) -> None:
         """A replica replaced in place: recorded, printed and noted as it happens."""
-        failure = _failure(
+        failure = failure_entry(
             r.iteration,
             r.why,
             r.detected_at,
@@ -296,7 +273,7 @@ class Run:
         that died of a crash says how (faulthandler's stacks are in the run's folder, not the worker's log)."""
         detected_at = time.time()
         said = self._crashes_beside(exc)
-        failure = _failure(self.next_iteration, f"{headline(exc)}; {said}" if said else headline(exc), detected_at)
+        failure = failure_entry(self.next_iteration, f"{headline(exc)}; {said}" if said else headline(exc), detected_at)
         self._record_failure(failure)
         restarts = sum(1 for f in self.result.failures if not f["replaced"])
         if self.spec.run.on_failure == "stop" or restarts > self.spec.run.max_restarts:
@@ -435,50 +412,3 @@ class Run:
     def shutdown(self) -> None:
         self.close()
         self.reporter.close()
-
-
-def _failure(
-    iteration: int,
-    error: str,
-    detected_at: float,
-    replaced: str | None = None,
-    steps_redone: int = 0,
-    env: int | None = None,
-    quarantined: bool = False,
-    state: str | None = None,
-    spare: bool = False,
-    moved: Move | None = None,
-    seconds: float | None = None,
-) -> dict:
-    """One entry of `RunResult.failures`: `replaced` names the replica replaced in place (None: a restart),
-    `env` the env its simulator said failed, `quarantined` whether that env was started from a new seed,
-    `state` what the replacement started from, `spare` whether it ran in a spare process (`run.spares`),
-    `borrowed` the core it borrowed off `lost_node` (an address) when the node it ran on no longer answered,
-    `seconds` from when the failure was seen to the end of the replacement (and its redo)."""
-    return {
-        "iteration": iteration,
-        "error": error,
-        "detected_at": detected_at,
-        "replaced": replaced,
-        "steps_redone": steps_redone,
-        "env": env,
-        "quarantined": quarantined,
-        "state": state,
-        "spare": spare,
-        "borrowed": None if moved is None else str(moved.borrowed),
-        "lost_node": None if moved is None else moved.address,
-        "seconds": seconds,
-    }
-
-
-def keep_previous(run_dir: Path) -> None:
-    """A fresh run never overwrites an earlier one: its folder is renamed aside, with a timestamp."""
-    if run_dir.exists() and any(run_dir.iterdir()):
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(run_dir.stat().st_mtime))
-        aside = run_dir.with_name(f"{run_dir.name}.{stamp}")
-        suffix = 1
-        while aside.exists():
-            aside = run_dir.with_name(f"{run_dir.name}.{stamp}-{suffix}")
-            suffix += 1
-        run_dir.rename(aside)
-        log.warning("kept the previous run of %s in %s", run_dir.name, aside)
