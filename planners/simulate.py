@@ -25,7 +25,7 @@ from m2flow.planners.profile import Profile
 from m2flow.planners.symmetry import LoopClass, loop_classes
 from m2flow.planners.tasklist import TaskList
 from m2flow.program import own_items, run_phase
-from m2flow.schedule import Phase, Placement, Prediction, ReplicaId, Task
+from m2flow.schedule import Phase, Placement, Plan, Prediction, ReplicaId, Task
 from m2flow.sharding import shard_groups, slice_sizes
 from m2flow.spec import PortRef
 
@@ -65,17 +65,9 @@ def simulation(
     return Simulated(run.prediction(), run)
 
 
-def simulate(
-    graph: MacroGraph,
-    placements: dict[str, Placement],
-    stages: int,
-    profile: Profile,
-    phases: list[Phase],
-    processes: Processes,
-) -> tuple[Prediction, list[Task]]:
-    """`simulation`'s prediction and its micro schedule of tasks."""
-    simulated = simulation(graph, placements, stages, profile, phases, processes)
-    return simulated.prediction, simulated.tasks()
+def simulate_plan(graph: MacroGraph, plan: Plan, profile: Profile) -> Simulated:
+    """`plan`'s placements, stages, program and processes simulated on `profile`'s costs."""
+    return simulation(graph, plan.placements, plan.pipeline_stages, profile, plan.phases, plan.processes)
 
 
 class _Simulation:

@@ -36,7 +36,7 @@ from m2flow.planners.cache import cached_fits, save_cached, save_calibration
 from m2flow.planners.fit import controller_seconds, fit_points, merged, points_from_trace
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile
-from m2flow.planners.simulate import simulate
+from m2flow.planners.simulate import simulate_plan
 from m2flow.program import build_phases
 from m2flow.schedule import Plan, Prediction, unknown_costs
 from m2flow.spec import PortCost
@@ -128,8 +128,7 @@ def beside_slowdown(graph: MacroGraph, cluster: Cluster, plan: Plan, iteration_s
 
     def predicted(slowdown: float) -> float:
         profile.beside_slowdown = slowdown
-        prediction, _ = simulate(graph, plan.placements, plan.pipeline_stages, profile, plan.phases, plan.processes)
-        return prediction.iteration_s
+        return simulate_plan(graph, plan, profile).prediction.iteration_s
 
     low, high = 1.0, MAX_BESIDE_SLOWDOWN
     if predicted(1.0 + BESIDE_NOISE) <= predicted(low):
@@ -150,7 +149,7 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
     plan = running.plan
 
     def predicted() -> Prediction:
-        return simulate(graph, plan.placements, plan.pipeline_stages, profile, plan.phases, plan.processes)[0]
+        return simulate_plan(graph, plan, profile).prediction
 
     loops = controller_seconds(trace, "loop", running.since + 1)
     if graph.loop is not None and loops and _has_hops(profile, predicted):
@@ -310,9 +309,8 @@ def replan(
     current = running.plan if measured_on is None else with_phases_of(running.plan, graph)
     measured = refit(measured_on or graph, cluster, events, running)
     profile = measured.profile
-    now, tasks = simulate(
-        graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
-    )
+    simulated = simulate_plan(graph, current, profile)
+    now, tasks = simulated.prediction, simulated.tasks()
     now.cost_sources = dict(profile.source)
     merged = _merging_on(graph, current, profile)  # as `now` predicts it, on the measured costs
     fixed = _fixed_slices(graph)
@@ -365,9 +363,7 @@ def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measu
             continue
         if not _tryable(graph, candidate, current) or _layout(candidate) == _layout(best):
             continue
-        current_s = simulate(
-            graph, current.placements, current.pipeline_stages, profile, current.phases, current.processes
-        )[0].iteration_s
+        current_s = simulate_plan(graph, current, profile).prediction.iteration_s
         gains.append((1 - candidate.predicted.iteration_s / current_s, per_call, candidate))
     gain, per_call, candidate = max(gains, key=lambda g: g[0], default=(0.0, False, None))
     if candidate is None or gain < TRIAL_GAIN:

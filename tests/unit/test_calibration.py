@@ -11,7 +11,7 @@ from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.cache import load_cached, save_cached
 from m2flow.planners.fit import fit_line, fit_points
-from m2flow.planners.simulate import simulate
+from m2flow.planners.simulate import simulate_plan
 from m2flow.runtime.replan import Running, calibrate_run, refit, replan
 from tests.unit.test_planner import workflow
 
@@ -32,7 +32,7 @@ def test_the_hop_and_the_controller_time_are_what_make_the_prediction_match_the_
     plan = make_plan(graph, cluster)
     truth = profile_of(graph, cluster)
     truth.hop_s, truth.controller_s = 0.002, 0.05
-    measured = simulate(graph, plan.placements, plan.pipeline_stages, truth, plan.phases, plan.processes)[0]
+    measured = simulate_plan(graph, plan, truth).prediction
     trace = {
         "traceEvents": [
             controller_event(name, it, seconds)

@@ -242,7 +242,7 @@ def test_auto_can_choose_how_many_simulator_processes_share_the_envs():
 def test_disjoint_modes_try_several_device_splits_and_keep_the_fastest():
     from m2flow.planners.disaggregated import DisaggregatedPlanner, disjoint, distinct, split_weights
     from m2flow.planners.profile import Profile
-    from m2flow.planners.simulate import simulate
+    from m2flow.planners.simulate import simulation
     from m2flow.program import build_phases
 
     # devices are scarce (4 for 9 replicas) and the policy does most of the work: splits disagree
@@ -255,7 +255,9 @@ def test_disjoint_modes_try_several_device_splits_and_keep_the_fastest():
         {n: disjoint(graph, cluster, list(graph.workers), w) for n, w in split_weights(graph, profile).items()}
     )
     assert len(options) >= 2
-    times = {n: simulate(graph, p, 1, profile, build_phases(graph), [])[0].iteration_s for n, p in options.items()}
+    times = {
+        n: simulation(graph, p, 1, profile, build_phases(graph), []).prediction.iteration_s for n, p in options.items()
+    }
     plan = DisaggregatedPlanner().plan(graph, cluster, profile)
     assert plan.predicted.iteration_s == pytest.approx(min(times.values()))
     assert f"best of {len(options)} splits" in plan.notes[0]
