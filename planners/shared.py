@@ -19,17 +19,19 @@ class SharedPlanner(PlacementPlanner):
 
     def placements(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, Placement]:
         beside = graph.spec.flow.asynchronous is not None and graph.loop is not None
-        loop = set(graph.loop.workers) if beside else set()
+        in_loop = set(graph.loop.workers) if graph.loop is not None else set()
         out = {}
-        for name in sorted(graph.workers, key=lambda n: n not in loop):  # the loop's workers first
-            kind = device_kind(graph, name, cluster)
-            placed = out if beside and name not in loop else None
-            out[name] = spread(name, graph.workers[name].count, cluster.of_kind(kind), placed)
-        entry = out[graph.loop.entry.worker] if graph.loop is not None else None
-        for name in graph.loop.workers if entry is not None else []:
-            fewer = len(out[name].replica_devices) < len(entry.replica_devices)
-            if fewer and out[name].device_kind == entry.device_kind:
-                out[name] = beside_its_shards(out[name], entry.replica_devices)
+        for name in (n for n in graph.workers if n in in_loop):  # the loop's workers first
+            out[name] = spread(name, graph.workers[name].count, cluster.of_kind(device_kind(graph, name, cluster)))
+        if graph.loop is not None:
+            entry = out[graph.loop.entry.worker]
+            for name in graph.loop.workers:
+                fewer = len(out[name].replica_devices) < len(entry.replica_devices)
+                if fewer and out[name].device_kind == entry.device_kind:
+                    out[name] = beside_its_shards(out[name], entry.replica_devices)
+        for name in (n for n in graph.workers if n not in in_loop):  # beside the loop: where it loads least
+            devices = cluster.of_kind(device_kind(graph, name, cluster))
+            out[name] = spread(name, graph.workers[name].count, devices, out if beside else None)
         return {name: out[name] for name in graph.workers}
 
 

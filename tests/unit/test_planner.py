@@ -372,3 +372,12 @@ def test_shared_puts_each_policy_replica_on_a_device_of_the_envs_it_serves(cpus,
     raw["workers"]["policy"]["replicas"] = policies
     plan = plan_of(raw)
     assert [d.index for d in plan.placements["policy"].replica_devices] == expected
+
+
+def test_shared_async_places_training_on_the_least_loaded_device_after_the_policy_sits_with_its_envs():
+    raw = workflow(cpus=4, mode="shared", env_replicas=4)
+    raw["workers"]["policy"]["replicas"] = 2
+    raw["flow"]["async"] = {"max_staleness": 1}
+    plan = plan_of(raw)
+    assert [d.index for d in plan.placements["policy"].replica_devices] == [0, 2]
+    assert [d.index for d in plan.placements["learner"].replica_devices] == [1]  # one env there, no policy
