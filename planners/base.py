@@ -72,6 +72,46 @@ class PlacementPlanner(Planner):
             options = self.candidates(graph, cluster, profile)
         except Infeasible as exc:
             raise PlanError(f"placement.mode={self.mode}: {exc}") from None
+        best = self._best_split(graph, cluster, profile, options)
+        choice, simulated = best.choice, best.choice.simulated
+        prediction, stages = simulated.prediction, simulated.stages
+        prediction.cost_sources = dict(profile.source)
+        plan = Plan(
+            workflow=graph.spec.name,
+            mode=self.label(best.placements),
+            cluster=cluster,
+            placements=best.placements,
+            pipeline_stages=stages,
+            phases=best.phases,
+            predicted=prediction,
+            tasks=simulated.tasks(),
+        )
+        plan.processes = choice.processes
+        plan.merge_slices = merge_slices(graph, profile, stages)
+        memory_notes = []
+        if graph.spec.placement.memory_shares:
+            plan.memory_shares, memory_notes = memory_shares(
+                best.placements, best.phases, best.offloaded, choice.processes, cluster, profile
+            )
+        plan.candidates = [Candidate.of(plan.mode, stages, prediction)]
+        if len(options) > 1:
+            plan.notes.append(f"{self.mode}: devices split {best.name} (best of {len(options)} splits)")
+        if best.offloaded:
+            swapping = ", ".join(sorted(best.offloaded))
+            plan.notes.append(f"{self.mode}: {swapping} swap out of shared devices between phases")
+        plan.notes += streaming_notes(graph, best.phases, prediction)
+        if choice.why:
+            plan.notes.append(choice.why)
+        plan.notes += merge_notes(graph, profile, stages)
+        for group in plan.processes:
+            plan.notes.append(f"one process: {' + '.join(map(str, group))} (placement.colocate)")
+        plan.notes += memory_notes + share_notes(plan)
+        return plan
+
+    def _best_split(
+        self, graph: MacroGraph, cluster: Cluster, profile: Profile, options: dict[str, dict[str, Placement]]
+    ) -> _Split:
+        """The device split predicted fastest, with its swaps, phases and process layout."""
         best: _Split | None = None
         reasons = []
         for name, placements in options.items():
@@ -86,38 +126,7 @@ class PlacementPlanner(Planner):
                 best = _Split(name, placements, offloaded, phases, choice)
         if best is None:
             raise PlanError(f"placement.mode={self.mode}: {reasons[0]}")
-        name, placements, offloaded, phases = best.name, best.placements, best.offloaded, best.phases
-        simulated, processes, why = best.choice.simulated, best.choice.processes, best.choice.why
-        prediction, stages = simulated.prediction, simulated.stages
-        prediction.cost_sources = dict(profile.source)
-        plan = Plan(
-            workflow=graph.spec.name,
-            mode=self.label(placements),
-            cluster=cluster,
-            placements=placements,
-            pipeline_stages=stages,
-            phases=phases,
-            predicted=prediction,
-            tasks=simulated.tasks(),
-        )
-        plan.processes = processes
-        plan.merge_slices = merge_slices(graph, profile, stages)
-        memory_notes = []
-        if graph.spec.placement.memory_shares:
-            plan.memory_shares, memory_notes = memory_shares(placements, phases, offloaded, processes, cluster, profile)
-        plan.candidates = [Candidate.of(plan.mode, stages, prediction)]
-        if len(options) > 1:
-            plan.notes.append(f"{self.mode}: devices split {name} (best of {len(options)} splits)")
-        if offloaded:
-            plan.notes.append(f"{self.mode}: {', '.join(sorted(offloaded))} swap out of shared devices between phases")
-        plan.notes += streaming_notes(graph, phases, prediction)
-        if why:
-            plan.notes.append(why)
-        plan.notes += merge_notes(graph, profile, stages)
-        for group in plan.processes:
-            plan.notes.append(f"one process: {' + '.join(map(str, group))} (placement.colocate)")
-        plan.notes += memory_notes + share_notes(plan)
-        return plan
+        return best
 
 
 @dataclass

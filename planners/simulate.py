@@ -13,6 +13,7 @@ and of the loop's components that are copies of one another only one is simulate
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from m2flow.cluster import DeviceId
@@ -34,19 +35,16 @@ SIMULATED_STEPS = 16
 
 @dataclass
 class Simulated:
-    """A candidate's predicted iteration, and the simulation that writes out its micro schedule on demand (a
-    search weighs many candidates and keeps few: only theirs get the copied components' tasks)."""
+    """A candidate's predicted iteration, and its micro schedule written out on demand (a search weighs many
+    candidates and keeps few: only theirs get the copied components' tasks)."""
 
     prediction: Prediction
-    run: _Simulation
-
-    @property
-    def stages(self) -> int:
-        return self.run.stages
+    stages: int
+    micro_schedule: Callable[[], list[Task]]
 
     def tasks(self) -> list[Task]:
         """Every replica's tasks: the simulated ones and the copies of the loop's components."""
-        return self.run.micro_schedule()
+        return self.micro_schedule()
 
 
 def simulation(
@@ -62,7 +60,7 @@ def simulation(
     run = _Simulation(graph, placements, stages, profile, processes)
     for phase in phases:
         run_phase(phase, run)
-    return Simulated(run.prediction(), run)
+    return Simulated(run.prediction(), stages, run.micro_schedule)
 
 
 def simulate_plan(graph: MacroGraph, plan: Plan, profile: Profile) -> Simulated:
@@ -90,6 +88,7 @@ class _Simulation:
         self.trains_one_in = 1  # drop mode: loops per training
         self.loop_tasks = range(0)  # the ids of the loop's tasks
         self.classes: list[LoopClass] = []  # the loop's components: one simulated per class, the others copy it
+        self.models: set[ReplicaId] = set()  # the loop replicas simulated: the first component of each class
         self.copies: dict[ReplicaId, int] = {}  # a simulated loop replica -> how many replicas copy it
         self.expanded = False
 
@@ -129,9 +128,10 @@ class _Simulation:
 
     def loop(self, phase: Phase) -> None:
         self.classes = loop_classes(self.graph, self.devices, self.together)
+        self.models = {me for loop_class in self.classes for me in loop_class.model.replicas}
         self.copies = {me: len(c.copies) for c in self.classes for me in c.model.replicas}
         self.loop_items, self.steps = _simulate_loop(
-            self.graph, self.stages, self.profile, self.sched, self.together, set(self.copies)
+            self.graph, self.stages, self.profile, self.sched, self.together, self.models
         )
         self.loop_tasks = range(self.first, len(self.sched.tasks))
         end_simulated = self.sched.run(self.clock, self.first)
@@ -193,7 +193,10 @@ class _Simulation:
         return added
 
     def micro_schedule(self) -> list[Task]:
+        """Every task, the copies' too, each with a dependency list of its own (the scheduler shared them)."""
         if not self.expanded:
+            for task in self.sched.tasks:
+                task.deps = list(task.deps)
             self.sched.copy_classes(self.loop_tasks, self.classes)
             self.expanded = True
         return self.sched.tasks
@@ -204,6 +207,8 @@ class _Simulation:
         self.clock = end
 
     def prediction(self) -> Prediction:
+        if self.expanded:  # the copies are in the task list now: their time would count twice
+            raise RuntimeError("a simulation's prediction is taken before its micro schedule is written out")
         sched, graph, steps = self.sched, self.graph, self.steps
         self.phase_s["controller"] = self.profile.controller_s
         iteration_s = sum(self.phase_s.values()) - self.hidden_s

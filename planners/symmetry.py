@@ -4,8 +4,9 @@ Inside the loop a replica waits only on the replicas whose shards it shares, on 
 the neighbours in its process. The replicas these tie together form independent components. Two components
 whose replicas line up one to one, in index order (the same workers, shards of the same sizes wired the same
 way, the same devices and processes shared the same way), run the same schedule on other devices: the
-simulator schedules the first component of each class and copies its tasks to the rest. That is exact, not
-an estimate, and on a cluster of like replicas it costs the loop one component's tasks, not every replica's.
+simulator schedules the first component of each class and copies its tasks to the rest: the same schedule as
+simulating each (per-port sums may differ in their last bits, added in another order), and on a cluster of
+like replicas the loop costs one component's tasks, not every replica's.
 """
 
 from __future__ import annotations

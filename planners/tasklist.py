@@ -40,7 +40,8 @@ class Waiting:
 
 class TaskList:
     """Tasks with durations and dependencies, list-scheduled on FIFO devices. Tasks with the same
-    dependencies share one list, so a broadcast to n replicas costs n + inputs, not n x inputs."""
+    dependencies share one list, which `run` follows once for all of them: a broadcast's inputs are fanned out
+    to its n receivers once, not n times."""
 
     def __init__(self, devices: dict[str, list[DeviceId]]):
         self.tasks: list[Task] = []

@@ -344,6 +344,10 @@ class FaultyPolicy(TorchPolicy):
         self.fault.outside_loop("sync", self.steps)
         return super().load_weights(weights)
 
+    def state_dict(self):
+        self.fault.outside_loop("checkpoint", self.steps)
+        return super().state_dict()
+
 
 class BadStarts:
     """A gymnasium env whose reset fails for the seeds in `bad_seeds` (every seed with `bad_seeds="all"`), as a

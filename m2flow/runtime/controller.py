@@ -63,6 +63,7 @@ class Controller(InPlace):
         self._given_up: list[Any] = []  # calls that failed with a replaced replica: their errors are taken
         self._issued: dict[Any, Issued] = {}  # this iteration's port calls by event, to issue again
         self.replacer = replacer  # what may be replaced in place
+        self._fresh = False  # replicas replaced after the last iteration (at its checkpoint): the next warms them
         asynchronous = graph.spec.flow.asynchronous
         self.overlap = Overlap.of(asynchronous) if asynchronous is not None else None
         self.backlog = Backlog(self.overlap) if self.overlap is not None else None
@@ -80,6 +81,7 @@ class Controller(InPlace):
     def iteration(self, it: int, last: int | None = None) -> IterationResult:
         """Run iteration `it`; `last` ends its segment (asynchronous flows: no batch pending after it)."""
         self._it, self._result, self._issued = it, IterationResult(), {}
+        fresh, self._fresh = self._fresh, False
         pending = self.backlog.refs() if self.backlog is not None else set()
         self._items = {ref: items for ref, items in self._items.items() if ref in pending}
         self._producer = {ref: r for ref, r in self._producer.items() if ref in pending}
@@ -104,8 +106,8 @@ class Controller(InPlace):
         result = self._result
         result.metrics.update(self._worker_metrics())
         ran_loop = self.graph.loop is None or "time/loop_s" in result.metrics
-        if result.replacements or not ran_loop:  # a wait on a hung replica and a redo, or an asynchronous
-            self.measured = before  # segment's last update alone: not the iteration the plan predicts
+        if result.replacements or not ran_loop or fresh:  # a wait on a hung replica and a redo, an asynchronous
+            self.measured = before  # segment's last update alone, new processes: not the iteration the plan predicts
         if self.measured.warming_up:  # the first iteration pays one-time costs (imports, lazy init, first calls)
             self.measured = Measured(warming_up=False, since=time.time())
         training = self.backlog.training if self.backlog is not None else None

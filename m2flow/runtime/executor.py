@@ -165,6 +165,13 @@ class Run:
         outcome = self.controller.iteration(it, self._segment_end(it))
         self.env_steps += outcome.env_steps
         metrics = {**outcome.metrics, "time/iteration_s": time.time() - began}
+        self.result.iterations = self.next_iteration = it + 1
+        replaced_in_loop = len(outcome.replacements)
+        every = self.spec.run.checkpoint_every
+        if (every and (it + 1) % every == 0) or it + 1 == self.spec.run.iterations:
+            self._checkpoint()  # a loop replica lost meanwhile is replaced: one of `outcome.replacements`
+        if len(outcome.replacements) > replaced_in_loop:  # new processes: the next iteration warms them up
+            self.warmups.append(self.next_iteration)
         if outcome.replacements:
             metrics["failures/replaced"] = float(len(outcome.replacements))
             metrics["failures/steps_redone"] = float(sum(r.steps_redone for r in outcome.replacements))
@@ -173,10 +180,6 @@ class Run:
                 self.launch.spares.refill()
         self.reporter.log(it, self.env_steps, metrics)
         self.result.history.append({"iteration": it, "env_steps": self.env_steps, **metrics})
-        self.result.iterations = self.next_iteration = it + 1
-        every = self.spec.run.checkpoint_every
-        if (every and (it + 1) % every == 0) or it + 1 == self.spec.run.iterations:
-            self._checkpoint()
 
     def _segment_end(self, it: int) -> int:
         """The last iteration before the next checkpoint (a re-plan writes one, as does the run's end):

@@ -42,11 +42,16 @@ class Snapshots:
         self.graph, self.launch = graph, launch
         self.timeouts = launch.timeouts  # restoring waits `start_s`: as long as a worker may take to start
         self.saved_in_s: float | None = None  # how long these workers' last checkpoint took
+        self._replaced = False  # the checkpoint being written replaced a lost replica
 
     def save(self, root: Path, iteration: int, meta: dict, replacing: Replacing | None = None) -> Path:
+        """A checkpoint of every worker; how long it took sets the next one's deadline, unless it waited on
+        a lost replica and its replacement (a second hang would be caught that much later)."""
         began = time.monotonic()
+        self._replaced = False
         path = save_checkpoint(root, iteration, self._states(replacing), meta, write_files=self._write_files)
-        self.saved_in_s = time.monotonic() - began
+        if not self._replaced:
+            self.saved_in_s = time.monotonic() - began
         return path
 
     @property
@@ -150,6 +155,7 @@ class Snapshots:
         if failed:
             lost = [(calls[i][1], dropped) for i, dropped in failed.items()]
             replacing.replace(lost)
+            self._replaced = True
             fresh = [self.launch.replicas[replica.worker][replica.index] for replica, _ in lost]
             for i, value in zip(failed, self._hooks(fresh, "state_dict", "state_dict() of replacements"), strict=True):
                 values[i] = value

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from m2flow.schedule import Plan
+from m2flow.schedule import Plan, Task
+
+
+def earliest(plan: Plan, count: int) -> list[Task]:
+    """The first `count` tasks to start (a large plan's chart shows the start of its iteration on every
+    device, not some devices' whole iteration)."""
+    return sorted(plan.tasks, key=lambda t: (t.start, t.id))[:count]
 
 
 def draw_gantt(plan: Plan, path: str | Path, max_tasks: int = 4000) -> Path:
@@ -13,7 +19,7 @@ def draw_gantt(plan: Plan, path: str | Path, max_tasks: int = 4000) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks = plan.tasks[:max_tasks]
+    tasks = earliest(plan, max_tasks)
     devices = sorted({t.device for t in tasks})
     workers = sorted({t.worker for t in tasks})
     palette = plt.get_cmap("tab10")
@@ -65,7 +71,7 @@ def write_gantt_html(plan: Plan, path: str | Path, max_tasks: int = 6000) -> Pat
     """The same chart as one self-contained HTML page: hover a bar for its task (SVG <title>)."""
     from html import escape
 
-    tasks = plan.tasks[:max_tasks]
+    tasks = earliest(plan, max_tasks)
     devices = sorted({t.device for t in tasks})
     workers = sorted({t.worker for t in tasks})
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]

@@ -112,11 +112,14 @@ def test_a_simulator_lost_as_a_checkpoint_gathers_its_state_is_replaced_in_place
 
     (failure,) = result.failures  # replaced, not restarted (a restart records replaced: None)
     assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
-    assert "state_dict()" in failure["error"] and "as a checkpoint gathered its state" not in failure["error"]
+    assert "state_dict()" in failure["error"]
     # a kill is seen at once, a hang at the checkpoint's deadline (floored at FLOOR_S)
     assert 0 <= failure["detected_at"] - struck_at < (1 if fault == "kill" else 3) * FLOOR_S + 1
+    assert result.history[1]["failures/replaced"] == 1 and result.history[1]["failures/steps_redone"] == 0
     state, meta = load_checkpoint(result.run_dir / "checkpoints" / "iter_00000001")
-    assert meta["iteration"] == 1 and len(state["env"]) == 2  # the replacement's state in place of the lost one
+    kept, replacement = state["env"]
+    assert meta["iteration"] == 1 and all(kept)  # env[0]'s physics, mid-episode
+    assert replacement == [{}]  # the replacement's: its envs start anew on their next observation
     per_iteration = 2 * ENVS * HORIZON
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]
     assert [h["actor/steps_consumed"] for h in result.history] == [per_iteration] * ITERATIONS

@@ -11,6 +11,7 @@ import pytest
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
+from m2flow.runtime.checkpoint import load_checkpoint
 from tests.workflows import recovery_ppo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
@@ -92,6 +93,17 @@ def test_a_policy_replica_that_dies_between_loops_is_replaced_with_nothing_to_re
     assert failure["replaced"] == "rollout[0]" and failure["iteration"] == 1
     assert result.history[1]["failures/steps_redone"] == 0
     assert_whole_batches(result)
+
+
+def test_a_policy_replica_killed_as_a_checkpoint_gathers_its_state_is_replaced_and_given_the_weights(tmp_path):
+    result = mf.run(faulty_policy_ppo(tmp_path, "kill", "checkpoint"))
+
+    (failure,) = result.failures  # replaced, not restarted
+    assert failure["replaced"] == "rollout[0]" and failure["iteration"] == 1 and "state_dict()" in failure["error"]
+    assert result.history[1]["failures/replaced"] == 1 and result.history[1]["failures/steps_redone"] == 0
+    state, _ = load_checkpoint(result.run_dir / "checkpoints" / "iter_00000001")
+    assert state["rollout"][0] is not None  # the replacement's noise streams
+    assert_whole_batches(result)  # staleness 0: the replacement acted with the weights of its peers
 
 
 @pytest.mark.parametrize(("fault", "policies"), [("kill", 2), ("stop", 1)])

@@ -11,6 +11,7 @@ from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
 from m2flow.planners.symmetry import LoopClass, loop_classes
+from m2flow.planners.tasklist import TaskList
 from m2flow.schedule import Plan, ReplicaId
 
 
@@ -166,3 +167,28 @@ def test_the_plan_s_micro_schedule_holds_every_replica_s_loop_tasks_and_round_tr
     loop = [t for t in plan.tasks if t.phase == "loop"]
     assert {t.replica for t in loop if t.worker == "env"} == set(range(8))
     assert Plan.from_dict(plan.to_dict()).tasks == plan.tasks
+
+
+def loop_tasks_simulated(raw: dict, monkeypatch, copying: bool) -> int:
+    """How many loop tasks planning `raw` adds to the scheduler's task lists."""
+    added = 0
+    add = TaskList.add
+
+    def counting(self, worker, replica, port, seconds, phase, *args, **kwargs):
+        nonlocal added
+        added += phase == "loop"
+        return add(self, worker, replica, port, seconds, phase, *args, **kwargs)
+
+    spec = spec_from_dict(raw)
+    with monkeypatch.context() as patch:
+        patch.setattr(TaskList, "add", counting)
+        if not copying:
+            patch.setattr(simulate_module, "loop_classes", each_alone)
+        make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
+    return added
+
+
+def test_four_like_groups_have_a_quarter_of_the_loop_tasks_simulated(monkeypatch):
+    raw = spin_workflow(8, 4, cpus=16, mode="hybrid")
+    copying, every_replica = (loop_tasks_simulated(raw, monkeypatch, copying) for copying in (True, False))
+    assert copying > 0 and 4 * copying == every_replica
