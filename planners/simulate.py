@@ -208,7 +208,7 @@ class _Simulation:
 
     def prediction(self) -> Prediction:
         if self.expanded:  # the copies are in the task list now: their time would count twice
-            raise RuntimeError("a simulation's prediction is taken before its micro schedule is written out")
+            raise RuntimeError("prediction() after tasks(): the copied components' time would count twice")
         sched, graph, steps = self.sched, self.graph, self.steps
         self.phase_s["controller"] = self.profile.controller_s
         iteration_s = sum(self.phase_s.values()) - self.hidden_s

@@ -63,7 +63,10 @@ class Controller(InPlace):
         self._given_up: list[Any] = []  # calls that failed with a replaced replica: their errors are taken
         self._issued: dict[Any, Issued] = {}  # this iteration's port calls by event, to issue again
         self.replacer = replacer  # what may be replaced in place
-        self._fresh = False  # replicas replaced after the last iteration (at its checkpoint): the next warms them
+        # replicas replaced after the iteration's own calls (in its metrics() hook, at its checkpoint): the next
+        # iteration warms up their processes
+        self.fresh = False
+        self.unmeasured: set[int] = set()  # iterations whose costs `measured` leaves out
         asynchronous = graph.spec.flow.asynchronous
         self.overlap = Overlap.of(asynchronous) if asynchronous is not None else None
         self.backlog = Backlog(self.overlap) if self.overlap is not None else None
@@ -81,7 +84,7 @@ class Controller(InPlace):
     def iteration(self, it: int, last: int | None = None) -> IterationResult:
         """Run iteration `it`; `last` ends its segment (asynchronous flows: no batch pending after it)."""
         self._it, self._result, self._issued = it, IterationResult(), {}
-        fresh, self._fresh = self._fresh, False
+        fresh, self.fresh = self.fresh, False
         pending = self.backlog.refs() if self.backlog is not None else set()
         self._items = {ref: items for ref, items in self._items.items() if ref in pending}
         self._producer = {ref: r for ref, r in self._producer.items() if ref in pending}
@@ -108,6 +111,7 @@ class Controller(InPlace):
         ran_loop = self.graph.loop is None or "time/loop_s" in result.metrics
         if result.replacements or not ran_loop or fresh:  # a wait on a hung replica and a redo, an asynchronous
             self.measured = before  # segment's last update alone, new processes: not the iteration the plan predicts
+            self.unmeasured.add(it)
         if self.measured.warming_up:  # the first iteration pays one-time costs (imports, lazy init, first calls)
             self.measured = Measured(warming_up=False, since=time.time())
         training = self.backlog.training if self.backlog is not None else None
@@ -454,4 +458,5 @@ class Controller(InPlace):
         per_replica, failed = await_calls(calls, deadline, replaceable)
         if failed:
             self._replace_outside_loop([(calls[i][1], dropped) for i, dropped in failed.items()])
+            self.fresh = True
         return mean_of_dicts([m for values in per_replica if values for m in values])

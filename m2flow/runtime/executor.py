@@ -166,17 +166,17 @@ class Run:
         self.env_steps += outcome.env_steps
         metrics = {**outcome.metrics, "time/iteration_s": time.time() - began}
         self.result.iterations = self.next_iteration = it + 1
-        replaced_in_loop = len(outcome.replacements)
         every = self.spec.run.checkpoint_every
         if (every and (it + 1) % every == 0) or it + 1 == self.spec.run.iterations:
             self._checkpoint()  # a loop replica lost meanwhile is replaced: one of `outcome.replacements`
-        if len(outcome.replacements) > replaced_in_loop:  # new processes: the next iteration warms them up
+        if self.controller.fresh:  # replaced after its last call: the next iteration warms up their processes
             self.warmups.append(self.next_iteration)
         if outcome.replacements:
             metrics["failures/replaced"] = float(len(outcome.replacements))
             metrics["failures/steps_redone"] = float(sum(r.steps_redone for r in outcome.replacements))
             metrics["failures/quarantined"] = float(sum(r.quarantined for r in outcome.replacements))
-            if self.controller.replacer.budget > 0:  # the spares used, started again now that the redo is done
+            more = self.next_iteration < self.spec.run.iterations
+            if more and self.controller.replacer.budget > 0:  # the spares used, started again after the redo
                 self.launch.spares.refill()
         self.reporter.log(it, self.env_steps, metrics)
         self.result.history.append({"iteration": it, "env_steps": self.env_steps, **metrics})
@@ -260,8 +260,9 @@ class Run:
         checkpoint = latest_checkpoint(self.run_dir / "checkpoints")
         return checkpoint if checkpoint is not None and read_meta(checkpoint)["iteration"] == iteration - 1 else None
 
-    def _checkpoint(self) -> Path:
-        """A checkpoint of the last finished iteration."""
+    def _checkpoint(self, replace_lost: bool = True) -> Path:
+        """A checkpoint of the last finished iteration; a loop replica lost as it is written is replaced in
+        place where it may be (`replace_lost`), else the failure is the run's."""
         meta = {
             "env_steps": self.env_steps,
             "workflow": self.spec.name,
@@ -269,7 +270,8 @@ class Run:
             "quarantined": self.quarantine.times,  # env -> times: how far its seed moved
         }
         replacing = Replacing(self.controller.replacer.replaceable, self.controller.replace_lost_in_checkpoint)
-        return self.snapshots.save(self.run_dir / "checkpoints", self.next_iteration - 1, meta, replacing)
+        root = self.run_dir / "checkpoints"
+        return self.snapshots.save(root, self.next_iteration - 1, meta, replacing if replace_lost else None)
 
     def recover(self, exc: Exception) -> None:
         """Restart every worker from the last checkpoint, or re-raise with the failure history. A process
@@ -376,7 +378,9 @@ class Run:
             self.plan = self.result.plan = decision.plan
             self.controller.adopt(decision.plan)
             return
-        self.restore_from = self._checkpoint()  # the workers restart under the new plan from here
+        # the workers restart under the new plan from here; a replica lost as it is written restarts the run (the
+        # switch recreates every worker anyway: a replacement would be spent on a process about to close)
+        self.restore_from = self._checkpoint(replace_lost=False)
         self.close()
         self.plan = self.result.plan = decision.plan
         if self.replans_left:  # the new plan runs other batch sizes: measure them too
@@ -388,7 +392,11 @@ class Run:
         return Running(plan, self.measured_since, tuple(self.warmups), self.tried_from)
 
     def finish(self) -> None:
-        ran = measured_iterations(self.result.history, self.measured_since, self.graph.loop is not None)
+        ran = [
+            h
+            for h in measured_iterations(self.result.history, self.measured_since, self.graph.loop is not None)
+            if h["iteration"] not in self.controller.unmeasured  # replacements: their costs are not in `measured`
+        ]
         if self.overlapped:
             self.reporter.print(
                 "m2flow: flow.async: the costs measured beside training are not cached (those of the synchronous"

@@ -101,10 +101,11 @@ class InPlace:
 
     def replace_lost_in_checkpoint(self, failed: Failed) -> None:
         """Loop replicas lost as a checkpoint gathered their state, after the iteration: replaced, nothing
-        redone (`snapshots.Replacing`); the replacements count with the iteration's, and the next iteration,
-        which warms up their processes, is not measured."""
+        redone (`snapshots.Replacing`); the replacements count with the iteration's, and neither their weight
+        sync nor the next iteration, which warms up their processes, counts in the measured costs."""
+        kept = self.measured.copy()
         self._replace_outside_loop(failed, "as a checkpoint gathered its state")
-        self._fresh = True
+        self.measured, self.fresh = kept, True
 
     def _replace_outside_loop(self, failed: Failed, where: str = "between loops", now: Phase | None = None) -> None:
         """New processes for loop replicas that died or hung outside their loop (while training ran, or in a

@@ -95,7 +95,7 @@ def test_a_policy_replica_that_dies_between_loops_is_replaced_with_nothing_to_re
     assert_whole_batches(result)
 
 
-def test_a_policy_replica_killed_as_a_checkpoint_gathers_its_state_is_replaced_and_given_the_weights(tmp_path):
+def test_a_policy_replica_killed_as_a_checkpoint_gathers_its_state_is_replaced_in_place(tmp_path):
     result = mf.run(faulty_policy_ppo(tmp_path, "kill", "checkpoint"))
 
     (failure,) = result.failures  # replaced, not restarted
@@ -103,7 +103,7 @@ def test_a_policy_replica_killed_as_a_checkpoint_gathers_its_state_is_replaced_a
     assert result.history[1]["failures/replaced"] == 1 and result.history[1]["failures/steps_redone"] == 0
     state, _ = load_checkpoint(result.run_dir / "checkpoints" / "iter_00000001")
     assert state["rollout"][0] is not None  # the replacement's noise streams
-    assert_whole_batches(result)  # staleness 0: the replacement acted with the weights of its peers
+    assert_whole_batches(result)
 
 
 @pytest.mark.parametrize(("fault", "policies"), [("kill", 2), ("stop", 1)])
