@@ -24,7 +24,8 @@ from m2flow.runtime.iteration_metrics import IterationResult, Measured, check_ac
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.rank_naming import naming_ranks
-from m2flow.runtime.replace import Replacer, await_calls, await_loop
+from m2flow.runtime.replace import Replacer
+from m2flow.runtime.replica_waits import await_calls, await_loop
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, settle, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, SyncTransport

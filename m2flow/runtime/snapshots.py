@@ -23,7 +23,8 @@ from m2flow.graph import MacroGraph
 from m2flow.runtime.checkpoint import load_checkpoint, save_checkpoint
 from m2flow.runtime.launch import Launch, Replica
 from m2flow.runtime.rank_naming import naming_ranks
-from m2flow.runtime.replace import Failed, await_calls
+from m2flow.runtime.replace import Failed
+from m2flow.runtime.replica_waits import await_calls
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.schedule import ReplicaId
 
