@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -193,6 +194,32 @@ class Candidate:
         return cls(mode, None, None, None, None, False, reason, layout)
 
 
+class MicroSchedule(Sequence):
+    """A plan's tasks, written out when first read: a search weighs many plans and keeps one, and only its
+    micro schedule is wanted in full (the copies of symmetric components are written out then)."""
+
+    def __init__(self, write: Callable[[], list[Task]]):
+        self._write: Callable[[], list[Task]] | None = write
+        self._tasks: list[Task] = []
+
+    def _written(self) -> list[Task]:
+        if self._write is not None:
+            self._tasks, self._write = self._write(), None
+        return self._tasks
+
+    def __getitem__(self, index):
+        return self._written()[index]
+
+    def __len__(self) -> int:
+        return len(self._written())
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self._written())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+
 @dataclass
 class Plan:
     workflow: str
@@ -202,7 +229,7 @@ class Plan:
     pipeline_stages: int
     phases: list[Phase]
     predicted: Prediction
-    tasks: list[Task] = field(default_factory=list)
+    tasks: Sequence[Task] = field(default_factory=list)  # a MicroSchedule where a planner wrote it
     candidates: list[Candidate] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     spec_overrides: list[str] = field(default_factory=list)  # knobs the planner set, as `key=value`

@@ -5,7 +5,9 @@ the layout whose plan is predicted fastest.
 The loop's first worker (the simulator) keeps its total envs: more processes means fewer envs each (its
 config's `items_field`). Other workers add replicas; a layout the graph refuses (a loop worker with more
 replicas than the simulator has shards, a data-parallel group without a shard per rank) is skipped. The
-search is coordinate descent: one worker's count at a time, the others held, two sweeps at most.
+search is coordinate descent: one worker's count at a time, the others held, two sweeps at most. A sweep
+tries the most replicas first and skips, unsimulated, a layout whose floor (`planners/floor.py`: its busiest
+loop replica's work alone) is above the best plan found so far: it keeps what trying every layout keeps.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from m2flow.config import apply_overrides, spec_from_dict
 from m2flow.errors import PlanError, SpecError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners.base import device_kind
+from m2flow.planners.floor import loop_floor_s
 from m2flow.planners.profile import Profile
 from m2flow.schedule import Candidate, Plan
 
@@ -87,6 +90,7 @@ class Allocation:
         self.options = options(graph, cluster)
         self.tried: dict[Layout, Plan | None] = {}
         self.rows: list[Candidate] = []
+        self.skipped = 0  # layouts whose floor was above the best plan found by then
 
     def best(self) -> Plan:
         if not self.options:
@@ -96,19 +100,22 @@ class Allocation:
         for _ in range(SWEEPS):
             improved = False
             for worker, choices in self.options.items():
-                for n in choices:
-                    plan = self.evaluate({**counts, worker: n})
-                    if plan is not None and (best is None or plan.predicted.iteration_s < best.predicted.iteration_s):
+                incumbent = best
+                # more replicas first: their plans are the faster as a rule, so the floor skips more of the rest
+                for n in sorted(choices, reverse=True):
+                    plan = self.evaluate({**counts, worker: n}, best)
+                    if plan is not None and _better(plan, best, incumbent):
                         best, counts, improved = plan, {**counts, worker: n}, True
             if not improved:
                 break
         if best is None:
             reasons = "\n".join(f"  - {row.reason}" for row in self.rows if not row.feasible)
             raise PlanError(f"no replica counts fit this cluster:\n{reasons}")
-        best.candidates = sorted(self.rows, key=lambda r: (not r.feasible, r.iteration_s or 0.0))
+        chosen = best.candidates[0].layout  # every row of a layout's plan carries its label
+        best.candidates = sorted(self.rows, key=lambda r: (not r.feasible, r.iteration_s or 0.0, r.layout != chosen))
         tried = sum(plan is not None for plan in self.tried.values())
-        chosen = next(row.layout for row in best.candidates if row.feasible)
-        best.notes[:0] = [f"allocation: {chosen} (best of {tried} feasible layouts)", *self.idle(best)]
+        skipped = f"; {self.skipped} skipped: their busiest replica alone is slower" if self.skipped else ""
+        best.notes[:0] = [f"allocation: {chosen} (best of {tried} feasible layouts{skipped})", *self.idle(best)]
         return best
 
     def idle(self, plan: Plan) -> list[str]:
@@ -129,13 +136,15 @@ class Allocation:
             notes.append(f"left idle: {len(idle)} {kind}(s) ({names}): {why}")
         return notes
 
-    def evaluate(self, counts: dict[str, int]) -> Plan | None:
+    def evaluate(self, counts: dict[str, int], best: Plan | None = None) -> Plan | None:
+        """The plan of these replica counts, or None where they do not fit or (given the `best` so far) their
+        floor shows they cannot beat it."""
         layout = Layout(tuple(sorted(counts.items())))
         if layout not in self.tried:
-            self.tried[layout] = self._plan(layout)
+            self.tried[layout] = self._plan(layout, best)
         return self.tried[layout]
 
-    def _plan(self, layout: Layout) -> Plan | None:
+    def _plan(self, layout: Layout, best: Plan | None) -> Plan | None:
         label = layout.label(self.graph)
         overrides = layout.overrides(self.graph)
         try:
@@ -145,8 +154,13 @@ class Allocation:
             self.rows.append(Candidate.infeasible("layout", exc.problems[0], label))
             return None
         items = {name: info.items_per_replica for name, info in graph.info.items()}
+        profile = replace(self.profile, items_per_replica=items)
+        floor_s = loop_floor_s(graph, profile)
+        if best is not None and floor_s > best.predicted.iteration_s:
+            self.skipped += 1
+            return None
         try:
-            plan = self.plan_with(graph, self.cluster, replace(self.profile, items_per_replica=items))
+            plan = self.plan_with(graph, self.cluster, profile)
         except PlanError as exc:
             self.rows.append(Candidate.infeasible(graph.spec.placement.mode, str(exc), label))
             return None
@@ -155,3 +169,14 @@ class Allocation:
             row.layout = label
         self.rows += plan.candidates
         return plan
+
+
+def _better(plan: Plan, best: Plan | None, incumbent: Plan | None) -> bool:
+    """Whether `plan` takes the place of `best` in a worker's sweep (from the most replicas down): faster, or
+    as fast with fewer replicas, unless `best` is the `incumbent` the sweep began with. So the sweep keeps what
+    one from the fewest replicas up keeps, whatever the floor skipped on the way."""
+    if best is None:
+        return True
+    if plan.predicted.iteration_s != best.predicted.iteration_s:
+        return plan.predicted.iteration_s < best.predicted.iteration_s
+    return best is not incumbent

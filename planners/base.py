@@ -20,7 +20,7 @@ from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import Simulated, simulation
 from m2flow.program import build_phases, part_port
-from m2flow.schedule import Candidate, Phase, Placement, Plan, Prediction
+from m2flow.schedule import Candidate, MicroSchedule, Phase, Placement, Plan, Prediction
 
 _PLANNERS: dict[str, type[Planner]] = {}
 
@@ -84,7 +84,7 @@ class PlacementPlanner(Planner):
             pipeline_stages=stages,
             phases=best.phases,
             predicted=prediction,
-            tasks=simulated.tasks(),
+            tasks=MicroSchedule(simulated.tasks),
         )
         plan.processes = choice.processes
         plan.merge_slices = merge_slices(graph, profile, stages)

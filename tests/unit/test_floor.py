@@ -1,0 +1,88 @@
+"""The floor under a layout's iteration (`planners/floor.py`) and the allocation search that skips layouts by it."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+
+import m2flow.planners.allocation as allocation
+from m2flow.cluster import Cluster
+from m2flow.config import spec_from_dict
+from m2flow.errors import PlanError
+from m2flow.graph import build_graph
+from m2flow.planners import make_plan, profile_of
+from m2flow.planners.floor import loop_floor_s
+from tests.unit.test_symmetry import spin_workflow
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from planner import big_workflow  # noqa: E402
+
+
+def plan_and_floor(raw: dict):
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    return make_plan(graph, cluster), loop_floor_s(graph, profile_of(graph, cluster))
+
+
+GRID = [
+    # (simulator replicas, inference replicas, cpus, mode, stages, merged slices, horizon, the policy's per-call s)
+    case
+    for case in itertools.product(
+        (1, 2, 4),
+        (1, 2),
+        (2, 4),
+        ("shared", "hybrid", "disaggregated"),
+        (1, 2, 4),
+        (True, False),
+        (10, 300),
+        (2e-3, 0.0),
+    )
+    if case[1] <= case[0]
+]
+
+
+def test_no_plan_predicts_a_loop_under_its_floor():
+    """Every placement, stage count and merging of a grid of spin workflows, loops short enough to simulate
+    every step and long ones extrapolated from 16: the predicted loop is at least the floor."""
+    planned = 0
+    for envs, policies, cpus, mode, stages, merge, horizon, fixed_s in GRID:
+        raw = spin_workflow(envs, policies, cpus, mode, stages, trainers=1)
+        raw["placement"]["merge_slices"] = merge
+        raw["flow"]["loop"]["horizon"] = horizon
+        raw["workers"]["policy"]["profile"]["act"]["fixed_s"] = fixed_s
+        try:
+            plan, floor_s = plan_and_floor(raw)
+        except PlanError:  # disaggregated needs a device per worker, 4 slices 4 envs a replica
+            continue
+        planned += 1
+        assert plan.predicted.phase_s["loop"] >= floor_s, (envs, policies, cpus, mode, stages, merge, horizon, fixed_s)
+    assert planned >= 200, planned
+
+
+def test_the_floor_is_the_busiest_replicas_calls_on_all_its_rows_each_step():
+    # 2 simulators x 4 envs (a step 1 ms + 4 x 0.5 ms), one policy serving both: its act on 8 rows
+    # (4 ms + 8 x 0.1 ms) is the busiest replica's work a step, whatever the 4 slices make of it
+    raw = spin_workflow(2, 1, 4, "hybrid", 4, trainers=1)
+    raw["workers"]["policy"]["profile"]["act"]["fixed_s"] = 4e-3
+    plan, floor_s = plan_and_floor(raw)
+    assert floor_s == pytest.approx(40 * (4e-3 + 8 * 1e-4))
+    assert plan.predicted.phase_s["loop"] > floor_s
+
+
+def test_the_allocation_search_skips_layouts_by_their_floor_and_keeps_what_trying_every_one_keeps(monkeypatch):
+    raw = big_workflow(64, 5, allocate=True)  # benchmarks/planner.py's: inference and training replicas chosen
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    skipping = make_plan(graph, cluster)
+    monkeypatch.setattr(allocation, "loop_floor_s", lambda graph, profile: 0.0)  # no layout is ever skipped
+    every = make_plan(graph, cluster)
+    assert skipping.spec_overrides == every.spec_overrides
+    assert (skipping.mode, skipping.pipeline_stages) == (every.mode, every.pipeline_stages)
+    assert skipping.predicted.iteration_s == every.predicted.iteration_s
+    assert "skipped: their busiest replica alone is slower" in skipping.notes[0]
+    assert "skipped" not in every.notes[0]
+    feasible = [row for row in every.candidates if row.feasible]
+    assert len([row for row in skipping.candidates if row.feasible]) < len(feasible)
