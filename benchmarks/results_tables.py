@@ -24,6 +24,7 @@ from tables_planner import (
     ACCURACY_H200_TRIAL,
     merging,
     planner_accuracy,
+    planner_hand_layouts,
     planner_scale,
 )
 from tables_recovery import (
@@ -357,6 +358,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "modes_spin_before_hops": partial(modes_table, BEFORE_HOPS),
     "modes_camera_cpu": partial(modes_table, CAMERA_CPU),
     "planner_scale": planner_scale,
+    "planner_hand_layouts": planner_hand_layouts,
     "faults": faults,
     "chaos_faults": partial(chaos_faults, CHAOS),
     "chaos_summary": partial(chaos_summary, CHAOS),

@@ -4,9 +4,10 @@ against measured iterations, and merging.py's merged slices against slice-by-sli
 from __future__ import annotations
 
 from results_io import Results
-from tables_format import Block, count, fixed, pct, table
+from tables_format import Block, count, fixed, pct, table, times
 
 PLANNER = "planner_scale.json"
+HAND_LAYOUTS = "planner_hand_layouts.json"
 ACCURACY, ACCURACY_H200 = "planner_accuracy.json", "gpu11/planner_accuracy.json"
 ACCURACY_H200_PROCESSOR_SHARING = "gpu22/planner_accuracy.json"  # the same sweep after the fit's processor sharing
 ACCURACY_H200_BY_SIZE = "gpu23/planner_accuracy_by_size.json"  # after the cache kept every batch size
@@ -21,6 +22,23 @@ def planner_scale(res: Results) -> Block:
     ]
     header = ["workers", "GPUs", "nodes", "plan time", "chosen", "candidates", "tasks", "replica counts"]
     return Block(table(header, rows, "rrrrlrrl"), [PLANNER])
+
+
+def planner_hand_layouts(res: Results) -> Block:
+    rows = res.rows(HAND_LAYOUTS)
+    auto_s = rows[0]["iteration_s"]
+    body = [
+        [
+            r["layout"],
+            r["plan"],
+            fixed(r["iteration_s"], 4),
+            count(r["env_steps_per_s"]),
+            times(r["iteration_s"] / auto_s),
+        ]
+        for r in rows
+    ]
+    header = ["layout", "plan", "predicted s/iteration", "env steps/s", "vs auto"]
+    return Block(table(header, body, "llrrr"), [HAND_LAYOUTS])
 
 
 def planner_accuracy(rel: str, res: Results) -> Block:
