@@ -14,7 +14,7 @@ from m2flow.config import spec_from_dict
 from m2flow.errors import PlanError
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
-from m2flow.planners.floor import loop_floor_s
+from m2flow.planners.floor import iteration_floor_s, loop_floor_s, then_floor_s
 from tests.unit.test_symmetry import spin_workflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -25,6 +25,17 @@ def plan_and_floor(raw: dict):
     graph = build_graph(spec_from_dict(raw))
     cluster = Cluster.from_spec(graph.spec.cluster)
     return make_plan(graph, cluster), loop_floor_s(graph, profile_of(graph, cluster))
+
+
+def assert_above_its_floors(raw: dict) -> None:
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan, profile = make_plan(graph, cluster), profile_of(graph, cluster)
+    predicted = plan.predicted
+    assert predicted.phase_s["loop"] >= loop_floor_s(graph, profile)
+    if graph.spec.flow.asynchronous is None:
+        assert predicted.phase_s["then"] >= then_floor_s(graph, profile) > 0
+    assert predicted.iteration_s >= iteration_floor_s(graph, profile)
 
 
 GRID = [
@@ -46,7 +57,8 @@ GRID = [
 
 def test_no_plan_predicts_a_loop_under_its_floor():
     """Every placement, stage count and merging of a grid of spin workflows, loops short enough to simulate
-    every step and long ones extrapolated from 16: the predicted loop is at least the floor."""
+    every step and long ones extrapolated from 16: the predicted loop, after-loop phase and iteration are at
+    least their floors."""
     planned = 0
     for envs, policies, cpus, mode, stages, merge, horizon, fixed_s in GRID:
         raw = spin_workflow(envs, policies, cpus, mode, stages, trainers=1)
@@ -54,12 +66,29 @@ def test_no_plan_predicts_a_loop_under_its_floor():
         raw["flow"]["loop"]["horizon"] = horizon
         raw["workers"]["policy"]["profile"]["act"]["fixed_s"] = fixed_s
         try:
-            plan, floor_s = plan_and_floor(raw)
+            assert_above_its_floors(raw)
         except PlanError:  # disaggregated needs a device per worker, 4 slices 4 envs a replica
             continue
         planned += 1
-        assert plan.predicted.phase_s["loop"] >= floor_s, (envs, policies, cpus, mode, stages, merge, horizon, fixed_s)
     assert planned >= 200, planned
+
+
+@pytest.mark.parametrize("gpus", [16, 32])
+@pytest.mark.parametrize("trainers", [1, 2, 4])
+def test_no_plan_of_five_workers_predicts_an_iteration_under_its_floor(gpus, trainers):
+    """benchmarks/planner.py's workflow: trajectories sharded over the actor's ranks and broadcast to every
+    reward model replica, whose rank zero alone feeds the critic."""
+    raw = big_workflow(gpus, 5)
+    raw["workers"]["actor"]["replicas"] = trainers
+    assert_above_its_floors(raw)
+
+
+def test_an_asynchronous_flows_floor_is_its_loops_alone():
+    raw = spin_workflow(2, 1, 4, "hybrid", 2, asynchronous=True, trainers=1)
+    graph = build_graph(spec_from_dict(raw))
+    profile = profile_of(graph, Cluster.from_spec(graph.spec.cluster))
+    assert iteration_floor_s(graph, profile) == loop_floor_s(graph, profile) > 0
+    assert_above_its_floors(raw)
 
 
 def test_the_floor_is_the_busiest_replicas_calls_on_all_its_rows_each_step():
@@ -77,12 +106,12 @@ def test_the_allocation_search_skips_layouts_by_their_floor_and_keeps_what_tryin
     graph = build_graph(spec_from_dict(raw))
     cluster = Cluster.from_spec(graph.spec.cluster)
     skipping = make_plan(graph, cluster)
-    monkeypatch.setattr(allocation, "loop_floor_s", lambda graph, profile: 0.0)  # no layout is ever skipped
+    monkeypatch.setattr(allocation, "iteration_floor_s", lambda graph, profile: 0.0)  # no layout is ever skipped
     every = make_plan(graph, cluster)
     assert skipping.spec_overrides == every.spec_overrides
     assert (skipping.mode, skipping.pipeline_stages) == (every.mode, every.pipeline_stages)
     assert skipping.predicted.iteration_s == every.predicted.iteration_s
-    assert "skipped: their busiest replica alone is slower" in skipping.notes[0]
+    assert "skipped: their busiest replicas' work alone takes longer" in skipping.notes[0]
     assert "skipped" not in every.notes[0]
     feasible = [row for row in every.candidates if row.feasible]
     assert len([row for row in skipping.candidates if row.feasible]) < len(feasible)
