@@ -379,6 +379,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "ablation_metaworld": partial(ablation, "simulator_ablation_metaworld.json"),
     "ablation_cheetah_h200": partial(ablation, "gpu/simulator_ablation_cheetah.json"),
     "ablation_cheetah_vit_h200": partial(ablation, "gpu19/simulator_ablation_cheetah_vit.json"),
+    "ablation_cheetah_vit_h200_dec05": partial(ablation, "gpu26/simulator_ablation_cheetah_vit.json"),
     "modes_camera_h200": partial(modes_table, H200),
     "modes_camera_h200_profiled": partial(modes_table, H200_PROFILED),
     "modes_camera_h200_hops": partial(modes_table, H200_HOPS),
@@ -403,6 +404,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h200_processor_sharing": partial(planner_accuracy, ACCURACY_H200_PROCESSOR_SHARING),
     "planner_accuracy_h200_by_size": partial(planner_accuracy, ACCURACY_H200_BY_SIZE),
     "planner_accuracy_h200_trial": partial(planner_accuracy, ACCURACY_H200_TRIAL),
+    "planner_accuracy_h200_dec05": partial(planner_accuracy, "gpu26/planner_accuracy.json"),
     "hf_policy_h200": hf_policy,
     "learning": partial(learning, LEARNING),
     **{f"locomotion_{task}": partial(locomotion, f"learning_{task}_300k.json") for task in LOCOMOTION},
@@ -421,12 +423,16 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "async_h200_drop": partial(learning, ASYNC_H200_DROP),
     "async_h200_koff": partial(learning, ASYNC_H200_KOFF),
     "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
+    "weight_sync_h200_dec05": partial(weight_sync, ["gpu26/weight_sync.json"]),
     "camera_vit_sync_h200": partial(camera_vit_sync, [CAMERA_VIT_STORE, CAMERA_VIT]),
     "camera_gpu_pipeline_h200": partial(camera_gpu_pipeline, "gpu13/modes_camera_vit_bf16.json"),
     **{
         f"camera_gpu_pipeline_h200_{run}": partial(camera_gpu_pipeline, f"gpu19/modes_camera_vit_{run}.json")
         for run in ("chunk8", "chunk16", "chunk16_async")
     },
+    "camera_gpu_pipeline_h200_chunk16_merged": partial(
+        camera_gpu_pipeline, "gpu26/modes_camera_vit_chunk16_merged.json"
+    ),
     "camera_gpu_pipeline_h200_chunk16_async_calibrated": partial(
         camera_gpu_pipeline, "gpu20/modes_camera_vit_chunk16_async_calibrated.json", calibrated_async=True
     ),
