@@ -27,15 +27,22 @@ WORK_CATEGORIES = {"loop", "call"}  # calls that compute; a weight sync or swap 
 def points_from_trace(trace: dict, skip_iterations: int = 1, warmups: Collection[int] = ()) -> Points:
     """(items, seconds of work) per worker port from every traced task, leaving out the first `skip_iterations`
     and the `warmups` (the first iteration of workers started again: a plan switched to, a restart), whose
-    calls compile, capture and allocate (module doc: calls that shared a core count their own work)."""
+    calls compile, capture and allocate, and a replica's first call at a batch size its port had not run
+    before, after it ran at others (merged slices: a CUDA graph captured for the new shape). Calls that
+    shared a core count their own work (module doc)."""
     tasks = _port_tasks(trace)
     points: Points = defaultdict(list)
-    for task, seconds in zip(tasks, _work_s(tasks), strict=True):
+    sizes_run: dict[tuple[str, str], set[float]] = defaultdict(set)  # (replica, port) -> batch sizes it ran
+    for task, seconds in sorted(zip(tasks, _work_s(tasks), strict=True), key=lambda pair: pair[0].get("ts", 0)):
         args = task["args"]
+        items = float(args.get("items", 0))
+        run = sizes_run[(args["worker"], task["name"])]
+        new_shape = bool(run) and items not in run
+        run.add(items)
         iteration = args.get("iteration", skip_iterations)
-        if iteration < skip_iterations or iteration in warmups:
+        if iteration < skip_iterations or iteration in warmups or new_shape:
             continue
-        points[_port(task)].append((float(args.get("items", 0)), seconds))
+        points[_port(task)].append((items, seconds))
     return dict(points)
 
 
