@@ -207,7 +207,7 @@ class MicroSchedule(Sequence):
             self._tasks, self._write = self._write(), None
         return self._tasks
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int | slice) -> Task | list[Task]:
         return self._written()[index]
 
     def __len__(self) -> int:
@@ -217,7 +217,13 @@ class MicroSchedule(Sequence):
         return iter(self._written())
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
+        return isinstance(other, (list, MicroSchedule)) and self._written() == list(other)
+
+    def __repr__(self) -> str:
+        return f"MicroSchedule({len(self)} tasks)"
+
+    def __reduce__(self):
+        return (list, (self._written(),))  # the tasks, not the simulation that writes them
 
 
 @dataclass

@@ -135,7 +135,8 @@ class _Simulation:
         )
         self.loop_tasks = range(self.first, len(self.sched.tasks))
         end_simulated = self.sched.run(self.clock, self.first)
-        per_step = self.step_s = _steady_step_s(_step_ends(self.sched.tasks[self.first :], self.steps), self.clock)
+        steady_s = _steady_step_s(_step_ends(self.sched.tasks[self.first :], self.steps), self.clock)
+        per_step = self.step_s = max(steady_s, self._busiest_device_step_s())
         loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
         self.phase_s["loop"] = loop_s
         if self.beside is not None:  # training beside the loop: whichever is longer, or a device both load
@@ -148,6 +149,16 @@ class _Simulation:
             self.hidden_s = loop_s + self.beside[1] - together
             loop_s = together
         self.clock += loop_s
+
+    def _busiest_device_step_s(self) -> float:
+        """The most time one device spends on a simulated step's tasks (they run there one at a time): no steady
+        step is shorter, though the slope of the simulated steps' ends can be, where the last steps end before
+        their device's next work (a replica running ahead of another on its device)."""
+        per_device: dict[DeviceId, float] = {}
+        for task, seconds in zip(self.sched.tasks[self.first :], self.sched.duration[self.first :], strict=True):
+            if 0 <= task.step < self.steps:
+                per_device[task.device] = per_device.get(task.device, 0.0) + seconds
+        return max(per_device.values(), default=0.0) / self.steps if self.steps else 0.0
 
     def streamed(self, phase: Phase) -> dict[PortRef, list[int]]:
         return {}  # the overlap of streamed parts with the loop is not credited
