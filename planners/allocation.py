@@ -28,9 +28,8 @@ from m2flow.schedule import Candidate, Plan
 
 PlanWith = Callable[[MacroGraph, Cluster, Profile], Plan]
 SWEEPS = 2
-ROUNDING = (
-    1e-9  # the floor and the simulator add the same costs in another order: equal ones may differ in the last bits
-)
+# the floor and the simulator add the same costs in another order: equal ones may differ in the last bits
+ROUNDING = 1e-9
 
 
 @dataclass(frozen=True)

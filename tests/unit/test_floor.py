@@ -13,7 +13,7 @@ from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.errors import PlanError
 from m2flow.graph import build_graph
-from m2flow.planners import make_plan, profile_of
+from m2flow.planners import get_planner, make_plan, profile_of
 from m2flow.planners.floor import iteration_floor_s, loop_floor_s, then_floor_s
 from tests.unit.test_symmetry import spin_workflow
 
@@ -144,3 +144,49 @@ def test_the_allocation_search_skips_layouts_by_their_floor_and_keeps_what_tryin
     assert "skipped" not in every.notes[0]
     feasible = [row for row in every.candidates if row.feasible]
     assert len([row for row in skipping.candidates if row.feasible]) < len(feasible)
+
+
+def ascending_search(graph, cluster) -> tuple[list[str], float]:
+    """The allocation search as it was before the floor: each worker's counts from the fewest up, a layout
+    taking the place of the best only when faster; every layout simulated."""
+    search = allocation.Allocation(graph, cluster, profile_of(graph, cluster), get_planner("auto").plan)
+    counts = {w: graph.workers[w].count for w in search.options}
+    best = search.evaluate(counts)
+    for _ in range(allocation.SWEEPS):
+        improved = False
+        for worker, choices in search.options.items():
+            for n in choices:
+                plan = search.evaluate({**counts, worker: n})
+                if plan is not None and (best is None or plan.predicted.iteration_s < best.predicted.iteration_s):
+                    best, counts, improved = plan, {**counts, worker: n}, True
+        if not improved:
+            break
+    return best.spec_overrides, best.predicted.iteration_s
+
+
+@pytest.mark.parametrize("heavy", [False, True])  # heavy: acting and training per row, so the floor skips layouts
+@pytest.mark.parametrize("envs, cpus, trainers", [(2, 4, "auto"), (4, 4, 1), (4, 8, "auto"), (6, 8, "auto")])
+def test_the_search_from_the_most_replicas_down_keeps_what_the_search_from_the_fewest_up_kept(
+    envs, cpus, trainers, heavy
+):
+    raw = spin_workflow(envs, 1, cpus, "auto", 2, trainers=1)
+    raw["workers"]["policy"]["replicas"] = "auto"
+    raw["workers"]["trainer"]["replicas"] = trainers
+    raw["placement"]["pipeline_stages"] = "auto"
+    if heavy:
+        raw["workers"]["policy"]["profile"]["act"] = {"fixed_s": 1e-4, "per_item_s": 1e-3}
+        raw["workers"]["trainer"]["profile"]["train"] = {"fixed_s": 0.01, "per_item_s": 1e-4}
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    assert (plan.spec_overrides, plan.predicted.iteration_s) == ascending_search(graph, cluster)
+
+
+def test_on_a_tie_the_search_keeps_the_fewest_replicas_as_the_search_from_the_fewest_up_did():
+    # benchmarks/planner.py's five workers on 64 GPUs: training at 8 ranks or more is predicted alike
+    graph = build_graph(spec_from_dict(big_workflow(64, 5, allocate=True)))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    tied = [row for row in plan.candidates if row.feasible and row.iteration_s == plan.predicted.iteration_s]
+    assert len({row.layout for row in tied}) > 1
+    assert (plan.spec_overrides, plan.predicted.iteration_s) == ascending_search(graph, cluster)
