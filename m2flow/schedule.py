@@ -184,6 +184,7 @@ class Candidate:
     feasible: bool = True
     reason: str = ""
     layout: str = "-"
+    floor_s: float | None = None  # a layout left unsimulated: the iteration no plan of it goes under
 
     @classmethod
     def of(cls, mode: str, stages: int, prediction: Prediction) -> Candidate:
@@ -192,6 +193,12 @@ class Candidate:
     @classmethod
     def infeasible(cls, mode: str, reason: str, layout: str = "-") -> Candidate:
         return cls(mode, None, None, None, None, False, reason, layout)
+
+    @classmethod
+    def skipped(cls, layout: str, floor_s: float, best_s: float) -> Candidate:
+        """A layout the allocation search did not simulate: its floor is above the best plan found by then."""
+        reason = f"not simulated: no plan of it is under {floor_s:.4g} s/iteration, the best found was {best_s:.4g} s"
+        return cls("-", None, None, None, None, False, reason, layout, floor_s)
 
 
 class MicroSchedule(Sequence):

@@ -8,7 +8,9 @@ replicas than the simulator has shards, a data-parallel group without a shard pe
 search is coordinate descent: one worker's count at a time, the others held, two sweeps at most. A sweep
 tries the most replicas first and skips, unsimulated, a layout whose floor (`planners/floor.py`: its busiest
 loop replica's work, and its after-loop call on the most rows) is above the best plan found so far. No plan
-is predicted under its floor, so a skipped layout could not have been chosen.
+is predicted under its floor, so a skipped layout could not have been chosen; its row in the candidates shows
+its floor. The layout the search starts from is tried in its turn (it is often the slowest: one replica). On a
+tie the fewest replicas win: the last tried.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class Layout:
     """Replica counts (and, for the simulator, envs per replica) the planner tries."""
 
     counts: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, counts: dict[str, int]) -> Layout:
+        return cls(tuple(sorted(counts.items())))
 
     def overrides(self, graph: MacroGraph) -> list[str]:
         out = []
@@ -99,23 +105,22 @@ class Allocation:
         if not self.options:
             return self.plan_with(self.graph, self.cluster, self.profile)
         counts = {w: self.graph.workers[w].count for w in self.options}
-        best = self.evaluate(counts)
+        best: Plan | None = None
         for _ in range(SWEEPS):
-            improved = False
+            start = dict(counts)
             for worker, choices in self.options.items():
-                incumbent = best
                 # more replicas first: their plans are the faster as a rule, so the floor skips more of the rest
                 for n in sorted(choices, reverse=True):
                     plan = self.evaluate({**counts, worker: n}, best)
-                    if plan is not None and _better(plan, best, incumbent):
-                        best, counts, improved = plan, {**counts, worker: n}, True
-            if not improved:
+                    if plan is not None and (best is None or plan.predicted.iteration_s <= best.predicted.iteration_s):
+                        best, counts = plan, {**counts, worker: n}
+            if counts == start:
                 break
         if best is None:
-            reasons = "\n".join(f"  - {row.reason}" for row in self.rows if not row.feasible)
+            reasons = "\n".join(f"  - {row.reason}" for row in self.rows if not row.feasible)  # none was skipped
             raise PlanError(f"no replica counts fit this cluster:\n{reasons}")
         chosen = best.candidates[0].layout  # every row of a layout's plan carries its label
-        best.candidates = sorted(self.rows, key=lambda r: (not r.feasible, r.iteration_s or 0.0, r.layout != chosen))
+        best.candidates = sorted(self.rows, key=lambda row: _rank(row, chosen))
         tried = sum(plan is not None for plan in self.tried.values())
         skipped = f"; {self.skipped} skipped: their floor is above the best" if self.skipped else ""
         best.notes[:0] = [f"allocation: {chosen} (best of {tried} feasible layouts{skipped})", *self.idle(best)]
@@ -142,7 +147,7 @@ class Allocation:
     def evaluate(self, counts: dict[str, int], best: Plan | None = None) -> Plan | None:
         """The plan of these replica counts, or None where they do not fit or (given the `best` so far) their
         floor shows they cannot beat it."""
-        layout = Layout(tuple(sorted(counts.items())))
+        layout = Layout.of(counts)
         if layout not in self.tried:
             self.tried[layout] = self._plan(layout, best)
         return self.tried[layout]
@@ -161,6 +166,7 @@ class Allocation:
         floor_s = iteration_floor_s(graph, profile)
         if best is not None and floor_s > best.predicted.iteration_s * (1 + ROUNDING):
             self.skipped += 1
+            self.rows.append(Candidate.skipped(label, floor_s, best.predicted.iteration_s))
             return None
         try:
             plan = self.plan_with(graph, self.cluster, profile)
@@ -174,12 +180,7 @@ class Allocation:
         return plan
 
 
-def _better(plan: Plan, best: Plan | None, incumbent: Plan | None) -> bool:
-    """Whether `plan` takes the place of `best` in a worker's sweep (from the most replicas down): faster, or
-    as fast with fewer replicas, unless `best` is the `incumbent` the sweep began with. So the sweep keeps what
-    one from the fewest replicas up keeps, whatever the floor skipped on the way."""
-    if best is None:
-        return True
-    if plan.predicted.iteration_s != best.predicted.iteration_s:
-        return plan.predicted.iteration_s < best.predicted.iteration_s
-    return best is not incumbent
+def _rank(row: Candidate, chosen: str) -> tuple:
+    """The dry run's order: plans fastest first (the chosen layout's first on a tie), then the layouts skipped
+    by their floor, lowest first, then the infeasible ones."""
+    return (not row.feasible, row.floor_s is None, row.iteration_s or row.floor_s or 0.0, row.layout != chosen)

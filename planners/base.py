@@ -18,7 +18,7 @@ from m2flow.planners.merging import merge_notes, merge_slices
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swaps
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
-from m2flow.planners.simulate import Simulated, simulation
+from m2flow.planners.simulate import OutsideLoop, Simulated, simulation
 from m2flow.program import build_phases, part_port
 from m2flow.schedule import Candidate, MicroSchedule, Phase, Placement, Plan, Prediction
 
@@ -230,11 +230,17 @@ class Choice:
 
 
 def best_stages(
-    graph: MacroGraph, placements: dict[str, Placement], profile: Profile, phases: list[Phase], processes: Processes
+    graph: MacroGraph,
+    placements: dict[str, Placement],
+    profile: Profile,
+    phases: list[Phase],
+    processes: Processes,
+    outside: OutsideLoop,
 ) -> Simulated:
-    """The simulation of the stage count predicted fastest (the fewest on a tie)."""
+    """The simulation of the stage count predicted fastest (the fewest on a tie); the phases outside the loop
+    are those in `outside`, or simulated once and kept there."""
     options = stage_options(graph, profile)
-    results = [simulation(graph, placements, s, profile, phases, processes) for s in options]
+    results = [simulation(graph, placements, s, profile, phases, processes, outside) for s in options]
     return min(results, key=lambda r: (r.prediction.iteration_s, r.stages))
 
 
@@ -243,7 +249,8 @@ def choose_processes(
 ) -> Choice:
     """The process layout and stage count predicted fastest, co-hosting only for a gain of `COLOCATE_GAIN`."""
     options = process_options(graph, placements)
-    results = [best_stages(graph, placements, profile, phases, o) for o in options]
+    outside: OutsideLoop = {}  # the phases outside the loop: alike for every stage count and process layout
+    results = [best_stages(graph, placements, profile, phases, o, outside) for o in options]
     if len(options) == 1:
         return Choice(options[0], "", results[0])
     apart, together = (r.prediction.iteration_s for r in results)

@@ -8,6 +8,8 @@ the call it starts the next slices of the same step whose inputs all exist by th
 takes in those whose messages have arrived (an input whose task is not yet scheduled counts as missing).
 Long loops are compressed: the first steps are simulated and the steady-state step time extrapolates the rest;
 and of the loop's components that are copies of one another only one is simulated (`planners/symmetry.py`).
+A phase outside the loop depends on neither the stage count nor the process layout: the simulations of one
+placement's candidates share it (`OutsideLoop`), the first that runs it recording what the others replay.
 """
 
 from __future__ import annotations
@@ -34,6 +36,21 @@ SIMULATED_STEPS = 16
 
 
 @dataclass
+class PhaseRecord:
+    """A phase outside the loop as one simulation ran it: what it added to the clock and to the phases' times
+    (in that order), and its tasks' own work per device and per port. Its tasks wait on nothing the loop did
+    and cross no channel hop, so its schedule is the same whatever the loop's stage count and processes."""
+
+    advances: list[tuple[str, float, float]]  # (the phase time it adds to, seconds added there, to the clock)
+    busy: dict[DeviceId, float]
+    port_s: dict[str, float]
+
+
+# one placement's phases outside the loop, by their index in its program, as the first simulation ran them
+OutsideLoop = dict[int, PhaseRecord]
+
+
+@dataclass
 class Simulated:
     """A candidate's predicted iteration, and its micro schedule written out on demand (a search weighs many
     candidates and keeps few: only theirs get the copied components' tasks)."""
@@ -54,13 +71,26 @@ def simulation(
     profile: Profile,
     phases: list[Phase],
     processes: Processes,
+    outside: OutsideLoop | None = None,
 ) -> Simulated:
     """Predict one steady-state iteration of `phases` (the plan's program) on `placements`, the replicas
-    in `processes` sharing theirs."""
+    in `processes` sharing theirs. Given `outside`, shared by the simulations of these placements and phases,
+    each phase outside the loop (but one beside it) is taken from there, or run and recorded there."""
     run = _Simulation(graph, placements, stages, profile, processes)
-    for phase in phases:
-        run_phase(phase, run)
-    return Simulated(run.prediction(), stages, run.micro_schedule)
+    for index, phase in enumerate(phases):
+        if outside is None or phase.op == "loop" or phase.overlaps:
+            run_phase(phase, run)
+        elif index in outside:
+            run.replay(outside[index])
+        else:
+            outside[index] = run.recorded(phase)
+    if not run.replayed:
+        return Simulated(run.prediction(), stages, run.micro_schedule)
+
+    def every_task() -> list[Task]:  # the replayed phases' tasks: those of a simulation that runs them all
+        return simulation(graph, placements, stages, profile, phases, processes).tasks()
+
+    return Simulated(run.prediction(), stages, every_task)
 
 
 def simulate_plan(graph: MacroGraph, plan: Plan, profile: Profile) -> Simulated:
@@ -91,6 +121,31 @@ class _Simulation:
         self.models: set[ReplicaId] = set()  # the loop replicas simulated: the first component of each class
         self.copies: dict[ReplicaId, int] = {}  # a simulated loop replica -> how many replicas copy it
         self.expanded = False
+        self.advances: list[tuple[str, float, float]] = []  # every phase time added to, in order (`PhaseRecord`)
+        self.replayed: list[PhaseRecord] = []  # the phases taken from another simulation: their tasks are not here
+
+    # -- phases outside the loop, shared by a placement's simulations --------------------------------
+    def recorded(self, phase: Phase) -> PhaseRecord:
+        """Run `phase` and record what it adds."""
+        first_advance, first_task = len(self.advances), len(self.sched.tasks)
+        run_phase(phase, self)
+        busy: dict[DeviceId, float] = {}
+        port_s: dict[str, float] = {}
+        sched = self.sched
+        for task, seconds, receiving in zip(
+            sched.tasks[first_task:], sched.duration[first_task:], sched.receiving[first_task:], strict=True
+        ):
+            own = seconds - receiving
+            busy[task.device] = busy.get(task.device, 0.0) + own
+            key = f"{task.worker}.{task.port}"
+            port_s[key] = port_s.get(key, 0.0) + own
+        return PhaseRecord(self.advances[first_advance:], busy, port_s)
+
+    def replay(self, record: PhaseRecord) -> None:
+        """Add what a recorded phase added, in the same order."""
+        for key, seconds, clock_s in record.advances:
+            self._add_phase_time(key, seconds, self.clock + clock_s)
+        self.replayed.append(record)
 
     # -- the interpreter ---------------------------------------------------------------------------
     def swap(self, phase: Phase) -> None:
@@ -214,7 +269,12 @@ class _Simulation:
 
     def _advance(self, phase: str, first: int, weight: float = 1.0) -> None:
         end = self.sched.run(self.clock, first)
-        self.phase_s[phase] = self.phase_s.get(phase, 0.0) + (end - self.clock) * weight
+        self._add_phase_time(phase, (end - self.clock) * weight, end)
+
+    def _add_phase_time(self, phase: str, seconds: float, end: float) -> None:
+        """`seconds` more of `phase`, which ended at `end`."""
+        self.advances.append((phase, seconds, end - self.clock))
+        self.phase_s[phase] = self.phase_s.get(phase, 0.0) + seconds
         self.clock = end
 
     def prediction(self) -> Prediction:
@@ -240,6 +300,11 @@ class _Simulation:
             key = f"{task.worker}.{task.port}"
             port_s[key] = port_s.get(key, 0.0) + own * (1 + copies)
         self._add_copies(busy, in_loop_s)
+        for record in self.replayed:  # outside the loop: weighed once
+            for device, seconds in record.busy.items():
+                busy[device] = busy.get(device, 0.0) + seconds
+            for key, seconds in record.port_s.items():
+                port_s[key] = port_s.get(key, 0.0) + seconds
         used = sorted(busy)
         device_busy = {d: min(1.0, busy[d] / iteration_s) if iteration_s else 0.0 for d in used}
         bubble = 1.0 - sum(device_busy.values()) / len(used) if used else 0.0

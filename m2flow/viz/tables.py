@@ -40,8 +40,15 @@ def timeline_table(plan: Plan) -> Table:
     return table
 
 
+SKIPPED = (
+    "skipped: not simulated; no plan of the layout is under its floor (>=: its busiest loop replica's work, then"
+    " its largest after-loop call), which is above the best plan found"
+)
+
+
 def candidates_table(plan: Plan) -> Table:
-    """Feasible candidates ranked; the infeasible ones with the reason, in the caption."""
+    """Feasible candidates ranked; the layouts skipped by their floor, with it; the infeasible ones with the
+    reason, in the caption."""
     layouts = any(row.layout != "-" for row in plan.candidates) and any(
         row.layout != plan.candidates[0].layout for row in plan.candidates
     )
@@ -70,6 +77,9 @@ def candidates_table(plan: Plan) -> Table:
                 f"{row.bubble_fraction:.2f}",
                 "chosen" if chosen else "",
             )
+        elif row.floor_s is not None:
+            table.add_row(row.mode, "-", *layout, f">= {row.floor_s:.4g}", "-", "-", "skipped")
+            reasons.append(SKIPPED)
         else:
             table.add_row(row.mode, "-", *layout, "-", "-", "-", "infeasible")
             reasons.append(f"{row.mode}: {row.reason.split(': ', 1)[-1]}")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 import m2flow.planners.allocation as allocation
 from m2flow.cluster import Cluster
@@ -15,6 +16,7 @@ from m2flow.errors import PlanError
 from m2flow.graph import build_graph
 from m2flow.planners import get_planner, make_plan, profile_of
 from m2flow.planners.floor import iteration_floor_s, loop_floor_s, then_floor_s
+from m2flow.viz.tables import SKIPPED, candidates_table
 from tests.unit.test_symmetry import spin_workflow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -144,6 +146,15 @@ def test_the_allocation_search_skips_layouts_by_their_floor_and_keeps_what_tryin
     assert "skipped" not in every.notes[0]
     feasible = [row for row in every.candidates if row.feasible]
     assert len([row for row in skipping.candidates if row.feasible]) < len(feasible)
+    # every layout tried has its row: a skipped one shows the floor it was skipped by
+    assert {row.layout for row in skipping.candidates} == {row.layout for row in every.candidates}
+    skipped = [row for row in skipping.candidates if row.floor_s is not None]
+    assert f"{len(skipped)} skipped" in skipping.notes[0]
+    assert all(row.floor_s > skipping.predicted.iteration_s and not row.feasible for row in skipped)
+    console = Console(width=200, record=True)
+    console.print(candidates_table(skipping))
+    text = console.export_text()
+    assert text.count("skipped") == len(skipped) + 1 and SKIPPED.split(";")[0] in text  # the rows and the caption
 
 
 def ascending_search(graph, cluster) -> tuple[list[str], float]:
@@ -190,3 +201,16 @@ def test_on_a_tie_the_search_keeps_the_fewest_replicas_as_the_search_from_the_fe
     tied = [row for row in plan.candidates if row.feasible and row.iteration_s == plan.predicted.iteration_s]
     assert len({row.layout for row in tied}) > 1
     assert (plan.spec_overrides, plan.predicted.iteration_s) == ascending_search(graph, cluster)
+
+
+@pytest.mark.parametrize("envs", [2, 4, 8])
+def test_a_search_starting_from_the_declared_simulator_processes_keeps_what_trying_them_first_kept(envs):
+    raw = spin_workflow(envs, 1, 8, "auto", 2, trainers=1)  # 4 envs a process: `envs` processes declared
+    raw["workers"]["policy"]["replicas"] = "auto"
+    raw["placement"]["search_processes"] = True  # the simulator's processes from 1 to 8: the start is in between
+    raw["placement"]["pipeline_stages"] = "auto"
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    assert (plan.spec_overrides, plan.predicted.iteration_s) == ascending_search(graph, cluster)
+    assert f"env {envs} x 4, policy 1" in {row.layout for row in plan.candidates}  # the start has its row

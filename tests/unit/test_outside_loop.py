@@ -1,0 +1,83 @@
+"""The phases outside the loop, simulated once per placement and shared by its stage counts and process
+layouts (`OutsideLoop` in planners/simulate.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import m2flow.planners.simulate as simulate_module
+from m2flow.cluster import Cluster
+from m2flow.config import load_spec, spec_from_dict
+from m2flow.graph import build_graph
+from m2flow.planners import make_plan, profile_of
+from m2flow.planners.processes import process_options
+from m2flow.planners.simulate import OutsideLoop, simulation
+from tests.unit.test_symmetry import spin_workflow
+
+
+def swapping() -> dict:
+    raw = spin_workflow(4, 2, cpus=4, mode="shared", stages=1)
+    raw["placement"]["offload"] = "always"  # the trainer and the loop workers swap on the devices they share
+    return raw
+
+
+def every_third_sync() -> dict:
+    raw = spin_workflow(4, 2, cpus=4, mode="hybrid", stages=2)
+    raw["flow"]["sync"][0]["every"] = 3
+    return raw
+
+
+CASES = {
+    "hybrid, 8 envs over 4 policies": lambda: spin_workflow(8, 4, cpus=16, mode="hybrid"),
+    "shared, swaps around every phase": swapping,
+    "a sync every third iteration": every_third_sync,
+    "asynchronous: training beside the loop": lambda: spin_workflow(4, 2, cpus=4, mode="hybrid", asynchronous=True),
+    "the camera job on one GPU": lambda: load_spec(
+        "configs/ppo_camera.yaml", ["cluster.gpus=1", "cluster.cpus=16", "workers.env.args.video.save=false"]
+    ).to_dict(),
+}
+
+
+def each_simulation(raw: dict):
+    """The plan of `raw`, and for its placements every (stage count, process layout) a planner weighs."""
+    spec = spec_from_dict(raw)
+    graph, cluster = build_graph(spec), Cluster.from_spec(spec.cluster)
+    plan = make_plan(graph, cluster)
+    profile = profile_of(graph, cluster)
+    options = [(s, p) for s in (1, 2, 4) for p in process_options(graph, plan.placements)]
+    return graph, plan, profile, options
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_simulations_that_share_the_phases_outside_the_loop_predict_and_schedule_as_each_alone(case):
+    graph, plan, profile, options = each_simulation(CASES[case]())
+    outside: OutsideLoop = {}
+    for stages, processes in options:
+        alone = simulation(graph, plan.placements, stages, profile, plan.phases, processes)
+        shared = simulation(graph, plan.placements, stages, profile, plan.phases, processes, outside)
+        a, b = alone.prediction, shared.prediction
+        assert math.isclose(a.iteration_s, b.iteration_s, rel_tol=1e-12)
+        assert a.phase_s.keys() == b.phase_s.keys()
+        assert all(math.isclose(a.phase_s[k], b.phase_s[k], rel_tol=1e-12, abs_tol=1e-15) for k in a.phase_s)
+        assert a.device_busy.keys() == b.device_busy.keys()
+        assert all(math.isclose(a.device_busy[d], b.device_busy[d], rel_tol=1e-9) for d in a.device_busy)
+        assert a.port_s.keys() == b.port_s.keys()
+        assert all(math.isclose(a.port_s[k], b.port_s[k], rel_tol=1e-9) for k in a.port_s)
+        assert (a.loop_step_s, a.hidden_s, a.trains_one_in) == (b.loop_step_s, b.hidden_s, b.trains_one_in)
+        assert shared.tasks() == alone.tasks()
+    shareable = [i for i, p in enumerate(plan.phases) if p.op != "loop" and not p.overlaps]
+    assert sorted(outside) == shareable and shareable
+
+
+def test_only_the_first_simulation_of_a_placement_runs_its_phases_outside_the_loop(monkeypatch):
+    graph, plan, profile, options = each_simulation(swapping())
+    ran: list[str] = []
+    real = simulate_module.run_phase
+    monkeypatch.setattr(simulate_module, "run_phase", lambda phase, run: (ran.append(phase.op), real(phase, run)))
+    outside: OutsideLoop = {}
+    for stages, processes in options:
+        simulation(graph, plan.placements, stages, profile, plan.phases, processes, outside)
+    assert any(p.offload or p.onload for p in plan.phases) and len(options) > 1
+    assert ran == [p.op for p in plan.phases] + ["loop"] * (len(options) - 1)
