@@ -28,6 +28,17 @@ class DeviceId:
     kind: DeviceKind
     index: int
 
+    def __post_init__(self) -> None:
+        # devices key the planner's dicts by the million: the hash is computed once, in this process (pickling
+        # leaves it out: a string's hash differs from process to process)
+        object.__setattr__(self, "_hash", hash((self.node, self.kind, self.index)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return DeviceId, (self.node, self.kind, self.index)
+
     @property
     def name(self) -> str:
         return f"n{self.node}/{self.kind}{self.index}"

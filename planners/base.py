@@ -18,7 +18,7 @@ from m2flow.planners.merging import merge_notes, merge_slices
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swaps
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
-from m2flow.planners.simulate import OutsideLoop, Simulated, simulation
+from m2flow.planners.simulate import Shared, Simulated, simulation
 from m2flow.program import build_phases, part_port
 from m2flow.schedule import Candidate, MicroSchedule, Phase, Placement, Plan, Prediction
 
@@ -235,12 +235,12 @@ def best_stages(
     profile: Profile,
     phases: list[Phase],
     processes: Processes,
-    outside: OutsideLoop,
+    shared: Shared,
 ) -> Simulated:
-    """The simulation of the stage count predicted fastest (the fewest on a tie); the phases outside the loop
-    are those in `outside`, or simulated once and kept there."""
+    """The simulation of the stage count predicted fastest (the fewest on a tie); what simulations of these
+    placements share comes from `shared`, or is simulated once and kept there."""
     options = stage_options(graph, profile)
-    results = [simulation(graph, placements, s, profile, phases, processes, outside) for s in options]
+    results = [simulation(graph, placements, s, profile, phases, processes, shared) for s in options]
     return min(results, key=lambda r: (r.prediction.iteration_s, r.stages))
 
 
@@ -249,8 +249,8 @@ def choose_processes(
 ) -> Choice:
     """The process layout and stage count predicted fastest, co-hosting only for a gain of `COLOCATE_GAIN`."""
     options = process_options(graph, placements)
-    outside: OutsideLoop = {}  # the phases outside the loop: alike for every stage count and process layout
-    results = [best_stages(graph, placements, profile, phases, o, outside) for o in options]
+    shared = Shared()  # the phases outside the loop and the loop's components: alike for every stage count
+    results = [best_stages(graph, placements, profile, phases, o, shared) for o in options]
     if len(options) == 1:
         return Choice(options[0], "", results[0])
     apart, together = (r.prediction.iteration_s for r in results)
@@ -273,13 +273,14 @@ def spread(
     if placed is None:
         return Placement(worker, list(devices), [devices[r % len(devices)] for r in range(replicas)])
     load = Counter(d for p in placed.values() for d in p.replica_devices)
-    least = [(load[d], d) for d in devices]  # a heap: the least loaded device first, the lowest on a tie
+    lowest_first = sorted(devices)
+    least = [(load[d], i) for i, d in enumerate(lowest_first)]  # a heap: the least loaded first, the lowest on a tie
     heapq.heapify(least)
     chosen = []
     for _ in range(replicas):
-        occupants, device = heapq.heappop(least)
-        chosen.append(device)
-        heapq.heappush(least, (occupants + 1, device))
+        occupants, i = heapq.heappop(least)
+        chosen.append(lowest_first[i])
+        heapq.heappush(least, (occupants + 1, i))
     return Placement(worker, list(devices), chosen)
 
 

@@ -8,15 +8,15 @@ the call it starts the next slices of the same step whose inputs all exist by th
 takes in those whose messages have arrived (an input whose task is not yet scheduled counts as missing).
 Long loops are compressed: the first steps are simulated and the steady-state step time extrapolates the rest;
 and of the loop's components that are copies of one another only one is simulated (`planners/symmetry.py`).
-A phase outside the loop depends on neither the stage count nor the process layout: the simulations of one
-placement's candidates share it (`OutsideLoop`), the first that runs it recording what the others replay.
+A phase outside the loop depends on neither the stage count nor the process layout, the loop's components on
+no stage count: the simulations of one placement's candidates share them (`Shared`).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from m2flow.cluster import DeviceId
 from m2flow.dispatch import gather, split
@@ -46,8 +46,21 @@ class PhaseRecord:
     port_s: dict[str, float]
 
 
-# one placement's phases outside the loop, by their index in its program, as the first simulation ran them
-OutsideLoop = dict[int, PhaseRecord]
+@dataclass
+class Shared:
+    """What the simulations of one placement and program share: its phases outside the loop, alike for every
+    stage count and process layout (the first simulation that runs one records it, the others replay it), and
+    the loop's classes of components, alike for every stage count."""
+
+    outside: dict[int, PhaseRecord] = field(default_factory=dict)  # by the phase's index in the program
+    loop_classes: dict[tuple[tuple[ReplicaId, ...], ...], list[LoopClass]] = field(default_factory=dict)
+
+    def classes(self, graph: MacroGraph, devices: dict[str, list[DeviceId]], processes: Processes) -> list[LoopClass]:
+        """The loop's classes of components for this process layout."""
+        key = tuple(tuple(group) for group in processes)
+        if key not in self.loop_classes:
+            self.loop_classes[key] = loop_classes(graph, devices, same_process(processes))
+        return self.loop_classes[key]
 
 
 @dataclass
@@ -71,19 +84,21 @@ def simulation(
     profile: Profile,
     phases: list[Phase],
     processes: Processes,
-    outside: OutsideLoop | None = None,
+    shared: Shared | None = None,
 ) -> Simulated:
     """Predict one steady-state iteration of `phases` (the plan's program) on `placements`, the replicas
-    in `processes` sharing theirs. Given `outside`, shared by the simulations of these placements and phases,
-    each phase outside the loop (but one beside it) is taken from there, or run and recorded there."""
-    run = _Simulation(graph, placements, stages, profile, processes)
+    in `processes` sharing theirs. Given what the simulations of these placements and phases share, each phase
+    outside the loop (but one beside it) is taken from there, or run and recorded there, and so are the loop's
+    components."""
+    shared = shared or Shared()
+    run = _Simulation(graph, placements, stages, profile, processes, shared)
     for index, phase in enumerate(phases):
-        if outside is None or phase.op == "loop" or phase.overlaps:
+        if phase.op == "loop" or phase.overlaps:
             run_phase(phase, run)
-        elif index in outside:
-            run.replay(outside[index])
+        elif index in shared.outside:
+            run.replay(shared.outside[index])
         else:
-            outside[index] = run.recorded(phase)
+            shared.outside[index] = run.recorded(phase)
     if not run.replayed:
         return Simulated(run.prediction(), stages, run.micro_schedule)
 
@@ -102,9 +117,16 @@ class _Simulation:
     """The program's interpreter that predicts: handles are task ids, each carrying its items."""
 
     def __init__(
-        self, graph: MacroGraph, placements: dict[str, Placement], stages: int, profile: Profile, processes: Processes
+        self,
+        graph: MacroGraph,
+        placements: dict[str, Placement],
+        stages: int,
+        profile: Profile,
+        processes: Processes,
+        shared: Shared,
     ):
         self.graph, self.placements, self.stages, self.profile = graph, placements, stages, profile
+        self.processes, self.shared = processes, shared
         self.together = same_process(processes)
         self.devices = {w: p.replica_devices for w, p in placements.items()}
         self.sched = TaskList(self.devices)
@@ -182,7 +204,7 @@ class _Simulation:
             self.sched.add(port.worker, r, port.port, self.profile.call_s(port.worker, port.port, 1), phase.op, [state])
 
     def loop(self, phase: Phase) -> None:
-        self.classes = loop_classes(self.graph, self.devices, self.together)
+        self.classes = self.shared.classes(self.graph, self.devices, self.processes)
         self.models = {me for loop_class in self.classes for me in loop_class.model.replicas}
         self.copies = {me: len(c.copies) for c in self.classes for me in c.model.replicas}
         self.loop_items, self.steps = _simulate_loop(

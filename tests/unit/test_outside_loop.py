@@ -1,5 +1,5 @@
 """The phases outside the loop, simulated once per placement and shared by its stage counts and process
-layouts (`OutsideLoop` in planners/simulate.py)."""
+layouts (`Shared` in planners/simulate.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from m2flow.config import load_spec, spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.processes import process_options
-from m2flow.planners.simulate import OutsideLoop, simulation
+from m2flow.planners.simulate import Shared, simulation
 from tests.unit.test_symmetry import spin_workflow
 
 
@@ -53,10 +53,10 @@ def each_simulation(raw: dict):
 @pytest.mark.parametrize("case", CASES)
 def test_simulations_that_share_the_phases_outside_the_loop_predict_and_schedule_as_each_alone(case):
     graph, plan, profile, options = each_simulation(CASES[case]())
-    outside: OutsideLoop = {}
+    reused = Shared()
     for stages, processes in options:
         alone = simulation(graph, plan.placements, stages, profile, plan.phases, processes)
-        shared = simulation(graph, plan.placements, stages, profile, plan.phases, processes, outside)
+        shared = simulation(graph, plan.placements, stages, profile, plan.phases, processes, reused)
         a, b = alone.prediction, shared.prediction
         assert math.isclose(a.iteration_s, b.iteration_s, rel_tol=1e-12)
         assert a.phase_s.keys() == b.phase_s.keys()
@@ -68,16 +68,26 @@ def test_simulations_that_share_the_phases_outside_the_loop_predict_and_schedule
         assert (a.loop_step_s, a.hidden_s, a.trains_one_in) == (b.loop_step_s, b.hidden_s, b.trains_one_in)
         assert shared.tasks() == alone.tasks()
     shareable = [i for i, p in enumerate(plan.phases) if p.op != "loop" and not p.overlaps]
-    assert sorted(outside) == shareable and shareable
+    assert sorted(reused.outside) == shareable and shareable
 
 
-def test_only_the_first_simulation_of_a_placement_runs_its_phases_outside_the_loop(monkeypatch):
+def test_only_the_first_simulation_of_a_placement_runs_its_phases_outside_the_loop_or_finds_its_components(
+    monkeypatch,
+):
     graph, plan, profile, options = each_simulation(swapping())
     ran: list[str] = []
-    real = simulate_module.run_phase
-    monkeypatch.setattr(simulate_module, "run_phase", lambda phase, run: (ran.append(phase.op), real(phase, run)))
-    outside: OutsideLoop = {}
+    layouts: list[list] = []
+    run_phase, loop_classes = simulate_module.run_phase, simulate_module.loop_classes
+    monkeypatch.setattr(simulate_module, "run_phase", lambda phase, run: (ran.append(phase.op), run_phase(phase, run)))
+    monkeypatch.setattr(
+        simulate_module,
+        "loop_classes",
+        lambda graph, devices, together: (layouts.append(together), loop_classes(graph, devices, together))[1],
+    )
+    reused = Shared()
     for stages, processes in options:
-        simulation(graph, plan.placements, stages, profile, plan.phases, processes, outside)
+        simulation(graph, plan.placements, stages, profile, plan.phases, processes, reused)
     assert any(p.offload or p.onload for p in plan.phases) and len(options) > 1
     assert ran == [p.op for p in plan.phases] + ["loop"] * (len(options) - 1)
+    distinct_processes = {tuple(map(tuple, processes)) for _, processes in options}
+    assert len(layouts) == len(distinct_processes) < len(options)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
+
 import pytest
 
 from m2flow.cluster import Cluster, DeviceId
@@ -381,3 +386,17 @@ def test_shared_async_places_training_on_the_least_loaded_device_after_the_polic
     plan = plan_of(raw)
     assert [d.index for d in plan.placements["policy"].replica_devices] == [0, 2]
     assert [d.index for d in plan.placements["learner"].replica_devices] == [1]  # one env there, no policy
+
+
+def test_a_device_pickled_into_another_process_finds_its_entry_there():
+    # its hash is kept on it: another process (another string hash seed) must compute its own
+    script = (
+        "import pickle, sys; from m2flow.cluster import DeviceId;"
+        " device = pickle.loads(sys.stdin.buffer.read());"
+        " print({DeviceId(1, 'gpu', 3): 'found'}.get(device, 'lost'), hash(device) == hash((1, 'gpu', 3)))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], input=pickle.dumps(DeviceId(1, "gpu", 3)), env=env, capture_output=True
+    )
+    assert out.stdout.decode().split() == ["found", "True"], out.stderr.decode()
