@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from m2flow.graph import build_graph
 from m2flow.planners import make_plan
 
 SIZES = [8, 64, 256, 1024]
+REPEATS = 5  # each plan timed 5 times, the median reported (one machine's runs vary by up to a fifth)
 ROOT = Path(__file__).resolve().parents[1]
 CAMERA_JOB = (
     ROOT / "configs" / "ppo_camera.yaml",
@@ -133,9 +135,12 @@ def plan_times(out: Path) -> list[dict]:
         for gpus in SIZES:
             spec = spec_from_dict(big_workflow(gpus, workers, allocate))
             graph = build_graph(spec)
-            start = time.perf_counter()
-            plan = make_plan(graph, Cluster.from_spec(spec.cluster))
-            seconds = time.perf_counter() - start
+            runs = []
+            for _ in range(REPEATS):
+                start = time.perf_counter()
+                plan = make_plan(graph, Cluster.from_spec(spec.cluster))
+                runs.append(time.perf_counter() - start)
+            seconds = statistics.median(runs)
             chosen = f"{plan.mode} S={plan.pipeline_stages}"
             rows.append(
                 {
@@ -144,6 +149,7 @@ def plan_times(out: Path) -> list[dict]:
                     "gpus": gpus,
                     "nodes": spec.cluster.nodes,
                     "plan_s": seconds,
+                    "plan_s_runs": runs,
                     "chosen": chosen,
                     "candidates": len(plan.candidates),
                     "tasks": len(plan.tasks),
