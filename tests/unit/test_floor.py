@@ -214,3 +214,32 @@ def test_a_search_starting_from_the_declared_simulator_processes_keeps_what_tryi
     plan = make_plan(graph, cluster)
     assert (plan.spec_overrides, plan.predicted.iteration_s) == ascending_search(graph, cluster)
     assert f"env {envs} x 4, policy 1" in {row.layout for row in plan.candidates}  # the start has its row
+
+
+def test_a_layout_whose_floor_is_over_the_best_only_by_rounding_is_still_tried_and_wins_its_tie(monkeypatch):
+    # every cost but the simulator's step is zero: each layout's iteration is its floor, 7 steps of 0.1 s,
+    # which the floor (7 x 0.1) and the simulator (0.1 + 0.1 + ...) round differently
+    raw = spin_workflow(2, 1, 4, "disaggregated", 1, trainers=1)
+    raw["workers"]["env"]["profile"] = {
+        "step": {"fixed_s": 0.1},
+        "obs": {"fixed_s": 0.0},
+        "trajectory": {"fixed_s": 0.0},
+    }
+    raw["workers"]["policy"]["profile"] = {"act": {"fixed_s": 0.0}, "load_weights": {"fixed_s": 0.0}}
+    raw["workers"]["policy"]["replicas"] = "auto"
+    raw["workers"]["trainer"]["profile"] = {"train": {"fixed_s": 0.0}, "weights": {"fixed_s": 0.0}}
+    raw["flow"]["loop"]["horizon"] = 7
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    profile = profile_of(graph, cluster)
+    profile.hop_s = profile.controller_s = 0.0
+
+    def search():
+        found = allocation.Allocation(graph, cluster, profile, get_planner("auto").plan)
+        return found.best(), found.skipped
+
+    plan, skipped = search()
+    assert (plan.spec_overrides, plan.predicted.iteration_s, skipped) == (["workers.policy.replicas=1"], 0.7, 0)
+    monkeypatch.setattr(allocation, "ROUNDING", 0.0)  # without the allowance, rounding skips the fewest replicas
+    plan, skipped = search()
+    assert plan.spec_overrides != ["workers.policy.replicas=1"] and skipped > 0
