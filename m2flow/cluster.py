@@ -39,6 +39,11 @@ class DeviceId:
     def __reduce__(self) -> tuple:
         return DeviceId, (self.node, self.kind, self.index)
 
+    def __setstate__(self, state: dict) -> None:  # a device pickled before its hash was kept: its fields alone
+        for name in ("node", "kind", "index"):
+            object.__setattr__(self, name, state[name])
+        self.__post_init__()
+
     @property
     def name(self) -> str:
         return f"n{self.node}/{self.kind}{self.index}"

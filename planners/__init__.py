@@ -71,7 +71,9 @@ def compare_with_auto(graph, cluster, manual):
     best = make_plan(graph, cluster, mode="auto")
     ratio = manual.predicted.iteration_s / best.predicted.iteration_s
     verdict = f"{ratio:.2f}x slower than" if ratio > 1.005 else ("as fast as" if ratio >= 0.995 else "faster than")
-    manual.candidates = manual.candidates + [replace(row, mode=f"auto: {row.mode}") for row in best.candidates]
+    manual.candidates = manual.candidates + [
+        replace(row, mode=f"auto: {row.mode}") if row.floor_s is None else row for row in best.candidates
+    ]
     manual.notes.append(
         f"your layout ({manual.mode}, {manual.pipeline_stages} stage(s)): {manual.predicted.iteration_s:.4g}"
         f" s/iteration, {verdict} auto's best ({best.mode}, {best.pipeline_stages} stage(s),"

@@ -9,8 +9,7 @@ search is coordinate descent: one worker's count at a time, the others held, two
 tries the most replicas first and skips, unsimulated, a layout whose floor (`planners/floor.py`: its busiest
 loop replica's work, and its after-loop call on the most rows) is above the best plan found so far. No plan
 is predicted under its floor, so a skipped layout could not have been chosen; its row in the candidates shows
-its floor. The layout the search starts from is tried in its turn (it is often the slowest: one replica). On a
-tie the fewest replicas win: the last tried.
+its floor. The layout the search starts from is tried in its turn (it is often the slowest: one replica).
 """
 
 from __future__ import annotations
@@ -109,11 +108,13 @@ class Allocation:
         for _ in range(SWEEPS):
             start = dict(counts)
             for worker, choices in self.options.items():
+                incumbent = dict(counts)  # the layout the sweep begins with: it keeps its place on a tie
                 # more replicas first: their plans are the faster as a rule, so the floor skips more of the rest
                 for n in sorted(choices, reverse=True):
-                    plan = self.evaluate({**counts, worker: n}, best)
-                    if plan is not None and (best is None or plan.predicted.iteration_s <= best.predicted.iteration_s):
-                        best, counts = plan, {**counts, worker: n}
+                    trial = {**counts, worker: n}
+                    plan = self.evaluate(trial, best)
+                    if plan is not None and _better(plan, best, trial == incumbent, counts == incumbent):
+                        best, counts = plan, trial
             if counts == start:
                 break
         if best is None:
@@ -184,3 +185,15 @@ def _rank(row: Candidate, chosen: str) -> tuple:
     """The dry run's order: plans fastest first (the chosen layout's first on a tie), then the layouts skipped
     by their floor, lowest first, then the infeasible ones."""
     return (not row.feasible, row.floor_s is None, row.iteration_s or row.floor_s or 0.0, row.layout != chosen)
+
+
+def _better(plan: Plan, best: Plan | None, is_incumbent: bool, best_is_incumbent: bool) -> bool:
+    """Whether `plan` takes the place of `best` in a worker's sweep (from the most replicas down): faster, or as
+    fast and either the layout the sweep began with (the incumbent) or fewer replicas than a `best` that is not
+    the incumbent. So the sweep keeps what one from the incumbent, then from the fewest replicas up, keeps:
+    the incumbent if it is among the fastest, else the fewest replicas among them."""
+    if best is None:
+        return True
+    if plan.predicted.iteration_s != best.predicted.iteration_s:
+        return plan.predicted.iteration_s < best.predicted.iteration_s
+    return is_incumbent or not best_is_incumbent

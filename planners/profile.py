@@ -9,7 +9,7 @@ is a default is *unknown*: `m2flow run` measures it in its first iterations and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from m2flow.errors import PlanError
@@ -42,6 +42,17 @@ class Profile:
     # how much longer work takes on a device that the loop and a phase beside it (training, under flow.async)
     # both load than alone, time-sliced between their processes: measured by an asynchronous run
     beside_slowdown: float = 1.0
+
+    def copy(self) -> Profile:
+        """A profile whose tables are its own (a refit changes costs in place)."""
+        return replace(
+            self,
+            costs=dict(self.costs),
+            items_per_replica=dict(self.items_per_replica),
+            memory_gb=dict(self.memory_gb),
+            source=dict(self.source),
+            prior=dict(self.prior),
+        )
 
     def call_s(self, worker: str, port: str, items: float) -> float:
         cost = self.costs.get(f"{worker}.{port}", HANDOFF_COST)

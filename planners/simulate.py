@@ -54,6 +54,15 @@ class Shared:
 
     outside: dict[int, PhaseRecord] = field(default_factory=dict)  # by the phase's index in the program
     loop_classes: dict[tuple[tuple[ReplicaId, ...], ...], list[LoopClass]] = field(default_factory=dict)
+    inputs: tuple = ()  # the graph, placements, profile and phases of the simulations that share it
+
+    def check(self, inputs: tuple) -> None:
+        """Refuse to share with a simulation of other inputs (the same objects, not equal ones: a profile is
+        refitted in place)."""
+        if not self.inputs:
+            self.inputs = inputs
+        elif any(mine is not theirs for mine, theirs in zip(self.inputs, inputs, strict=True)):
+            raise ValueError("Shared: one placement's simulations share it; these inputs are another's")
 
     def classes(self, graph: MacroGraph, devices: dict[str, list[DeviceId]], processes: Processes) -> list[LoopClass]:
         """The loop's classes of components for this process layout."""
@@ -91,6 +100,7 @@ def simulation(
     outside the loop (but one beside it) is taken from there, or run and recorded there, and so are the loop's
     components."""
     shared = shared or Shared()
+    shared.check((graph, placements, profile, phases))
     run = _Simulation(graph, placements, stages, profile, processes, shared)
     for index, phase in enumerate(phases):
         if phase.op == "loop" or phase.overlaps:
@@ -101,9 +111,10 @@ def simulation(
             shared.outside[index] = run.recorded(phase)
     if not run.replayed:
         return Simulated(run.prediction(), stages, run.micro_schedule)
+    costs = profile.copy()  # as they are now: the tasks are written out later, if at all
 
     def every_task() -> list[Task]:  # the replayed phases' tasks: those of a simulation that runs them all
-        return simulation(graph, placements, stages, profile, phases, processes).tasks()
+        return simulation(graph, placements, stages, costs, phases, processes).tasks()
 
     return Simulated(run.prediction(), stages, every_task)
 

@@ -378,7 +378,7 @@ def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measu
 
 def _split(measured: Refit, per_call: bool) -> Profile:
     """The refit profile with each unsplit port's measured cost all per call, or all per item."""
-    profile = replace(measured.profile, costs=dict(measured.profile.costs))
+    profile = measured.profile.copy()
     for port in measured.unsplit:
         items, mean_s, _ = measured.fitted[port]["by_size"][0]
         per_item_s = 0.0 if per_call else mean_s / items

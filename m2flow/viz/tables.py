@@ -41,8 +41,8 @@ def timeline_table(plan: Plan) -> Table:
 
 
 SKIPPED = (
-    "skipped: not simulated; no plan of the layout is under its floor (>=: its busiest loop replica's work, then"
-    " its largest after-loop call), which is above the best plan found"
+    "skipped: not simulated; no plan of the layout is under its floor (>=: its busiest loop replica's work, and"
+    " in a synchronous flow its largest after-loop call), which is above the best plan found"
 )
 
 

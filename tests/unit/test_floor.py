@@ -207,7 +207,7 @@ def test_on_a_tie_the_search_keeps_the_fewest_replicas_as_the_search_from_the_fe
 def test_a_search_starting_from_the_declared_simulator_processes_keeps_what_trying_them_first_kept(envs):
     raw = spin_workflow(envs, 1, 8, "auto", 2, trainers=1)  # 4 envs a process: `envs` processes declared
     raw["workers"]["policy"]["replicas"] = "auto"
-    raw["placement"]["search_processes"] = True  # the simulator's processes from 1 to 8: the start is in between
+    raw["placement"]["search_processes"] = True  # the simulator's processes from 1 to 8, the start among them
     raw["placement"]["pipeline_stages"] = "auto"
     graph = build_graph(spec_from_dict(raw))
     cluster = Cluster.from_spec(graph.spec.cluster)
@@ -243,3 +243,19 @@ def test_a_layout_whose_floor_is_over_the_best_only_by_rounding_is_still_tried_a
     monkeypatch.setattr(allocation, "ROUNDING", 0.0)  # without the allowance, rounding skips the fewest replicas
     plan, skipped = search()
     assert plan.spec_overrides != ["workers.policy.replicas=1"] and skipped > 0
+
+
+def test_the_declared_simulator_processes_keep_their_place_on_a_tie_with_fewer():
+    # a policy that costs a tenth of a second a call, whatever its rows: 2 and 4 simulator processes tie
+    raw = spin_workflow(4, 1, 4, "auto", 2, colocate=False, trainers=1)
+    raw["placement"]["search_processes"] = True
+    raw["workers"]["policy"]["profile"]["act"] = {"fixed_s": 0.1, "per_item_s": 1e-5}
+    raw["workers"]["env"]["profile"]["step"] = {"fixed_s": 1e-3, "per_item_s": 1e-4}
+    raw["workers"]["trainer"]["profile"]["train"] = {"fixed_s": 0.0, "per_item_s": 0.0}
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    tied = {row.layout for row in plan.candidates if row.feasible and row.iteration_s == plan.predicted.iteration_s}
+    assert {"env 2 x 8", "env 4 x 4"} <= tied
+    assert plan.spec_overrides == ["workers.env.replicas=4", "workers.env.args.num_envs=4"]
+    assert (plan.spec_overrides, plan.predicted.iteration_s) == ascending_search(graph, cluster)

@@ -14,6 +14,7 @@ from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.processes import process_options
 from m2flow.planners.simulate import Shared, simulation
+from m2flow.spec import PortCost
 from tests.unit.test_symmetry import spin_workflow
 
 
@@ -91,3 +92,24 @@ def test_only_the_first_simulation_of_a_placement_runs_its_phases_outside_the_lo
     assert ran == [p.op for p in plan.phases] + ["loop"] * (len(options) - 1)
     distinct_processes = {tuple(map(tuple, processes)) for _, processes in options}
     assert len(layouts) == len(distinct_processes) < len(options)
+
+
+def test_what_a_placements_simulations_share_is_refused_to_another_placement():
+    graph, plan, profile, options = each_simulation(swapping())
+    reused = Shared()
+    stages, processes = options[0]
+    simulation(graph, plan.placements, stages, profile, plan.phases, processes, reused)
+    with pytest.raises(ValueError, match="these inputs are another's"):
+        simulation(graph, dict(plan.placements), stages, profile, plan.phases, processes, reused)
+
+
+def test_a_replayed_plans_tasks_use_the_costs_it_was_predicted_on():
+    graph, plan, profile, options = each_simulation(swapping())
+    reused = Shared()
+    (first_stages, first_processes), (stages, processes) = options[0], options[1]
+    simulation(graph, plan.placements, first_stages, profile, plan.phases, first_processes, reused)
+    replayed = simulation(graph, plan.placements, stages, profile, plan.phases, processes, reused)
+    expected = simulation(graph, plan.placements, stages, profile.copy(), plan.phases, processes).tasks()
+    for key in list(profile.costs):  # a refit changes the costs in place, after the prediction
+        profile.costs[key] = PortCost(fixed_s=1.0, per_item_s=0.0)
+    assert replayed.tasks() == expected
