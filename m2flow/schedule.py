@@ -68,6 +68,9 @@ class Task:
     step: int = -1
     stage: int = 0
     deps: list[int] = field(default_factory=list)
+    # the device seconds it takes; its span, start to end, is longer on a CPU core it shares with other
+    # processes' tasks (`planners/timeshare.py`)
+    work_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "device": self.device.name}

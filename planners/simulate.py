@@ -140,7 +140,7 @@ class _Simulation:
         self.processes, self.shared = processes, shared
         self.together = same_process(processes)
         self.devices = {w: p.replica_devices for w, p in placements.items()}
-        self.sched = TaskList(self.devices)
+        self.sched = TaskList(self.devices, self.together)
         self.items: dict[int, float] = {}  # task id -> items (env steps) its output carries
         self.clock = 0.0
         self.first = 0  # the current phase's first task
@@ -372,7 +372,9 @@ def _simulate_loop(
     items = profile.items_per_replica.get(entry, 1)
     slice_items = slice_sizes(items, stages)
     steps = min(loop.horizon, SIMULATED_STEPS)
-    last_of: dict[ReplicaId, int] = {}  # replica -> its last task: program order
+    # a process's last task: a process runs its replicas' calls one at a time in the global (step, port, slice)
+    # order (`runtime/loop.py`), so each call of a co-hosted replica waits for its process neighbour's before it
+    last_of: dict[ReplicaId | int, int] = {}
     produced: dict[tuple[int, int], int] = {}  # (shard, slice) -> task that produced its current data
     merging = set(merge_slices(graph, profile, stages))
     groups = {w: shard_groups(n_shards, graph.workers[w].count) for w in loop.workers}
@@ -381,6 +383,7 @@ def _simulate_loop(
     def call(port: PortRef, step: int) -> None:
         for r in simulated[port.worker]:
             me, group = ReplicaId(port.worker, r), groups[port.worker][r]
+            process = together.get(me, me)
             for s in range(stages):
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]
                 # a message from each upstream replica of another worker in another process: a channel hop
@@ -393,15 +396,15 @@ def _simulate_loop(
                         != together.get(me, -1)
                     }
                 )
-                if me in last_of:
-                    deps.append(last_of[me])
+                if process in last_of:
+                    deps.append(last_of[process])
                 rows = slice_items[s] * len(group)
                 seconds = profile.call_s(port.worker, port.port, rows)
                 tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s, hops * profile.hop_s)
                 if str(port) in merging:
                     cost = functools.partial(profile.call_s, port.worker, port.port)
-                    sched.may_merge(tid, rows, cost, last_of[me] if s > 0 else None)
-                last_of[me] = tid
+                    sched.may_merge(tid, rows, cost, last_of[process] if s > 0 else None)
+                last_of[process] = tid
                 for b in group:
                     produced[(b, s)] = tid
 

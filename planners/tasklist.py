@@ -9,12 +9,14 @@ components that copy a simulated one get its tasks (`planners/symmetry.py`).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from m2flow.cluster import DeviceId
 from m2flow.planners.symmetry import LoopClass
+from m2flow.planners.timeshare import TimeSharedCore, time_shared_cores
 from m2flow.schedule import ReplicaId, Task
 
 
@@ -43,11 +45,13 @@ class TaskList:
     dependencies share one list, which `run` follows once for all of them: a broadcast's inputs are fanned out
     to its n receivers once, not n times."""
 
-    def __init__(self, devices: dict[str, list[DeviceId]]):
+    def __init__(self, devices: dict[str, list[DeviceId]], together: dict[ReplicaId, int]):
         self.tasks: list[Task] = []
         self.duration: list[float] = []
         self.receiving: list[float] = []  # the part of each task's duration spent receiving its inputs
         self.devices = devices
+        self.together = together  # co-hosted replicas -> their process (the others run alone)
+        self.time_shared = time_shared_cores(devices, together)  # CPU cores the kernel shares among processes
         self.mergeable: dict[int, Mergeable] = {}  # by task id: the calls of a port that merges slices
         self.taken_in: set[int] = set()  # calls done inside an earlier slice's call
         self.dep_lists: dict[tuple[int, ...], list[int]] = {}  # one list object per distinct dependencies
@@ -116,25 +120,69 @@ class TaskList:
         device_free: dict[DeviceId, float] = {}
         ends: dict[int, float] = {}
         end = start
-        while heap:
-            ready, tid = heapq.heappop(heap)
-            task = self.tasks[tid]
-            if tid in self.taken_in:  # done by the call that took it in: its output is out when that one's is
-                task.start = task.end = ready
-            else:
-                task.start = max(ready, device_free.get(task.device, start))
-                if tid in self.mergeable:
-                    self._take_in(tid, task.start, ends, first)
-                task.end = task.start + self.duration[tid]
-                device_free[task.device] = task.end
-            ends[tid] = task.end
-            end = max(end, task.end)
+        cores = {device: TimeSharedCore() for device in self.time_shared}
+        core_ends: list[tuple[float, int, DeviceId]] = []  # (when, token, core): the next end on each core
+        tokens = itertools.count()
+
+        def release(tid: int, at: float) -> None:
+            """Task `tid`'s output is out at `at`: its dependants whose inputs are all out become ready."""
+            nonlocal end
+            ends[tid] = at
+            end = max(end, at)
             for group in children.get(tid, ()):
-                group.ready = max(group.ready, task.end)
+                group.ready = max(group.ready, at)
                 group.pending -= 1
                 if group.pending == 0:
                     for child in group.tasks:
                         heapq.heappush(heap, (group.ready, child))
+
+        def begin_on_core(tid: int, at: float, core: TimeSharedCore) -> None:
+            if tid in self.mergeable:
+                self._take_in(tid, at, ends, first)
+            task = self.tasks[tid]
+            task.start, task.work_s = at, self.duration[tid]
+            core.start(tid, task.work_s)
+
+        def next_end_on(device: DeviceId, core: TimeSharedCore) -> None:
+            when = core.next_end()
+            if when is not None:
+                core.token = next(tokens)
+                heapq.heappush(core_ends, (when, core.token, device))
+
+        while heap or core_ends:
+            if core_ends and (not heap or core_ends[0][0] <= heap[0][0]):  # ends first: their outputs are out
+                now, token, device = heapq.heappop(core_ends)
+                core = cores[device]
+                if token != core.token:
+                    continue
+                core.advance(now)
+                ended, following = core.finish()
+                for tid in following:
+                    begin_on_core(tid, now, core)
+                for tid in ended:
+                    self.tasks[tid].end = now
+                    release(tid, now)
+                next_end_on(device, core)
+                continue
+            ready, tid = heapq.heappop(heap)
+            task = self.tasks[tid]
+            if tid in self.taken_in:  # done by the call that took it in: its output is out when that one's is
+                task.start = task.end = ready
+                release(tid, ready)
+                continue
+            core = cores.get(task.device)
+            if core is not None:
+                core.advance(ready)
+                if core.arrive(tid, self.together.get((task.worker, task.replica), (task.worker, task.replica))):
+                    begin_on_core(tid, ready, core)
+                    next_end_on(task.device, core)
+                continue
+            if tid in self.mergeable:  # its process takes in what has arrived when it is free to call
+                self._take_in(tid, ready, ends, first)
+            task.start, task.work_s = max(ready, device_free.get(task.device, start)), self.duration[tid]
+            task.end = task.start + task.work_s
+            device_free[task.device] = task.end
+            release(tid, task.end)
         return end
 
     def copy_classes(self, loop: range, classes: list[LoopClass]) -> None:
@@ -166,6 +214,7 @@ class TaskList:
                             task.step,
                             task.stage,
                             [new_id[d] for d in task.deps],
+                            task.work_s,
                         )
                     )
                     self.duration.append(self.duration[t])

@@ -97,7 +97,7 @@ def test_a_replica_running_ahead_of_another_on_its_device_does_not_shorten_the_p
     graph = build_graph(spec_from_dict(raw))
     plan = make_plan(graph, Cluster.from_spec(graph.spec.cluster))
     busiest = max(
-        sum(t.end - t.start for t in plan.tasks if t.phase == "loop" and t.step == 5 and t.device == device)
+        sum(t.work_s for t in plan.tasks if t.phase == "loop" and t.step == 5 and t.device == device)
         for device in {t.device for t in plan.tasks}
     )
     assert plan.predicted.loop_step_s >= busiest * (1 - 1e-9)
@@ -160,7 +160,9 @@ def test_the_allocation_search_skips_layouts_by_their_floor_and_keeps_what_tryin
 def ascending_search(graph, cluster) -> tuple[list[str], float]:
     """The allocation search as it was before the floor: each worker's counts from the fewest up, a layout
     taking the place of the best only when faster; every layout simulated."""
-    search = allocation.Allocation(graph, cluster, profile_of(graph, cluster), get_planner("auto").plan)
+    search = allocation.Allocation(
+        graph, cluster, profile_of(graph, cluster), get_planner(graph.spec.placement.mode).plan
+    )
     counts = {w: graph.workers[w].count for w in search.options}
     best = search.evaluate(counts)
     for _ in range(allocation.SWEEPS):
@@ -247,7 +249,7 @@ def test_a_layout_whose_floor_is_over_the_best_only_by_rounding_is_still_tried_a
 
 def test_the_declared_simulator_processes_keep_their_place_on_a_tie_with_fewer():
     # a policy that costs a tenth of a second a call, whatever its rows: 2 and 4 simulator processes tie
-    raw = spin_workflow(4, 1, 4, "auto", 2, colocate=False, trainers=1)
+    raw = spin_workflow(4, 1, 4, "shared", 2, colocate=False, trainers=1)
     raw["placement"]["search_processes"] = True
     raw["workers"]["policy"]["profile"]["act"] = {"fixed_s": 0.1, "per_item_s": 1e-5}
     raw["workers"]["env"]["profile"]["step"] = {"fixed_s": 1e-3, "per_item_s": 1e-4}
