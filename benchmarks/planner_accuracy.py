@@ -5,7 +5,10 @@ candidate plan run side by side: its prediction from the cached costs beside its
 where auto's choice ranks.
 
     python benchmarks/planner_accuracy.py [--workloads main camera metaworld spin-per-call] [--iterations 5]
-        [--calibration-iterations 9]
+        [--calibration-iterations 9] [--colocate auto true false]
+
+`--colocate` runs each candidate under each `placement.colocate` given (a layout already run is not run again):
+co-hosted replicas and a process per replica side by side.
 
 Last line: `planner accuracy: auto best-or-within-5% in K/N, predictions within 10% in P/Q`.
 """
@@ -13,6 +16,7 @@ Last line: `planner accuracy: auto best-or-within-5% in K/N, predictions within 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import tempfile
@@ -88,37 +92,43 @@ def measured_iteration_s(result) -> float:
     return statistics.median(h["time/iteration_s"] for h in result.history[1:])
 
 
-def bench(name: str, workload: Workload, iterations: int, calibrating: int, out: Path) -> dict:
+def bench(name: str, workload: Workload, iterations: int, calibrating: int, colocate: list[str], out: Path) -> dict:
     calibration = mf.run(spec_of(workload, out, f"run.iterations={calibrating}", "placement.mode=auto"))
     spec = spec_of(workload, out, "placement.pipeline_stages=auto")
     graph = build_graph(spec)
     cluster = Cluster.from_spec(spec.cluster)
     auto = make_plan(graph, cluster, mode="auto")
     rows = []
-    for mode in ("shared", "hybrid", "disaggregated"):
-        for stages in (1, 2, 4):
-            settings = [f"placement.mode={mode}", f"placement.pipeline_stages={stages}"]
-            try:
-                planned = make_plan(build_graph(spec_of(workload, out, *settings)), cluster)
-            except (PlanError, SpecError):
-                continue  # infeasible here (devices, envs per slice)
-            run = mf.run(spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false"))
-            measured = measured_iteration_s(run)
-            rows.append(
-                {
-                    "mode": mode,
-                    "stages": stages,
-                    "predicted_s": planned.predicted.iteration_s,
-                    "measured_s": measured,
-                    "error": measured / planned.predicted.iteration_s - 1,
-                    "auto": (planned.mode, stages) == (auto.mode, auto.pipeline_stages),
-                }
-            )
-            print(
-                f"  {name:14s} {mode:14s} S={stages}  predicted {planned.predicted.iteration_s:7.3f} s"
-                f"  measured {measured:7.3f} s  ({rows[-1]['error']:+.1%}){'  <- auto' if rows[-1]['auto'] else ''}",
-                flush=True,
-            )
+    seen: set[tuple] = set()  # layouts run: another colocate setting may plan the same
+    for mode, stages, hosting in itertools.product(("shared", "hybrid", "disaggregated"), (1, 2, 4), colocate):
+        settings = [f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={hosting}"]
+        try:
+            planned = make_plan(build_graph(spec_of(workload, out, *settings)), cluster)
+        except (PlanError, SpecError):
+            continue  # infeasible here (devices, envs per slice)
+        layout = (planned.mode, stages, str(planned.placements), str(planned.processes))
+        if layout in seen:
+            continue
+        seen.add(layout)
+        run = mf.run(spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false"))
+        measured = measured_iteration_s(run)
+        rows.append(
+            {
+                "mode": mode,
+                "stages": stages,
+                "predicted_s": planned.predicted.iteration_s,
+                "measured_s": measured,
+                "error": measured / planned.predicted.iteration_s - 1,
+                "co_hosted": bool(planned.processes),
+                "auto": layout == (auto.mode, auto.pipeline_stages, str(auto.placements), str(auto.processes)),
+            }
+        )
+        label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
+        print(
+            f"  {name:14s} {label:24s}  predicted {planned.predicted.iteration_s:7.3f} s"
+            f"  measured {measured:7.3f} s  ({rows[-1]['error']:+.1%}){'  <- auto' if rows[-1]['auto'] else ''}",
+            flush=True,
+        )
     ran = [r for r in rows if "measured_s" in r]
     fastest = min(r["measured_s"] for r in ran)
     chosen = next((r for r in ran if r["auto"]), None)
@@ -147,12 +157,15 @@ def main() -> None:
         default=REPLAN_AFTER + TRIAL_LEFT,
         help="the calibrating run's: long enough by default to try a plan at other batch sizes (a trial)",
     )
+    parser.add_argument(
+        "--colocate", nargs="+", default=["auto"], choices=["auto", "true", "false"], help="placement.colocate values"
+    )
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="m2flow-accuracy-") as tmp:
         os.environ["M2FLOW_COST_CACHE"] = str(Path(tmp) / "cost-cache")  # start knowing nothing
         results = [
-            bench(name, WORKLOADS[name], args.iterations, args.calibration_iterations, Path(tmp))
+            bench(name, WORKLOADS[name], args.iterations, args.calibration_iterations, args.colocate, Path(tmp))
             for name in args.workloads
         ]
     predictions = [r for w in results for r in w["rows"] if "measured_s" in r]

@@ -46,7 +46,7 @@ def planner_accuracy(rel: str, res: Results) -> Block:
     rows = [
         [
             w["workload"],
-            f"{r['mode']} S={r['stages']}",
+            f"{r['mode']} S={r['stages']}" + (" co-hosted" if r.get("co_hosted") else ""),
             fixed(r["predicted_s"]),
             fixed(r["measured_s"]),
             pct(r["error"]),

@@ -239,7 +239,7 @@ class _Simulation:
         self.clock += loop_s
 
     def _busiest_device_step_s(self) -> float:
-        """The most time one device spends on a simulated step's tasks (they run there one at a time): no steady
+        """The most work one device does for a simulated step's tasks (in turn, or sharing a core): no steady
         step is shorter, though the slope of the simulated steps' ends can be, where the last steps end before
         their device's next work (a replica running ahead of another on its device)."""
         per_device: dict[DeviceId, float] = {}
@@ -364,7 +364,7 @@ def _simulate_loop(
     models: set[ReplicaId],
 ) -> tuple[int, int]:
     """Add the loop's tasks of the replicas in `models` (the others copy them) for the first simulated steps,
-    in each replica's program order; a message costs a channel hop unless sender and receiver share a process
+    in each process's program order; a message costs a channel hop unless sender and receiver share a process
     (`together`). Returns the loop's items per step (all replicas') and the steps simulated."""
     loop = graph.loop
     entry = loop.entry.worker

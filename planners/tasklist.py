@@ -1,8 +1,10 @@
-"""The event simulator's task list: tasks with durations and dependencies, list-scheduled on FIFO devices.
+"""The event simulator's task list: tasks with durations (their work) and dependencies, scheduled on devices.
 
-`simulate.py` adds the tasks of a candidate's program and schedules each phase's; here a task starts once
-its dependencies have ended and its device is free. Two loop-specific turns: a call of a port that merges
-slices takes in the next slices whose inputs have ended by its start (`merge_slices`), and the loop's
+`simulate.py` adds the tasks of a candidate's program and schedules each phase's; here a task is ready once
+its dependencies have ended. A GPU (or a core with one process) runs its ready tasks one after another, first
+come first served; a CPU core that hosts several processes shares its time among their tasks in progress
+(`planners/timeshare.py`). Two loop-specific turns: a call of a port that merges slices takes in the next
+slices whose inputs have ended by the time its process is free to call (`merge_slices`), and the loop's
 components that copy a simulated one get its tasks (`planners/symmetry.py`).
 """
 
@@ -41,7 +43,7 @@ class Waiting:
 
 
 class TaskList:
-    """Tasks with durations and dependencies, list-scheduled on FIFO devices. Tasks with the same
+    """Tasks with durations and dependencies, scheduled on their devices. Tasks with the same
     dependencies share one list, which `run` follows once for all of them: a broadcast's inputs are fanned out
     to its n receivers once, not n times."""
 

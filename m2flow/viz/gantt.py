@@ -33,6 +33,7 @@ def draw_gantt(plan: Plan, path: str | Path, max_tasks: int = 4000) -> Path:
             left=task.start,
             height=0.8,
             color=colour[task.worker],
+            alpha=0.8,  # bars overlap on a CPU core that processes share
             edgecolor="black",
             linewidth=0.2,
         )
@@ -82,13 +83,14 @@ def write_gantt_html(plan: Plan, path: str | Path, max_tasks: int = 6000) -> Pat
     bars = []
     for t in tasks:
         y = 30 + devices.index(t.device) * row_h
+        shared = f", {t.work_s * 1e3:.3f} ms of work: the core is shared" if 0 < t.work_s < t.end - t.start else ""
         tip = (
             f"{t.worker}[{t.replica}].{t.port} on {t.device}\n{t.phase}, step {t.step}, slice {t.stage}\n"
-            f"{t.start * 1e3:.3f} -> {t.end * 1e3:.3f} ms ({(t.end - t.start) * 1e3:.3f} ms)"
+            f"{t.start * 1e3:.3f} -> {t.end * 1e3:.3f} ms ({(t.end - t.start) * 1e3:.3f} ms{shared})"
         )
         bars.append(
             f'<rect x="{left + t.start * scale:.2f}" y="{y}" width="{max(0.5, (t.end - t.start) * scale):.2f}"'
-            f' height="{row_h - 6}" fill="{colour[t.worker]}"><title>{escape(tip)}</title></rect>'
+            f' height="{row_h - 6}" fill="{colour[t.worker]}" fill-opacity="0.8"><title>{escape(tip)}</title></rect>'
         )
     labels = [f'<text x="4" y="{30 + i * row_h + 16}">{escape(d.name)}</text>' for i, d in enumerate(devices)]
     legend = " ".join(f'<span style="color:{colour[w]}">&#9632; {escape(w)}</span>' for w in workers)

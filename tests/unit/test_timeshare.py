@@ -11,6 +11,7 @@ from m2flow.graph import build_graph
 from m2flow.planners import make_plan
 from m2flow.planners.tasklist import TaskList
 from m2flow.schedule import Plan, ReplicaId
+from m2flow.viz.gantt import write_gantt_html
 from tests.unit.test_symmetry import spin_workflow
 
 CPU0, GPU0 = DeviceId(0, "cpu", 0), DeviceId(0, "gpu", 0)
@@ -119,3 +120,9 @@ def test_a_policy_in_its_own_process_takes_in_only_the_slices_arrived_when_it_is
     plan = spin_plan(False, stages)
     assert plan.processes == []
     assert sum(t.work_s > 0 for t in calls_in_step(plan, 5, "act")) == calls
+
+
+def test_the_chart_says_where_a_call_shares_its_core(tmp_path):
+    page = write_gantt_html(spin_plan(False, 2), tmp_path / "gantt.html").read_text()
+    assert "of work: the core is shared" in page
+    assert "of work: the core is shared" not in write_gantt_html(spin_plan(True, 2), tmp_path / "one.html").read_text()
