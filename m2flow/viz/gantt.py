@@ -83,7 +83,11 @@ def write_gantt_html(plan: Plan, path: str | Path, max_tasks: int = 6000) -> Pat
     bars = []
     for t in tasks:
         y = 30 + devices.index(t.device) * row_h
-        shared = f", {t.work_s * 1e3:.3f} ms of work: the core is shared" if 0 < t.work_s < t.end - t.start else ""
+        shared = (
+            f", {t.work_s * 1e3:.3f} ms of work: the core is shared"
+            if 0 < t.work_s < (t.end - t.start) * (1 - 1e-9)
+            else ""
+        )
         tip = (
             f"{t.worker}[{t.replica}].{t.port} on {t.device}\n{t.phase}, step {t.step}, slice {t.stage}\n"
             f"{t.start * 1e3:.3f} -> {t.end * 1e3:.3f} ms ({(t.end - t.start) * 1e3:.3f} ms{shared})"
