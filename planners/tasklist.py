@@ -159,11 +159,11 @@ class TaskList:
                     continue
                 core.advance(now)
                 ended, following = core.finish()
-                for tid in following:
-                    begin_on_core(tid, now, core)
                 for tid in ended:
                     self.tasks[tid].end = now
                     release(tid, now)
+                for tid in following:  # after the ends: a merging call takes in what they output
+                    begin_on_core(tid, now, core)
                 next_end_on(device, core)
                 continue
             ready, tid = heapq.heappop(heap)
