@@ -398,6 +398,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_cpu_dec05": partial(planner_accuracy, "planner_accuracy_cpu_dec05.json"),
     "planner_accuracy_cpu_dec05b": partial(planner_accuracy, "planner_accuracy_cpu_dec05b.json"),
     "planner_accuracy_cpu_dec05c": partial(planner_accuracy, "planner_accuracy_cpu_dec05c.json"),
+    "planner_accuracy_cpu_colocate": partial(planner_accuracy, "planner_accuracy_cpu_colocate.json"),
     "gpu_contention_h200": partial(gpu_contention, CONTENTION),
     "gpu_contention_h200_4x48": partial(gpu_contention, CONTENTION_4X48),
     "gpu_contention_h200_tiled": partial(gpu_contention, TILED),
