@@ -249,7 +249,7 @@ def choose_processes(
 ) -> Choice:
     """The process layout and stage count predicted fastest, co-hosting only for a gain of `COLOCATE_GAIN`."""
     options = process_options(graph, placements)
-    shared = Shared()  # the phases outside the loop and the loop's components: alike for every stage count
+    shared = Shared()  # each layout's phases outside the loop and loop components: alike for every stage count
     results = [best_stages(graph, placements, profile, phases, o, shared) for o in options]
     if len(options) == 1:
         return Choice(options[0], "", results[0])

@@ -2,14 +2,15 @@
 
 It interprets the same program the executor runs (`m2flow.program`: phases in order, each op calling
 ports with the same dispatch rules), adding a predicted task for every call instead of a Ray call.
-Inside the loop every replica calls its ports step by step and slice by slice; a task starts when its
-inputs exist and its device is free (devices run one task at a time). A port of `merge_slices` takes into
-the call it starts the next slices of the same step whose inputs all exist by then, as the executor's loop
-takes in those whose messages have arrived (an input whose task is not yet scheduled counts as missing).
+Inside the loop every replica calls its ports step by step and slice by slice, a process its replicas' calls
+one at a time; a task runs once its inputs exist, in turn on a GPU and sharing a CPU core with the other
+processes there (`planners/tasklist.py`). A port of `merge_slices` takes into a call the next slices of the
+same step whose inputs all exist when its process is free to call, as the executor's loop takes in those whose
+messages have arrived.
 Long loops are compressed: the first steps are simulated and the steady-state step time extrapolates the rest;
 and of the loop's components that are copies of one another only one is simulated (`planners/symmetry.py`).
-A phase outside the loop depends on neither the stage count nor the process layout, the loop's components on
-no stage count: the simulations of one placement's candidates share them (`Shared`).
+A phase outside the loop depends on no stage count, the loop's components on no stage count: the simulations
+of one placement's candidates with one process layout share them (`Shared`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ SIMULATED_STEPS = 16
 class PhaseRecord:
     """A phase outside the loop as one simulation ran it: what it added to the clock and to the phases' times
     (in that order), and its tasks' own work per device and per port. Its tasks wait on nothing the loop did
-    and cross no channel hop, so its schedule is the same whatever the loop's stage count and processes."""
+    and cross no channel hop, so its schedule is the same whatever the loop's stage count; not whatever the
+    process layout, since co-hosted replicas call in turn where apart they share their core."""
 
     advances: list[tuple[str, float, float]]  # (the phase time it adds to, seconds added there, to the clock)
     busy: dict[DeviceId, float]
@@ -49,10 +51,11 @@ class PhaseRecord:
 @dataclass
 class Shared:
     """What the simulations of one placement and program share: its phases outside the loop, alike for every
-    stage count and process layout (the first simulation that runs one records it, the others replay it), and
+    stage count of a process layout (the first simulation that runs one records it, the others replay it), and
     the loop's classes of components, alike for every stage count."""
 
-    outside: dict[int, PhaseRecord] = field(default_factory=dict)  # by the phase's index in the program
+    # by the process layout and the phase's index in the program
+    outside: dict[tuple[tuple[tuple[ReplicaId, ...], ...], int], PhaseRecord] = field(default_factory=dict)
     loop_classes: dict[tuple[tuple[ReplicaId, ...], ...], list[LoopClass]] = field(default_factory=dict)
     inputs: tuple = ()  # the graph, placements, profile and phases of the simulations that share it
 
@@ -102,13 +105,14 @@ def simulation(
     shared = shared or Shared()
     shared.check((graph, placements, profile, phases))
     run = _Simulation(graph, placements, stages, profile, processes, shared)
+    layout = tuple(tuple(group) for group in processes)
     for index, phase in enumerate(phases):
         if phase.op == "loop" or phase.overlaps:
             run_phase(phase, run)
-        elif index in shared.outside:
-            run.replay(shared.outside[index])
+        elif (layout, index) in shared.outside:
+            run.replay(shared.outside[(layout, index)])
         else:
-            shared.outside[index] = run.recorded(phase)
+            shared.outside[(layout, index)] = run.recorded(phase)
     if not run.replayed:
         return Simulated(run.prediction(), stages, run.micro_schedule)
     costs = profile.copy()  # as they are now: the tasks are written out later, if at all

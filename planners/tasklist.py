@@ -125,6 +125,7 @@ class TaskList:
         cores = {device: TimeSharedCore() for device in self.time_shared}
         core_ends: list[tuple[float, int, DeviceId]] = []  # (when, token, core): the next end on each core
         tokens = itertools.count()
+        admitted: set[int] = set()  # tasks that follow their process's ended one on a shared core
 
         def release(tid: int, at: float) -> None:
             """Task `tid`'s output is out at `at`: its dependants whose inputs are all out become ready."""
@@ -162,8 +163,9 @@ class TaskList:
                 for tid in ended:
                     self.tasks[tid].end = now
                     release(tid, now)
-                for tid in following:  # after the ends: a merging call takes in what they output
-                    begin_on_core(tid, now, core)
+                for tid in following:  # they begin once every end at this instant is out, as a ready task would
+                    admitted.add(tid)
+                    heapq.heappush(heap, (now, tid))
                 next_end_on(device, core)
                 continue
             ready, tid = heapq.heappop(heap)
@@ -175,7 +177,8 @@ class TaskList:
             core = cores.get(task.device)
             if core is not None:
                 core.advance(ready)
-                if core.arrive(tid, self.together.get((task.worker, task.replica), (task.worker, task.replica))):
+                process = self.together.get((task.worker, task.replica), (task.worker, task.replica))
+                if tid in admitted or core.arrive(tid, process):
                     begin_on_core(tid, ready, core)
                     next_end_on(task.device, core)
                 continue

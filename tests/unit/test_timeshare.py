@@ -85,6 +85,33 @@ def test_a_call_waiting_for_its_gpu_takes_in_the_slices_arrived_when_its_process
     assert (tasks.tasks[act0].start, tasks.tasks[act1].work_s) == (3.0, 1.0)
 
 
+def test_a_call_of_no_work_on_a_shared_core_ends_where_it_starts():
+    tasks = two_workers_on(CPU0)
+    tasks.add("a", 0, "long", 2.0, "then", [])
+    first = tasks.add("b", 0, "nothing", 0.0, "then", [])
+    tasks.add("b", 0, "after", 1.0, "then", [first])
+    tasks.run(0.0, 0)
+    assert spans(tasks) == [(0.0, 3.0), (0.0, 0.0), (0.0, 2.0)]
+
+
+@pytest.mark.parametrize("queued", [False, True])
+def test_a_merging_call_takes_in_a_slice_out_at_its_start_whether_it_waited_for_its_process_or_its_input(queued):
+    """The second slice's input ends at 2, when the policy's previous call does: the call that starts then takes
+    it in, whether it was queued behind that call or became ready with it."""
+    cpu1 = DeviceId(0, "cpu", 1)
+    tasks = TaskList({"env": [CPU0], "other": [CPU0], "policy": [cpu1], "neighbour": [cpu1]}, {})
+    step = tasks.add("env", 0, "step", 1.5, "loop", [])
+    tasks.add("other", 0, "work", 0.5, "loop", [])  # shares core 0 with the step until 1: the step ends at 2
+    previous = tasks.add("policy", 0, "previous", 1.0, "loop", [])
+    tasks.add("neighbour", 0, "work", 1.0, "loop", [])  # shares core 1: the previous call ends at 2
+    act0 = tasks.add("policy", 0, "act", 1.0, "loop", [] if queued else [previous])
+    act1 = tasks.add("policy", 0, "act", 1.0, "loop", [step, act0])
+    tasks.may_merge(act0, 1, lambda rows: 1.0, None)
+    tasks.may_merge(act1, 1, lambda rows: 1.0, act0)
+    tasks.run(0.0, 0)
+    assert (tasks.tasks[act0].start, tasks.tasks[act1].work_s) == (2.0, 0.0)
+
+
 def spin_plan(colocate, stages: int) -> Plan:
     """One simulator process of 4 envs and a policy whose call costs mostly per call, on one core."""
     raw = spin_workflow(1, 1, 1, "shared", stages, colocate=colocate, trainers=1)
