@@ -3,17 +3,46 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
+from pathlib import Path
 from typing import Any
 
 from m2flow.context import WorkerContext
 from m2flow.errors import WorkerError
 
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A port free now for a process group's store to listen on, outside the kernel's ephemeral range: a port
+    the kernel hands out to outgoing connections (Ray opens many) can be taken by one between this check and
+    the store's listen, which then fails with EADDRINUSE."""
+    low, high = ephemeral_range()
+    outside = [span for span in ((LOWEST_PORT, low - 1), (high + 1, 65535)) if span[0] <= span[1]]
+    draw = random.SystemRandom()
+    for _ in range(64 if outside else 0):
+        first, last = draw.choice(outside)
+        port = draw.randint(first, last)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # every draw taken: any port the kernel has free
         sock.bind(("", 0))
         return sock.getsockname()[1]
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel gives outgoing connections (Linux's default where it cannot be read)."""
+    try:
+        low, high = (int(part) for part in EPHEMERAL.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
 
 
 def backend_for(device: str) -> str:
