@@ -53,3 +53,8 @@ def process_groups(graph: MacroGraph, placements: dict[str, Placement]) -> Proce
 def same_process(groups: Processes) -> dict[ReplicaId, int]:
     """Member -> its process group's index (members alone in their process are absent)."""
     return {member: i for i, group in enumerate(groups) for member in group}
+
+
+def process_of(together: dict[ReplicaId, int], replica: ReplicaId) -> int | ReplicaId:
+    """The process `replica` runs in: its co-hosting group's index in `together` (`same_process`), else its own."""
+    return together.get(replica, replica)

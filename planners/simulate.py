@@ -24,7 +24,7 @@ from m2flow.dispatch import gather, split
 from m2flow.graph import MacroGraph
 from m2flow.overlap import Overlap
 from m2flow.planners.merging import merge_slices
-from m2flow.planners.processes import Processes, same_process
+from m2flow.planners.processes import Processes, process_of, same_process
 from m2flow.planners.profile import Profile
 from m2flow.planners.symmetry import LoopClass, loop_classes
 from m2flow.planners.tasklist import TaskList
@@ -387,7 +387,7 @@ def _simulate_loop(
     def call(port: PortRef, step: int) -> None:
         for r in simulated[port.worker]:
             me, group = ReplicaId(port.worker, r), groups[port.worker][r]
-            process = together.get(me, me)
+            process = process_of(together, me)
             for s in range(stages):
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]
                 # a message from each upstream replica of another worker in another process: a channel hop
@@ -396,8 +396,7 @@ def _simulate_loop(
                         sched.tasks[d].replica
                         for d in deps
                         if sched.tasks[d].worker != port.worker
-                        and together.get(ReplicaId(sched.tasks[d].worker, sched.tasks[d].replica), -2)
-                        != together.get(me, -1)
+                        and process_of(together, ReplicaId(sched.tasks[d].worker, sched.tasks[d].replica)) != process
                     }
                 )
                 if process in last_of:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from m2flow.cluster import DeviceId
+from m2flow.planners.processes import process_of
 from m2flow.planners.symmetry import LoopClass
 from m2flow.planners.timeshare import TimeSharedCore, time_shared_cores
 from m2flow.schedule import ReplicaId, Task
@@ -177,7 +178,7 @@ class TaskList:
             core = cores.get(task.device)
             if core is not None:
                 core.advance(ready)
-                process = self.together.get((task.worker, task.replica), (task.worker, task.replica))
+                process = process_of(self.together, ReplicaId(task.worker, task.replica))
                 if tid in admitted or core.arrive(tid, process):
                     begin_on_core(tid, ready, core)
                     next_end_on(task.device, core)

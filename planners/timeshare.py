@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Hashable
 
 from m2flow.cluster import DeviceId
+from m2flow.planners.processes import process_of
 from m2flow.schedule import ReplicaId
 
 DONE = 1e-12  # seconds of work left that count as none (rounding)
@@ -85,6 +86,5 @@ def time_shared_cores(devices: dict[str, list[DeviceId]], together: dict[Replica
     for worker, replica_devices in devices.items():
         for replica, device in enumerate(replica_devices):
             if device.kind == "cpu":
-                me = ReplicaId(worker, replica)
-                processes_on.setdefault(device, set()).add(together.get(me, me))
+                processes_on.setdefault(device, set()).add(process_of(together, ReplicaId(worker, replica)))
     return {device for device, processes in processes_on.items() if len(processes) > 1}
