@@ -246,10 +246,9 @@ class Controller(Asynchronous, InPlace):
             with naming_ranks(self.launch):
                 events = wait_all(calls, self._deadline(f"the {phase.op} phase", phase.op))
         self._record(events, calls)
-        if phase.op == "sync":
-            if size := max((e.bytes for e in events), default=0):  # the state's (none seen: its copies failed)
-                self._result.metrics["sync/bytes"] = float(size)
-            self._release(phase)
+        # the state's size (none seen: its copies failed)
+        if phase.op == "sync" and (size := max((e.bytes for e in events), default=0)):
+            self._result.metrics["sync/bytes"] = float(size)
         if phase.op == "then":
             self._then_metrics(produced, self._result.env_steps)
 
@@ -258,14 +257,6 @@ class Controller(Asynchronous, InPlace):
         """A sync phase's edge and the transport the plan gave it."""
         (edge,) = phase.edges
         return edge, TRANSPORTS[self.launch.transports[edge]]
-
-    def _release(self, phase: Phase) -> None:
-        """A transport whose destinations read the source's buffers: every copy is made, they go."""
-        edge, transport = self._sync_edge(phase)
-        if transport.source_holds:
-            source = self.launch.replicas[edge.src.worker][0]
-            calls = [(source.actor.release_state.remote(str(edge), edge.src.port), source, f"sync {edge} (release)")]
-            self._record(wait_all(calls, self._deadline(f"sync {edge}: release", "sync")), calls)
 
     def _call_replica(
         self, r: Replica, port: str, counts: list[int], refs: list[Any], items: float, phase: Phase

@@ -179,12 +179,6 @@ class WorkerHost:
         self._guarded(transport.connect, edge, "sync start-up")
         return transport
 
-    def release_state(self, edge: str, port: str) -> TaskEvent:
-        """Every destination has its copy of what `port` last published on `edge`: its buckets go."""
-        start = time.time()
-        self.publishers[edge].release()
-        return TaskEvent(f"{port} (release)", "sync", start, time.time())
-
     def publish_state(self, edge: str, port: str, iteration: int) -> tuple[list[Any], TaskEvent]:
         """Call the sync source `port`; the first replica's output goes out by the edge's transport."""
         start = time.time()
@@ -219,9 +213,14 @@ class WorkerHost:
             raise PortFailed(self.ctx.worker, self.ctx.replica, f"sync {edge}", where, traceback.format_exc()) from None
 
     def swap(self, op: str) -> TaskEvent:
-        """`offload` or `onload` every instance (when the class defines it); traced either way."""
+        """`offload` or `onload` every instance (when the class defines it); traced either way. Offloaded,
+        the buckets its sync edges keep between syncs go too."""
         start = time.time()
         self.hook(op)
+        if op == "offload":
+            for transport in [*self.publishers.values(), *self.receivers.values()]:
+                if transport is not None:
+                    transport.forget()
         return TaskEvent(op, "swap", start, time.time())
 
     def hook(self, name: str, *args: Any) -> list[Any] | None:

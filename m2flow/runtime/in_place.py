@@ -177,7 +177,6 @@ class InPlace:
             self.copy_state(edge.dst, self.call(edge.src, [], phase)[0], phase, None if transport.meets else targets)
             calls, self._calls = self._calls, []
             self._record(wait_all(calls, self._deadline(f"sync {edge} to a replacement", "sync")), calls)
-            self._release(phase)
             if now is not None and phase != now:
                 self.swap(now)
 

@@ -6,11 +6,16 @@ dicts of tensors are packed, every tensor at an aligned offset of a flat uint8 b
 when the state is large); everything else travels in the manifest as is. The destination unpacks views
 of the buckets it received under the same keys and names, so its port gets a value of the same shape,
 with its own device's tensors, and checks versions and checksums as it always did.
+
+A source keeps its buckets from sync to sync while the state's layout (names, dtypes, shapes) holds, and
+refills them in place: a sync is published only after every destination copied the one before (the sync
+phase waits for them all). Offloading the worker drops them (`forget`).
 """
 
 from __future__ import annotations
 
 import datetime
+import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -39,12 +44,14 @@ class Slot:
 @dataclass(frozen=True)
 class StateManifest:
     """What a destination needs to rebuild the source's value: its plain entries, where each tensor
-    sits, the bucket sizes (and, for `cuda_ipc`, the handles that map the source's buckets)."""
+    sits, the bucket sizes (and, for `cuda_ipc`, the handles that map the source's buckets, with the id of
+    that set of buckets: a destination maps a set once)."""
 
     fields: dict[str, Any]
     slots: tuple[Slot, ...]
     bucket_bytes: tuple[int, ...]
     handles: tuple[Any, ...] = ()
+    generation: str = ""
 
     @property
     def nbytes(self) -> int:
@@ -78,11 +85,9 @@ def _tensor_trees(value: Any) -> dict[str, dict[str, Any]]:
     }
 
 
-def pack(value: dict[str, Any], device: str = "cpu", bucket_bytes: int = BUCKET_BYTES) -> tuple[dict, tuple, list]:
-    """(plain fields, slots, uint8 buckets on `device`): every tensor of `value`'s tensor dicts copied
-    into flat buckets, in order."""
-    import torch
-
+def layout(value: dict[str, Any], bucket_bytes: int = BUCKET_BYTES) -> tuple[dict, tuple[Slot, ...], list, list]:
+    """(plain fields, slots, bucket sizes, tensors in slot order): where every tensor of `value`'s tensor
+    dicts goes in flat buckets."""
     trees = _tensor_trees(value)
     fields = {k: v for k, v in value.items() if k not in trees}
     tensors = [(key, name, t.detach()) for key, tree in trees.items() for name, t in tree.items()]
@@ -98,12 +103,28 @@ def pack(value: dict[str, Any], device: str = "cpu", bucket_bytes: int = BUCKET_
         slots.append(
             Slot(key, name, len(sizes) - 1, offset, nbytes, str(t.dtype).removeprefix("torch."), tuple(t.shape))
         )
-    buckets = [torch.empty(size, dtype=torch.uint8, device=device) for size in sizes]
-    for slot, (_, _, t) in zip(slots, tensors, strict=True):
+    return fields, tuple(slots), sizes, [t for _, _, t in tensors]
+
+
+def fill(buckets: list, slots: tuple[Slot, ...], tensors: list) -> None:
+    """Copy each tensor into its slot of `buckets`."""
+    import torch
+
+    for slot, t in zip(slots, tensors, strict=True):
         buckets[slot.bucket][slot.offset : slot.offset + slot.nbytes].copy_(
             t.contiguous().reshape(-1).view(torch.uint8)
         )
-    return fields, tuple(slots), buckets
+
+
+def pack(value: dict[str, Any], device: str = "cpu", bucket_bytes: int = BUCKET_BYTES) -> tuple[dict, tuple, list]:
+    """(plain fields, slots, uint8 buckets on `device`): every tensor of `value`'s tensor dicts copied
+    into new flat buckets, in order."""
+    import torch
+
+    fields, slots, sizes, tensors = layout(value, bucket_bytes)
+    buckets = [torch.empty(size, dtype=torch.uint8, device=device) for size in sizes]
+    fill(buckets, slots, tensors)
+    return fields, slots, buckets
 
 
 def unpack(manifest: StateManifest, buckets: list) -> dict[str, Any]:
@@ -124,11 +145,11 @@ class SyncTransport(ABC):
     name: ClassVar[Transport]
     source_sends: ClassVar[bool] = False
     meets: ClassVar[bool] = False  # a group that meets at a rendezvous on the source's node
-    source_holds: ClassVar[bool] = False  # the destinations read the source's buckets: `release` after them
 
     def __init__(self, route: Route, device: str):
         self.route, self.device = route, device
-        self._outbox: list = []  # the buckets of the last publish, until sent or released
+        self._buckets: list = []  # the source's packed state, refilled while its layout holds
+        self._slots: tuple[Slot, ...] = ()  # that layout
 
     def connect(self) -> None:
         """Meet the edge's other replicas (every member calls it at once, at start-up)."""
@@ -142,17 +163,35 @@ class SyncTransport(ABC):
         """The source's part of the transfer after `publish` (bytes sent)."""
         return 0
 
-    def release(self) -> None:
-        """Every destination has its copy: the source's buckets go."""
-        self._outbox = []
-
     @abstractmethod
     def receive(self, message: Any) -> Any:
         """The value the destination's port is called with."""
 
-    def _pack(self, value: dict[str, Any]) -> tuple[dict, tuple[Slot, ...]]:
-        fields, slots, self._outbox = pack(value, self.device)  # the previous buckets went at publish
-        return fields, slots
+    def forget(self) -> None:
+        """The worker is offloaded: the buckets it keeps between syncs go (the next sync makes new ones)."""
+        self._buckets, self._slots = [], ()
+
+    def _pack(self, value: dict[str, Any]) -> tuple[dict, tuple[Slot, ...], bool]:
+        """(plain fields, slots, whether the buckets are new): `value`'s tensors copied into the buckets kept
+        from the last sync where the layout is the same, else into new ones."""
+        import torch
+
+        fields, slots, sizes, tensors = layout(value)
+        fresh = slots != self._slots
+        if fresh:
+            self._buckets = []  # the old ones go before the new ones are made
+            self._buckets = [torch.empty(size, dtype=torch.uint8, device=self.device) for size in sizes]
+            self._slots = slots
+        fill(self._buckets, slots, tensors)
+        return fields, slots, fresh
+
+    @property
+    def buckets(self) -> list:
+        """The source's buckets as its last `publish` filled them."""
+        return self._buckets
+
+    def _sizes(self) -> tuple[int, ...]:
+        return tuple(b.numel() for b in self._buckets)
 
 
 class ObjectStoreTransport(SyncTransport):
@@ -201,18 +240,15 @@ class CollectiveTransport(SyncTransport):
             self._group = dist.ProcessGroupGloo(store, r.rank, r.world, timeout)
 
     def publish(self, value: Any) -> StateManifest | Any:
-        self.release()
         if not _tensor_trees(value):
             return value
-        fields, slots = self._pack(value)
-        return StateManifest(fields, slots, tuple(b.numel() for b in self._outbox))
+        fields, slots, _ = self._pack(value)
+        return StateManifest(fields, slots, self._sizes())
 
     def send(self) -> int:
-        sent = sum(b.numel() for b in self._outbox)
-        for bucket in self._outbox:
+        for bucket in self._buckets:
             self._broadcast(bucket)
-        self.release()  # sent: the destinations hold their own copies
-        return sent
+        return sum(self._sizes())
 
     def receive(self, message: Any) -> Any:
         if not isinstance(message, StateManifest):
@@ -234,34 +270,48 @@ class CollectiveTransport(SyncTransport):
 
 
 class CudaIpcTransport(SyncTransport):
-    """The source's buckets mapped into each destination on the same GPU (CUDA IPC) and copied there; the
-    source keeps them until every destination has its copy (`release`)."""
+    """The source's buckets mapped into each destination on the same GPU (CUDA IPC) and copied there. The
+    source makes their handles once per set of buckets, and a destination maps a set once and keeps the
+    mapping: opening a mapping costs milliseconds, copying through one a device copy."""
 
     name = "cuda_ipc"
-    source_holds = True
+
+    def __init__(self, route: Route, device: str):
+        super().__init__(route, device)
+        self._handles: tuple[Any, ...] = ()  # source: its buckets' handles
+        self._generation = ""  # which set of buckets they map: a new set (or a restarted source) gets a new id
+        self._mapped: tuple[str, list] = ("", [])  # destination: the source's buckets mapped, with their id
 
     def publish(self, value: Any) -> StateManifest | Any:
-        self.release()
         if not _tensor_trees(value):
             return value
         import torch
         from torch.multiprocessing.reductions import reduce_tensor
 
-        fields, slots = self._pack(value)
-        torch.cuda.current_stream().synchronize()  # the buckets are full before anyone maps them
-        handles = tuple(reduce_tensor(b) for b in self._outbox)
-        return StateManifest(fields, slots, tuple(b.numel() for b in self._outbox), handles)
+        fields, slots, fresh = self._pack(value)
+        torch.cuda.current_stream().synchronize()  # the buckets are full before anyone reads them
+        if fresh:
+            self._handles = tuple(reduce_tensor(b) for b in self._buckets)
+            self._generation = uuid.uuid4().hex
+        return StateManifest(fields, slots, self._sizes(), self._handles, self._generation)
 
     def receive(self, message: Any) -> Any:
         if not isinstance(message, StateManifest):
             return message
         import torch
 
-        mapped = [rebuild(*args) for rebuild, args in message.handles]
-        buckets = [m.clone() for m in mapped]  # ours: the source reuses its memory after this sync
+        generation, mapped = self._mapped
+        if generation != message.generation:
+            self._mapped = ("", [])  # the old mapping closes before the new one opens
+            mapped = [rebuild(*args) for rebuild, args in message.handles]
+            self._mapped = (message.generation, mapped)
+        buckets = [m.clone() for m in mapped]  # ours: the source refills its buckets at the next sync
         torch.cuda.current_stream().synchronize()
-        del mapped
         return unpack(message, buckets)
+
+    def forget(self) -> None:
+        super().forget()
+        self._handles, self._generation, self._mapped = (), "", ("", [])
 
 
 TRANSPORTS: dict[Transport, type[SyncTransport]] = {

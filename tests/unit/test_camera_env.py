@@ -136,7 +136,7 @@ def test_ppo_on_cameras_trains_on_batches_with_and_without_an_episode_a_time_lim
 
 def evaluation_weights(policy: dict, version: int = 1) -> dict:
     from m2flow.workers.models import PolicyArgs
-    from m2flow.workers.models.mlp import state_checksum
+    from m2flow.workers.models.checksum import state_checksum
 
     torch.manual_seed(0)
     state = PolicyArgs(**policy).build().state_dict()

@@ -196,32 +196,41 @@ def test_bf16_computes_in_bf16_on_cuda():
     assert all(p.dtype == torch.float32 for p in ppo.model.parameters())
 
 
-def _receive_over_cuda_ipc(manifest, results) -> None:
+def _receive_over_cuda_ipc(manifests, results) -> None:
     from m2flow.runtime.weight_sync import CudaIpcTransport, Route
 
-    value = CudaIpcTransport(Route("cuda_ipc"), "cuda").receive(manifest)
-    # numpy (bf16 widened exactly to fp32): tensors on a queue would outlive this process in shared memory
-    results.put({"version": value["version"], **{k: v.float().cpu().numpy() for k, v in value["state"].items()}})
+    receiver = CudaIpcTransport(Route("cuda_ipc"), "cuda")  # one end, kept: it maps a set of buckets once
+    while (manifest := manifests.get(timeout=120)) is not None:
+        value = receiver.receive(manifest)
+        # numpy (bf16 widened exactly to fp32): tensors on a queue would outlive this process in shared memory
+        results.put({"version": value["version"], **{k: v.float().cpu().numpy() for k, v in value["state"].items()}})
 
 
-def test_cuda_ipc_hands_a_state_to_another_process_on_the_gpu_bit_for_bit():
+def test_cuda_ipc_hands_states_to_another_process_bit_for_bit_refilling_its_buckets_while_the_layout_holds():
     import torch.multiprocessing as mp
 
     from m2flow.runtime.weight_sync import CudaIpcTransport, Route
 
-    state = {"w": torch.randn(1000, 1000, device="cuda"), "b": torch.randn(7, device="cuda").bfloat16()}
+    first = {"w": torch.randn(1000, 1000, device="cuda"), "b": torch.randn(7, device="cuda").bfloat16()}
+    states = [first, {k: v * 2 for k, v in first.items()}, {"w": torch.randn(10, 3, device="cuda")}]
     sender = CudaIpcTransport(Route("cuda_ipc"), "cuda")  # holds the buckets the receiver maps
-    manifest = sender.publish({"version": 3, "state": state})
-    assert manifest.nbytes >= 4 * 1000 * 1000
     context = mp.get_context("spawn")
-    results = context.Queue()
-    receiver = context.Process(target=_receive_over_cuda_ipc, args=(manifest, results))
+    manifests, results = context.Queue(), context.Queue()
+    receiver = context.Process(target=_receive_over_cuda_ipc, args=(manifests, results))
     receiver.start()
-    got = results.get(timeout=120)
+    sent, got = [], []
+    for version, state in enumerate(states, start=3):  # each sync after the last one's copy, as the phase runs
+        sent.append(sender.publish({"version": version, "state": state}))
+        manifests.put(sent[-1])
+        got.append(results.get(timeout=120))
+    manifests.put(None)
     receiver.join(60)
-    assert got["version"] == 3
-    assert torch.equal(torch.from_numpy(got["w"]), state["w"].cpu())
-    assert torch.equal(torch.from_numpy(got["b"]), state["b"].float().cpu())
+    assert sent[0].nbytes >= 4 * 1000 * 1000
+    assert sent[0].generation == sent[1].generation != sent[2].generation  # refilled, then new buckets
+    for version, (state, received) in enumerate(zip(states, got, strict=True), start=3):
+        assert received["version"] == version
+        for name, tensor in state.items():
+            assert torch.equal(torch.from_numpy(received[name]), tensor.float().cpu()), (version, name)
 
 
 def test_an_hf_backbone_loads_straight_onto_the_worker_s_gpu_and_acts_there(tmp_path):

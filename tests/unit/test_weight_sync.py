@@ -84,6 +84,30 @@ def test_a_packed_state_unpacks_bit_for_bit_with_its_plain_fields(bucket_bytes):
         assert torch.equal(got, tensor), name
 
 
+def test_a_source_refills_its_buckets_while_the_layout_holds_and_makes_new_ones_when_it_changes():
+    source = CollectiveTransport(Route("collective"), "cpu")
+    value = _state()
+    source.publish(value)
+    kept = [b.data_ptr() for b in source.buckets]
+    value["state"]["w"].add_(1.0)
+    manifest = source.publish(value)  # the next sync: the same names, dtypes and shapes
+    assert [b.data_ptr() for b in source.buckets] == kept
+    assert torch.equal(unpack(manifest, source.buckets)["state"]["w"], value["state"]["w"])
+    value["state"]["w"] = torch.randn(4, 5)  # a new shape: a new layout
+    manifest = source.publish(value)
+    assert manifest.slots[0].shape == (4, 5)
+    assert torch.equal(unpack(manifest, source.buckets)["state"]["w"], value["state"]["w"])
+
+
+def test_a_forgetting_source_packs_its_next_sync_into_new_buckets():
+    source = CollectiveTransport(Route("collective"), "cpu")
+    source.publish(_state())
+    source.forget()  # offloaded
+    assert source.buckets == []
+    manifest = source.publish(_state())
+    assert manifest.nbytes == sum(b.numel() for b in source.buckets) > 0
+
+
 def test_the_object_store_carries_host_copies_that_training_cannot_change():
     value = _state()
     sent = ObjectStoreTransport(Route("object_store"), "cpu").publish(value)

@@ -95,7 +95,7 @@ class PPO:
     def weights(self) -> dict[str, Any]:
         """The policy state for inference workers, versioned and checksummed (a collective on every rank): all
         of it, or — when parts are frozen (LoRA) — only what training changes (`scope: trainable`)."""
-        from m2flow.workers.models.mlp import state_checksum
+        from m2flow.workers.models.checksum import state_checksum
 
         state = self.backend.full_state_dict(self.model)
         frozen = {name for name, p in self.model.named_parameters() if not p.requires_grad}

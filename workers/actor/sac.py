@@ -83,7 +83,7 @@ class SAC:
         self._priorities: dict[str, np.ndarray] = {}
 
     def weights(self) -> dict[str, Any]:
-        from m2flow.workers.models.mlp import state_checksum
+        from m2flow.workers.models.checksum import state_checksum
 
         state = {k: v.detach().clone() for k, v in self.actor.state_dict().items()}
         return {"version": self.version, "state": state, "checksum": state_checksum(state), "scope": "all"}

@@ -85,7 +85,7 @@ class Evaluator:
         self.clip_actions = clip_actions
 
     def run(self, weights: dict[str, Any]) -> dict[str, float]:
-        from m2flow.workers.models.mlp import checksum_matches
+        from m2flow.workers.models.checksum import checksum_matches
 
         if not checksum_matches(weights["state"], weights["checksum"]):
             raise ValueError("evaluate: the weights do not match their checksum (a torn update); not evaluated")

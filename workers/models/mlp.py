@@ -92,19 +92,3 @@ class GaussianMLP(nn.Module):
     def _value(self, x: torch.Tensor) -> torch.Tensor:
         """A fresh tensor, not a view: FSDP2's backward hook must not see in-place edits of a view."""
         return self.critic(x).squeeze(-1).clone()
-
-
-def state_checksum(state: dict[str, torch.Tensor]) -> float:
-    """A position-weighted sum over every tensor: a copy cut short or reordered does not match."""
-    total = 0.0
-    for i, key in enumerate(sorted(state)):
-        flat = state[key].detach().reshape(-1).double()  # on the tensor's device: no copy to the host
-        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device)
-        total += (i + 1) * float((flat * weights).sum())
-    return total
-
-
-def checksum_matches(state: dict[str, torch.Tensor], checksum: float) -> bool:
-    """`state` is what the sender summed into `checksum`: equal up to rounding, since the sender may sum on
-    another device (a GPU reduces in another order than a CPU)."""
-    return math.isclose(state_checksum(state), checksum, rel_tol=1e-9)

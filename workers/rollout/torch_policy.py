@@ -166,7 +166,7 @@ class TorchPolicy:
                 f"load_weights: torn weights v{version}: missing {sorted(missing)[:3]},"
                 f" unexpected {sorted(extra)[:3]}, wrong shape {bad[:3]}"
             )
-        from m2flow.workers.models.mlp import checksum_matches
+        from m2flow.workers.models.checksum import checksum_matches
 
         if "checksum" in weights and not checksum_matches(state, weights["checksum"]):
             raise WorkerError(f"load_weights: torn weights v{version}: contents do not match their checksum")
