@@ -2,7 +2,8 @@
 trained on a fixed batch, its weights synced to an inference replica every iteration) run once per
 transport the placement allows, side by side. Per transport: the sync phase's seconds per iteration
 (median after the first; `actor.weights`, the transfer and `rollout.load_weights`), its share of the
-iteration, the bytes moved, and that the rollout loaded every version.
+iteration, the bytes moved, and that the rollout loaded every version; and from the run's trace, where the sync
+goes: the source's part (its port, packing, handles) and the destination's (receiving, checking, loading).
 
     python benchmarks/weight_sync.py [--size 100m] [--iterations 5]
 
@@ -14,6 +15,7 @@ Last line: `weight sync <params>: <fast>/object_store <x>x (<ms> ms vs <ms> ms)`
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 
@@ -62,6 +64,13 @@ def placement(gpus: int) -> dict:
     return {"devices": {"data": 0, "actor": 0, "rollout": 1}, "offload": "never"}
 
 
+def span_s(run_dir: Path, name: str) -> float:
+    """The median span of the trace's `name` tasks after the first iteration, in seconds."""
+    events = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    spans = [e["dur"] / 1e6 for e in events if e["ph"] == "X" and e["name"] == name and e["args"]["iteration"] > 0]
+    return statistics.median(spans)
+
+
 def measure(transport: str, gpus: int, args: argparse.Namespace, out: Path) -> dict:
     result = mf.run(workflow(transport, gpus, args, out))
     later = result.history[1:]
@@ -74,6 +83,8 @@ def measure(transport: str, gpus: int, args: argparse.Namespace, out: Path) -> d
         "sync_s": sync_s,
         "iteration_s": iteration_s,
         "sync_share": sync_s / iteration_s,
+        "source_s": span_s(result.run_dir, "weights"),
+        "destination_s": span_s(result.run_dir, "load_weights"),
         "bytes": result.last["sync/bytes"],
         "versions": versions,
     }
@@ -93,7 +104,8 @@ def main() -> None:
         row = measure(transport, gpus, args, Path(args.out) / "tmp")
         rows.append(row)
         print(
-            f"{row['transport']:12} {row['sync_s'] * 1e3:8.1f} ms/sync, {row['sync_share']:.1%} of a"
+            f"{row['transport']:12} {row['sync_s'] * 1e3:8.1f} ms/sync (source {row['source_s'] * 1e3:.1f} ms,"
+            f" destination {row['destination_s'] * 1e3:.1f} ms), {row['sync_share']:.1%} of a"
             f" {row['iteration_s']:.3f} s iteration, {row['bytes'] / 2**20:.0f} MiB, versions {row['versions']}",
             flush=True,
         )
