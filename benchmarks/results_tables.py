@@ -303,6 +303,24 @@ def weight_sync(rels: list[str], res: Results) -> Block:
     return Block([caption, "", *table(header, rows, "llllrrrr")], rels)
 
 
+def weight_sync_by_commit(rels: list[str], res: Results) -> Block:
+    """The same benchmark at two commits, one after the other on one machine: where each sync goes."""
+    rows = []
+    for rel in rels:
+        data = res.json(rel)
+        for r in data["rows"]:
+            parts = [fixed(r[key] * 1e3, 1) for key in ("sync_s", "source_s", "destination_s")]
+            rows.append([data["meta"]["commit"], r["transport"], *parts, f"{r['sync_share']:.1%}"])
+    data = res.json(rels[0])
+    caption = (
+        f"*a ViT {data['size']} policy (fp32) synced actor -> rollout every iteration, each commit's run after the"
+        " other's on one machine; medians over iterations 2-5: the sync phase, the source's part (`actor.weights`,"
+        " packing) and the destination's (receiving, the checksum check, loading), from the runs' traces*"
+    )
+    header = ["commit", "transport", "ms / sync", "source ms", "destination ms", "of the iteration"]
+    return Block([caption, "", *table(header, rows, "llrrrr")], rels)
+
+
 def camera_vit_sync(rels: list[str], res: Results) -> Block:
     """The camera workload with the 100M ViT on one H200, by the weight sync's transport and the mode."""
     rows = [r for rel in rels for r in res.rows(rel) if "measured_s" in r]
@@ -427,6 +445,9 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "async_h200_koff": partial(learning, ASYNC_H200_KOFF),
     "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
     "weight_sync_h200_dec05": partial(weight_sync, ["gpu26/weight_sync.json"]),
+    "weight_sync_cpu_checksum": partial(
+        weight_sync_by_commit, ["weight_sync_cpu_a5c72fe.json", "weight_sync_cpu_72eeca7.json"]
+    ),
     "camera_vit_sync_h200": partial(camera_vit_sync, [CAMERA_VIT_STORE, CAMERA_VIT]),
     "camera_gpu_pipeline_h200": partial(camera_gpu_pipeline, "gpu13/modes_camera_vit_bf16.json"),
     **{
