@@ -30,7 +30,7 @@ from m2flow.runtime.weight_sync import TRANSPORTS, Route
 from m2flow.runtime.wiring import LoopChannels
 from m2flow.schedule import Plan, ReplicaId
 from m2flow.spec import Edge
-from m2flow.transfer import Transport
+from m2flow.transfer import Transport, mapping_kept
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,8 @@ class Launch:
         sources, targets = self.replicas[edge.src.worker], self.replicas[edge.dst.worker]
         meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if TRANSPORTS[transport].meets else {}
         timeouts = {"timeout_s": 2 * self.deadlines.phase("sync"), "meet_s": self.timeouts.start_s}
-        route = partial(Route, transport, world=len(targets) + 1, edge=str(edge), **timeouts, **meet)
+        keep = mapping_kept(self.plan, edge.src.worker, edge.dst.worker)
+        route = partial(Route, transport, world=len(targets) + 1, edge=str(edge), keep_mapping=keep, **timeouts, **meet)
         setup = [(r, "set_source", route(rank=0) if r.index == 0 else None) for r in sources]
         setup += [(r, "set_target", route(rank=r.index + 1)) for r in targets]
         calls = []

@@ -71,6 +71,7 @@ class Route:
     timeout_s: float = 60.0  # a transfer
     meet_s: float = 60.0  # the group meeting at start-up
     edge: str = ""
+    keep_mapping: bool = True  # `cuda_ipc`: a destination keeps the source's buckets mapped (`mapping_kept`)
 
 
 def _tensor_trees(value: Any) -> dict[str, dict[str, Any]]:
@@ -272,7 +273,8 @@ class CollectiveTransport(SyncTransport):
 class CudaIpcTransport(SyncTransport):
     """The source's buckets mapped into each destination on the same GPU (CUDA IPC) and copied there. The
     source makes their handles once per set of buckets, and a destination maps a set once and keeps the
-    mapping: opening a mapping costs milliseconds, copying through one a device copy."""
+    mapping (opening one costs milliseconds, copying through one a device copy), unless the route says the
+    plan swaps either end out of device memory."""
 
     name = "cuda_ipc"
 
@@ -307,6 +309,8 @@ class CudaIpcTransport(SyncTransport):
             self._mapped = (message.generation, mapped)
         buckets = [m.clone() for m in mapped]  # ours: the source refills its buckets at the next sync
         torch.cuda.current_stream().synchronize()
+        if not self.route.keep_mapping:
+            self._mapped = ("", [])
         return unpack(message, buckets)
 
     def forget(self) -> None:
