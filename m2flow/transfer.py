@@ -96,8 +96,8 @@ def sync_transports(graph: MacroGraph, plan: Plan) -> dict[str, Transport]:
     return chosen
 
 
-def mapping_kept(plan: Plan, src_worker: str, dst_worker: str) -> bool:
-    """Whether a destination keeps the source's buckets mapped from sync to sync (`cuda_ipc`): not where the
-    plan swaps either end out of device memory, since the mapping would hold the source's buckets in its
-    device memory while the worker is out."""
-    return not any(w in (src_worker, dst_worker) for phase in plan.phases for w in phase.offload)
+def mapping_kept(plan: Plan, src_worker: str) -> bool:
+    """Whether a sync's destinations keep the source's buckets mapped from sync to sync (`cuda_ipc`): not where
+    the plan swaps the source out of device memory, since a mapping would hold its buckets there while it is
+    out (a destination swapped out drops its own mapping)."""
+    return not any(src_worker in phase.offload for phase in plan.phases)

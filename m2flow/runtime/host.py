@@ -213,14 +213,14 @@ class WorkerHost:
             raise PortFailed(self.ctx.worker, self.ctx.replica, f"sync {edge}", where, traceback.format_exc()) from None
 
     def swap(self, op: str) -> TaskEvent:
-        """`offload` or `onload` every instance (when the class defines it); traced either way. Offloaded,
-        the buckets its sync edges keep between syncs go too."""
+        """`offload` or `onload` every instance (when the class defines it); traced either way. Before an
+        offload, what its sync edges keep on the device goes (the instances' offload may then empty the cache)."""
         start = time.time()
-        self.hook(op)
         if op == "offload":
             for transport in [*self.publishers.values(), *self.receivers.values()]:
                 if transport is not None:
                     transport.forget()
+        self.hook(op)
         return TaskEvent(op, "swap", start, time.time())
 
     def hook(self, name: str, *args: Any) -> list[Any] | None:

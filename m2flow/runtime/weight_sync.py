@@ -7,15 +7,14 @@ when the state is large); everything else travels in the manifest as is. The des
 of the buckets it received under the same keys and names, so its port gets a value of the same shape,
 with its own device's tensors, and checks versions and checksums as it always did.
 
-A source keeps its buckets from sync to sync while the state's layout (names, dtypes, shapes) holds, and
-refills them in place: a sync is published only after every destination copied the one before (the sync
-phase waits for them all). Offloading the worker drops them (`forget`).
+By `cuda_ipc` the source keeps its buckets from sync to sync while the state's layout (names, dtypes, shapes)
+holds and refills them in place (a sync is published only after the sync phase awaited every destination's
+copy of the one before), and each destination keeps them mapped; offloading drops them (`forget`).
 """
 
 from __future__ import annotations
 
 import datetime
-import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -44,14 +43,12 @@ class Slot:
 @dataclass(frozen=True)
 class StateManifest:
     """What a destination needs to rebuild the source's value: its plain entries, where each tensor
-    sits, the bucket sizes (and, for `cuda_ipc`, the handles that map the source's buckets, with the id of
-    that set of buckets: a destination maps a set once)."""
+    sits, the bucket sizes (and, for `cuda_ipc`, the handles that map the source's buckets)."""
 
     fields: dict[str, Any]
     slots: tuple[Slot, ...]
     bucket_bytes: tuple[int, ...]
-    handles: tuple[Any, ...] = ()
-    generation: str = ""
+    handles: tuple[tuple[Any, ...], ...] = ()  # `cuda_ipc`: per destination replica, a handle per bucket
 
     @property
     def nbytes(self) -> int:
@@ -71,7 +68,7 @@ class Route:
     timeout_s: float = 60.0  # a transfer
     meet_s: float = 60.0  # the group meeting at start-up
     edge: str = ""
-    keep_mapping: bool = True  # `cuda_ipc`: a destination keeps the source's buckets mapped (`mapping_kept`)
+    keep_mapping: bool = False  # `cuda_ipc`: a destination keeps the source's buckets mapped (`mapping_kept`)
 
 
 def _tensor_trees(value: Any) -> dict[str, dict[str, Any]]:
@@ -139,6 +136,32 @@ def unpack(manifest: StateManifest, buckets: list) -> dict[str, Any]:
     return value
 
 
+class KeptBuckets:
+    """A source's packed state kept from sync to sync: refilled in place while the state's layout (names,
+    dtypes, shapes) holds, made anew when it changes."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.buckets: list = []
+        self.slots: tuple[Slot, ...] = ()
+
+    def pack(self, value: dict[str, Any]) -> tuple[dict, tuple[Slot, ...], bool]:
+        """(plain fields, slots, whether the buckets are new), `value`'s tensors copied into the buckets."""
+        import torch
+
+        fields, slots, sizes, tensors = layout(value)
+        fresh = slots != self.slots
+        if fresh:
+            self.buckets = []  # the old ones go before the new ones are made
+            self.buckets = [torch.empty(size, dtype=torch.uint8, device=self.device) for size in sizes]
+            self.slots = slots
+        fill(self.buckets, slots, tensors)
+        return fields, slots, fresh
+
+    def clear(self) -> None:
+        self.buckets, self.slots = [], ()
+
+
 class SyncTransport(ABC):
     """One replica's end of one sync edge: `publish` on the source's first replica, `send` there too when
     the transport needs the source's part (`source_sends`), `receive` on each destination replica."""
@@ -149,8 +172,6 @@ class SyncTransport(ABC):
 
     def __init__(self, route: Route, device: str):
         self.route, self.device = route, device
-        self._buckets: list = []  # the source's packed state, refilled while its layout holds
-        self._slots: tuple[Slot, ...] = ()  # that layout
 
     def connect(self) -> None:
         """Meet the edge's other replicas (every member calls it at once, at start-up)."""
@@ -169,30 +190,8 @@ class SyncTransport(ABC):
         """The value the destination's port is called with."""
 
     def forget(self) -> None:
-        """The worker is offloaded: the buckets it keeps between syncs go (the next sync makes new ones)."""
-        self._buckets, self._slots = [], ()
-
-    def _pack(self, value: dict[str, Any]) -> tuple[dict, tuple[Slot, ...], bool]:
-        """(plain fields, slots, whether the buckets are new): `value`'s tensors copied into the buckets kept
-        from the last sync where the layout is the same, else into new ones."""
-        import torch
-
-        fields, slots, sizes, tensors = layout(value)
-        fresh = slots != self._slots
-        if fresh:
-            self._buckets = []  # the old ones go before the new ones are made
-            self._buckets = [torch.empty(size, dtype=torch.uint8, device=self.device) for size in sizes]
-            self._slots = slots
-        fill(self._buckets, slots, tensors)
-        return fields, slots, fresh
-
-    @property
-    def buckets(self) -> list:
-        """The source's buckets as its last `publish` filled them."""
-        return self._buckets
-
-    def _sizes(self) -> tuple[int, ...]:
-        return tuple(b.numel() for b in self._buckets)
+        """The worker is about to be offloaded: what the transport keeps on its device between syncs goes."""
+        return None
 
 
 class ObjectStoreTransport(SyncTransport):
@@ -225,6 +224,7 @@ class CollectiveTransport(SyncTransport):
     def __init__(self, route: Route, device: str):
         super().__init__(route, device)
         self._group = None
+        self._outbox: list = []  # the buckets of the last publish, until sent
 
     def connect(self) -> None:
         import torch
@@ -241,15 +241,18 @@ class CollectiveTransport(SyncTransport):
             self._group = dist.ProcessGroupGloo(store, r.rank, r.world, timeout)
 
     def publish(self, value: Any) -> StateManifest | Any:
+        self._outbox = []
         if not _tensor_trees(value):
             return value
-        fields, slots, _ = self._pack(value)
-        return StateManifest(fields, slots, self._sizes())
+        fields, slots, self._outbox = pack(value, self.device)
+        return StateManifest(fields, slots, tuple(b.numel() for b in self._outbox))
 
     def send(self) -> int:
-        for bucket in self._buckets:
+        sent = sum(b.numel() for b in self._outbox)
+        for bucket in self._outbox:
             self._broadcast(bucket)
-        return sum(self._sizes())
+        self._outbox = []  # sent: the destinations hold their own copies
+        return sent
 
     def receive(self, message: Any) -> Any:
         if not isinstance(message, StateManifest):
@@ -272,17 +275,19 @@ class CollectiveTransport(SyncTransport):
 
 class CudaIpcTransport(SyncTransport):
     """The source's buckets mapped into each destination on the same GPU (CUDA IPC) and copied there. The
-    source makes their handles once per set of buckets, and a destination maps a set once and keeps the
-    mapping (opening one costs milliseconds, copying through one a device copy), unless the route says the
-    plan swaps either end out of device memory."""
+    source keeps and refills its buckets (`KeptBuckets`); a destination keeps its mapping of them where the
+    route says so (opening one costs milliseconds, copying through one a device copy).
+
+    Each publish shares the buckets anew for every destination replica: torch counts a shared block's
+    users per share (a destination that maps a block it already holds hands its share back at once), so a
+    block is freed once every share is handed back."""
 
     name = "cuda_ipc"
 
     def __init__(self, route: Route, device: str):
         super().__init__(route, device)
-        self._handles: tuple[Any, ...] = ()  # source: its buckets' handles
-        self._generation = ""  # which set of buckets they map: a new set (or a restarted source) gets a new id
-        self._mapped: tuple[str, list] = ("", [])  # destination: the source's buckets mapped, with their id
+        self._kept = KeptBuckets(device)  # source
+        self._mapped: list = []  # destination: the source's buckets as mapped at the last receive
 
     def publish(self, value: Any) -> StateManifest | Any:
         if not _tensor_trees(value):
@@ -290,32 +295,27 @@ class CudaIpcTransport(SyncTransport):
         import torch
         from torch.multiprocessing.reductions import reduce_tensor
 
-        fields, slots, fresh = self._pack(value)
+        fields, slots, _ = self._kept.pack(value)
         torch.cuda.current_stream().synchronize()  # the buckets are full before anyone reads them
-        if fresh:
-            self._handles = tuple(reduce_tensor(b) for b in self._buckets)
-            self._generation = uuid.uuid4().hex
-        return StateManifest(fields, slots, self._sizes(), self._handles, self._generation)
+        buckets = self._kept.buckets
+        handles = tuple(tuple(reduce_tensor(b) for b in buckets) for _ in range(self.route.world - 1))
+        return StateManifest(fields, slots, tuple(b.numel() for b in buckets), handles)
 
     def receive(self, message: Any) -> Any:
         if not isinstance(message, StateManifest):
             return message
         import torch
 
-        generation, mapped = self._mapped
-        if generation != message.generation:
-            self._mapped = ("", [])  # the old mapping closes before the new one opens
-            mapped = [rebuild(*args) for rebuild, args in message.handles]
-            self._mapped = (message.generation, mapped)
+        # buckets mapped at the last receive are still held: torch hands back that mapping, not a new one
+        mapped = [rebuild(*args) for rebuild, args in message.handles[self.route.rank - 1]]
         buckets = [m.clone() for m in mapped]  # ours: the source refills its buckets at the next sync
         torch.cuda.current_stream().synchronize()
-        if not self.route.keep_mapping:
-            self._mapped = ("", [])
+        self._mapped = mapped if self.route.keep_mapping else []
         return unpack(message, buckets)
 
     def forget(self) -> None:
-        super().forget()
-        self._handles, self._generation, self._mapped = (), "", ("", [])
+        self._kept.clear()
+        self._mapped = []
 
 
 TRANSPORTS: dict[Transport, type[SyncTransport]] = {

@@ -196,41 +196,59 @@ def test_bf16_computes_in_bf16_on_cuda():
     assert all(p.dtype == torch.float32 for p in ppo.model.parameters())
 
 
-def _receive_over_cuda_ipc(manifests, results) -> None:
+def _receive_over_cuda_ipc(manifests, results, keep_mapping: bool) -> None:
+    import gc
+
     from m2flow.runtime.weight_sync import CudaIpcTransport, Route
 
-    receiver = CudaIpcTransport(Route("cuda_ipc"), "cuda")  # one end, kept: it maps a set of buckets once
+    receiver = CudaIpcTransport(Route("cuda_ipc", rank=1, world=2, keep_mapping=keep_mapping), "cuda")
     while (manifest := manifests.get(timeout=120)) is not None:
         value = receiver.receive(manifest)
         # numpy (bf16 widened exactly to fp32): tensors on a queue would outlive this process in shared memory
         results.put({"version": value["version"], **{k: v.float().cpu().numpy() for k, v in value["state"].items()}})
+        del value
+    receiver.forget()
+    gc.collect()
+    torch.cuda.synchronize()
+    results.put("released")
 
 
-def test_cuda_ipc_hands_states_to_another_process_bit_for_bit_refilling_its_buckets_while_the_layout_holds():
+@pytest.mark.parametrize("keep_mapping", [True, False])
+def test_cuda_ipc_hands_states_over_bit_for_bit_refilling_its_buckets_and_frees_them_once_handed_back(keep_mapping):
     import torch.multiprocessing as mp
 
     from m2flow.runtime.weight_sync import CudaIpcTransport, Route
 
     first = {"w": torch.randn(1000, 1000, device="cuda"), "b": torch.randn(7, device="cuda").bfloat16()}
-    states = [first, {k: v * 2 for k, v in first.items()}, {"w": torch.randn(10, 3, device="cuda")}]
-    sender = CudaIpcTransport(Route("cuda_ipc"), "cuda")  # holds the buckets the receiver maps
+    states = [first, {k: v * 2 for k, v in first.items()}, {k: v * 3 for k, v in first.items()}]
+    states.append({"w": torch.randn(10, 3, device="cuda")})  # a new layout: new buckets
+    before = torch.cuda.memory_allocated()
+    sender = CudaIpcTransport(Route("cuda_ipc", world=2), "cuda")  # holds the buckets the receiver maps
     context = mp.get_context("spawn")
     manifests, results = context.Queue(), context.Queue()
-    receiver = context.Process(target=_receive_over_cuda_ipc, args=(manifests, results))
+    receiver = context.Process(target=_receive_over_cuda_ipc, args=(manifests, results, keep_mapping))
     receiver.start()
-    sent, got = [], []
+    got = []
     for version, state in enumerate(states, start=3):  # each sync after the last one's copy, as the phase runs
-        sent.append(sender.publish({"version": version, "state": state}))
-        manifests.put(sent[-1])
+        manifests.put(sender.publish({"version": version, "state": state}))
         got.append(results.get(timeout=120))
     manifests.put(None)
+    assert results.get(timeout=120) == "released"
     receiver.join(60)
-    assert sent[0].nbytes >= 4 * 1000 * 1000
-    assert sent[0].generation == sent[1].generation != sent[2].generation  # refilled, then new buckets
     for version, (state, received) in enumerate(zip(states, got, strict=True), start=3):
         assert received["version"] == version
         for name, tensor in state.items():
             assert torch.equal(torch.from_numpy(received[name]), tensor.float().cpu()), (version, name)
+    sender.forget()
+    torch.cuda.ipc_collect()  # blocks whose every share was handed back are freed
+    assert torch.cuda.memory_allocated() == before
+
+
+def test_a_checksum_summed_on_the_gpu_matches_the_same_state_summed_on_the_cpu():
+    from m2flow.workers.models.checksum import checksum_matches, state_checksum
+
+    state = {"a": torch.randn(3000, 1000, device="cuda"), "b": torch.randn(7, device="cuda").bfloat16()}
+    assert checksum_matches({k: v.cpu() for k, v in state.items()}, state_checksum(state))
 
 
 def test_an_hf_backbone_loads_straight_onto_the_worker_s_gpu_and_acts_there(tmp_path):

@@ -1,5 +1,5 @@
 """GPU memory shares from the plan: each process on a shared GPU may hold the usable memory less what the
-others resident beside it are estimated to need (no Ray, no torch); and what a sync keeps mapped on one."""
+others resident beside it are estimated to need (no Ray, no torch)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 from m2flow.context import WorkerContext
 from m2flow.runtime.gpu_memory import out_of_share
 from m2flow.schedule import Plan, ReplicaId
-from m2flow.transfer import mapping_kept
 from tests.unit.test_planner import plan_of, workflow
 
 
@@ -68,10 +67,3 @@ def test_running_out_of_the_share_names_the_share_and_the_key_to_declare():
     assert "workers.rollout.resources.memory_gb" in hint
     assert out_of_share(ctx, ValueError("bad")) == ""
     assert out_of_share(WorkerContext(worker="rollout"), OutOfMemoryError("CUDA out of memory")) == ""
-
-
-def test_a_sync_destination_keeps_the_source_s_buckets_mapped_only_where_neither_end_swaps_out():
-    resident, swapping = plan_of(on_one_gpu(10, 30)), plan_of(on_one_gpu(30, 70))
-    assert not any(p.offload for p in resident.phases) and any(p.offload for p in swapping.phases)
-    assert mapping_kept(resident, "learner", "policy")
-    assert not mapping_kept(swapping, "learner", "policy")

@@ -10,13 +10,16 @@ from m2flow.errors import PlanError
 from m2flow.runtime.weight_sync import (
     ALIGN,
     CollectiveTransport,
+    KeptBuckets,
     ObjectStoreTransport,
     Route,
     StateManifest,
     pack,
     unpack,
 )
-from m2flow.transfer import choose_transport
+from m2flow.transfer import choose_transport, mapping_kept
+from tests.unit.test_memory_shares import on_one_gpu
+from tests.unit.test_planner import plan_of
 
 GPU0, GPU1, GPU2 = (DeviceId(0, "gpu", i) for i in range(3))
 CPU0, CPU1 = DeviceId(0, "cpu", 0), DeviceId(0, "cpu", 1)
@@ -84,28 +87,29 @@ def test_a_packed_state_unpacks_bit_for_bit_with_its_plain_fields(bucket_bytes):
         assert torch.equal(got, tensor), name
 
 
-def test_a_source_refills_its_buckets_while_the_layout_holds_and_makes_new_ones_when_it_changes():
-    source = CollectiveTransport(Route("collective"), "cpu")
+def test_kept_buckets_are_refilled_while_the_layout_holds_and_made_anew_when_it_changes():
+    kept = KeptBuckets("cpu")
     value = _state()
-    source.publish(value)
-    kept = [b.data_ptr() for b in source.buckets]
+    assert kept.pack(value)[2]  # new
+    first = [b.data_ptr() for b in kept.buckets]
     value["state"]["w"].add_(1.0)
-    manifest = source.publish(value)  # the next sync: the same names, dtypes and shapes
-    assert [b.data_ptr() for b in source.buckets] == kept
-    assert torch.equal(unpack(manifest, source.buckets)["state"]["w"], value["state"]["w"])
+    fields, slots, fresh = kept.pack(value)  # the next sync: the same names, dtypes and shapes
+    assert not fresh and [b.data_ptr() for b in kept.buckets] == first
+    assert torch.equal(unpack(StateManifest(fields, slots, ()), kept.buckets)["state"]["w"], value["state"]["w"])
     value["state"]["w"] = torch.randn(4, 5)  # a new shape: a new layout
-    manifest = source.publish(value)
-    assert manifest.slots[0].shape == (4, 5)
-    assert torch.equal(unpack(manifest, source.buckets)["state"]["w"], value["state"]["w"])
+    fields, slots, fresh = kept.pack(value)
+    assert fresh and [b.data_ptr() for b in kept.buckets] != first
+    assert torch.equal(unpack(StateManifest(fields, slots, ()), kept.buckets)["state"]["w"], value["state"]["w"])
+    kept.clear()  # offloaded
+    assert kept.buckets == [] and kept.pack(value)[2]
 
 
-def test_a_forgetting_source_packs_its_next_sync_into_new_buckets():
-    source = CollectiveTransport(Route("collective"), "cpu")
-    source.publish(_state())
-    source.forget()  # offloaded
-    assert source.buckets == []
-    manifest = source.publish(_state())
-    assert manifest.nbytes == sum(b.numel() for b in source.buckets) > 0
+def test_a_sync_destination_keeps_the_source_s_buckets_mapped_only_where_the_source_stays_on_its_device():
+    resident, swapping = plan_of(on_one_gpu(10, 30)), plan_of(on_one_gpu(30, 70))
+    assert not any(p.offload for p in resident.phases)
+    assert {w for p in swapping.phases for w in p.offload} == {"learner", "policy"}
+    assert mapping_kept(resident, "learner")
+    assert not mapping_kept(swapping, "learner")
 
 
 def test_the_object_store_carries_host_copies_that_training_cannot_change():

@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import torch
 
-CHUNK = 2**22  # elements weighted at a time: the positions kept on a device stay at 32 MiB
+CHUNK = 2**20  # elements weighted at a time: the positions kept on a device stay at 8 MiB
 _positions: dict[torch.device, torch.Tensor] = {}
 
 
