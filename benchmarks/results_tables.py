@@ -446,7 +446,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "weight_sync": partial(weight_sync, [SYNC_CPU, SYNC_H200, SYNC_X2]),
     "weight_sync_h200_dec05": partial(weight_sync, ["gpu26/weight_sync.json"]),
     "weight_sync_cpu_checksum": partial(
-        weight_sync_by_commit, ["weight_sync_cpu_a5c72fe.json", "weight_sync_cpu_72eeca7.json"]
+        weight_sync_by_commit, ["weight_sync_cpu_a5c72fe.json", "weight_sync_cpu_d7a61c7.json"]
     ),
     "camera_vit_sync_h200": partial(camera_vit_sync, [CAMERA_VIT_STORE, CAMERA_VIT]),
     "camera_gpu_pipeline_h200": partial(camera_gpu_pipeline, "gpu13/modes_camera_vit_bf16.json"),
