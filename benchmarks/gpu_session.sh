@@ -9,7 +9,8 @@
 # `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second
 # (REPLICAS, ENVS, CHUNK, STALENESS, MODES, ITERATIONS, NAME, SECONDS_LIMIT); `camera_gpu` configs/ppo_camera_gpu.yaml
 # (NAME, EXTRA overrides, ITERATIONS, SECONDS_LIMIT);
-# `accuracy` planner_accuracy.py's camera-vit-gpu sweep (SECONDS_LIMIT, CALIBRATING);
+# `accuracy` planner_accuracy.py's camera-vit-gpu sweep (SECONDS_LIMIT, CALIBRATING); `sync` weight_sync.py (100M ViT, the
+# source's and destination's part of each sync) and the CUDA IPC and checksum GPU tests (ITERATIONS);
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu) and the
 # tiled renderer's tests on EGL (TESTS_K: only those GPU tests, with tracebacks); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
 # STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop); `sac_camera` SAC from pixels (metrics.jsonl).
@@ -58,6 +59,13 @@ if [ "${1:-all}" = hf ]; then
   cp -r "$OLDPWD/tests" . && timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py 2>&1 | tail -5 | tee "$OUT/gpu_tests.txt"
   timeout 300 python3 benchmarks/hf_policy.py --size 0.7b --steps 8 --envs 16 --out "$OUT" 2>&1 | grep -E "^\{|^loop|^hf policy|Error" | tee "$OUT/hf_policy.txt"
   timeout 200 python3 benchmarks/weight_sync.py --size 100m --iterations 5 --out "$OUT" 2>&1 | grep -v "WARN\|INFO" | tail -6 | tee "$OUT/weight_sync.txt"
+  rm -rf "$OUT/tmp"; exit 0
+fi
+if [ "${1:-all}" = sync ]; then  # weight sync of the 100M ViT by transport, where each sync goes; the CUDA IPC tests
+  timeout 300 python3 benchmarks/weight_sync.py --size 100m --iterations "${ITERATIONS:-6}" --out "$OUT" 2>&1 \
+    | grep -v "WARN\|INFO\|warn" | tail -4 | tee "$OUT/weight_sync.txt"
+  cp -r "$OLDPWD/tests" . && timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py \
+    -k "cuda_ipc or checksum" 2>&1 | tail -5 | tee "$OUT/sync_tests.txt"
   rm -rf "$OUT/tmp"; exit 0
 fi
 if [ "${1:-all}" = accuracy ]; then  # planner_accuracy.py's GPU workload: no costs declared, every candidate measured
