@@ -114,13 +114,18 @@ def fill(buckets: list, slots: tuple[Slot, ...], tensors: list) -> None:
         )
 
 
+def new_buckets(sizes: list[int], device: str) -> list:
+    """Empty uint8 buckets of these sizes on `device`."""
+    import torch
+
+    return [torch.empty(size, dtype=torch.uint8, device=device) for size in sizes]
+
+
 def pack(value: dict[str, Any], device: str = "cpu", bucket_bytes: int = BUCKET_BYTES) -> tuple[dict, tuple, list]:
     """(plain fields, slots, uint8 buckets on `device`): every tensor of `value`'s tensor dicts copied
     into new flat buckets, in order."""
-    import torch
-
     fields, slots, sizes, tensors = layout(value, bucket_bytes)
-    buckets = [torch.empty(size, dtype=torch.uint8, device=device) for size in sizes]
+    buckets = new_buckets(sizes, device)
     fill(buckets, slots, tensors)
     return fields, slots, buckets
 
@@ -147,13 +152,11 @@ class KeptBuckets:
 
     def pack(self, value: dict[str, Any]) -> tuple[dict, tuple[Slot, ...], bool]:
         """(plain fields, slots, whether the buckets are new), `value`'s tensors copied into the buckets."""
-        import torch
-
         fields, slots, sizes, tensors = layout(value)
         fresh = slots != self.slots
         if fresh:
             self.buckets = []  # the old ones go before the new ones are made
-            self.buckets = [torch.empty(size, dtype=torch.uint8, device=self.device) for size in sizes]
+            self.buckets = new_buckets(sizes, self.device)
             self.slots = slots
         fill(self.buckets, slots, tensors)
         return fields, slots, fresh
