@@ -165,7 +165,8 @@ class InPlace:
     def _resync(self, replicas: list[Replica], now: Phase | None) -> None:
         """New processes that receive a sync edge get what its source holds now (a new process starts from
         its initial state: an inference replica from its initial weights): they alone, or every destination
-        replica where the edge's group met again (a broadcast reaches the whole group). The sync phase's
+        replica where the transport hands each publish to all (a broadcast reaches the whole group that met
+        again; CUDA IPC shares the state once per destination, each share taken). The sync phase's
         context switches come first, the phase running `now` gets its own back after."""
         for phase in (p for p in self.plan.phases if p.op == "sync"):
             edge, transport = self._sync_edge(phase)
@@ -174,7 +175,9 @@ class InPlace:
                 continue
             if phase != now:
                 self.swap(phase)
-            self.copy_state(edge.dst, self.call(edge.src, [], phase)[0], phase, None if transport.meets else targets)
+            self.copy_state(
+                edge.dst, self.call(edge.src, [], phase)[0], phase, None if transport.all_receive else targets
+            )
             calls, self._calls = self._calls, []
             self._record(wait_all(calls, self._deadline(f"sync {edge} to a replacement", "sync")), calls)
             if now is not None and phase != now:

@@ -172,6 +172,8 @@ class SyncTransport(ABC):
     name: ClassVar[Transport]
     source_sends: ClassVar[bool] = False
     meets: ClassVar[bool] = False  # a group that meets at a rendezvous on the source's node
+    # every destination replica takes each publish (a group's broadcast; shares handed back only when taken)
+    all_receive: ClassVar[bool] = False
 
     def __init__(self, route: Route, device: str):
         self.route, self.device = route, device
@@ -223,6 +225,7 @@ class CollectiveTransport(SyncTransport):
     name = "collective"
     source_sends = True
     meets = True
+    all_receive = True
 
     def __init__(self, route: Route, device: str):
         super().__init__(route, device)
@@ -286,6 +289,7 @@ class CudaIpcTransport(SyncTransport):
     block is freed once every share is handed back."""
 
     name = "cuda_ipc"
+    all_receive = True  # a share no destination takes would keep the source's freed buckets in torch's limbo
 
     def __init__(self, route: Route, device: str):
         super().__init__(route, device)
