@@ -10,7 +10,7 @@ from typing import Any
 
 from m2flow.errors import M2FlowError
 from m2flow.overlap import Overlap
-from m2flow.runtime.launch import Replica
+from m2flow.runtime.replica import Replica
 from m2flow.runtime.waits import Deadline
 from m2flow.schedule import Phase
 from m2flow.spec import PortRef

@@ -21,10 +21,11 @@ from m2flow.runtime.batches import Backlog, Call
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.in_place import InPlace, Issued
 from m2flow.runtime.iteration_metrics import IterationResult, Measured, check_accounting, mean_of_dicts, sum_of_dicts
-from m2flow.runtime.launch import Launch, Replica
+from m2flow.runtime.launch import Launch
 from m2flow.runtime.loop import LoopProgram, LoopStats
 from m2flow.runtime.rank_naming import naming_ranks
 from m2flow.runtime.replace import Replacer
+from m2flow.runtime.replica import Replica
 from m2flow.runtime.replica_waits import await_calls, await_loop
 from m2flow.runtime.tracing import CONTROLLER, TaskEvent, Trace
 from m2flow.runtime.waits import Deadline, settle, wait_all

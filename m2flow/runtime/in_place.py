@@ -15,10 +15,10 @@ from typing import Any
 
 from m2flow.program import own_items
 from m2flow.runtime.batches import Call
-from m2flow.runtime.launch import Replica
 from m2flow.runtime.loop import Dropped, LoopProgram
 from m2flow.runtime.rank_naming import naming_ranks, rank_states, ranks_of
 from m2flow.runtime.replace import Failed, droppable
+from m2flow.runtime.replica import Replica
 from m2flow.runtime.replica_waits import await_calls, await_loop, await_transfer
 from m2flow.runtime.stacks import explain
 from m2flow.runtime.tracing import TaskEvent

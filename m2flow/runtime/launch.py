@@ -3,12 +3,9 @@ one host actor per worker replica, and the worker-to-worker channels of the loop
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -23,9 +20,11 @@ from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.nodes import addresses, driver_node, unreachable
 from m2flow.runtime.relocate import Relocator
-from m2flow.runtime.spares import SpareHost, SpareKey, Spares
+from m2flow.runtime.replica import HostArgs, Replica, worker_env
+from m2flow.runtime.respawn import Respawning
+from m2flow.runtime.spares import Spares
 from m2flow.runtime.started import StartedProcesses
-from m2flow.runtime.waits import Deadline, died, wait_all
+from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.runtime.weight_sync import TRANSPORTS, Route
 from m2flow.runtime.wiring import LoopChannels
 from m2flow.schedule import Plan, ReplicaId
@@ -37,31 +36,9 @@ log = logging.getLogger(__name__)
 NODE_ID_LABEL = "ray.io/node-id"  # Ray's default label on every node
 
 
-@dataclass
-class Replica:
-    worker: str
-    index: int
-    device: DeviceId
-    actor: Any  # the handle the controller calls: the host's actor, or a member's handle on a shared process
-    process: Any = None  # the actor of the process it runs in (shared by co-hosted replicas)
-
-    @property
-    def id(self) -> ReplicaId:
-        return ReplicaId(self.worker, self.index)
-
-
-@dataclass
-class _HostArgs:
-    """What one replica's host is built from, before its process exists."""
-
-    replica: Replica
-    args: tuple
-    resources: dict[str, float]
-    env_vars: dict[str, str]  # the process's own: the GPU a simulator renders on
-
-
-class Launch:
-    """The actors and channels of one plan; `close()` releases everything."""
+class Launch(Respawning):
+    """The actors and channels of one plan; `close()` releases everything. New processes for its replicas
+    once it runs: `Respawning`."""
 
     def __init__(self, graph: MacroGraph, plan: Plan, output_dir: str, quarantined: Mapping[int, int] | None = None):
         self.graph = graph
@@ -131,7 +108,7 @@ class Launch:
         """Where `replica` runs: its planned device, or the core it borrowed when that device's node was lost."""
         return self.relocator.device_of(replica, self.plan.device_of(replica))
 
-    def _host_args(self, name: str, r: int) -> _HostArgs:
+    def _host_args(self, name: str, r: int) -> HostArgs:
         """Replica `r` of worker `name`: its context, its share of its device (none on a borrowed one: its
         occupants hold it whole), its host's arguments."""
         info = self.graph.info[name]
@@ -168,7 +145,7 @@ class Launch:
         if render is not None and device.kind == "cpu" and "MUJOCO_EGL_DEVICE_ID" not in os.environ:
             # MuJoCo's EGL device index: the GPU's position on its host, in the order the driver lists them
             env_vars["MUJOCO_EGL_DEVICE_ID"] = str(self.plan.cluster.on_node(render))
-        return _HostArgs(Replica(name, r, device, None), args, resources, env_vars)
+        return HostArgs(Replica(name, r, device, None), args, resources, env_vars)
 
     def _render_gpu(self, replica: ReplicaId) -> DeviceId | None:
         """The GPU a simulator replica renders on: the plan's; for one moved off a lost node, the first GPU its
@@ -180,10 +157,10 @@ class Launch:
         rendering = sorted({gpu for gpu in self.render_on.values() if gpu.node == node})
         return (rendering or [gpu for gpu in self.plan.cluster.of_kind("gpu") if gpu.node == node] or [None])[0]
 
-    def _start_hosts(self, hosts: list[_HostArgs]) -> None:
+    def _start_hosts(self, hosts: list[HostArgs]) -> None:
         """A `WorkerHost` actor per replica; replicas the plan co-hosts share one `ProcessHost` actor."""
         together = same_process(self.plan.processes)
-        shared: dict[int, list[_HostArgs]] = {}
+        shared: dict[int, list[HostArgs]] = {}
         for host in hosts:
             replica = host.replica
             self.replicas.setdefault(replica.worker, []).append(replica)
@@ -315,120 +292,6 @@ class Launch:
         """Whether each replica of `worker` runs in a process of its own."""
         return not any(isinstance(r.actor, MemberHandle) for r in self.replicas[worker])
 
-    def restart_worker(self, worker: str) -> list[Replica]:
-        """Every replica of `worker` in a new process, as `replace` does, on its planned device; a process
-        group meets again, at a new rendezvous. A rank whose node is gone fails the restart: the run
-        restarts and re-plans without the node (`relocate.py`)."""
-        ranks = {r.id: self.device_of(r.id) for r in self.replicas[worker]}
-        self.relocator.move(ranks, self._running(), lambda *_: "a training worker moves only by a re-plan")
-        if self.rendezvous.get(worker):
-            self.rendezvous[worker] = self._rendezvous(worker)
-        return self.replace(list(ranks))
-
-    def replaceable(self, replica: ReplicaId) -> str | None:
-        """Why `replica` cannot be replaced in place (None: it can): it must run in a process of its own and
-        not be a rank of its worker's process group (the other ranks hold their part of its state)."""
-        if isinstance(self._replica(replica).actor, MemberHandle):
-            return f"{replica} shares its process with other workers (placement.colocate)"
-        if self.rendezvous.get(replica.worker):
-            return f"{replica} is a rank of '{replica.worker}''s process group"
-        return None
-
-    def relocate(self, replicas: list[ReplicaId]) -> None:
-        """Before `replace`: each of `replicas` whose node no longer answers borrows a core on a node left,
-        or a WorkerError says why it cannot (`relocate.py`)."""
-        self.relocator.move({r: self.device_of(r) for r in replicas}, self._running())
-
-    def _running(self) -> dict[ReplicaId, DeviceId]:
-        return {r.id: self.device_of(r.id) for group in self.replicas.values() for r in group}
-
-    def replace(self, replicas: list[ReplicaId]) -> list[Replica]:
-        """A new process for each of `replicas` where it ran (its planned device, or the core it borrowed
-        when `relocate` found that device's node lost), the old one killed if it still runs. Each is built as
-        at start but for the envs quarantined since, its channels wired to the same peers and its sync routes
-        set as at start; a sync edge whose group meets meets again, the new processes in it (every other
-        member's meeting is queued behind its calls in flight: those must end within `run.timeouts.start_s`,
-        as a broadcast does once its lost members are killed)."""
-        import ray
-
-        fresh, starting, hosts = [], [], []
-        for replica in replicas:
-            old = self._replica(replica)
-            if self.processes.alive_here(replica):  # at once, also when stopped: its share is freed for the new one
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.processes.of[replica].pid, signal.SIGKILL)
-            ray.kill(old.process, no_restart=True)
-            host = self._host_args(replica.worker, replica.replica)
-            new = Replica(old.worker, old.index, host.replica.device, None)
-            spare = self.spares.take(self._spare_key(host)) if new.device.kind == "cpu" else None
-            if spare is not None:  # started ahead: it builds the worker now
-                new.actor = new.process = spare
-                starting.append((spare.become.remote(*host.args), new, "start-up"))
-                self.from_spare.add(replica)
-            else:
-                starting.append(self._fresh_host(new, host))
-            self.replicas[replica.worker][replica.replica] = new
-            fresh.append(new)
-            hosts.append(host)
-        names = ", ".join(str(r) for r in replicas)
-        deadline = Deadline(self.timeouts.start_s, f"the replacement of {names} to start")
-        for i, (new, host) in enumerate(zip(fresh, hosts, strict=True)):
-            if new.id in self.from_spare and died(starting[i][0], deadline):  # a spare is never worse than none
-                starting[i] = self._fresh_host(new, host)
-        for new, info in zip(fresh, wait_all(starting, deadline), strict=True):
-            self.processes.record(new.id, info)
-        looped = [new for new in fresh if self.channels is not None and new.id in self.channels.addresses]
-        if looped:
-            self.channels.rewire(looped, {r.id: r for group in self.replicas.values() for r in group})
-        self._reroute(fresh, names)
-        return fresh
-
-    def _fresh_host(self, new: Replica, host: _HostArgs) -> tuple[Any, Replica, str]:
-        """A new process for `new`, as at start (under a name of its own: the old one may not be released
-        yet); the call that ends once it has started."""
-        self.from_spare.discard(new.id)
-        self.generation[new.id] = generation = self.generation.get(new.id, 0) + 1
-        label = f"{new.worker}:{new.index}#{generation}"
-        env = worker_env(host.env_vars)
-        new.actor = new.process = self._actor(WorkerHost, label, new.device, env, host.resources, *host.args)
-        return new.actor.info.remote(), new, "start-up"
-
-    def stand_by(self, replicas: list[ReplicaId]) -> None:
-        """Spare processes for these replicas' replacements (`spares.py`), those on CPU cores: one per worker,
-        node and process environment, or one per rank there for a worker whose ranks restart together."""
-        wanted: dict[SpareKey, int] = {}
-        for r in replicas:
-            if self._replica(r).device.kind == "cpu":
-                key = self._spare_key(self._host_args(r.worker, r.replica))
-                wanted[key] = wanted.get(key, 0) + 1 if self.rendezvous.get(r.worker) else 1
-        self.spares.stand_by(wanted)
-
-    def _spare_key(self, host: _HostArgs) -> SpareKey:
-        device = host.replica.device
-        return SpareKey(host.replica.worker, device.node, tuple(sorted(host.env_vars.items())), bundle=device)
-
-    def _spare(self, key: SpareKey, number: int) -> Any:
-        """A spare process for `key`, in a bundle on its node, holding no share of it; it imports the
-        third-party modules the worker's processes imported (not the worker's package nor m2flow: a module
-        of those may set thread-local state as it is imported, and they import quickly)."""
-        own = {"m2flow", self.graph.workers[key.worker].cls.partition(".")[0]}
-        imported = (m for r, started in self.processes.of.items() if r.worker == key.worker for m in started.modules)
-        modules = list(dict.fromkeys(m for m in imported if m.partition(".")[0] not in own))
-        env = worker_env(dict(key.env))
-        return self._actor(SpareHost, f"spare:{key.worker}:{number}", key.bundle, env, {"num_cpus": 0}, modules)
-
-    def _reroute(self, fresh: list[Replica], names: str) -> None:
-        """The sync routes of new processes: their own end, or every member's where the group meets."""
-        calls, met = [], set()
-        for new in fresh:
-            for edge, (method, end) in self.sync_setup.get(new.id, {}).items():
-                if not TRANSPORTS[self.transports[edge]].meets:
-                    calls.append((getattr(new.actor, method).remote(str(edge), end), new, f"sync {edge}: start"))
-                elif edge not in met:
-                    met.add(edge)
-                    calls += self._connect_edge(edge)
-        wait_all(calls, Deadline(self.timeouts.start_s, f"the replacement of {names}: its sync routes"))
-
     def _replica(self, replica: ReplicaId) -> Replica:
         return self.replicas[replica.worker][replica.replica]
 
@@ -462,13 +325,6 @@ def replica_process(workflow: str, replica: str) -> Any:
         if name.startswith(prefix) and replica in hosted:
             return ray.get_actor(name)
     raise ValueError(f"no running process hosts {replica} of workflow {workflow}")
-
-
-def worker_env(env_vars: dict[str, str]) -> dict:
-    """A worker process's Ray runtime env: `env_vars`, and user modules imported the way the driver does
-    (from its working directory too)."""
-    paths = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), **env_vars}}
 
 
 def _share(occupants: int) -> float:

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from m2flow.errors import WaitTimeout
-from m2flow.runtime.launch import Launch, Replica
+from m2flow.runtime.launch import Launch
+from m2flow.runtime.replica import Replica
 from m2flow.runtime.stacks import RankState, ask, ask_on_node, explain
 
 

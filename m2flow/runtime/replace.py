@@ -25,10 +25,11 @@ from pathlib import Path
 from m2flow.errors import WorkerError
 from m2flow.graph import MacroGraph
 from m2flow.runtime.crashes import crashes_of
-from m2flow.runtime.launch import Launch, Replica
+from m2flow.runtime.launch import Launch
 from m2flow.runtime.loop import Dropped
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.relocate import Move
+from m2flow.runtime.replica import Replica
 from m2flow.schedule import ReplicaId
 
 Failed = list[tuple[Replica, Dropped]]  # loop replicas to replace, each with its failure

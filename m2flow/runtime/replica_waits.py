@@ -13,8 +13,8 @@ from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.host import PortFailed, headline
-from m2flow.runtime.launch import Replica
 from m2flow.runtime.loop import Dropped, LoopStats, PeerLost
+from m2flow.runtime.replica import Replica
 from m2flow.runtime.waits import Deadline, finished, get, next_ready, silent_timeout, wait_all
 from m2flow.schedule import ReplicaId
 from m2flow.spec import PortRef

@@ -21,9 +21,10 @@ from typing import Any
 from m2flow.errors import SpecError
 from m2flow.graph import MacroGraph
 from m2flow.runtime.checkpoint import load_checkpoint, save_checkpoint
-from m2flow.runtime.launch import Launch, Replica
+from m2flow.runtime.launch import Launch
 from m2flow.runtime.rank_naming import naming_ranks
 from m2flow.runtime.replace import Failed
+from m2flow.runtime.replica import Replica
 from m2flow.runtime.replica_waits import await_calls
 from m2flow.runtime.waits import Deadline, wait_all
 from m2flow.schedule import ReplicaId

@@ -13,7 +13,7 @@ from m2flow.schedule import Plan, ReplicaId
 from m2flow.sharding import owner
 
 if TYPE_CHECKING:
-    from m2flow.runtime.launch import Replica
+    from m2flow.runtime.replica import Replica
 
 
 class LoopChannels:
