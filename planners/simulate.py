@@ -265,13 +265,18 @@ class _Simulation:
 
     def _busy_beside_loop(self, share: float) -> dict[DeviceId, float]:
         """Per device, the seconds the overlapping phase (`share` of it per loop) and the whole loop keep it
-        busy together; on a device both load, their work takes `profile.beside_slowdown` times as long."""
+        busy together; on a device both load, their work takes `profile.beside_slowdown` times as long. A call's
+        receiving of its inputs (a channel hop) is its process's host work: it loads a core, not a GPU."""
         first, loop_first = self.beside[0], self.first
         scale = self.graph.loop.horizon / self.steps if self.steps else 1.0
         busy: dict[DeviceId, float] = {}
         in_loop_s: dict[DeviceId, float] = {}
         loads: dict[DeviceId, set[bool]] = {}  # per device: whether the loop, the phase beside it, or both load it
-        for task, seconds in zip(self.sched.tasks[first:], self.sched.duration[first:], strict=True):
+        sched = self.sched
+        for task, duration, receiving in zip(
+            sched.tasks[first:], sched.duration[first:], sched.receiving[first:], strict=True
+        ):
+            seconds = duration - receiving if task.device.kind == "gpu" else duration
             in_loop = task.id >= loop_first
             weight = (scale if task.step >= 0 else 1.0) if in_loop else share
             busy[task.device] = busy.get(task.device, 0.0) + seconds * weight

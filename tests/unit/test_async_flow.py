@@ -96,6 +96,24 @@ def test_training_that_shares_the_loop_s_device_hides_nothing_it_cannot():
     assert overlapped.predicted.iteration_s == pytest.approx(sync.predicted.iteration_s, rel=1e-6)
 
 
+def test_messages_the_policy_receives_load_its_process_not_the_gpu_training_shares_beside_the_loop():
+    # the simulator on a core, acting and training on one GPU; each loop message costs a 2 ms hop, so the loop
+    # (100 steps x (2 ms env + 0.2 ms act + two hops) = 0.62 s) outlasts the GPU's own work (0.02 s of acting
+    # and 0.5 s of training): training hides behind the loop whole, however long the acting process receives
+    raw = async_workflow(cpus=1, mode="shared", policy_s=0.0002)
+    raw["cluster"]["gpus"] = 1
+    raw["workers"]["learner"]["profile"]["train"]["fixed_s"] = 0.5
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    profile = profile_of(graph, cluster)
+    profile.hop_s = 0.002
+    plan = make_plan(graph, cluster, profile)
+    assert {d.kind for p in ("policy", "learner") for d in plan.placements[p].replica_devices} == {"gpu"}
+    predicted = plan.predicted
+    assert predicted.phase_s["loop"] > 0.6
+    assert predicted.hidden_s == pytest.approx(predicted.phase_s["then"])
+
+
 def test_shared_async_puts_training_on_the_device_the_loop_loads_least():
     sync = plan_of(workflow(cpus=2, mode="shared"))
     overlapped = plan_of(async_workflow(cpus=2, mode="shared"))
