@@ -14,7 +14,7 @@ from functools import partial
 
 from results_io import Results
 from tables_format import Block, count, fixed, pct, table, times
-from tables_gpu import CONTENTION, CONTENTION_4X48, TILED, TILED_4X48, gpu_contention
+from tables_gpu import CONTENTION, CONTENTION_4X48, MPS, TILED, TILED_4X48, gpu_contention, pipeline_runs
 from tables_learning import learning, locomotion
 from tables_planner import (
     ACCURACY,
@@ -368,6 +368,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "gpu_contention_h200_4x48": partial(gpu_contention, CONTENTION_4X48),
     "gpu_contention_h200_tiled": partial(gpu_contention, TILED),
     "gpu_contention_h200_tiled_4x48": partial(gpu_contention, TILED_4X48),
+    "pipeline_mps_h200": partial(pipeline_runs, MPS),
+    "weight_sync_h200_by_commit": partial(
+        weight_sync_by_commit, ["gpu27/weight_sync_a5c72fe.json", "gpu27/weight_sync_4a50f4c.json"]
+    ),
     "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
     "planner_accuracy_h200_processor_sharing": partial(planner_accuracy, ACCURACY_H200_PROCESSOR_SHARING),
     "planner_accuracy_h200_by_size": partial(planner_accuracy, ACCURACY_H200_BY_SIZE),

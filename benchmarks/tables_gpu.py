@@ -1,14 +1,20 @@
 """Tables of benchmarks/RESULTS.md from the lent GPU machine's diagnostics: the policy's act call beside
-simulator processes rendering through EGL (gpu_contention.py)."""
+simulator processes rendering through EGL (gpu_contention.py), and modes.py runs of one workload under
+several machine settings (each run a file)."""
 
 from __future__ import annotations
 
 from results_io import Results
-from tables_format import Block, count, fixed, table, times
+from tables_format import Block, count, fixed, pct, table, times
 
 CONTENTION = "gpu18/gpu_contention.json"
 CONTENTION_4X48 = "gpu18/gpu_contention_4x48.json"
 TILED, TILED_4X48 = "gpu18/gpu_contention_tiled.json", "gpu18/gpu_contention_tiled_4x48.json"
+MPS = {  # one call, in this order (session 31)
+    "gpu27/mps_off_shared.json": "no MPS",
+    "gpu27/mps_off_hybrid2_k1.json": "no MPS",
+    "gpu27/mps_on_hybrid2_k1.json": "CUDA MPS",
+}
 
 WHAT = {
     "physics": "physics only, no rendering",
@@ -53,3 +59,31 @@ def gpu_contention(rel: str, res: Results) -> Block:
     header = ["simulator processes", "EGL priority", "act slice ms (vs alone)", "act whole ms (vs alone)"]
     header += ["frames/s, policy idle", "frames/s, policy acting", "frames kept"]
     return Block([caption, "", *table(header, rows, "llrrrrr")], [rel])
+
+
+def pipeline_runs(runs: dict[str, str], res: Results) -> Block:
+    """modes.py runs of the camera ViT workload made one after the other in one call, each under the setting
+    `runs` names beside its file: iteration and loop time by mode and flow, against the first run's first row."""
+    base = None
+    rows = []
+    for rel, setting in runs.items():
+        staleness = res.json(rel)["args"].get("staleness", 0)
+        flow = f"{staleness}-off" if staleness else "synchronous"
+        for r in (r for r in res.rows(rel) if "measured_s" in r):
+            base = base or r["measured_s"]
+            rows.append(
+                [setting, r["label"], flow, fixed(r["predicted_s"]), fixed(r["measured_s"]), pct(r["error"])]
+                + [fixed(r["loop_s"]), fixed(r["physics_s"]), fixed(r["render_s"]), count(r["env_steps_per_s"])]
+                + [times(base / r["measured_s"])]
+            )
+    args = res.json(next(iter(runs)))["args"]
+    caption = (
+        f"*{args['replicas']} camera simulator processes x {args['envs']} envs (84x84 RGB + proprioception, EGL on"
+        f" the GPU), ViT {args['size']} (patch 12, causal) acting in chunks of {args['chunk']} actions and training"
+        " in bf16 on the GPU; no costs declared (the first run measured them, the later ones started from the"
+        f" cache); horizon {args['horizon']}, medians of the measured iterations; physics and render: seconds per"
+        " simulator replica and iteration; the last column against the first row*"
+    )
+    header = ["setting", "mode", "flow", "predicted s", "measured s", "error", "loop s", "physics s", "render s"]
+    header += ["env steps/s", "vs first row"]
+    return Block([caption, "", *table(header, rows, "lll" + "r" * 8)], list(runs))
