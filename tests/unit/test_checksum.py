@@ -29,7 +29,8 @@ def _by_the_definition(state: dict[str, torch.Tensor]) -> float:
     return total
 
 
-@pytest.mark.parametrize("chunk", [checksum.CHUNK, 5])  # tensors in one piece; tensors cut into pieces of 5
+# tensors in one piece; cut into rows of 5 and a rest; into rows of 7 and no rest (13 x 7 elements, 7)
+@pytest.mark.parametrize("chunk", [checksum.CHUNK, 5, 7])
 def test_the_checksum_is_the_position_weighted_sum_of_every_tensor_however_it_is_chunked(monkeypatch, chunk):
     monkeypatch.setattr(checksum, "CHUNK", chunk)
     monkeypatch.setattr(checksum, "_positions", {})
