@@ -210,8 +210,12 @@ class FSDPBackend(TrainingBackend):
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        from torch.distributed.fsdp import FSDPModule
 
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        if isinstance(model, FSDPModule):  # gathered from the shards
+            state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        else:  # one rank, not sharded (`_wrap`): the module's own tensors, without the per-tensor bookkeeping
+            state = model.state_dict()
         return {k: v.detach().clone() for k, v in state.items()}
 
     def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
