@@ -40,9 +40,8 @@ def weight_sync_by_commit(rels: list[str], res: Results) -> Block:
             parts = [fixed(r[key] * 1e3, 1) for key in ("sync_s", "source_s", "destination_s")]
             rows.append([data["meta"]["commit"], r["transport"], *parts, f"{r['sync_share']:.1%}"])
     data = res.json(rels[0])
-    machine = f"{data['gpus']} GPU" if data["gpus"] else "2 CPU cores"
     caption = (
-        f"*a ViT {data['size']} policy (fp32) synced actor -> rollout every iteration ({machine}), each commit's run"
+        f"*a ViT {data['size']} policy (fp32) synced actor -> rollout every iteration, each commit's run"
         f" after the other's on one machine; medians over iterations 2-{len(data['rows'][0]['versions'])}: the sync"
         " phase, the source's part (`actor.weights`,"
         " packing) and the destination's (receiving, the checksum check, loading), from the runs' traces*"

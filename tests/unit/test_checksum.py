@@ -30,9 +30,13 @@ def _by_the_definition(state: dict[str, torch.Tensor]) -> float:
 
 
 # tensors in one piece; cut into rows of 5 and a rest; into rows of 7 and no rest (13 x 7 elements, 7)
-@pytest.mark.parametrize("chunk", [checksum.CHUNK, 5, 7])
-def test_the_checksum_is_the_position_weighted_sum_of_every_tensor_however_it_is_chunked(monkeypatch, chunk):
+# and 18 rows of 5 turned into float64 in blocks of 4, the last of 2
+@pytest.mark.parametrize(("chunk", "block_rows"), [(checksum.CHUNK, 8), (5, 8), (7, 8), (5, 4)])
+def test_the_checksum_is_the_position_weighted_sum_of_every_tensor_however_it_is_chunked(
+    monkeypatch, chunk, block_rows
+):
     monkeypatch.setattr(checksum, "CHUNK", chunk)
+    monkeypatch.setattr(checksum, "BLOCK_ROWS", block_rows)
     monkeypatch.setattr(checksum, "_positions", {})
     state = _state()
     assert state_checksum(state) == pytest.approx(_by_the_definition(state), rel=1e-12)

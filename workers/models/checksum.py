@@ -11,6 +11,7 @@ from collections import defaultdict
 import torch
 
 CHUNK = 2**20  # elements weighted at a time: the positions kept on a device stay at 8 MiB
+BLOCK_ROWS = 8  # rows of CHUNK elements turned into float64 at a time: 64 MiB beside the state
 _positions: dict[torch.device, torch.Tensor] = {}
 
 
@@ -23,18 +24,24 @@ def _positions_on(device: torch.device) -> torch.Tensor:
 
 def _weighted_sum(flat: torch.Tensor) -> torch.Tensor:
     """sum over j of (j + 1) * flat[j], in float64, as a tensor on `flat`'s device (no wait). In a handful of
-    kernels whatever the length (on a GPU, launching them costs more than the arithmetic): the whole rows of
-    CHUNK elements as one matrix-vector product, element c of row r counting (c + 1) + r * CHUNK, and the rest."""
+    kernels per block of rows (on a GPU, launching them costs more than the arithmetic): BLOCK_ROWS whole rows
+    of CHUNK elements as one matrix-vector product, element c of row r counting (c + 1) + r * CHUNK, then the
+    rest."""
     positions = _positions_on(flat.device)
-    x = flat.double()
-    rows, rest = divmod(x.numel(), CHUNK)
-    tail = x[rows * CHUNK :]
-    total = torch.dot(tail, positions[:rest]) + rows * CHUNK * tail.sum()
-    if rows:
-        matrix = x[: rows * CHUNK].view(rows, CHUNK)
-        row_index = torch.arange(rows, dtype=torch.float64, device=flat.device)
-        total = total + torch.mv(matrix, positions).sum() + CHUNK * torch.dot(matrix.sum(dim=1), row_index)
-    return total
+    rows, rest = divmod(flat.numel(), CHUNK)
+    parts = []
+    for first in range(0, rows, BLOCK_ROWS):
+        count = min(BLOCK_ROWS, rows - first)
+        block = flat[first * CHUNK : (first + count) * CHUNK].double().view(count, CHUNK)
+        row_index = torch.arange(first, first + count, dtype=torch.float64, device=flat.device)
+        parts.append(torch.mv(block, positions).sum() + CHUNK * torch.dot(block.sum(dim=1), row_index))
+    if rest:
+        tail = flat[rows * CHUNK :].double()
+        weighted = torch.dot(tail, positions[:rest])
+        parts.append(weighted + rows * CHUNK * tail.sum() if rows else weighted)
+    if not parts:  # an empty tensor
+        return torch.zeros((), dtype=torch.float64, device=flat.device)
+    return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
 
 
 def state_checksum(state: dict[str, torch.Tensor]) -> float:
@@ -44,9 +51,9 @@ def state_checksum(state: dict[str, torch.Tensor]) -> float:
         flat = state[key].detach().reshape(-1)
         by_device[flat.device].append((i + 1, _weighted_sum(flat)))
     total = 0.0
-    for device, sums in by_device.items():
-        weights = torch.tensor([i for i, _ in sums], dtype=torch.float64, device=device)
-        total += float(torch.dot(weights, torch.stack([s for _, s in sums])))
+    for sums in by_device.values():
+        weights = torch.tensor([i for i, _ in sums], dtype=torch.float64)
+        total += float(torch.dot(weights, torch.stack([s for _, s in sums]).cpu()))  # the device's one wait
     return total
 
 
