@@ -14,7 +14,16 @@ from functools import partial
 
 from results_io import Results
 from tables_format import Block, count, fixed, pct, table, times
-from tables_gpu import CONTENTION, CONTENTION_4X48, MPS, TILED, TILED_4X48, gpu_contention, pipeline_runs
+from tables_gpu import (
+    CONTENTION,
+    CONTENTION_4X48,
+    MPS,
+    ONE_OFF_H100,
+    TILED,
+    TILED_4X48,
+    gpu_contention,
+    pipeline_runs,
+)
 from tables_learning import learning, locomotion
 from tables_planner import (
     ACCURACY,
@@ -369,6 +378,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "gpu_contention_h200_tiled": partial(gpu_contention, TILED),
     "gpu_contention_h200_tiled_4x48": partial(gpu_contention, TILED_4X48),
     "pipeline_mps_h200": partial(pipeline_runs, MPS),
+    "pipeline_one_off_h100": partial(pipeline_runs, ONE_OFF_H100),
     "weight_sync_h200_by_commit": partial(
         weight_sync_by_commit, ["gpu27/weight_sync_a5c72fe.json", "gpu27/weight_sync_4a50f4c.json"]
     ),

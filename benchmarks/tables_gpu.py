@@ -15,6 +15,10 @@ MPS = {  # one call, in this order (session 31)
     "gpu27/mps_off_hybrid2_k1.json": "no MPS",
     "gpu27/mps_on_hybrid2_k1.json": "CUDA MPS",
 }
+ONE_OFF_H100 = {  # one call on an H100 (session 31): synchronous shared, then one step off by mode
+    "gpu27/h100/sync_shared.json": "H100",
+    "gpu27/h100/async_k1.json": "H100",
+}
 
 WHAT = {
     "physics": "physics only, no rendering",
