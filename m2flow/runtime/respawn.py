@@ -3,6 +3,7 @@ the core it borrowed when its node was lost, `relocate.py`), a training worker r
 processes started ahead for them (`spares.py`). Each new process is built as at start, its loop channels
 wired to the same peers and its sync routes set again (a group meets anew).
 
+Which replicas may be replaced, and when, is `replace.py`'s (`Replacer`); this module starts their processes.
 `Respawning` is `Launch`'s second half: it reads what start-up recorded (the replicas, their processes,
 the sync routes, the channels) and builds hosts the way start-up does (`_host_args`, `_actor`)."""
 

@@ -286,7 +286,9 @@ class CudaIpcTransport(SyncTransport):
 
     Each publish shares the buckets anew for every destination replica: torch counts a shared block's
     users per share (a destination that maps a block it already holds hands its share back at once), so a
-    block is freed once every share is handed back."""
+    block is freed once every share is handed back, and every destination takes each publish
+    (`all_receive`). A destination whose process dies holding a share or a mapping never hands it back:
+    that block stays allocated until the source's process ends."""
 
     name = "cuda_ipc"
     all_receive = True  # a share no destination takes would keep the source's freed buckets in torch's limbo
