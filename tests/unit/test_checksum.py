@@ -29,10 +29,10 @@ def _by_the_definition(state: dict[str, torch.Tensor]) -> float:
     return total
 
 
-# a CPU's way: tensors in one piece; cut into rows of 5 and a rest; into rows of 7 and no rest (13 x 7, 7);
-# 18 rows of 5 turned into float64 in blocks of 4, the last of 2
+# tensors in one piece; cut into rows of 5 and a rest; into rows of 7 and no rest (13 x 7 elements, 7)
+# and 18 rows of 5 turned into float64 in blocks of 4, the last of 2
 @pytest.mark.parametrize(("chunk", "block_rows"), [(checksum.CHUNK, 8), (5, 8), (7, 8), (5, 4)])
-def test_summed_tensor_by_tensor_the_checksum_is_the_position_weighted_sum_however_it_is_chunked(
+def test_the_checksum_is_the_position_weighted_sum_of_every_tensor_however_it_is_chunked(
     monkeypatch, chunk, block_rows
 ):
     monkeypatch.setattr(checksum, "CHUNK", chunk)
@@ -41,17 +41,7 @@ def test_summed_tensor_by_tensor_the_checksum_is_the_position_weighted_sum_howev
     state = _state()
     assert state_checksum(state) == pytest.approx(_by_the_definition(state), rel=1e-12)
     assert checksum_matches({k: v.clone() for k, v in state.items()}, _by_the_definition(state))
-
-
-# a GPU's way, run here on the CPU: tensors in one group; in groups of 5 elements (a.weight in pieces across
-# groups); of 7 (a.bias's 7 bf16 alone)
-@pytest.mark.parametrize("group", [checksum.GROUP, 5, 7])
-def test_summed_in_groups_the_checksum_is_the_position_weighted_sum_however_it_is_grouped(monkeypatch, group):
-    monkeypatch.setattr(checksum, "GROUP", group)
-    monkeypatch.setitem(checksum.SUMS, "cpu", checksum._in_groups)
-    state = _state()
-    assert state_checksum(state) == pytest.approx(_by_the_definition(state), rel=1e-12)
-    big = {"n": torch.tensor(2**40 + 3), "x": torch.ones(3)}  # an int64 that float32 would round: its own group
+    big = {"n": torch.tensor(2**40 + 3), "x": torch.ones(3)}  # an int64 that float32 would round: summed exactly
     assert state_checksum(big) == _by_the_definition(big)
 
 
