@@ -10,13 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # configs sized for a GPU machine, and how they are shrunk to run (and plan) on this CPU machine
-ON_CPU = {
-    "ppo_camera_gpu.yaml": [
-        "workers.rollout.args.size=1m",
-        "workers.actor.args.size=1m",
-        "workers.env.args.num_envs=16",
-    ]
-}
+SMALL_VIT = ["workers.rollout.args.size=1m", "workers.actor.args.size=1m", "workers.env.args.num_envs=16"]
+ON_CPU = {"ppo_camera_gpu.yaml": SMALL_VIT, "ppo_camera_gpu_async.yaml": SMALL_VIT}
 os.environ.setdefault("MUJOCO_GL", "egl")
 # runs measure and cache port costs (`planners/cache.py`): the tests never read or write the user's cache
 os.environ["M2FLOW_COST_CACHE"] = tempfile.mkdtemp(prefix="m2flow-test-costs-")

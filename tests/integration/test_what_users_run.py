@@ -109,6 +109,7 @@ TOY_SIZE_CONFIGS = [
     "ppo_walker2d.yaml",
     "ppo_ant.yaml",
     "ppo_camera_gpu.yaml",  # shrunk (tests/conftest.py ON_CPU)
+    "ppo_camera_gpu_async.yaml",  # shrunk too; its one iteration fills the queue, the update follows alone
 ]
 
 
