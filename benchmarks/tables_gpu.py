@@ -84,8 +84,9 @@ def pipeline_runs(runs: dict[str, str], res: Results) -> Block:
     caption = (
         f"*{args['replicas']} camera simulator processes x {args['envs']} envs (84x84 RGB + proprioception, EGL on"
         f" the GPU), ViT {args['size']} (patch 12, causal) acting in chunks of {args['chunk']} actions and training"
-        " in bf16 on the GPU; no costs declared (the first run measured them, the later ones started from the"
-        f" cache); horizon {args['horizon']}, medians of the measured iterations; physics and render: seconds per"
+        " in bf16 on the GPU; no costs declared: each run measured those the cost cache did not hold (the first"
+        f" run all of them); horizon {args['horizon']}, medians of the measured iterations; physics and render:"
+        " seconds per"
         " simulator replica and iteration; the last column against the first row*"
     )
     header = ["setting", "mode", "flow", "predicted s", "measured s", "error", "loop s", "physics s", "render s"]

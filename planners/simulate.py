@@ -266,7 +266,7 @@ class _Simulation:
     def _busy_beside_loop(self, share: float) -> dict[DeviceId, float]:
         """Per device, the seconds the overlapping phase (`share` of it per loop) and the whole loop keep it
         busy together; on a device both load, their work takes `profile.beside_slowdown` times as long. A call's
-        receiving of its inputs (a channel hop) is its process's host work: it loads a core, not a GPU."""
+        receiving of its inputs (a channel hop) is its process's host work: counted on a core, left out on a GPU."""
         first, loop_first = self.beside[0], self.first
         scale = self.graph.loop.horizon / self.steps if self.steps else 1.0
         busy: dict[DeviceId, float] = {}

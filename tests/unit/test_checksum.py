@@ -41,7 +41,10 @@ def test_the_checksum_is_the_position_weighted_sum_of_every_tensor_however_it_is
     state = _state()
     assert state_checksum(state) == pytest.approx(_by_the_definition(state), rel=1e-12)
     assert checksum_matches({k: v.clone() for k, v in state.items()}, _by_the_definition(state))
-    big = {"n": torch.tensor(2**40 + 3), "x": torch.ones(3)}  # an int64 that float32 would round: summed exactly
+
+
+def test_an_int64_beyond_float32_precision_is_summed_exactly():
+    big = {"n": torch.tensor(2**40 + 3), "x": torch.ones(3)}
     assert state_checksum(big) == _by_the_definition(big)
 
 

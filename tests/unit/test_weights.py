@@ -25,6 +25,18 @@ def test_fresh_weights_load_and_set_the_version(pair):
         torch.testing.assert_close(policy.model.state_dict()[key], value)
 
 
+def test_one_rank_s_weights_are_copies_of_what_torch_s_full_state_dict_gathers(pair):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    actor, _ = pair
+    gathered = get_model_state_dict(actor.model, options=StateDictOptions(full_state_dict=True))
+    state = actor.backend.full_state_dict(actor.model)  # one rank, not sharded: the module's own state
+    assert list(state) == list(gathered)
+    own = {t.data_ptr() for t in actor.model.state_dict().values()}
+    for key, value in state.items():
+        assert torch.equal(value, gathered[key]) and value.data_ptr() not in own  # equal values, a copy
+
+
 def test_stale_weights_are_refused(pair):
     actor, policy = pair
     actor.version = 5
