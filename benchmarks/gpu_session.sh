@@ -9,6 +9,8 @@
 # `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second
 # (REPLICAS, ENVS, CHUNK, STALENESS, MODES, ITERATIONS, NAME, SECONDS_LIMIT); `camera_gpu` configs/ppo_camera_gpu.yaml
 # (NAME, EXTRA overrides, ITERATIONS, SECONDS_LIMIT);
+# `one_off` that workload (12 x 16 envs, chunks of 16) synchronous shared S=1, then one step off by mode with auto, in one
+# call: the iteration target of pipelining on one GPU (RESULTS.md, "The thirty-first session"; about 7 minutes);
 # `accuracy` planner_accuracy.py's camera-vit-gpu sweep (SECONDS_LIMIT, CALIBRATING); `sync` weight_sync.py (100M ViT, the
 # source's and destination's part of each sync) and the CUDA IPC and checksum GPU tests (ITERATIONS);
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu) and the
@@ -79,6 +81,18 @@ if [ "${1:-all}" = contention ]; then  # the act call beside EGL renderers, by v
   timeout 400 python3 benchmarks/gpu_contention.py --renderers ${RENDERERS:-12} --envs ${ENVS:-16} --name "${NAME:-gpu_contention}" --out "$OUT" 2>&1 | grep -v "WARN\|INFO\|warn" \
     | tail -12 | tee "$OUT/${NAME:-gpu_contention}.txt"
   exit 0
+fi
+if [ "${1:-all}" = one_off ]; then  # at most 8 files come back: 2 runs x (json, log), the GPU's utilisation, gpu.txt
+  nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 1 > "$OUT/gpu_util.csv" &
+  sampler=$!
+  for run in "sync_shared shared:1 6 0 110" "one_off_k1 shared:1,hybrid:2,hybrid:4,auto:auto 7 1 380"; do
+    set -- $run  # name, modes, iterations, staleness, seconds
+    timeout "$5" python3 benchmarks/modes.py --workload camera --policy vit --size 100m --replicas 12 --envs 16 --chunk 16 \
+      --staleness "$4" --horizon 64 --iterations "$3" --modes "$2" --name "$1" --out "$OUT" > "$OUT/$1.log" 2>&1
+    grep -v "WARN\|INFO\|warn" "$OUT/$1.log" | grep -E "^(shared|hybrid|auto|mode)|auto picked|Error" | tail -8
+    rm -rf "$OUT/tmp"
+  done
+  kill "$sampler"; exit 0
 fi
 if [ "${1:-all}" = pipeline ]; then
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 1 > "$OUT/gpu_util.csv" &
