@@ -4,8 +4,13 @@ A cost depends on what runs (the worker's class and its args) and on what it run
 that is the key; `m2flow run` stores what it measured, and `m2flow plan` and later runs start from it
 instead of the defaults. A port's costs at each batch size accumulate over runs (a run at another slice
 size adds its size), so that the per-call and per-item parts are fitted apart once two sizes were seen.
-One small JSON file per worker key, written atomically, under `$M2FLOW_COST_CACHE` (default
-`~/.cache/m2flow/costs`).
+
+A cost measured on a busy machine moves from run to run (the main job's step by 0.7-1.5x on the 2-core
+machine, benchmarks/RESULTS.md), so a size's cost is the median of what the last `RUNS_KEPT` runs that ran
+it measured, and the message hop and the controller's time likewise: one slow run moves nothing, a lasting
+change is followed once most of the kept runs saw it. A run that saves again (at its re-plan, then at its
+end) replaces what it saved before. One small JSON file per worker key, written atomically, under
+`$M2FLOW_COST_CACHE` (default `~/.cache/m2flow/costs`).
 """
 
 from __future__ import annotations
@@ -13,11 +18,39 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
+import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from m2flow.graph import MacroGraph
-from m2flow.planners.fit import merged
+from m2flow.planners.fit import fit_line, residual
 from m2flow.spec import PortCost
+
+RUNS_KEPT = 5  # a cost is the median of what this many of the latest runs measured
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one run measured of one quantity: a port's mean cost at one batch size (`items`), or a
+    calibration value (`items` 0)."""
+
+    run: str
+    value: float
+    items: float = 0.0
+    calls: int = 1
+
+
+def new_run() -> str:
+    """An id for one run's saves to the cache: a run saving again replaces what it saved before."""
+    return uuid.uuid4().hex
+
+
+def _kept(seen: list[Seen], run: str, now: list[Seen]) -> list[Seen]:
+    """`seen` less what `run` saved before, plus `now`; of each batch size, the latest `RUNS_KEPT`."""
+    rows = [row for row in seen if row.run != run] + now
+    sizes = sorted({row.items for row in rows})
+    return [row for items in sizes for row in [r for r in rows if r.items == items][-RUNS_KEPT:]]
 
 
 def cache_dir() -> Path:
@@ -52,17 +85,36 @@ def _without_knobs(graph: MacroGraph, name: str, worker: dict) -> dict:
 
 
 def load_calibration(graph: MacroGraph) -> dict[str, float]:
-    """The message hop and controller time per iteration an earlier run of this workflow measured."""
+    """The message hop and controller time per iteration earlier runs of this workflow measured (the median of
+    the last `RUNS_KEPT` runs' values)."""
+    return _calibration_entry(graph).get("calibration", {})
+
+
+def _calibration_entry(graph: MacroGraph) -> dict:
     try:
-        return json.loads((cache_dir() / f"{workflow_key(graph)}.json").read_text())["calibration"]
-    except (OSError, ValueError, KeyError):
+        entry = json.loads((cache_dir() / f"{workflow_key(graph)}.json").read_text())
+        return entry if isinstance(entry.get("calibration"), dict) else {}
+    except (OSError, ValueError, AttributeError):
         return {}
 
 
-def save_calibration(graph: MacroGraph, calibration: dict[str, float]) -> Path:
-    """Keep `calibration` for this workflow, beside what earlier runs measured of it that this one did not."""
-    entry = {"workflow": graph.spec.name, "calibration": {**load_calibration(graph), **calibration}}
-    return _write(cache_dir() / f"{workflow_key(graph)}.json", entry)
+def save_calibration(graph: MacroGraph, calibration: dict[str, float], run: str | None = None) -> Path:
+    """Keep `calibration`, what run `run` (default: a run of its own) measured, beside what earlier runs
+    measured: each value the median of the latest `RUNS_KEPT` runs' values."""
+    run = run or new_run()
+    entry = _calibration_entry(graph)
+    earlier = entry.get("calibration", {})
+    history = {
+        key: [Seen(**row) for row in rows] for key, rows in entry.get("seen", {}).items() if isinstance(rows, list)
+    }
+    for key, value in calibration.items():
+        before = history.get(key) or ([Seen("", earlier[key])] if key in earlier else [])
+        history[key] = _kept(before, run, [Seen(run, value)])
+    values = {**earlier, **{key: statistics.median(row.value for row in rows) for key, rows in history.items()}}
+    seen = {key: [asdict(row) for row in rows] for key, rows in history.items()}
+    return _write(
+        cache_dir() / f"{workflow_key(graph)}.json", {"workflow": graph.spec.name, "calibration": values, "seen": seen}
+    )
 
 
 def _write(path: Path, entry: dict) -> Path:
@@ -103,15 +155,53 @@ def _entry(graph: MacroGraph, worker: str, kind: str) -> Path:
     return cache_dir() / f"{worker_key(graph, worker, kind)}.json"
 
 
-def save_cached(graph: MacroGraph, device_kinds: dict[str, str], fitted: dict[str, dict]) -> list[Path]:
-    """Store fitted costs (`worker.port` -> {fixed_s, per_item_s, ...}) under each worker's key."""
+def save_cached(
+    graph: MacroGraph, device_kinds: dict[str, str], fitted: dict[str, dict], run: str | None = None
+) -> list[Path]:
+    """Store fitted costs (`worker.port` -> {fixed_s, per_item_s, ...}), what run `run` (default: a run of its
+    own) measured, under each worker's key, beside what earlier runs measured (`remembered`)."""
+    run = run or new_run()
     written = []
     for worker, kind in device_kinds.items():
         ports = {key.split(".", 1)[1]: fit for key, fit in fitted.items() if key.split(".", 1)[0] == worker}
         if not ports:
             continue
         previous = _cached_ports(graph, worker, kind)
-        ports = {port: merged(previous.get(port, {}), fit) for port, fit in ports.items()}
+        ports = {port: remembered(previous.get(port, {}), fit, run) for port, fit in ports.items()}
         entry = {"class": graph.workers[worker].cls, "device": kind, "ports": {**previous, **ports}}
         written.append(_write(_entry(graph, worker, kind), entry))
     return written
+
+
+def remembered(earlier: dict, fit: dict, run: str) -> dict:
+    """A port's cached fit once `fit`, run `run`'s, joins what earlier runs measured (`earlier`): at each batch
+    size the median of the latest `RUNS_KEPT` runs' means there; across sizes the line through those medians (one
+    size: `fit`'s split between per-call and per-item cost, scaled to the median). `fit` stands as it is where no
+    other run measured it."""
+    now = [Seen(run, mean, items, int(calls)) for items, mean, calls in fit.get("by_size", [])]
+    if not now:
+        return fit  # no batch sizes to keep apart (a fit written down elsewhere)
+    legacy = [Seen("", mean, items, int(calls)) for items, mean, calls in earlier.get("by_size", [])]
+    seen = _kept([Seen(**row) for row in earlier["seen"]] if "seen" in earlier else legacy, run, now)
+    if all(row.run == run for row in seen):
+        return {**fit, "seen": [asdict(row) for row in seen]}
+    sizes = sorted({row.items for row in seen})
+    rows = [[items, statistics.median(r.value for r in seen if r.items == items)] for items in sizes]
+    calls = {items: sum(r.calls for r in seen if r.items == items) for items in sizes}
+    if len(rows) > 1:
+        line = fit_line([(items, mean) for items, mean in rows])
+        spread = residual([(items, mean) for items, mean in rows], line)
+    else:
+        ((items, median),) = rows
+        scale = median / now[0].value if now[0].value > 0 else 1.0
+        line = {"fixed_s": fit["fixed_s"] * scale, "per_item_s": fit["per_item_s"] * scale}
+        spread = fit.get("residual", 0.0)
+    return {
+        **fit,
+        **line,
+        "calls": sum(calls.values()),
+        "batch_sizes": [int(items) for items in sizes],
+        "by_size": [[items, mean, calls[items]] for items, mean in rows],
+        "residual": spread,
+        "seen": [asdict(row) for row in seen],
+    }

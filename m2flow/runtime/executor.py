@@ -21,6 +21,7 @@ from m2flow.config import apply_overrides, dump_spec, spec_from_dict
 from m2flow.errors import PlanError, WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
+from m2flow.planners.cache import new_run
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.crashes import crashes_of
@@ -103,6 +104,7 @@ class Run:
         self.measured_since = self.next_iteration  # the first iteration the current workers ran
         self.warmups: list[int] = []  # the first iteration of every start of the workers: left out of the costs
         self.tried_from: Plan | None = None  # the plan a re-plan's trial left (`replan`), while it runs
+        self.cache_run = new_run()  # what this run saves to the cost cache, at a re-plan and at the end, counts once
         if self.next_iteration:
             self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
         for line in measuring.says:
@@ -359,7 +361,7 @@ class Run:
         running = self._running(self.controller.plan)
         may_try = self.replans_left > 0 and self.spec.run.iterations - self.next_iteration >= TRIAL_LEFT
         decision = replan(self.graph, self.cluster, running, self.trace.events, measured_on=twin, may_try=may_try)
-        remember(self.graph, self.cluster, self.trace.events, running, measured_on=twin)
+        remember(self.graph, self.cluster, self.trace.events, running, measured_on=twin, run=self.cache_run)
         self.tried_from = running.plan if decision.trial else None
         self.reporter.print(decision.why)
         if not (self.run_dir / "plan.initial.json").exists():
@@ -402,11 +404,12 @@ class Run:
                 "m2flow: flow.async: the costs measured beside training are not cached (those of the synchronous"
                 " first iterations are, when it measured costs)"
             )
-            said = remember_beside(self.graph, self.cluster, self.plan, [h["time/iteration_s"] for h in ran])
+            iterations_s = [h["time/iteration_s"] for h in ran]
+            said = remember_beside(self.graph, self.cluster, self.plan, iterations_s, self.cache_run)
             if said:
                 self.reporter.print(said)
         else:
-            remember(self.graph, self.cluster, self.trace.events, self._running(self.plan))
+            remember(self.graph, self.cluster, self.trace.events, self._running(self.plan), run=self.cache_run)
         if ran:
             measured, events = self.controller.measured, self.trace.events
             self.result.device_busy = report_run(self.plan, measured, events, ran, self.replanned, self.reporter)

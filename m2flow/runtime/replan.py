@@ -258,13 +258,16 @@ def with_phases_of(plan: Plan, graph: MacroGraph) -> Plan:
     return replace(plan, phases=[replace(phase, streamed=[]) for phase in build_phases(graph)])
 
 
-def remember_beside(graph: MacroGraph, cluster: Cluster, plan: Plan, iterations_s: list[float]) -> str | None:
+def remember_beside(
+    graph: MacroGraph, cluster: Cluster, plan: Plan, iterations_s: list[float], run: str | None = None
+) -> str | None:
     """Cache how much slower the work an asynchronous segment shared a device with ran (`beside_slowdown`), for
-    the next runs and `m2flow plan`; what to say of it, if it could be read."""
+    the next runs and `m2flow plan`, as run `run` measured it (`planners.cache`); what to say of it, if it could be
+    read."""
     slowdown = beside_slowdown(graph, cluster, plan, statistics.median(iterations_s)) if iterations_s else None
     if slowdown is None:
         return None
-    save_calibration(graph, {"beside_slowdown": slowdown})
+    save_calibration(graph, {"beside_slowdown": slowdown}, run)
     return (
         f"m2flow: flow.async: work on a device the loop and training share took {slowdown:.2f}x its time alone"
         " (what makes the plan predict the iterations measured); cached for the next runs and `m2flow plan`"
@@ -277,13 +280,16 @@ def remember(
     events: list[dict],
     running: Running,
     measured_on: MacroGraph | None = None,
+    run: str | None = None,
 ) -> None:
     """Cache what this run measured, for `m2flow plan` and the next runs of the same workers; `measured_on`: the
-    graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin)."""
+    graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin); `run`: the run's
+    id in the cache, so that its saves at a re-plan and at its end count once (`planners.cache`)."""
     measured = refit(measured_on or graph, cluster, events, running)
     if measured.fitted:
-        save_cached(graph, device_kinds(graph, cluster), measured.fitted)
-        save_calibration(graph, {"hop_s": measured.profile.hop_s, "controller_s": measured.profile.controller_s})
+        save_cached(graph, device_kinds(graph, cluster), measured.fitted, run)
+        calibrated = {"hop_s": measured.profile.hop_s, "controller_s": measured.profile.controller_s}
+        save_calibration(graph, calibrated, run)
 
 
 @dataclass

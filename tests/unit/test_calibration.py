@@ -9,7 +9,14 @@ from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
-from m2flow.planners.cache import load_cached, save_cached
+from m2flow.planners.cache import (
+    RUNS_KEPT,
+    cached_fits,
+    load_cached,
+    load_calibration,
+    save_cached,
+    save_calibration,
+)
 from m2flow.planners.fit import fit_line, fit_points
 from m2flow.planners.simulate import simulate_plan
 from m2flow.runtime.replan import Running, calibrate_run, refit, replan
@@ -87,6 +94,70 @@ def test_the_cache_keeps_every_batch_size_runs_measured_and_fits_across_them(tmp
         save_cached(graph, kinds, fit_points({"env.step": [(items, 0.003)] * 3}, f"run {run}")["ports"])
     cached = load_cached(graph, kinds)["env.step"]
     assert cached.fixed_s == pytest.approx(0.003) and cached.per_item_s == pytest.approx(0.0, abs=1e-12)
+
+
+def _save_step_cost(graph, seconds: float, items: int = 4, run: str | None = None) -> None:
+    save_cached(graph, {"env": "cpu"}, fit_points({"env.step": [(items, seconds)] * 3}, "a run")["ports"], run)
+
+
+def _cached_step_s(graph, items: int = 4) -> float:
+    cost = load_cached(graph, {"env": "cpu"})["env.step"]
+    return cost.fixed_s + cost.per_item_s * items
+
+
+def test_one_slow_run_moves_no_cached_cost_the_runs_before_it_agree_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    for seconds in (0.003, 0.003, 0.003, 0.0045):
+        _save_step_cost(graph, seconds)
+    assert _cached_step_s(graph) == pytest.approx(0.003)
+
+
+def test_a_lasting_change_in_cost_is_followed_once_most_kept_runs_measured_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    for seconds in (0.003,) * (RUNS_KEPT + 1) + (0.006,) * (RUNS_KEPT // 2):
+        _save_step_cost(graph, seconds)
+    assert _cached_step_s(graph) < 0.006  # a minority of the kept runs
+    _save_step_cost(graph, 0.006)
+    assert _cached_step_s(graph) == pytest.approx(0.006)
+    seen = _cached_fit(graph)["seen"]
+    assert len(seen) == RUNS_KEPT and [row["value"] for row in seen][-3:] == [pytest.approx(0.006)] * 3
+
+
+def _cached_fit(graph) -> dict:
+    return cached_fits(graph, {"env": "cpu"})["env.step"]
+
+
+def test_a_run_that_saves_again_replaces_what_it_saved_before(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    for seconds in (0.003, 0.003):
+        _save_step_cost(graph, seconds)
+    for _ in range(2):  # at its re-plan, then at its end: one run, one value among three
+        _save_step_cost(graph, 0.006, run="this run")
+    assert _cached_step_s(graph) == pytest.approx(0.003)
+    assert len(_cached_fit(graph)["seen"]) == 3
+
+
+def test_a_slow_run_at_one_batch_size_does_not_tilt_the_line_across_sizes(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    for items in (2, 4, 2, 4, 2):  # a step costs 1 ms a call and 0.5 ms an env
+        _save_step_cost(graph, 0.001 + 0.0005 * items, items)
+    _save_step_cost(graph, 3 * (0.001 + 0.0005 * 2), 2)  # one run three times slower at the small size
+    cost = load_cached(graph, {"env": "cpu"})["env.step"]
+    assert cost.fixed_s == pytest.approx(0.001) and cost.per_item_s == pytest.approx(0.0005)
+
+
+def test_the_cached_hop_is_the_median_of_the_runs_that_measured_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    for hop_s in (0.0002, 0.0002, 0.0009):
+        save_calibration(graph, {"hop_s": hop_s, "controller_s": 0.01})
+    assert load_calibration(graph) == {"hop_s": pytest.approx(0.0002), "controller_s": pytest.approx(0.01)}
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    assert profile_of(graph, cluster).hop_s == pytest.approx(0.0002)
 
 
 def test_profiling_runs_a_process_per_replica_so_the_hop_it_measures_is_real(tmp_path):
