@@ -1,5 +1,6 @@
 """The planner's tables of benchmarks/RESULTS.md: planner.py's planning times, planner_accuracy.py's predictions
-against measured iterations, and merging.py's merged slices against slice-by-slice calls."""
+against measured iterations, cost_cache.py's repeated runs predicted from the cache kept two ways, and merging.py's
+merged slices against slice-by-slice calls."""
 
 from __future__ import annotations
 
@@ -62,6 +63,25 @@ def planner_accuracy(rel: str, res: Results) -> Block:
     )
     header = ["workload", "plan", "predicted s", "measured s", "error", "chosen"]
     return Block([caption, "", *table(header, rows, "llrrrl")], [rel])
+
+
+def cost_cache(rel: str, res: Results) -> Block:
+    data = res.json(rel)
+    policies = ("median", "last run")
+    rows = [
+        [w["workload"], str(r["run"]) + (" (disturbed)" if r.get("disturbed") else ""), fixed(r["measured_s"])]
+        + [cell for p in policies for cell in (fixed(r[p]["predicted_s"]), pct(r[p]["error"]))]
+        for w in data["workloads"]
+        for r in w["rows"]
+    ]
+    plans = ", ".join(sorted({f"{w['workload']} {w['plan']}" for w in data["workloads"]}))
+    caption = (
+        f"*{plans}: each run {data['args']['iterations']} iterations (median after the first), predicted from a cache"
+        " of the runs before it kept two ways: the median of the last 5 runs at each batch size, or the last run"
+        f" alone; `{data['summary']}`*"
+    )
+    header = ["workload", "run", "measured s", "median: predicted s", "error", "last run: predicted s", "error"]
+    return Block([caption, "", *table(header, rows, "llrrrrr")], [rel])
 
 
 def merging(res: Results) -> Block:

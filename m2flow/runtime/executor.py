@@ -49,6 +49,7 @@ from m2flow.runtime.snapshots import Replacing, Snapshots
 from m2flow.runtime.tracing import Trace
 from m2flow.schedule import Plan
 from m2flow.spec import WorkflowSpec
+from m2flow.viz.tables import cached_costs_table
 
 log = logging.getLogger(__name__)
 
@@ -399,6 +400,7 @@ class Run:
             for h in measured_iterations(self.result.history, self.measured_since, self.graph.loop is not None)
             if h["iteration"] not in self.controller.unmeasured  # replacements: their costs are not in `measured`
         ]
+        cached: dict[str, dict] = {}  # what the cache holds of the ports this run measured
         if self.overlapped:
             self.reporter.print(
                 "m2flow: flow.async: the costs measured beside training are not cached (those of the synchronous"
@@ -409,10 +411,12 @@ class Run:
             if said:
                 self.reporter.print(said)
         else:
-            remember(self.graph, self.cluster, self.trace.events, self._running(self.plan), run=self.cache_run)
+            cached = remember(self.graph, self.cluster, self.trace.events, self._running(self.plan), run=self.cache_run)
         if ran:
             measured, events = self.controller.measured, self.trace.events
             self.result.device_busy = report_run(self.plan, measured, events, ran, self.replanned, self.reporter)
+        if cached:
+            self.reporter.print(cached_costs_table(cached))
 
     def close(self) -> None:
         """Stop the workers (the run's outputs stay); safe to call more than once."""

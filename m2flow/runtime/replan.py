@@ -281,15 +281,19 @@ def remember(
     running: Running,
     measured_on: MacroGraph | None = None,
     run: str | None = None,
-) -> None:
+) -> dict[str, dict]:
     """Cache what this run measured, for `m2flow plan` and the next runs of the same workers; `measured_on`: the
     graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin); `run`: the run's
-    id in the cache, so that its saves at a re-plan and at its end count once (`planners.cache`)."""
+    id in the cache, so that its saves at a re-plan and at its end count once (`planners.cache`). Returns what the
+    cache now holds of the ports this run measured."""
     measured = refit(measured_on or graph, cluster, events, running)
-    if measured.fitted:
-        save_cached(graph, device_kinds(graph, cluster), measured.fitted, run)
-        calibrated = {"hop_s": measured.profile.hop_s, "controller_s": measured.profile.controller_s}
-        save_calibration(graph, calibrated, run)
+    if not measured.fitted:
+        return {}
+    kinds = device_kinds(graph, cluster)
+    save_cached(graph, kinds, measured.fitted, run)
+    calibrated = {"hop_s": measured.profile.hop_s, "controller_s": measured.profile.controller_s}
+    save_calibration(graph, calibrated, run)
+    return {port: fit for port, fit in cached_fits(graph, kinds).items() if port in measured.fitted}
 
 
 @dataclass

@@ -150,6 +150,27 @@ def comparison_table(
     return table
 
 
+def cached_costs_table(fits: dict[str, dict]) -> Table:
+    """The port costs the cache holds after this run, for the next runs and `m2flow plan`: `fixed_s + per_item_s *
+    items`, the batch sizes and runs it was fitted across, and its residual (how far the measured means or calls
+    scatter around it)."""
+    table = Table(title="port costs cached for the next runs (per call + per item; the median of the last runs)")
+    for column in ("port", "per call", "per item", "batch sizes", "runs", "residual"):
+        table.add_column(column, justify="left" if column == "port" else "right")
+    for port, fit in sorted(fits.items()):
+        runs = len({row["run"] for row in fit.get("seen", [])}) or 1
+        sizes = ",".join(str(size) for size in fit.get("batch_sizes", [])) or "-"
+        table.add_row(
+            port,
+            f"{fit['fixed_s'] * 1e3:.3g} ms",
+            f"{fit['per_item_s'] * 1e3:.3g} ms",
+            sizes,
+            str(runs),
+            f"{fit.get('residual', 0.0):.0%}",
+        )
+    return table
+
+
 def loop_table(plan: Plan, busy_s: dict[ReplicaId, dict[str, float]], loop_s: float) -> tuple[Table, str]:
     """Where the loop's time goes, replica by replica: each port's share of the loop's wall time and the
     rest, spent waiting on its input (or on the channels); and which replica bounds the loop."""

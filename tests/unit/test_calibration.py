@@ -313,3 +313,29 @@ def test_a_kept_plan_merges_slices_as_the_measured_costs_say_and_its_notes_say_s
     assert kept.plan.merge_slices == []
     merging = [note for note in kept.plan.notes if note.startswith("slices:")]
     assert len(merging) == 1 and "policy.act calls each slice apart" in merging[0] and "(mostly per row)" in merging[0]
+
+
+def test_the_run_end_table_shows_each_cached_cost_with_the_sizes_runs_and_scatter_behind_it(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from m2flow.viz.tables import cached_costs_table
+
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    for items, seconds in ((4, 0.003), (2, 0.002), (4, 0.0032)):  # 1 ms a call and 0.5 ms an env, give or take
+        _save_step_cost(graph, seconds, items)
+    fit = _cached_fit(graph)
+    console = Console(record=True, width=200)
+    console.print(cached_costs_table({"env.step": fit}))
+    line = next(line for line in console.export_text().splitlines() if "env.step" in line)
+    row = [cell for cell in line.split() if cell != "│"]
+    assert row[1:] == [
+        f"{fit['fixed_s'] * 1e3:.3g}",
+        "ms",
+        f"{fit['per_item_s'] * 1e3:.3g}",
+        "ms",
+        "2,4",
+        "3",
+        f"{fit['residual']:.0%}",
+    ]
+    assert fit["fixed_s"] == pytest.approx(0.001, rel=0.2) and fit["residual"] == 0.0  # a line through two medians
