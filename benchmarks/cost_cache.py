@@ -71,17 +71,12 @@ def beside_hogs(count: int):
 def replayed(graph, cluster, runs: list[Path], kept: int, folder: Path) -> None:
     """Save each run's own measurements, in order, into a cache at `folder` that keeps `kept` runs a size."""
     kinds = device_kinds(graph, cluster)
-    default = cost_cache.RUNS_KEPT
-    cost_cache.RUNS_KEPT = kept
-    try:
-        for i, own in enumerate(runs):
-            with cache_at(own):
-                fitted, calibration = cost_cache.cached_fits(graph, kinds), cost_cache.load_calibration(graph)
-            with cache_at(folder):
-                cost_cache.save_cached(graph, kinds, fitted, run=f"run {i}")
-                cost_cache.save_calibration(graph, calibration, run=f"run {i}")
-    finally:
-        cost_cache.RUNS_KEPT = default
+    for i, own in enumerate(runs):
+        with cache_at(own):
+            fitted, calibration = cost_cache.cached_fits(graph, kinds), cost_cache.load_calibration(graph)
+        with cache_at(folder):
+            cost_cache.save_cached(graph, kinds, fitted, run=f"run {i}", runs_kept=kept)
+            cost_cache.save_calibration(graph, calibration, run=f"run {i}", runs_kept=kept)
 
 
 def planned(spec, plan):
@@ -144,7 +139,7 @@ def main() -> None:
     for policy in POLICIES:
         errors = [abs(row[policy]["error"]) for row in rows]
         within = sum(error <= WITHIN for error in errors)
-        parts.append(f"within 10% in {within}/{len(rows)} (mean |error| {statistics.mean(errors):.1%})")
+        parts.append(f"within {WITHIN:.0%} in {within}/{len(rows)} (mean |error| {statistics.mean(errors):.1%})")
     summary = f"cost cache: median of the last {POLICIES['median']} runs {parts[0]}, the last run {parts[1]}"
     save_result("cost_cache", {"args": vars(args), "workloads": results, "summary": summary}, *filter(None, [args.out]))
     print(summary)

@@ -77,8 +77,8 @@ def cost_cache(rel: str, res: Results) -> Block:
     plans = ", ".join(sorted({f"{w['workload']} {w['plan']}" for w in data["workloads"]}))
     caption = (
         f"*{plans}: each run {data['args']['iterations']} iterations (median after the first), predicted from a cache"
-        " of the runs before it kept two ways: the median of the last 5 runs at each batch size, or the last run"
-        f" alone; `{data['summary']}`*"
+        " of the runs before it kept two ways: at each batch size the median of the last runs (`RUNS_KEPT`), or the"
+        f" last run alone; `{data['summary']}`*"
     )
     header = ["workload", "run", "measured s", "median: predicted s", "error", "last run: predicted s", "error"]
     return Block([caption, "", *table(header, rows, "llrrrrr")], [rel])

@@ -7,9 +7,10 @@ size adds its size), so that the per-call and per-item parts are fitted apart on
 
 A cost measured on a busy machine moves from run to run (the main job's step by 0.7-1.5x on the 2-core
 machine, benchmarks/RESULTS.md), so a size's cost is the median of what the last `RUNS_KEPT` runs that ran
-it measured, and the message hop and the controller's time likewise: one slow run moves nothing, a lasting
-change is followed once most of the kept runs saw it. A run that saves again (at its re-plan, then at its
-end) replaces what it saved before. One small JSON file per worker key, written atomically, under
+it measured, and the message hop and the controller's time likewise: once three runs are kept, one slow run
+moves a cost no further than the other kept runs spread (with fewer, part of the way), and a lasting change is
+followed once most of the kept runs saw it. A run that saves again (at its re-plan, then at its end) replaces
+what it saved before. One small JSON file per worker key, written atomically, under
 `$M2FLOW_COST_CACHE` (default `~/.cache/m2flow/costs`).
 """
 
@@ -32,8 +33,8 @@ RUNS_KEPT = 5  # a cost is the median of what this many of the latest runs measu
 
 @dataclass(frozen=True)
 class Seen:
-    """What one run measured of one quantity: a port's mean cost at one batch size (`items`), or a
-    calibration value (`items` 0)."""
+    """What one run measured of one quantity: a port's mean cost over `calls` calls at one batch size
+    (`items`), or a calibration value (no items, one value)."""
 
     run: str
     value: float
@@ -41,16 +42,25 @@ class Seen:
     calls: int = 1
 
 
+def _parsed(rows: object, fallback: list[Seen]) -> list[Seen]:
+    """Rows as the cache wrote them, or `fallback` where they are not (an entry written before runs were kept,
+    or damaged: what it holds is measured again, never a crash at a run's end)."""
+    try:
+        return [Seen(**row) for row in rows]
+    except (TypeError, ValueError):
+        return fallback
+
+
 def new_run() -> str:
     """An id for one run's saves to the cache: a run saving again replaces what it saved before."""
     return uuid.uuid4().hex
 
 
-def _kept(seen: list[Seen], run: str, now: list[Seen]) -> list[Seen]:
-    """`seen` less what `run` saved before, plus `now`; of each batch size, the latest `RUNS_KEPT`."""
+def _kept(seen: list[Seen], run: str, now: list[Seen], runs_kept: int) -> list[Seen]:
+    """`seen` less what `run` saved before, plus `now`; of each batch size, the latest `runs_kept`."""
     rows = [row for row in seen if row.run != run] + now
     sizes = sorted({row.items for row in rows})
-    return [row for items in sizes for row in [r for r in rows if r.items == items][-RUNS_KEPT:]]
+    return [row for items in sizes for row in [r for r in rows if r.items == items][-runs_kept:]]
 
 
 def cache_dir() -> Path:
@@ -98,18 +108,19 @@ def _calibration_entry(graph: MacroGraph) -> dict:
         return {}
 
 
-def save_calibration(graph: MacroGraph, calibration: dict[str, float], run: str | None = None) -> Path:
+def save_calibration(
+    graph: MacroGraph, calibration: dict[str, float], run: str | None = None, runs_kept: int = RUNS_KEPT
+) -> Path:
     """Keep `calibration`, what run `run` (default: a run of its own) measured, beside what earlier runs
-    measured: each value the median of the latest `RUNS_KEPT` runs' values."""
+    measured: each value the median of the latest `runs_kept` runs' values."""
     run = run or new_run()
     entry = _calibration_entry(graph)
     earlier = entry.get("calibration", {})
-    history = {
-        key: [Seen(**row) for row in rows] for key, rows in entry.get("seen", {}).items() if isinstance(rows, list)
-    }
+    seen = entry.get("seen")
+    history = {key: _parsed(rows, []) for key, rows in seen.items()} if isinstance(seen, dict) else {}
     for key, value in calibration.items():
         before = history.get(key) or ([Seen("", earlier[key])] if key in earlier else [])
-        history[key] = _kept(before, run, [Seen(run, value)])
+        history[key] = _kept(before, run, [Seen(run, value)], runs_kept)
     values = {**earlier, **{key: statistics.median(row.value for row in rows) for key, rows in history.items()}}
     seen = {key: [asdict(row) for row in rows] for key, rows in history.items()}
     return _write(
@@ -156,10 +167,15 @@ def _entry(graph: MacroGraph, worker: str, kind: str) -> Path:
 
 
 def save_cached(
-    graph: MacroGraph, device_kinds: dict[str, str], fitted: dict[str, dict], run: str | None = None
+    graph: MacroGraph,
+    device_kinds: dict[str, str],
+    fitted: dict[str, dict],
+    run: str | None = None,
+    runs_kept: int = RUNS_KEPT,
 ) -> list[Path]:
     """Store fitted costs (`worker.port` -> {fixed_s, per_item_s, ...}), what run `run` (default: a run of its
-    own) measured, under each worker's key, beside what earlier runs measured (`remembered`)."""
+    own) measured, under each worker's key, beside what the latest `runs_kept` earlier runs measured
+    (`remembered`)."""
     run = run or new_run()
     written = []
     for worker, kind in device_kinds.items():
@@ -167,22 +183,23 @@ def save_cached(
         if not ports:
             continue
         previous = _cached_ports(graph, worker, kind)
-        ports = {port: remembered(previous.get(port, {}), fit, run) for port, fit in ports.items()}
+        ports = {port: remembered(previous.get(port, {}), fit, run, runs_kept) for port, fit in ports.items()}
         entry = {"class": graph.workers[worker].cls, "device": kind, "ports": {**previous, **ports}}
         written.append(_write(_entry(graph, worker, kind), entry))
     return written
 
 
-def remembered(earlier: dict, fit: dict, run: str) -> dict:
+def remembered(earlier: dict, fit: dict, run: str, runs_kept: int = RUNS_KEPT) -> dict:
     """A port's cached fit once `fit`, run `run`'s, joins what earlier runs measured (`earlier`): at each batch
-    size the median of the latest `RUNS_KEPT` runs' means there; across sizes the line through those medians (one
-    size: `fit`'s split between per-call and per-item cost, scaled to the median). `fit` stands as it is where no
-    other run measured it."""
+    size the median of the latest `runs_kept` runs' means there; across sizes the line through those medians (one
+    size: `fit`'s split between per-call and per-item cost, scaled to the median); its residual, how far the kept
+    runs' means scatter around it. `fit` stands as it is where no other run measured it (its residual: how far
+    its calls scatter)."""
     now = [Seen(run, mean, items, int(calls)) for items, mean, calls in fit.get("by_size", [])]
     if not now:
         return fit  # no batch sizes to keep apart (a fit written down elsewhere)
     legacy = [Seen("", mean, items, int(calls)) for items, mean, calls in earlier.get("by_size", [])]
-    seen = _kept([Seen(**row) for row in earlier["seen"]] if "seen" in earlier else legacy, run, now)
+    seen = _kept(_parsed(earlier.get("seen"), legacy), run, now, runs_kept)
     if all(row.run == run for row in seen):
         return {**fit, "seen": [asdict(row) for row in seen]}
     sizes = sorted({row.items for row in seen})
@@ -190,18 +207,16 @@ def remembered(earlier: dict, fit: dict, run: str) -> dict:
     calls = {items: sum(r.calls for r in seen if r.items == items) for items in sizes}
     if len(rows) > 1:
         line = fit_line([(items, mean) for items, mean in rows])
-        spread = residual([(items, mean) for items, mean in rows], line)
     else:
         ((items, median),) = rows
         scale = median / now[0].value if now[0].value > 0 else 1.0
         line = {"fixed_s": fit["fixed_s"] * scale, "per_item_s": fit["per_item_s"] * scale}
-        spread = fit.get("residual", 0.0)
     return {
         **fit,
         **line,
         "calls": sum(calls.values()),
         "batch_sizes": [int(items) for items in sizes],
         "by_size": [[items, mean, calls[items]] for items, mean in rows],
-        "residual": spread,
+        "residual": residual([(row.items, row.value) for row in seen], line),
         "seen": [asdict(row) for row in seen],
     }

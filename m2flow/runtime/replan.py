@@ -57,6 +57,7 @@ class Refit:
     profile: Profile
     fitted: dict[str, dict]  # worker.port -> {fixed_s, per_item_s, calls, batch_sizes, by_size, residual}
     unsplit: list[str] = field(default_factory=list)  # loop ports whose per-call part no run has measured
+    calibrated: dict[str, float] = field(default_factory=dict)  # hop_s, controller_s: those the trace could say
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,8 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
         if port in profile.costs:
             profile.costs[port] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])
             profile.source[port] = "measured (this run)"
-    if running is not None:
-        calibrate_run(graph, running, profile, trace)
-    return Refit(profile, fitted, unsplit)
+    calibrated = calibrate_run(graph, running, profile, trace) if running is not None else {}
+    return Refit(profile, fitted, unsplit, calibrated)
 
 
 def _per_call_fraction(profile: Profile, port: str, samples: list[tuple[float, float]], cached: dict | None) -> float:
@@ -141,26 +141,31 @@ def beside_slowdown(graph: MacroGraph, cluster: Cluster, plan: Plan, iteration_s
     return (low + high) / 2
 
 
-def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: dict) -> None:
+def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: dict) -> dict[str, float]:
     """What per-port costs leave out, from how long the running plan's loop and iterations took: the cost of
     a message between processes (the hop that makes the predicted loop match the measured one) and the
-    controller's own time per iteration."""
+    controller's own time per iteration. Sets them in `profile` and returns those the trace could say (no hop
+    where the loop sends no message between processes, or no loop was traced)."""
 
     plan = running.plan
 
     def predicted() -> Prediction:
         return simulate_plan(graph, plan, profile).prediction
 
+    calibrated = {}
     loops = controller_seconds(trace, "loop", running.since + 1)
     if graph.loop is not None and loops and _has_hops(profile, predicted):
         measured, low, high = statistics.median(loops), 0.0, MAX_HOP_S
         for _ in range(24):  # the loop's predicted time grows with the hop cost: bisect to the measured one
             profile.hop_s = (low + high) / 2
             low, high = (profile.hop_s, high) if predicted().phase_s["loop"] < measured else (low, profile.hop_s)
+        calibrated["hop_s"] = profile.hop_s
     iterations = controller_seconds(trace, "iteration", running.since + 1)
     if iterations:
         profile.controller_s = 0.0
         profile.controller_s = max(0.0, statistics.median(iterations) - predicted().iteration_s)
+        calibrated["controller_s"] = profile.controller_s
+    return calibrated
 
 
 def _label(plan: Plan) -> str:
@@ -291,8 +296,8 @@ def remember(
         return {}
     kinds = device_kinds(graph, cluster)
     save_cached(graph, kinds, measured.fitted, run)
-    calibrated = {"hop_s": measured.profile.hop_s, "controller_s": measured.profile.controller_s}
-    save_calibration(graph, calibrated, run)
+    if measured.calibrated:  # what the trace said: a hop or time it could not say is not a run's value
+        save_calibration(graph, measured.calibrated, run)
     return {port: fit for port, fit in cached_fits(graph, kinds).items() if port in measured.fitted}
 
 

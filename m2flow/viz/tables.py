@@ -154,7 +154,7 @@ def cached_costs_table(fits: dict[str, dict]) -> Table:
     """The port costs the cache holds after this run, for the next runs and `m2flow plan`: `fixed_s + per_item_s *
     items`, the batch sizes and runs it was fitted across, and its residual (how far the measured means or calls
     scatter around it)."""
-    table = Table(title="port costs cached for the next runs (per call + per item; the median of the last runs)")
+    table = Table(title="port costs cached for the next runs and `m2flow plan`")
     for column in ("port", "per call", "per item", "batch sizes", "runs", "residual"):
         table.add_column(column, justify="left" if column == "port" else "right")
     for port, fit in sorted(fits.items()):
