@@ -46,9 +46,21 @@ def _parsed(rows: object, fallback: list[Seen]) -> list[Seen]:
     """Rows as the cache wrote them, or `fallback` where they are not (an entry written before runs were kept,
     or damaged: what it holds is measured again, never a crash at a run's end)."""
     try:
-        return [Seen(**row) for row in rows]
-    except (TypeError, ValueError):
+        return [
+            Seen(str(row["run"]), float(row["value"]), float(row.get("items", 0.0)), int(row.get("calls", 1)))
+            for row in rows
+        ]
+    except (TypeError, ValueError, KeyError, AttributeError):
         return fallback
+
+
+def _legacy(fit: dict) -> list[Seen]:
+    """A fit's mean at each batch size as one earlier run's (an entry written before runs were kept), or none
+    where they do not read as such."""
+    try:
+        return [Seen("", float(mean), float(items), int(calls)) for items, mean, calls in fit.get("by_size", [])]
+    except (TypeError, ValueError, AttributeError):
+        return []
 
 
 def new_run() -> str:
@@ -117,9 +129,9 @@ def save_calibration(
     entry = _calibration_entry(graph)
     earlier = entry.get("calibration", {})
     seen = entry.get("seen")
-    history = {key: _parsed(rows, []) for key, rows in seen.items()} if isinstance(seen, dict) else {}
+    history = {key: kept for key, rows in seen.items() if (kept := _parsed(rows, []))} if isinstance(seen, dict) else {}
     for key, value in calibration.items():
-        before = history.get(key) or ([Seen("", earlier[key])] if key in earlier else [])
+        before = history.get(key) or _parsed([{"run": "", "value": earlier.get(key)}], [])
         history[key] = _kept(before, run, [Seen(run, value)], runs_kept)
     values = {**earlier, **{key: statistics.median(row.value for row in rows) for key, rows in history.items()}}
     seen = {key: [asdict(row) for row in rows] for key, rows in history.items()}
@@ -157,9 +169,10 @@ def _cached_ports(graph: MacroGraph, worker: str, kind: str) -> dict[str, dict]:
     """Port -> the fit earlier runs cached for this worker on this device kind; {} if none (or an unreadable
     entry: measured again)."""
     try:
-        return json.loads(_entry(graph, worker, kind).read_text())["ports"]
-    except (OSError, ValueError, KeyError):
+        ports = json.loads(_entry(graph, worker, kind).read_text())["ports"]
+    except (OSError, ValueError, KeyError, TypeError):
         return {}
+    return {port: fit for port, fit in ports.items() if isinstance(fit, dict)} if isinstance(ports, dict) else {}
 
 
 def _entry(graph: MacroGraph, worker: str, kind: str) -> Path:
@@ -198,8 +211,7 @@ def remembered(earlier: dict, fit: dict, run: str, runs_kept: int = RUNS_KEPT) -
     now = [Seen(run, mean, items, int(calls)) for items, mean, calls in fit.get("by_size", [])]
     if not now:
         return fit  # no batch sizes to keep apart (a fit written down elsewhere)
-    legacy = [Seen("", mean, items, int(calls)) for items, mean, calls in earlier.get("by_size", [])]
-    seen = _kept(_parsed(earlier.get("seen"), legacy), run, now, runs_kept)
+    seen = _kept(_parsed(earlier.get("seen"), _legacy(earlier)), run, now, runs_kept)
     if all(row.run == run for row in seen):
         return {**fit, "seen": [asdict(row) for row in seen]}
     sizes = sorted({row.items for row in seen})

@@ -159,7 +159,8 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
         for _ in range(24):  # the loop's predicted time grows with the hop cost: bisect to the measured one
             profile.hop_s = (low + high) / 2
             low, high = (profile.hop_s, high) if predicted().phase_s["loop"] < measured else (low, profile.hop_s)
-        calibrated["hop_s"] = profile.hop_s
+        if low > 0.0 and high < MAX_HOP_S:  # else the loop took less than with no hop, or more than any hop explains
+            calibrated["hop_s"] = profile.hop_s
     iterations = controller_seconds(trace, "iteration", running.since + 1)
     if iterations:
         profile.controller_s = 0.0

@@ -21,7 +21,7 @@ from m2flow.planners.cache import (
 )
 from m2flow.planners.fit import fit_line, fit_points, residual
 from m2flow.planners.simulate import simulate_plan
-from m2flow.runtime.replan import Running, calibrate_run, refit, replan
+from m2flow.runtime.replan import Running, calibrate_run, refit, remember, replan
 from tests.unit.test_planner import workflow
 
 
@@ -69,6 +69,39 @@ def test_a_co_hosted_loop_says_nothing_about_the_hop_so_the_hop_keeps_its_prior(
     calibrated = calibrate_run(graph, Running(plan, since=0), profile, {"traceEvents": slow})
     assert profile.hop_s == prior  # not the bisection's bound, which would price every pipelined plan out
     assert "hop_s" not in calibrated  # nor cached as a run's measurement: it would outvote the runs that measured one
+
+
+def test_a_co_hosted_run_caches_its_measured_costs_and_controller_time_but_no_hop(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    raw = workflow(env_s=1e-4, policy_s=1e-4, cpus=1, mode="shared")
+    raw["placement"]["colocate"] = True
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    step = {"ph": "X", "name": "step", "cat": "loop", "ts": 0, "dur": 400, "args": {"worker": "env[0]", "items": 4}}
+    events = [
+        event
+        for it in range(1, 4)
+        for event in (
+            {**step, "args": {**step["args"], "iteration": it}},
+            controller_event("loop", it, 10 * plan.predicted.phase_s["loop"]),
+            controller_event("iteration", it, 10 * plan.predicted.iteration_s),
+        )
+    ]
+    cached = remember(graph, cluster, events, Running(plan, since=0), run="a co-hosted run")
+    assert cached["env.step"]["by_size"] == [[4, pytest.approx(4e-4), 3]]
+    assert set(load_calibration(graph)) == {"controller_s"}  # no prior hop cached as if this run measured it
+
+
+def test_a_damaged_calibration_entry_is_measured_again_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    save_calibration(graph, {"hop_s": 0.0002, "controller_s": 0.01})
+    (path,) = tmp_path.glob("workflow-*.json")
+    entry = json.loads(path.read_text())
+    path.write_text(json.dumps({**entry, "seen": {**entry["seen"], "hop_s": "damaged", "controller_s": [None]}}))
+    save_calibration(graph, {"controller_s": 0.02})  # a run that measured no hop
+    assert load_calibration(graph) == {"hop_s": 0.0002, "controller_s": pytest.approx(0.015)}
 
 
 def test_cached_costs_are_used_where_nothing_is_declared():
@@ -150,10 +183,14 @@ def test_a_run_saved_at_its_replan_and_again_at_its_end_at_more_sizes_counts_onc
     graph = build_graph(spec_from_dict(workflow()))
     _save_step_cost(graph, 0.003, items=4, run="an earlier run")
     _save_step_cost(graph, 0.0031, items=4, run="this run")  # its re-plan, before a switch to slices of 2 envs
-    points = {"env.step": [(4, 0.0031)] * 3 + [(2, 0.002)] * 3}  # its end: both sizes, from the whole trace
+    points = {"env.step": [(4, 0.0033)] * 3 + [(2, 0.002)] * 3}  # its end: both sizes, from the whole trace
     save_cached(graph, {"env": "cpu"}, fit_points(points, "this run")["ports"], "this run")
-    seen = sorted((row["run"], row["items"]) for row in _cached_fit(graph)["seen"])
-    assert seen == [("an earlier run", 4), ("this run", 2), ("this run", 4)]
+    seen = sorted((row["run"], row["items"], row["value"]) for row in _cached_fit(graph)["seen"])
+    assert seen == [
+        ("an earlier run", 4, pytest.approx(0.003)),
+        ("this run", 2, 0.002),
+        ("this run", 4, pytest.approx(0.0033)),
+    ]
 
 
 def test_a_cache_entry_from_before_runs_were_kept_or_damaged_counts_as_one_earlier_run(tmp_path, monkeypatch):
