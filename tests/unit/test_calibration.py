@@ -93,7 +93,7 @@ def test_a_co_hosted_run_caches_its_measured_costs_and_controller_time_but_no_ho
     assert set(load_calibration(graph)) == {"controller_s"}  # no prior hop cached as if this run measured it
 
 
-def test_a_damaged_calibration_entry_is_measured_again_not_a_crash(tmp_path, monkeypatch):
+def test_a_damaged_calibration_entry_falls_back_to_its_values_instead_of_failing_the_save(tmp_path, monkeypatch):
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph = build_graph(spec_from_dict(workflow()))
     save_calibration(graph, {"hop_s": 0.0002, "controller_s": 0.01})
