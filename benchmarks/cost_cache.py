@@ -33,11 +33,11 @@ from results_io import save_result
 
 import m2flow as mf
 from m2flow.cluster import Cluster
-from m2flow.config import apply_overrides, spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import cache as cost_cache
 from m2flow.planners import device_kinds, profile_of
 from m2flow.planners.simulate import simulate_plan
+from m2flow.runtime.executor import planned_graph
 
 POLICIES = {"median": cost_cache.RUNS_KEPT, "last run": 1}  # runs kept per batch size
 
@@ -79,11 +79,6 @@ def replayed(graph, cluster, runs: list[Path], kept: int, folder: Path) -> None:
             cost_cache.save_calibration(graph, calibration, run=f"run {i}", runs_kept=kept)
 
 
-def planned(spec, plan):
-    """The graph `plan` runs: the workflow's, with the knobs the planner set (envs per simulator process)."""
-    return build_graph(spec_from_dict(apply_overrides(spec.to_dict(), plan.spec_overrides, "plan")))
-
-
 def bench(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     workload = WORKLOADS[name]
     settings = [
@@ -106,11 +101,12 @@ def bench(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     for i in range(1, args.runs):
         plan, measured = ran[i]
         row = {"run": i, "measured_s": measured, "disturbed": i in args.disturbed}
+        runs_graph = planned_graph(spec, plan)
         for policy, kept in POLICIES.items():
             folder = tmp / name / f"replay-{kept}-{i}"
             replayed(graph, cluster, own_caches[:i], kept, folder)
             with cache_at(folder):
-                predicted = simulate_plan(planned(spec, plan), plan, profile_of(graph, cluster)).prediction.iteration_s
+                predicted = simulate_plan(runs_graph, plan, profile_of(graph, cluster)).prediction.iteration_s
             row[policy] = {"predicted_s": predicted, "error": measured / predicted - 1}
         rows.append(row)
         print(

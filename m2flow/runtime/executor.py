@@ -57,12 +57,17 @@ RECOVERABLE = (WorkerError, WaitTimeout)
 SETTLE_S = 2.0  # how long a closing run waits for the given-up calls still queued to end
 
 
+def planned_graph(spec: WorkflowSpec, plan: Plan, source: str | None = None) -> MacroGraph:
+    """The graph `plan` runs: the workflow's, with the knobs the planner chose (simulator processes x envs)."""
+    return build_graph(spec_from_dict(apply_overrides(spec.to_dict(), plan.spec_overrides, "plan")), source)
+
+
 def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
     graph = build_graph(spec, source)
     cluster = connect_ray(spec.cluster)
     plan = make_plan(graph, cluster)
-    if plan.spec_overrides:  # knobs the planner chose (simulator processes x envs): run exactly that
-        graph = build_graph(spec_from_dict(apply_overrides(spec.to_dict(), plan.spec_overrides, "plan")), source)
+    if plan.spec_overrides:  # run exactly what the planner chose
+        graph = planned_graph(spec, plan, source)
     run = Run(graph, cluster, plan)
     try:
         run.start()
