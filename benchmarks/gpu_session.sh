@@ -12,7 +12,7 @@
 # `one_off` that workload (12 x 16 envs, chunks of 16) synchronous shared S=1, then one step off by mode with auto, in one
 # call: the iteration target of pipelining on one GPU (RESULTS.md, "The thirty-first session"; about 7 minutes);
 # `accuracy` planner_accuracy.py's camera-vit-gpu sweep (SECONDS_LIMIT, CALIBRATING); `sync` weight_sync.py (100M ViT, the
-# source's and destination's part of each sync) and the CUDA IPC and checksum GPU tests (ITERATIONS);
+# source's and destination's part of each sync; first at the commit of .whl/before/, if there) and the CUDA IPC and checksum GPU tests (ITERATIONS);
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu) and the
 # tiled renderer's tests on EGL (TESTS_K: only those GPU tests, with tracebacks); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
 # STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop); `sac_camera` SAC from pixels (metrics.jsonl).
@@ -64,8 +64,16 @@ if [ "${1:-all}" = hf ]; then
   rm -rf "$OUT/tmp"; exit 0
 fi
 if [ "${1:-all}" = sync ]; then  # weight sync of the 100M ViT by transport, where each sync goes; the CUDA IPC tests
-  timeout 300 python3 benchmarks/weight_sync.py --size 100m --iterations "${ITERATIONS:-6}" --out "$OUT" 2>&1 \
-    | grep -v "WARN\|INFO\|warn" | tail -4 | tee "$OUT/weight_sync.txt"
+  sync_run() {  # $1: the commit of the m2flow installed: weight_sync_<commit>.json and .log
+    timeout 250 python3 benchmarks/weight_sync.py --size 100m --iterations "${ITERATIONS:-6}" --out "$OUT" > "$OUT/weight_sync_$1.log" 2>&1
+    mv "$OUT/weight_sync.json" "$OUT/weight_sync_$1.json"; grep -v "WARN\|INFO\|warn" "$OUT/weight_sync_$1.log" | tail -4
+  }
+  before="$OLDPWD/.whl/before"  # an m2flow wheel of an earlier commit and its COMMIT: that commit's run first, on this machine
+  if [ -f "$before/COMMIT" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_before "$before"/*.whl
+    PYTHONPATH="/tmp/site_before:$PYTHONPATH" M2FLOW_RESULTS_COMMIT="$(cat "$before/COMMIT")" sync_run "$(cat "$before/COMMIT")"
+  fi
+  sync_run "${M2FLOW_RESULTS_COMMIT:-unrecorded}"
   cp -r "$OLDPWD/tests" . && timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py \
     -k "cuda_ipc or checksum" 2>&1 | tail -5 | tee "$OUT/sync_tests.txt"
   rm -rf "$OUT/tmp"; exit 0
