@@ -73,7 +73,8 @@ def replayed(graph, cluster, runs: list[Path], kept: int, folder: Path) -> None:
     kinds = device_kinds(graph, cluster)
     for i, own in enumerate(runs):
         with cache_at(own):
-            fitted, calibration = cost_cache.cached_fits(graph, kinds), cost_cache.load_calibration(graph)
+            fitted = {port: cached.fit for port, cached in cost_cache.cached_fits(graph, kinds).items()}
+            calibration = cost_cache.load_calibration(graph)
         with cache_at(folder):
             cost_cache.save_cached(graph, kinds, fitted, run=f"run {i}", runs_kept=kept)
             cost_cache.save_calibration(graph, calibration, run=f"run {i}", runs_kept=kept)

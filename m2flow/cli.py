@@ -102,10 +102,10 @@ def _profile(args: argparse.Namespace) -> int:
     for port, fit in profile["ports"].items():
         table.add_row(
             port,
-            f"{fit['fixed_s'] * 1e3:.3f}",
-            f"{fit['per_item_s'] * 1e3:.4f}",
-            str(fit["calls"]),
-            ",".join(map(str, fit["batch_sizes"])),
+            f"{fit.fixed_s * 1e3:.3f}",
+            f"{fit.per_item_s * 1e3:.4f}",
+            str(fit.calls),
+            ",".join(map(str, fit.batch_sizes)),
         )
     Console().print(table)
     console.print(f"wrote {path}; `m2flow plan` and `m2flow run` use it")

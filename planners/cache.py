@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from m2flow.graph import MacroGraph
-from m2flow.planners.fit import fit_line, residual
+from m2flow.planners.fit import PortFit, SizeMean, fit_line, residual
 from m2flow.spec import PortCost
 
 RUNS_KEPT = 5  # a cost is the median of what this many of the latest runs measured
@@ -54,13 +54,32 @@ def _parsed(rows: object, fallback: list[Seen]) -> list[Seen]:
         return fallback
 
 
-def _legacy(fit: dict) -> list[Seen]:
-    """A fit's mean at each batch size as one earlier run's (an entry written before runs were kept), or none
-    where they do not read as such."""
-    try:
-        return [Seen("", float(mean), float(items), int(calls)) for items, mean, calls in fit.get("by_size", [])]
-    except (TypeError, ValueError, AttributeError):
-        return []
+@dataclass(frozen=True)
+class CachedFit:
+    """A port's fit as the cache keeps it: across what the kept runs measured of it (`seen`; none for a fit with
+    no batch sizes to keep apart). On disk: the fit's JSON object with a `seen` key beside its own, where it has
+    rows."""
+
+    fit: PortFit
+    seen: tuple[Seen, ...] = ()
+
+    def to_dict(self) -> dict:
+        entry = self.fit.to_dict()
+        if self.seen:
+            entry["seen"] = [asdict(row) for row in self.seen]
+        return entry
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CachedFit | None:
+        """An entry as `to_dict` wrote it, or None where its fit does not read as one (damaged: measured again).
+        Where its `seen` rows do not read as such (an entry written before runs were kept, or damaged), the fit's
+        mean at each batch size reads as one earlier run's."""
+        try:
+            fit = PortFit.from_dict(data)
+        except (TypeError, ValueError):
+            return None
+        legacy = [Seen("", row.mean_s, row.items, row.calls) for row in fit.by_size]
+        return cls(fit, tuple(_parsed(data.get("seen"), legacy)))
 
 
 def new_run() -> str:
@@ -151,23 +170,24 @@ def _write(path: Path, entry: dict) -> Path:
 def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, PortCost]:
     """`worker.port` -> the cost an earlier run measured for this worker on this device kind."""
     return {
-        port: PortCost(fixed_s=fit.get("fixed_s", 0.0), per_item_s=fit.get("per_item_s", 0.0))
-        for port, fit in cached_fits(graph, device_kinds).items()
+        port: PortCost(fixed_s=cached.fit.fixed_s, per_item_s=cached.fit.per_item_s)
+        for port, cached in cached_fits(graph, device_kinds).items()
     }
 
 
-def cached_fits(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, dict]:
+def cached_fits(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, CachedFit]:
     """`worker.port` -> what earlier runs measured of it: the fit, its batch sizes and its mean cost at each."""
     return {
-        f"{worker}.{port}": fit
+        f"{worker}.{port}": cached
         for worker, kind in device_kinds.items()
-        for port, fit in _cached_ports(graph, worker, kind).items()
+        for port, entry in _cached_ports(graph, worker, kind).items()
+        if (cached := CachedFit.from_dict(entry)) is not None
     }
 
 
 def _cached_ports(graph: MacroGraph, worker: str, kind: str) -> dict[str, dict]:
-    """Port -> the fit earlier runs cached for this worker on this device kind; {} if none (or an unreadable
-    entry: measured again)."""
+    """Port -> the fit earlier runs cached for this worker on this device kind, as JSON; {} if none (or an
+    unreadable entry: measured again)."""
     try:
         ports = json.loads(_entry(graph, worker, kind).read_text())["ports"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -182,13 +202,13 @@ def _entry(graph: MacroGraph, worker: str, kind: str) -> Path:
 def save_cached(
     graph: MacroGraph,
     device_kinds: dict[str, str],
-    fitted: dict[str, dict],
+    fitted: dict[str, PortFit],
     run: str | None = None,
     runs_kept: int = RUNS_KEPT,
 ) -> list[Path]:
-    """Store fitted costs (`worker.port` -> {fixed_s, per_item_s, ...}), what run `run` (default: a run of its
-    own) measured, under each worker's key, beside what the latest `runs_kept` earlier runs measured
-    (`remembered`)."""
+    """Store fitted costs (`worker.port` -> its fit), what run `run` (default: a run of its own) measured, under
+    each worker's key, beside what the latest `runs_kept` earlier runs measured (`remembered`); the worker's
+    other ports stay as they were written."""
     run = run or new_run()
     written = []
     for worker, kind in device_kinds.items():
@@ -196,39 +216,42 @@ def save_cached(
         if not ports:
             continue
         previous = _cached_ports(graph, worker, kind)
-        ports = {port: remembered(previous.get(port, {}), fit, run, runs_kept) for port, fit in ports.items()}
-        entry = {"class": graph.workers[worker].cls, "device": kind, "ports": {**previous, **ports}}
+        now = {
+            port: remembered(CachedFit.from_dict(previous.get(port, {})), fit, run, runs_kept).to_dict()
+            for port, fit in ports.items()
+        }
+        entry = {"class": graph.workers[worker].cls, "device": kind, "ports": {**previous, **now}}
         written.append(_write(_entry(graph, worker, kind), entry))
     return written
 
 
-def remembered(earlier: dict, fit: dict, run: str, runs_kept: int = RUNS_KEPT) -> dict:
+def remembered(earlier: CachedFit | None, fit: PortFit, run: str, runs_kept: int = RUNS_KEPT) -> CachedFit:
     """A port's cached fit once `fit`, run `run`'s, joins what earlier runs measured (`earlier`): at each batch
     size the median of the latest `runs_kept` runs' means there; across sizes the line through those medians (one
     size: `fit`'s split between per-call and per-item cost, scaled to the median); its residual, how far the kept
     runs' means scatter around it. `fit` stands as it is where no other run measured it (its residual: how far
     its calls scatter)."""
-    now = [Seen(run, mean, items, int(calls)) for items, mean, calls in fit.get("by_size", [])]
+    now = [Seen(run, row.mean_s, row.items, row.calls) for row in fit.by_size]
     if not now:
-        return fit  # no batch sizes to keep apart (a fit written down elsewhere)
-    seen = _kept(_parsed(earlier.get("seen"), _legacy(earlier)), run, now, runs_kept)
+        return CachedFit(fit)  # no batch sizes to keep apart (a fit written down elsewhere)
+    seen = _kept(list(earlier.seen) if earlier else [], run, now, runs_kept)
     if all(row.run == run for row in seen):
-        return {**fit, "seen": [asdict(row) for row in seen]}
+        return CachedFit(fit, tuple(seen))
     sizes = sorted({row.items for row in seen})
-    rows = [[items, statistics.median(r.value for r in seen if r.items == items)] for items in sizes]
+    medians = [(items, statistics.median(r.value for r in seen if r.items == items)) for items in sizes]
     calls = {items: sum(r.calls for r in seen if r.items == items) for items in sizes}
-    if len(rows) > 1:
-        line = fit_line([(items, mean) for items, mean in rows])
+    if len(medians) > 1:
+        line = fit_line(medians)
     else:
-        ((items, median),) = rows
+        ((items, median),) = medians
         scale = median / now[0].value if now[0].value > 0 else 1.0
-        line = {"fixed_s": fit["fixed_s"] * scale, "per_item_s": fit["per_item_s"] * scale}
-    return {
-        **fit,
-        **line,
-        "calls": sum(calls.values()),
-        "batch_sizes": [int(items) for items in sizes],
-        "by_size": [[items, mean, calls[items]] for items, mean in rows],
-        "residual": residual([(row.items, row.value) for row in seen], line),
-        "seen": [asdict(row) for row in seen],
-    }
+        line = PortCost(fixed_s=fit.fixed_s * scale, per_item_s=fit.per_item_s * scale)
+    fitted = PortFit(
+        fixed_s=line.fixed_s,
+        per_item_s=line.per_item_s,
+        calls=sum(calls.values()),
+        batch_sizes=tuple(int(items) for items in sizes),
+        by_size=tuple(SizeMean(items, mean, calls[items]) for items, mean in medians),
+        residual=residual([(row.items, row.value) for row in seen], line),
+    )
+    return CachedFit(fitted, tuple(seen))

@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from m2flow.cluster import DeviceId
+from m2flow.spec import PortCost
 
 Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, seconds), ...]
 
@@ -157,7 +159,55 @@ def hop_from_trace(trace: dict, chain: list[str], skip_iterations: int = 1) -> f
     return sorted(gaps)[len(gaps) // 4]
 
 
-def fit_line(points: list[tuple[float, float]], prior_fixed: float = 0.0) -> dict[str, float]:
+@dataclass(frozen=True)
+class SizeMean:
+    """A port's mean cost at one batch size: `calls` calls of `items` items each took `mean_s` on average."""
+
+    items: float
+    mean_s: float
+    calls: int
+
+
+@dataclass(frozen=True)
+class PortFit:
+    """A port's cost `fixed_s + per_item_s * items` fitted to `calls` measured calls at `batch_sizes`, its mean at
+    each (`by_size`, the smallest first) and how far the calls scatter around it (`residual()`). On disk: a JSON
+    object with these keys, `by_size` as `[items, mean_s, calls]` rows."""
+
+    fixed_s: float
+    per_item_s: float
+    calls: int = 0
+    batch_sizes: tuple[int, ...] = ()
+    by_size: tuple[SizeMean, ...] = ()
+    residual: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "fixed_s": self.fixed_s,
+            "per_item_s": self.per_item_s,
+            "calls": self.calls,
+            "batch_sizes": list(self.batch_sizes),
+            "by_size": [[row.items, row.mean_s, row.calls] for row in self.by_size],
+            "residual": self.residual,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PortFit:
+        """A fit as `to_dict` wrote it; a key it lacks (a fit written down by hand, or before the key existed)
+        reads as nothing measured. Raises TypeError or ValueError where a value does not read as its field."""
+        return cls(
+            fixed_s=float(data.get("fixed_s", 0.0)),
+            per_item_s=float(data.get("per_item_s", 0.0)),
+            calls=int(data.get("calls", 0)),
+            batch_sizes=tuple(int(size) for size in data.get("batch_sizes", [])),
+            by_size=tuple(
+                SizeMean(float(items), float(mean_s), int(calls)) for items, mean_s, calls in data.get("by_size", [])
+            ),
+            residual=float(data.get("residual", 0.0)),
+        )
+
+
+def fit_line(points: list[tuple[float, float]], prior_fixed: float = 0.0) -> PortCost:
     """Least squares `fixed_s + per_item_s * items` with non-negative coefficients. Seen at one batch size
     only, the split between the two cannot be measured: `prior_fixed` (a fraction of the cost there) is
     taken as the per-call part."""
@@ -167,65 +217,68 @@ def fit_line(points: list[tuple[float, float]], prior_fixed: float = 0.0) -> dic
     var = sum((x - mean_x) ** 2 for x in xs)
     if var == 0:
         if mean_x <= 0:
-            return {"fixed_s": mean_y, "per_item_s": 0.0}
-        return {"fixed_s": prior_fixed * mean_y, "per_item_s": (1 - prior_fixed) * mean_y / mean_x}
+            return PortCost(fixed_s=mean_y, per_item_s=0.0)
+        return PortCost(fixed_s=prior_fixed * mean_y, per_item_s=(1 - prior_fixed) * mean_y / mean_x)
     slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var)
     fixed = mean_y - slope * mean_x
     if fixed < 0:
-        return {"fixed_s": 0.0, "per_item_s": sum(x * y for x, y in points) / sum(x * x for x in xs)}
-    return {"fixed_s": fixed, "per_item_s": slope}
+        return PortCost(fixed_s=0.0, per_item_s=sum(x * y for x, y in points) / sum(x * x for x in xs))
+    return PortCost(fixed_s=fixed, per_item_s=slope)
 
 
-def residual(points: list[tuple[float, float]], fit: dict[str, float]) -> float:
-    """The fit's root-mean-square error relative to the mean cost (0.1: calls scatter by ~10% around it)."""
+def residual(points: list[tuple[float, float]], line: PortCost) -> float:
+    """The line's root-mean-square error relative to the mean cost (0.1: calls scatter by ~10% around it)."""
     mean_y = sum(y for _, y in points) / len(points)
-    squares = sum((y - fit["fixed_s"] - fit["per_item_s"] * x) ** 2 for x, y in points) / len(points)
+    squares = sum((y - line.fixed_s - line.per_item_s * x) ** 2 for x, y in points) / len(points)
     return squares**0.5 / mean_y if mean_y > 0 else 0.0
 
 
 def fit_points(points: Points, source: str, priors: dict[str, float] | None = None) -> dict:
-    """A fit per port; `priors[port]` is its per-call fraction when it was seen at one batch size only."""
+    """`{"source": source, "ports": {port: PortFit}}`; `priors[port]` is its per-call fraction when it was seen at
+    one batch size only."""
     ports = {}
     for port, samples in sorted(points.items()):
-        fit = fit_line(samples, (priors or {}).get(port, 0.0))
-        ports[port] = {
-            **fit,
-            "calls": len(samples),
-            "batch_sizes": sorted({int(x) for x, _ in samples}),
-            "by_size": by_size(samples),
-            "residual": residual(samples, fit),
-        }
+        line = fit_line(samples, (priors or {}).get(port, 0.0))
+        ports[port] = PortFit(
+            fixed_s=line.fixed_s,
+            per_item_s=line.per_item_s,
+            calls=len(samples),
+            batch_sizes=tuple(sorted({int(x) for x, _ in samples})),
+            by_size=by_size(samples),
+            residual=residual(samples, line),
+        )
     return {"source": source, "ports": ports}
 
 
-def by_size(points: list[tuple[float, float]]) -> list[list[float]]:
-    """Per batch size seen, `[items, mean seconds, calls]`, the smallest first."""
+def by_size(points: list[tuple[float, float]]) -> tuple[SizeMean, ...]:
+    """The mean cost at each batch size seen, the smallest first."""
     seen: dict[float, list[float]] = defaultdict(list)
     for items, seconds in points:
         seen[items].append(seconds)
-    return [[items, sum(costs) / len(costs), len(costs)] for items, costs in sorted(seen.items())]
+    return tuple(SizeMean(items, sum(costs) / len(costs), len(costs)) for items, costs in sorted(seen.items()))
 
 
-def merged(earlier: dict, fit: dict) -> dict:
+def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
     """A port's fit over the batch sizes an earlier fit saw and those `fit` saw: where both saw a size, the
     later mean stands. Seen at several sizes, the line through their means splits the per-call cost from the
     per-item one, which one size alone cannot (a camera simulator rendering on a GPU costs about the same
     per call for half its envs: a pipelined plan's slices are not half as cheap)."""
-    rows = {row[0]: row for row in earlier.get("by_size", [])}
-    own = {row[0] for row in fit.get("by_size", [])}
+    rows = {row.items: row for row in earlier.by_size} if earlier else {}
+    own = {row.items for row in fit.by_size}
     if not own or set(rows) <= own:
         return fit  # nothing seen earlier at a size this fit did not see
-    rows.update({row[0]: row for row in fit["by_size"]})
-    means = [(items, mean) for items, mean, _ in sorted(rows.values())]
+    rows.update({row.items: row for row in fit.by_size})
+    ordered = tuple(rows[items] for items in sorted(rows))
+    means = [(row.items, row.mean_s) for row in ordered]
     line = fit_line(means)
-    return {
-        **fit,
-        **line,
-        "calls": sum(int(row[2]) for row in rows.values()),
-        "batch_sizes": [int(items) for items, _ in means],
-        "by_size": sorted(rows.values()),
-        "residual": residual(means, line),
-    }
+    return PortFit(
+        fixed_s=line.fixed_s,
+        per_item_s=line.per_item_s,
+        calls=sum(row.calls for row in ordered),
+        batch_sizes=tuple(int(items) for items, _ in means),
+        by_size=ordered,
+        residual=residual(means, line),
+    )
 
 
 def fit_trace_file(path: str | Path) -> dict:
@@ -233,13 +286,18 @@ def fit_trace_file(path: str | Path) -> dict:
 
 
 def save_profile(profile: dict, path: str | Path) -> Path:
+    """Write a profile (`fit_points`' with what `m2flow profile` adds: workflow, hop_s) as JSON, its fits as
+    `PortFit.to_dict` writes them."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(profile, indent=1))
+    ports = {port: fit.to_dict() for port, fit in profile["ports"].items()}
+    tmp.write_text(json.dumps({**profile, "ports": ports}, indent=1))
     tmp.replace(path)
     return path
 
 
 def load_profile(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())
+    """A profile `save_profile` wrote, its fits read back as `PortFit`s."""
+    profile = json.loads(Path(path).read_text())
+    return {**profile, "ports": {port: PortFit.from_dict(fit) for port, fit in profile.get("ports", {}).items()}}

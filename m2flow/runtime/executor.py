@@ -21,7 +21,7 @@ from m2flow.config import apply_overrides, dump_spec, spec_from_dict
 from m2flow.errors import PlanError, WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
-from m2flow.planners.cache import new_run
+from m2flow.planners.cache import CachedFit, new_run
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.crashes import crashes_of
@@ -405,7 +405,7 @@ class Run:
             for h in measured_iterations(self.result.history, self.measured_since, self.graph.loop is not None)
             if h["iteration"] not in self.controller.unmeasured  # replacements: their costs are not in `measured`
         ]
-        cached: dict[str, dict] = {}  # what the cache holds of the ports this run measured
+        cached: dict[str, CachedFit] = {}  # what the cache holds of the ports this run measured
         if self.overlapped:
             self.reporter.print(
                 "m2flow: flow.async: the costs measured beside training are not cached (those of the synchronous"

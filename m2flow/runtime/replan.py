@@ -32,8 +32,8 @@ from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners import device_kinds, make_plan, profile_of
-from m2flow.planners.cache import cached_fits, save_cached, save_calibration
-from m2flow.planners.fit import controller_seconds, fit_points, merged, points_from_trace
+from m2flow.planners.cache import CachedFit, cached_fits, save_cached, save_calibration
+from m2flow.planners.fit import PortFit, controller_seconds, fit_points, merged, points_from_trace
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate_plan
@@ -55,7 +55,7 @@ BESIDE_NOISE = 0.05  # an iteration within this much of its prediction without a
 @dataclass
 class Refit:
     profile: Profile
-    fitted: dict[str, dict]  # worker.port -> {fixed_s, per_item_s, calls, batch_sizes, by_size, residual}
+    fitted: dict[str, PortFit]  # worker.port -> its fit to this run's calls
     unsplit: list[str] = field(default_factory=list)  # loop ports whose per-call part no run has measured
     calibrated: dict[str, float] = field(default_factory=dict)  # hop_s, controller_s: those the trace could say
 
@@ -76,31 +76,33 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     profile = profile_of(graph, cluster)
     trace = {"traceEvents": events}
     points = points_from_trace(trace, skip_iterations=1, warmups=running.warmups if running else ())
-    cached = cached_fits(graph, device_kinds(graph, cluster))
+    cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
     priors = {port: _per_call_fraction(profile, port, samples, cached.get(port)) for port, samples in points.items()}
     fitted = fit_points(points, "online", priors)["ports"]  # this run's alone: the hop is calibrated against it
     unsplit = _unsplit(graph, profile, fitted, cached)
     for port, fit in fitted.items():
         if port in profile.costs:
-            profile.costs[port] = PortCost(fixed_s=fit["fixed_s"], per_item_s=fit["per_item_s"])
+            profile.costs[port] = PortCost(fixed_s=fit.fixed_s, per_item_s=fit.per_item_s)
             profile.source[port] = "measured (this run)"
     calibrated = calibrate_run(graph, running, profile, trace) if running is not None else {}
     return Refit(profile, fitted, unsplit, calibrated)
 
 
-def _per_call_fraction(profile: Profile, port: str, samples: list[tuple[float, float]], cached: dict | None) -> float:
+def _per_call_fraction(
+    profile: Profile, port: str, samples: list[tuple[float, float]], cached: PortFit | None
+) -> float:
     """The per-call part of `port`'s cost at this run's mean batch size, should this run see one size only: as
     the line through this run's mean and the sizes earlier runs measured, where they measured another size;
     otherwise as the profile has it (`Profile.per_call_fraction`)."""
     items = sum(x for x, _ in samples) / len(samples)
-    line = merged(cached or {}, fit_points({port: samples}, "online")["ports"][port])
-    if len(line["batch_sizes"]) < 2:
+    line = merged(cached, fit_points({port: samples}, "online")["ports"][port])
+    if len(line.batch_sizes) < 2:
         return profile.per_call_fraction(port, items)
-    total = line["fixed_s"] + line["per_item_s"] * items
-    return line["fixed_s"] / total if total > 0 else 1.0
+    total = line.fixed_s + line.per_item_s * items
+    return line.fixed_s / total if total > 0 else 1.0
 
 
-def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, dict], cached: dict[str, dict]) -> list[str]:
+def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, PortFit], cached: dict[str, PortFit]) -> list[str]:
     """The loop's ports (their batch sizes follow the plan's slices) that this run measured at one batch size,
     and neither `m2flow profile` nor earlier runs at another."""
     loop = {str(p) for p in graph.loop.ports} if graph.loop else set()
@@ -108,10 +110,10 @@ def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, dict], cache
         port
         for port, fit in fitted.items()
         if port in loop
-        and len(fit["batch_sizes"]) == 1
-        and fit["batch_sizes"][0] > 0
+        and len(fit.batch_sizes) == 1
+        and fit.batch_sizes[0] > 0
         and profile.source.get(port) != "measured"
-        and set(cached.get(port, {}).get("batch_sizes", [])) <= set(fit["batch_sizes"])
+        and (port not in cached or set(cached[port].batch_sizes) <= set(fit.batch_sizes))
     ]
 
 
@@ -287,7 +289,7 @@ def remember(
     running: Running,
     measured_on: MacroGraph | None = None,
     run: str | None = None,
-) -> dict[str, dict]:
+) -> dict[str, CachedFit]:
     """Cache what this run measured, for `m2flow plan` and the next runs of the same workers; `measured_on`: the
     graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin); `run`: the run's
     id in the cache, so that its saves at a re-plan and at its end count once (`planners.cache`). Returns what the
@@ -396,7 +398,7 @@ def _split(measured: Refit, per_call: bool) -> Profile:
     """The refit profile with each unsplit port's measured cost all per call, or all per item."""
     profile = measured.profile.copy()
     for port in measured.unsplit:
-        items, mean_s, _ = measured.fitted[port]["by_size"][0]
-        per_item_s = 0.0 if per_call else mean_s / items
-        profile.costs[port] = PortCost(fixed_s=mean_s - per_item_s * items, per_item_s=per_item_s)
+        size = measured.fitted[port].by_size[0]
+        per_item_s = 0.0 if per_call else size.mean_s / size.items
+        profile.costs[port] = PortCost(fixed_s=size.mean_s - per_item_s * size.items, per_item_s=per_item_s)
     return profile

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from m2flow.cluster import DeviceId
+from m2flow.planners.cache import CachedFit
 from m2flow.schedule import Plan, ReplicaId
 
 
@@ -150,23 +151,24 @@ def comparison_table(
     return table
 
 
-def cached_costs_table(fits: dict[str, dict]) -> Table:
+def cached_costs_table(fits: dict[str, CachedFit]) -> Table:
     """The port costs the cache holds after this run, for the next runs and `m2flow plan`: `fixed_s + per_item_s *
     items`, the batch sizes and runs it was fitted across, and its residual (how far the measured means or calls
     scatter around it)."""
     table = Table(title="port costs cached for the next runs and `m2flow plan`")
     for column in ("port", "per call", "per item", "batch sizes", "runs", "residual"):
         table.add_column(column, justify="left" if column == "port" else "right")
-    for port, fit in sorted(fits.items()):
-        runs = len({row["run"] for row in fit.get("seen", [])}) or 1
-        sizes = ",".join(str(size) for size in fit.get("batch_sizes", [])) or "-"
+    for port, cached in sorted(fits.items()):
+        fit = cached.fit
+        runs = len({row.run for row in cached.seen}) or 1
+        sizes = ",".join(str(size) for size in fit.batch_sizes) or "-"
         table.add_row(
             port,
-            f"{fit['fixed_s'] * 1e3:.3g} ms",
-            f"{fit['per_item_s'] * 1e3:.3g} ms",
+            f"{fit.fixed_s * 1e3:.3g} ms",
+            f"{fit.per_item_s * 1e3:.3g} ms",
             sizes,
             str(runs),
-            f"{fit.get('residual', 0.0):.0%}",
+            f"{fit.residual:.0%}",
         )
     return table
 

@@ -22,10 +22,10 @@ def test_profiling_fits_every_port_at_three_batch_sizes_and_feeds_the_planner(tm
     spec = load_spec(ROOT / "configs" / "spin_balanced.yaml", [f"run.output_dir={tmp_path}", "flow.loop.horizon=24"])
     measured = measured_profile = measure_profile(spec)
     ports = measured_profile["ports"]
-    assert ports["env.step"]["batch_sizes"] == [2, 4, 8]
+    assert ports["env.step"].batch_sizes == (2, 4, 8)
     assert {"env.obs", "env.step", "env.trajectory", "policy.act", "trainer.train"} <= set(ports)
-    assert all(fit["calls"] > 0 for fit in ports.values())
-    assert ports["env.step"]["per_item_s"] > 0 and ports["policy.act"]["per_item_s"] > 0  # they spin per env
+    assert all(fit.calls > 0 for fit in ports.values())
+    assert ports["env.step"].per_item_s > 0 and ports["policy.act"].per_item_s > 0  # they spin per env
     assert measured_profile["hop_s"] > 0
 
     graph = build_graph(spec)
@@ -156,4 +156,4 @@ def test_a_run_tries_other_batch_sizes_when_a_cost_split_it_could_not_measure_de
     assert result.last["env_steps"] == 9 * 16 * 8
     graph = build_graph(spec)
     cluster = Cluster.from_spec(spec.cluster.model_copy(update={"cpus": 2, "gpus": 0}))
-    assert cached_fits(graph, device_kinds(graph, cluster))["env.step"]["batch_sizes"] == [4, 8]
+    assert cached_fits(graph, device_kinds(graph, cluster))["env.step"].fit.batch_sizes == (4, 8)

@@ -13,13 +13,14 @@ from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.cache import (
     RUNS_KEPT,
+    CachedFit,
     cached_fits,
     load_cached,
     load_calibration,
     save_cached,
     save_calibration,
 )
-from m2flow.planners.fit import fit_line, fit_points, residual
+from m2flow.planners.fit import PortFit, SizeMean, fit_line, fit_points, residual
 from m2flow.planners.simulate import simulate_plan
 from m2flow.runtime.replan import Running, calibrate_run, refit, remember, replan
 from tests.unit.test_planner import workflow
@@ -27,7 +28,7 @@ from tests.unit.test_planner import workflow
 
 def test_one_batch_size_splits_by_the_prior():
     fit = fit_line([(4, 0.004), (4, 0.004)], prior_fixed=0.25)
-    assert fit == {"fixed_s": pytest.approx(0.001), "per_item_s": pytest.approx(0.00075)}
+    assert fit.fixed_s == pytest.approx(0.001) and fit.per_item_s == pytest.approx(0.00075)
 
 
 def controller_event(name: str, iteration: int, seconds: float) -> dict:
@@ -89,7 +90,7 @@ def test_a_co_hosted_run_caches_its_measured_costs_and_controller_time_but_no_ho
         )
     ]
     cached = remember(graph, cluster, events, Running(plan, since=0), run="a co-hosted run")
-    assert cached["env.step"]["by_size"] == [[4, pytest.approx(4e-4), 3]]
+    assert cached["env.step"].fit.by_size == (SizeMean(4, pytest.approx(4e-4), 3),)
     assert set(load_calibration(graph)) == {"controller_s"}  # no prior hop cached as if this run measured it
 
 
@@ -114,7 +115,7 @@ def test_cached_costs_are_used_where_nothing_is_declared():
     save_cached(
         graph,
         kinds,
-        {"env.step": {"fixed_s": 0.001, "per_item_s": 0.0002}, "policy.act": {"fixed_s": 9.0, "per_item_s": 0}},
+        {"env.step": PortFit(fixed_s=0.001, per_item_s=0.0002), "policy.act": PortFit(fixed_s=9.0, per_item_s=0)},
     )
     assert load_cached(graph, kinds)["env.step"].per_item_s == 0.0002
     profile = profile_of(graph, cluster)
@@ -142,7 +143,7 @@ def _cached_step_s(graph, items: int = 4) -> float:
     return cost.fixed_s + cost.per_item_s * items
 
 
-def _cached_fit(graph) -> dict:
+def _cached_fit(graph) -> CachedFit:
     return cached_fits(graph, {"env": "cpu"})["env.step"]
 
 
@@ -162,8 +163,8 @@ def test_a_lasting_change_in_cost_is_followed_once_most_kept_runs_measured_it(tm
     assert _cached_step_s(graph) < 0.006  # a minority of the kept runs
     _save_step_cost(graph, 0.006)
     assert _cached_step_s(graph) == pytest.approx(0.006)
-    seen = _cached_fit(graph)["seen"]
-    assert len(seen) == RUNS_KEPT and [row["value"] for row in seen][-3:] == [pytest.approx(0.006)] * 3
+    seen = _cached_fit(graph).seen
+    assert len(seen) == RUNS_KEPT and [row.value for row in seen][-3:] == [pytest.approx(0.006)] * 3
 
 
 def test_a_run_that_saves_again_replaces_what_it_saved_before(tmp_path, monkeypatch):
@@ -173,8 +174,8 @@ def test_a_run_that_saves_again_replaces_what_it_saved_before(tmp_path, monkeypa
         _save_step_cost(graph, seconds)
     for seconds in (0.006, 0.004):  # at its re-plan, then at its end: one run, its last value among three
         _save_step_cost(graph, seconds, run="this run")
-    seen = _cached_fit(graph)["seen"]
-    assert [(row["run"], row["value"]) for row in seen if row["run"] == "this run"] == [("this run", 0.004)]
+    seen = _cached_fit(graph).seen
+    assert [(row.run, row.value) for row in seen if row.run == "this run"] == [("this run", 0.004)]
     assert len(seen) == 3 and _cached_step_s(graph) == pytest.approx(0.003)
 
 
@@ -185,7 +186,7 @@ def test_a_run_saved_at_its_replan_and_again_at_its_end_at_more_sizes_counts_onc
     _save_step_cost(graph, 0.0031, items=4, run="this run")  # its re-plan, before a switch to slices of 2 envs
     points = {"env.step": [(4, 0.0033)] * 3 + [(2, 0.002)] * 3}  # its end: both sizes, from the whole trace
     save_cached(graph, {"env": "cpu"}, fit_points(points, "this run")["ports"], "this run")
-    seen = sorted((row["run"], row["items"], row["value"]) for row in _cached_fit(graph)["seen"])
+    seen = sorted((row.run, row.items, row.value) for row in _cached_fit(graph).seen)
     assert seen == [
         ("an earlier run", 4, pytest.approx(0.003)),
         ("this run", 2, 0.002),
@@ -198,6 +199,8 @@ def test_a_cache_entry_from_before_runs_were_kept_or_damaged_counts_as_one_earli
     graph = build_graph(spec_from_dict(workflow()))
     _save_step_cost(graph, 0.003)
     (path,) = tmp_path.glob("*.json")
+    written = json.loads(path.read_text())["ports"]["step"]
+    assert list(written) == ["fixed_s", "per_item_s", "calls", "batch_sizes", "by_size", "residual", "seen"]
     for seen in (None, "damaged"):
         entry = json.loads(path.read_text())
         fit = {key: value for key, value in entry["ports"]["step"].items() if key != "seen"}  # as written before
@@ -206,8 +209,21 @@ def test_a_cache_entry_from_before_runs_were_kept_or_damaged_counts_as_one_earli
         path.write_text(json.dumps({**entry, "ports": {"step": fit}}))
         for seconds in (0.003, 0.009):
             _save_step_cost(graph, seconds)
-        assert [row["value"] for row in _cached_fit(graph)["seen"]] == pytest.approx([0.003, 0.003, 0.009])
+        assert [row.value for row in _cached_fit(graph).seen] == pytest.approx([0.003, 0.003, 0.009])
         assert _cached_step_s(graph) == pytest.approx(0.003)
+
+
+def test_a_cache_entry_whose_fit_is_damaged_reads_as_not_cached_and_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    _save_step_cost(graph, 0.003)
+    (path,) = tmp_path.glob("*.json")
+    entry = json.loads(path.read_text())
+    step = {**entry["ports"]["step"], "by_size": [[4, "damaged", 3]]}
+    path.write_text(json.dumps({**entry, "ports": {"step": step}}))
+    assert cached_fits(graph, {"env": "cpu"}) == {}
+    _save_step_cost(graph, 0.006)
+    assert [row.value for row in _cached_fit(graph).seen] == [pytest.approx(0.006)]
 
 
 def test_a_slow_run_at_one_batch_size_does_not_tilt_the_line_across_sizes(tmp_path, monkeypatch):
@@ -395,19 +411,21 @@ def test_the_run_end_table_shows_each_cached_cost_with_the_sizes_runs_and_scatte
     measured = ((4, 0.003), (2, 0.002), (4, 0.0032))  # 1 ms a call and 0.5 ms an env, give or take
     for items, seconds in measured:
         _save_step_cost(graph, seconds, items)
-    fit = _cached_fit(graph)
-    assert fit["residual"] == pytest.approx(residual(list(measured), fit)) and fit["residual"] > 0
+    cached = _cached_fit(graph)
+    fit = cached.fit
+    line = load_cached(graph, {"env": "cpu"})["env.step"]
+    assert fit.residual == pytest.approx(residual(list(measured), line)) and fit.residual > 0
     console = Console(record=True, width=200)
-    console.print(cached_costs_table({"env.step": fit}))
+    console.print(cached_costs_table({"env.step": cached}))
     line = next(line for line in console.export_text().splitlines() if "env.step" in line)
     row = [cell for cell in line.split() if cell != "│"]
     assert row[1:] == [
-        f"{fit['fixed_s'] * 1e3:.3g}",
+        f"{fit.fixed_s * 1e3:.3g}",
         "ms",
-        f"{fit['per_item_s'] * 1e3:.3g}",
+        f"{fit.per_item_s * 1e3:.3g}",
         "ms",
         "2,4",
         "3",
-        f"{fit['residual']:.0%}",
+        f"{fit.residual:.0%}",
     ]
-    assert fit["fixed_s"] == pytest.approx(0.001, rel=0.2)
+    assert fit.fixed_s == pytest.approx(0.001, rel=0.2)

@@ -2,43 +2,57 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from m2flow.planners.fit import fit_line, fit_points, merged, points_from_trace, work_share
+from m2flow.planners.fit import (
+    PortFit,
+    SizeMean,
+    fit_line,
+    fit_points,
+    load_profile,
+    merged,
+    points_from_trace,
+    save_profile,
+    work_share,
+)
 
 
 def test_fit_recovers_fixed_and_per_item_cost():
     points = [(items, 0.002 + 0.0005 * items) for items in (1, 2, 4, 8, 8, 4)]
     fit = fit_line(points)
-    assert fit["fixed_s"] == pytest.approx(0.002) and fit["per_item_s"] == pytest.approx(0.0005)
+    assert fit.fixed_s == pytest.approx(0.002) and fit.per_item_s == pytest.approx(0.0005)
 
 
 def test_one_batch_size_puts_everything_per_item_and_no_items_is_fixed():
-    assert fit_line([(4, 0.004), (4, 0.006)]) == {"fixed_s": 0.0, "per_item_s": pytest.approx(0.00125)}
-    assert fit_line([(0, 0.01), (0, 0.03)]) == {"fixed_s": pytest.approx(0.02), "per_item_s": 0.0}
+    per_item = fit_line([(4, 0.004), (4, 0.006)])
+    assert per_item.fixed_s == 0.0 and per_item.per_item_s == pytest.approx(0.00125)
+    fixed = fit_line([(0, 0.01), (0, 0.03)])
+    assert fixed.fixed_s == pytest.approx(0.02) and fixed.per_item_s == 0.0
 
 
 def test_a_second_batch_size_seen_in_another_run_splits_the_per_call_cost_from_the_per_item_one():
     whole = fit_points({"env.step": [(8, 0.020)] * 4}, "run 1")["ports"]["env.step"]  # 8 envs a call
     sliced = fit_points({"env.step": [(4, 0.019), (4, 0.021)]}, "run 2")["ports"]["env.step"]  # slices of 4
-    assert sliced["per_item_s"] * 8 == pytest.approx(0.040)  # alone, one size reads as all per item
+    assert sliced.per_item_s * 8 == pytest.approx(0.040)  # alone, one size reads as all per item
     both = merged(whole, sliced)
-    assert both["fixed_s"] == pytest.approx(0.020) and both["per_item_s"] == pytest.approx(0.0, abs=1e-12)
-    assert both["batch_sizes"] == [4, 8] and both["calls"] == 6
+    assert both.fixed_s == pytest.approx(0.020) and both.per_item_s == pytest.approx(0.0, abs=1e-12)
+    assert both.batch_sizes == (4, 8) and both.calls == 6
 
 
 def test_a_batch_size_seen_again_takes_its_latest_cost_and_one_seen_alone_keeps_its_own_fit():
     earlier = fit_points({"env.step": [(4, 0.010), (8, 0.030)]}, "run 1")["ports"]["env.step"]
     later = fit_points({"env.step": [(8, 0.020)]}, "run 2")["ports"]["env.step"]
     both = merged(earlier, later)
-    assert both["by_size"] == [[4, pytest.approx(0.010), 1], [8, pytest.approx(0.020), 1]]
-    assert both["fixed_s"] == pytest.approx(0.0) and both["per_item_s"] == pytest.approx(0.0025)
-    assert merged({}, later) == later and merged(later, earlier) == earlier  # nothing seen that it did not see
+    assert both.by_size == (SizeMean(4, pytest.approx(0.010), 1), SizeMean(8, pytest.approx(0.020), 1))
+    assert both.fixed_s == pytest.approx(0.0) and both.per_item_s == pytest.approx(0.0025)
+    assert merged(None, later) == later and merged(later, earlier) == earlier  # nothing seen that it did not see
 
 
 def test_coefficients_never_go_negative():
     fit = fit_line([(1, 0.010), (2, 0.009), (4, 0.008)])  # noisy, falling: no negative per-item cost
-    assert fit["per_item_s"] >= 0 and fit["fixed_s"] >= 0
+    assert fit.per_item_s >= 0 and fit.fixed_s >= 0
 
 
 def test_trace_points_skip_warm_up_and_controller_rows():
@@ -61,7 +75,7 @@ def test_trace_points_skip_warm_up_and_controller_rows():
     }
     points = points_from_trace(trace)
     assert points == {"env.step": [(4.0, 0.002), (2.0, 0.001)]}
-    assert fit_points(points, "test")["ports"]["env.step"]["per_item_s"] == pytest.approx(0.0005)
+    assert fit_points(points, "test")["ports"]["env.step"].per_item_s == pytest.approx(0.0005)
 
 
 def test_a_replicas_first_call_at_a_batch_size_new_to_its_port_is_a_warm_up():
@@ -176,3 +190,14 @@ def test_the_work_share_reads_a_ports_wall_time_as_its_work():
         ]
     }
     assert work_share(trace) == {"env.step": pytest.approx(0.5), "policy.act": pytest.approx(1.0)}
+
+
+def test_a_profile_file_keeps_its_json_format_and_reads_back_as_the_same_fits(tmp_path):
+    profile = {**fit_points({"env.step": [(4, 0.010), (8, 0.030), (8, 0.032)]}, "test"), "hop_s": 1e-4}
+    path = save_profile(profile, tmp_path / "profile.json")
+    step = json.loads(path.read_text())["ports"]["env.step"]
+    assert list(step) == ["fixed_s", "per_item_s", "calls", "batch_sizes", "by_size", "residual"]
+    assert step["batch_sizes"] == [4, 8] and step["by_size"] == [[4, 0.010, 1], [8, pytest.approx(0.031), 2]]
+    assert load_profile(path) == profile
+    written_by_hand = PortFit.from_dict({"fixed_s": 0.001, "per_item_s": 0.0002})  # or before a key existed
+    assert written_by_hand == PortFit(fixed_s=0.001, per_item_s=0.0002, calls=0, batch_sizes=(), by_size=())
