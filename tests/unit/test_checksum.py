@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from m2flow.workers.models import checksum
 from m2flow.workers.models.checksum import checksum_matches, state_checksum
@@ -140,3 +141,25 @@ def _one_changed(state: dict[str, torch.Tensor], key: str) -> dict[str, torch.Te
 def test_a_grouped_copy_with_tensors_swapped_one_element_changed_or_cut_short_does_not_match(small_groups, damage):
     state = _mixed_state()
     assert not checksum_matches(damage(state), state_checksum(state))
+
+
+class _Kernels(TorchDispatchMode):
+    """Counts the ops that compute (on a GPU, each a kernel launch), not those that only view a tensor."""
+
+    VIEWS = frozenset({"detach", "view", "slice", "_reshape_alias", "alias", "lift_fresh", "_local_scalar_dense"})
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.__name__.split(".")[0] not in self.VIEWS
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_state_of_many_small_tensors_is_summed_in_a_few_kernels_not_a_few_per_tensor():
+    """On a GPU a checksum tensor by tensor was bound by launches (~21 ms for the 181 tensors of a 100M ViT)."""
+    state = {f"layer{i:03d}": torch.randn(1000) for i in range(200)}
+    with _Kernels() as kernels:
+        state_checksum(state)
+    assert kernels.count <= 8  # one group: lay end to end, to float64, weigh, sum
