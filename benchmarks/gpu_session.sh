@@ -64,14 +64,17 @@ if [ "${1:-all}" = hf ]; then
   rm -rf "$OUT/tmp"; exit 0
 fi
 if [ "${1:-all}" = sync ]; then  # weight sync of the 100M ViT by transport, where each sync goes; the CUDA IPC tests
-  sync_run() {  # $1: the commit of the m2flow installed: weight_sync_<commit>.json and .log
-    timeout 250 python3 benchmarks/weight_sync.py --size 100m --iterations "${ITERATIONS:-6}" --out "$OUT" > "$OUT/weight_sync_$1.log" 2>&1
+  sync_run() {  # $1: the commit of the m2flow installed: weight_sync_<commit>.json and .log, a cost cache of its own
+    M2FLOW_COST_CACHE="$(mktemp -d)" timeout 180 python3 benchmarks/weight_sync.py --size 100m --iterations "${ITERATIONS:-6}" \
+      --out "$OUT" > "$OUT/weight_sync_$1.log" 2>&1
     mv "$OUT/weight_sync.json" "$OUT/weight_sync_$1.json"; grep -v "WARN\|INFO\|warn" "$OUT/weight_sync_$1.log" | tail -4
+    rm -rf "$OUT/tmp"
   }
   before="$OLDPWD/.whl/before"  # an m2flow wheel of an earlier commit and its COMMIT: that commit's run first, on this machine
   if [ -f "$before/COMMIT" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_before "$before"/*.whl
-    PYTHONPATH="/tmp/site_before:$PYTHONPATH" M2FLOW_RESULTS_COMMIT="$(cat "$before/COMMIT")" sync_run "$(cat "$before/COMMIT")"
+    rm -rf /tmp/site_before && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_before \
+      "$before"/*.whl && PYTHONPATH="/tmp/site_before:$PYTHONPATH" M2FLOW_RESULTS_COMMIT="$(cat "$before/COMMIT")" \
+      sync_run "$(cat "$before/COMMIT")"
   fi
   sync_run "${M2FLOW_RESULTS_COMMIT:-unrecorded}"
   cp -r "$OLDPWD/tests" . && timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/unit/test_cuda.py \

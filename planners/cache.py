@@ -76,7 +76,7 @@ class CachedFit:
         mean at each batch size reads as one earlier run's."""
         try:
             fit = PortFit.from_dict(data)
-        except (TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
         legacy = [Seen("", row.mean_s, row.items, row.calls) for row in fit.by_size]
         return cls(fit, tuple(_parsed(data.get("seen"), legacy)))
@@ -216,10 +216,8 @@ def save_cached(
         if not ports:
             continue
         previous = _cached_ports(graph, worker, kind)
-        now = {
-            port: remembered(CachedFit.from_dict(previous.get(port, {})), fit, run, runs_kept).to_dict()
-            for port, fit in ports.items()
-        }
+        earlier = {port: CachedFit.from_dict(previous[port]) for port in ports if port in previous}
+        now = {port: remembered(earlier.get(port), fit, run, runs_kept).to_dict() for port, fit in ports.items()}
         entry = {"class": graph.workers[worker].cls, "device": kind, "ports": {**previous, **now}}
         written.append(_write(_entry(graph, worker, kind), entry))
     return written

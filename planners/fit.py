@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from m2flow.cluster import DeviceId
+from m2flow.errors import PlanError
 from m2flow.spec import PortCost
 
 Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, seconds), ...]
@@ -171,8 +172,9 @@ class SizeMean:
 @dataclass(frozen=True)
 class PortFit:
     """A port's cost `fixed_s + per_item_s * items` fitted to `calls` measured calls at `batch_sizes`, its mean at
-    each (`by_size`, the smallest first) and how far the calls scatter around it (`residual()`). On disk: a JSON
-    object with these keys, `by_size` as `[items, mean_s, calls]` rows."""
+    each (`by_size`, the smallest first) and how far what it was fitted to scatters around it (`residual`: the calls,
+    or in the cost cache the kept runs' means). On disk: a JSON object with these keys, `by_size` as
+    `[items, mean_s, calls]` rows."""
 
     fixed_s: float
     per_item_s: float
@@ -193,11 +195,12 @@ class PortFit:
 
     @classmethod
     def from_dict(cls, data: dict) -> PortFit:
-        """A fit as `to_dict` wrote it; a key it lacks (a fit written down by hand, or before the key existed)
-        reads as nothing measured. Raises TypeError or ValueError where a value does not read as its field."""
+        """A fit as `to_dict` wrote it; a key it lacks besides its cost (a fit written down by hand, or before the
+        key existed) reads as nothing measured. Raises KeyError without `fixed_s` or `per_item_s`, TypeError or
+        ValueError where a value does not read as its field."""
         return cls(
-            fixed_s=float(data.get("fixed_s", 0.0)),
-            per_item_s=float(data.get("per_item_s", 0.0)),
+            fixed_s=float(data["fixed_s"]),
+            per_item_s=float(data["per_item_s"]),
             calls=int(data.get("calls", 0)),
             batch_sizes=tuple(int(size) for size in data.get("batch_sizes", [])),
             by_size=tuple(
@@ -298,6 +301,16 @@ def save_profile(profile: dict, path: str | Path) -> Path:
 
 
 def load_profile(path: str | Path) -> dict:
-    """A profile `save_profile` wrote, its fits read back as `PortFit`s."""
+    """A profile `save_profile` wrote, its fits read back as `PortFit`s; a fit that does not read as one is refused,
+    naming the file and the port."""
     profile = json.loads(Path(path).read_text())
-    return {**profile, "ports": {port: PortFit.from_dict(fit) for port, fit in profile.get("ports", {}).items()}}
+    ports = {}
+    for port, fit in profile.get("ports", {}).items():
+        try:
+            ports[port] = PortFit.from_dict(fit)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise PlanError(
+                f"{path}: ports.{port} does not read as a measured cost ({type(exc).__name__}: {exc}); run"
+                " `m2flow profile` again, or fix or delete the file"
+            ) from None
+    return {**profile, "ports": ports}

@@ -301,7 +301,7 @@ def remember(
     save_cached(graph, kinds, measured.fitted, run)
     if measured.calibrated:  # what the trace said: a hop or time it could not say is not a run's value
         save_calibration(graph, measured.calibrated, run)
-    return {port: fit for port, fit in cached_fits(graph, kinds).items() if port in measured.fitted}
+    return {port: cached for port, cached in cached_fits(graph, kinds).items() if port in measured.fitted}
 
 
 @dataclass

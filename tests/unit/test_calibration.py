@@ -413,8 +413,8 @@ def test_the_run_end_table_shows_each_cached_cost_with_the_sizes_runs_and_scatte
         _save_step_cost(graph, seconds, items)
     cached = _cached_fit(graph)
     fit = cached.fit
-    line = load_cached(graph, {"env": "cpu"})["env.step"]
-    assert fit.residual == pytest.approx(residual(list(measured), line)) and fit.residual > 0
+    cost = load_cached(graph, {"env": "cpu"})["env.step"]
+    assert fit.residual == pytest.approx(residual(list(measured), cost)) and fit.residual > 0
     console = Console(record=True, width=200)
     console.print(cached_costs_table({"env.step": cached}))
     line = next(line for line in console.export_text().splitlines() if "env.step" in line)

@@ -248,6 +248,9 @@ def test_a_checksum_summed_on_the_gpu_matches_the_same_state_summed_on_the_cpu()
     from m2flow.workers.models.checksum import checksum_matches, state_checksum
 
     state = {"a": torch.randn(3000, 1000, device="cuda"), "b": torch.randn(7, device="cuda").bfloat16()}
+    state |= {f"small{i:03d}": torch.randn(100, device="cuda") for i in range(200)}  # laid end to end in groups
+    state["big"] = torch.randn(2**23 + 5, device="cuda")  # past a group's size: summed alone
+    state["on_cpu"] = torch.randn(50)  # a state across devices: a sum per device
     assert checksum_matches({k: v.cpu() for k, v in state.items()}, state_checksum(state))
 
 

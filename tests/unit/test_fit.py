@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from m2flow.errors import PlanError
 from m2flow.planners.fit import (
     PortFit,
     SizeMean,
@@ -199,5 +200,23 @@ def test_a_profile_file_keeps_its_json_format_and_reads_back_as_the_same_fits(tm
     assert list(step) == ["fixed_s", "per_item_s", "calls", "batch_sizes", "by_size", "residual"]
     assert step["batch_sizes"] == [4, 8] and step["by_size"] == [[4, 0.010, 1], [8, pytest.approx(0.031), 2]]
     assert load_profile(path) == profile
+
+
+def test_a_fit_written_by_hand_with_only_its_cost_reads_as_nothing_measured():
     written_by_hand = PortFit.from_dict({"fixed_s": 0.001, "per_item_s": 0.0002})  # or before a key existed
     assert written_by_hand == PortFit(fixed_s=0.001, per_item_s=0.0002, calls=0, batch_sizes=(), by_size=())
+
+
+@pytest.mark.parametrize(
+    "fit",
+    [
+        pytest.param({"fixed": 0.001, "per_item_s": 0.0002}, id="a-misspelt-cost"),
+        pytest.param({"fixed_s": 0.001, "per_item_s": 0.0002, "by_size": [[4, 0.002]]}, id="a-short-row"),
+        pytest.param({"fixed_s": "fast", "per_item_s": 0.0002}, id="a-cost-that-is-no-number"),
+    ],
+)
+def test_a_damaged_profile_file_is_refused_naming_the_file_and_the_port(tmp_path, fit):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"source": "hand", "ports": {"env.step": fit}}))
+    with pytest.raises(PlanError, match=r"profile\.json: ports\.env\.step does not read as a measured cost"):
+        load_profile(path)

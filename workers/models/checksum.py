@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import torch
 
 CHUNK = 2**20  # elements weighted at a time: the positions kept on a device stay at 8 MiB
-BLOCK_ROWS = 8  # rows of CHUNK elements turned into float64 at a time: 64 MiB beside the state
+BLOCK_ROWS = 8  # rows of CHUNK elements turned into float64 at a time: 64 MiB, beside a group laid end to end
 GROUP = 2**23  # elements summed as one: small tensors are laid end to end so a state costs a few ops per group
 _positions: dict[torch.device, torch.Tensor] = {}
 
@@ -26,9 +26,9 @@ def _positions_on(device: torch.device) -> torch.Tensor:
 
 
 def _weighted_sum(flat: torch.Tensor, start: int) -> torch.Tensor:
-    """sum over j of (start + j + 1) * flat[j], in float64, as a tensor on `flat`'s device (no wait). In a
-    handful of kernels per block of rows (on a GPU, launching them costs more than the arithmetic): BLOCK_ROWS
-    whole rows of CHUNK elements as one matrix-vector product, element c of row r counting
+    """sum over j of (start + j + 1) * flat[j] (`flat` not empty), in float64, as a tensor on `flat`'s device (no
+    wait). In a handful of kernels per block of rows (on a GPU, launching them costs more than the arithmetic):
+    BLOCK_ROWS whole rows of CHUNK elements as one matrix-vector product, element c of row r counting
     (c + 1) + start + r * CHUNK, then the rest."""
     positions = _positions_on(flat.device)
     rows, rest = divmod(flat.numel(), CHUNK)
