@@ -169,10 +169,7 @@ def _write(path: Path, entry: dict) -> Path:
 
 def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, PortCost]:
     """`worker.port` -> the cost an earlier run measured for this worker on this device kind."""
-    return {
-        port: PortCost(fixed_s=cached.fit.fixed_s, per_item_s=cached.fit.per_item_s)
-        for port, cached in cached_fits(graph, device_kinds).items()
-    }
+    return {port: cached.fit.cost for port, cached in cached_fits(graph, device_kinds).items()}
 
 
 def cached_fits(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, CachedFit]:

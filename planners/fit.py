@@ -183,6 +183,11 @@ class PortFit:
     by_size: tuple[SizeMean, ...] = ()
     residual: float = 0.0
 
+    @property
+    def cost(self) -> PortCost:
+        """The fitted line, as the planner's profile holds a port's cost."""
+        return PortCost(fixed_s=self.fixed_s, per_item_s=self.per_item_s)
+
     def to_dict(self) -> dict:
         return {
             "fixed_s": self.fixed_s,

@@ -94,7 +94,7 @@ class Profile:
                     profile.costs[key], profile.source[key] = worker.profile[port], "declared"
                 elif key in measured_ports:
                     fit = measured_ports[key]
-                    profile.costs[key] = PortCost(fixed_s=fit.fixed_s, per_item_s=fit.per_item_s)
+                    profile.costs[key] = fit.cost
                     profile.source[key] = "measured"
                 elif key in cached:
                     profile.costs[key], profile.source[key] = cached[key], "cached"

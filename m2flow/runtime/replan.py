@@ -82,7 +82,7 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     unsplit = _unsplit(graph, profile, fitted, cached)
     for port, fit in fitted.items():
         if port in profile.costs:
-            profile.costs[port] = PortCost(fixed_s=fit.fixed_s, per_item_s=fit.per_item_s)
+            profile.costs[port] = fit.cost
             profile.source[port] = "measured (this run)"
     calibrated = calibrate_run(graph, running, profile, trace) if running is not None else {}
     return Refit(profile, fitted, unsplit, calibrated)
