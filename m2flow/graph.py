@@ -156,6 +156,7 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     then_order = _then_order(flow.then, problems)
     _check_loop_replicas(spec, loop, problems)
     _check_asynchronous(spec, problems)
+    _check_threads(spec, problems)
     if problems:
         raise SpecError(problems, source)
     macro = MacroGraph(spec, graph, loop, list(flow.then), then_order, list(flow.sync), info)
@@ -191,6 +192,27 @@ def _check_shard_splits(graph: MacroGraph) -> list[str]:
                 f" workers.{edge.src.worker}.replicas to {needed} or lower workers.{edge.dst.worker}.replicas"
             )
     return problems
+
+
+def _check_threads(spec: WorkflowSpec, problems: list[str]) -> None:
+    """A worker computing on several cores borrows its neighbours' cores for its calls: only where none of them
+    computes then (`threads_refusal`)."""
+    for name, worker in spec.workers.items():
+        threads = worker.resources.threads
+        if threads > 1 and (why := threads_refusal(spec, name)):
+            problems.append(f"workers.{name}.resources.threads: {threads}, but {why}; use threads: 1")
+
+
+def threads_refusal(spec: WorkflowSpec, name: str) -> str | None:
+    """Why worker `name` may not compute on cores beside its own, or None where it may: outside the loop of a
+    synchronous flow no other worker computes while it does (the cost model charges no contention for it)."""
+    if spec.flow.loop is not None and name in {
+        ref.worker for edge in spec.flow.loop.edges for ref in (edge.src, edge.dst)
+    }:
+        return f"{name} runs in the loop, beside the other loop workers on their cores (more replicas spread it)"
+    if spec.flow.asynchronous is not None:
+        return f"under flow.async {name} runs beside the loop, on the cores the loop computes on"
+    return None
 
 
 def _check_asynchronous(spec: WorkflowSpec, problems: list[str]) -> None:

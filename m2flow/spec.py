@@ -106,6 +106,13 @@ class Resources(_Strict):
 
     device: Literal["auto", "cpu", "gpu"] = "auto"
     memory_gb: float = Field(0.0, ge=0)
+    threads: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="cores each CPU replica computes on (torch intra-op threads): its own and the next ones of its"
+        " node; only outside the loop of a synchronous flow, where no other worker computes beside it",
+    )
 
 
 class ReplicaRange(_Strict):

@@ -19,6 +19,7 @@ from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swap
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import Shared, Simulated, simulation
+from m2flow.planners.threads import threads_notes
 from m2flow.program import build_phases, part_port
 from m2flow.schedule import Candidate, MicroSchedule, Phase, Placement, Plan, Prediction
 
@@ -105,7 +106,7 @@ class PlacementPlanner(Planner):
         plan.notes += merge_notes(graph, profile, stages)
         for group in plan.processes:
             plan.notes.append(f"one process: {' + '.join(map(str, group))} (placement.colocate)")
-        plan.notes += memory_notes + share_notes(plan)
+        plan.notes += memory_notes + share_notes(plan) + threads_notes(graph, plan)
         return plan
 
     def _best_split(
@@ -195,6 +196,12 @@ def check_cluster(graph: MacroGraph, cluster: Cluster) -> None:
             raise PlanError(
                 f"workers.{name}.replicas: {spec.count} replicas need {spec.count} {kind} devices,"
                 f" the cluster has {have}; lower workers.{name}.replicas or raise cluster.{kind}s"
+            )
+        threads = spec.resources.threads
+        if kind == "cpu" and threads > (cores := cluster.fewest_cores()):
+            raise PlanError(
+                f"workers.{name}.resources.threads: {threads} cores a replica, but a node of the cluster has"
+                f" {cores}; lower workers.{name}.resources.threads to {cores} at most"
             )
 
 

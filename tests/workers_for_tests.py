@@ -415,3 +415,16 @@ class GrabsGpuMemory:
         import torch
 
         return torch.empty(int(gb * 2**30), dtype=torch.uint8, device="cuda").numel()
+
+
+class CoresCollect(Collect):
+    """Collect, reporting the cores its process may run on and torch's intra-op threads (`resources.threads`)."""
+
+    def train(self, trajectories: list[dict]) -> dict:
+        import torch
+
+        return {
+            **super().train(trajectories),
+            "cores": float(len(os.sched_getaffinity(0))),
+            "torch_threads": float(torch.get_num_threads()),
+        }

@@ -61,6 +61,13 @@ def _rebuild_port_failed(message: str, worker: str, replica: int, port: str, env
     return error
 
 
+def compute_on(threads: int) -> None:
+    """Torch's intra-op threads: one per core the process is pinned to (Ray starts it with one)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 class _FunctionWorker:
     """A plain function as a worker with the single port `call`."""
 
@@ -73,10 +80,16 @@ class _FunctionWorker:
 
 class WorkerHost:
     def __init__(
-        self, target: Any, args: dict, ctx: WorkerContext, instances: int, dist: dict | None, core: int | None = None
+        self,
+        target: Any,
+        args: dict,
+        ctx: WorkerContext,
+        instances: int,
+        dist: dict | None,
+        cores: list[int] | None = None,
     ):
-        if core is not None:
-            os.sched_setaffinity(0, {core % (os.cpu_count() or 1)})
+        if cores is not None:
+            os.sched_setaffinity(0, {core % (os.cpu_count() or 1) for core in cores})
         address = _node_address()
         answer_when_asked(ctx.output_dir, address)
         beat_while_alive(ctx.output_dir, address)
@@ -93,6 +106,8 @@ class WorkerHost:
 
             init_process_group(ctx, dist["address"], dist["port"], dist["meet_s"])
         self.instances = [self._build(target, args, ctx, s, instances) for s in range(instances)]
+        if cores is not None and len(cores) > 1:
+            compute_on(len(set(cores)))
 
     @staticmethod
     def _build(target: Any, args: dict, ctx: WorkerContext, stage: int, stages: int) -> Any:

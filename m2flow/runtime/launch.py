@@ -137,7 +137,7 @@ class Launch(Respawning):
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
         rendezvous = self.rendezvous[name]
         dist = None if rendezvous is None else {**rendezvous, "meet_s": self.timeouts.start_s}
-        args = (info.target, info.spec.args, ctx, instances, dist, self._core(device))
+        args = (info.target, info.spec.args, ctx, instances, dist, self._cores(name, device))
         render = self._render_gpu(ReplicaId(name, r))
         env_vars = {}
         # a GPU-placed simulator sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES; EGL lists that one); a
@@ -221,11 +221,15 @@ class Launch(Respawning):
                     f" {device.node} ({node_ids[device.node][:8]}); the cluster changed since planning?"
                 )
 
-    def _core(self, device: DeviceId) -> int | None:
-        """The node-local core a CPU-placed replica is pinned to, so shared CPU slots really are shared."""
+    def _cores(self, name: str, device: DeviceId) -> list[int] | None:
+        """The node-local cores a CPU-placed replica of `name` is pinned to, so shared CPU slots really are
+        shared: its device's, and the next ones where it computes on several (`resources.threads`)."""
         if device.kind != "cpu" or not self.graph.spec.placement.pin_cpus:
             return None
-        return self.plan.cluster.on_node(device)
+        cluster = self.plan.cluster
+        return [
+            cluster.on_node(core) for core in cluster.cores_from(device, self.graph.workers[name].resources.threads)
+        ]
 
     def _rendezvous(self, name: str) -> dict | None:
         """Process-group rendezvous for a multi-rank group worker (None for any other)."""

@@ -1,0 +1,23 @@
+"""`resources.threads` on the real Ray cluster: the training worker's process runs on the cores and threads
+declared, the loop workers' on one core each."""
+
+from __future__ import annotations
+
+import pytest
+
+import m2flow as mf
+from m2flow.config import spec_from_dict
+from tests.integration.test_loop import counter_workflow
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_training_worker_computes_on_the_cores_and_torch_threads_it_declares(tmp_path, threads):
+    raw = counter_workflow(tmp_path).to_dict()
+    raw["workers"]["learner"]["class"] = "tests.workers_for_tests.CoresCollect"
+    raw["workers"]["learner"]["resources"] = {"threads": threads}
+    result = mf.run(spec_from_dict(raw))
+    assert result.last["cores"] == threads
+    if threads > 1:
+        assert result.last["torch_threads"] == threads
