@@ -36,6 +36,7 @@ from tables_planner import (
     planner_accuracy,
     planner_hand_layouts,
     planner_scale,
+    threads,
 )
 from tables_recovery import (
     CHAOS,
@@ -429,4 +430,5 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "multigpu_hf_x2_256": partial(multigpu, HF_X2_256),
     "multigpu_hf_x2_1024": partial(multigpu, HF_X2_1024),
     "merging": merging,
+    "threads": threads,
 }

@@ -113,3 +113,30 @@ def merging(res: Results) -> Block:
         f" run (median after the first), rounds alternating; `{data['line']}`*"
     )
     return Block([caption, "", *table(header, rows, "llrrrrl")], [rel])
+
+
+def threads(res: Results) -> Block:
+    rel = "threads.json"
+    data = res.json(rel)
+    rows = [
+        [
+            r["workload"],
+            str(r["round"]),
+            str(r["threads"]),
+            fixed(r["iteration_s"]),
+            fixed(r["then_s"]),
+            fixed(r["loop_s"]),
+        ]
+        for r in data["runs"]
+    ]
+    ratios = "; ".join(
+        f"{workload}: per iteration {times(s['iteration_ratio'])}, training {times(s['training_ratio'])}"
+        for workload, s in data["summary"].items()
+    )
+    caption = (
+        f"*the actor on 1 and on 2 cores (`resources.threads`), shared S=1, {data['args']['iterations']} iterations a"
+        f" run (medians after the first), rounds alternating the order; 2 cores over 1, medians over the rounds:"
+        f" {ratios}; `{data['line']}`*"
+    )
+    header = ["workload", "round", "actor cores", "iteration s", "training s", "loop s"]
+    return Block([caption, "", *table(header, rows, "llrrrr")], [rel])

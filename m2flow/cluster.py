@@ -83,13 +83,6 @@ class Cluster:
         CPU slot is pinned to, the GPU's index on its host."""
         return sum(1 for d in self.memory_gb if d.kind == ref.kind and d.node == ref.node and d.index < ref.index)
 
-    def cores_from(self, ref: DeviceId, count: int) -> list[DeviceId]:
-        """`ref` and the CPU slots after it on its node, `count` in all (round the node's from its first): the
-        cores a replica computing on `count` threads takes (`resources.threads`)."""
-        node = [d for d in self.memory_gb if d.kind == "cpu" and d.node == ref.node]
-        start = node.index(ref)
-        return [node[(start + k) % len(node)] for k in range(min(count, len(node)))]
-
     def fewest_cores(self) -> int:
         """The CPU slots of the node with the fewest (of the nodes that have any)."""
         per_node = Counter(d.node for d in self.memory_gb if d.kind == "cpu")

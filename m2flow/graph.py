@@ -199,7 +199,7 @@ def _check_threads(spec: WorkflowSpec, problems: list[str]) -> None:
     computes then (`threads_refusal`)."""
     for name, worker in spec.workers.items():
         threads = worker.resources.threads
-        if threads > 1 and (why := threads_refusal(spec, name)):
+        if threads not in (1, "auto") and (why := threads_refusal(spec, name)):
             problems.append(f"workers.{name}.resources.threads: {threads}, but {why}; use threads: 1")
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 WorkerKind = Literal["simulator", "inference", "training", "buffer", "function"]
 PlacementMode = Literal["auto", "shared", "disaggregated", "hybrid"]
 
+MAX_THREADS = 1024  # cores of one node a replica may compute on
 MAX_REPLICAS = 100_000
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 _WORKER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -106,13 +107,21 @@ class Resources(_Strict):
 
     device: Literal["auto", "cpu", "gpu"] = "auto"
     memory_gb: float = Field(0.0, ge=0)
-    threads: int = Field(
+    threads: int | Literal["auto"] = Field(
         1,
-        ge=1,
-        le=1024,
         description="cores each CPU replica computes on (torch intra-op threads): its own and the next ones of its"
-        " node; only outside the loop of a synchronous flow, where no other worker computes beside it",
+        " node; only outside the loop of a synchronous flow, where no other worker computes beside it. `auto`: its"
+        " node's cores shared among its replicas there, where it may (else 1)",
     )
+
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _threads(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_THREADS:
+            raise ValueError(f"a count of cores from 1 to {MAX_THREADS:,}, or `auto` (its node's, shared)")
+        return value
 
 
 class ReplicaRange(_Strict):

@@ -198,7 +198,7 @@ def check_cluster(graph: MacroGraph, cluster: Cluster) -> None:
                 f" the cluster has {have}; lower workers.{name}.replicas or raise cluster.{kind}s"
             )
         threads = spec.resources.threads
-        if kind == "cpu" and threads > (cores := cluster.fewest_cores()):
+        if kind == "cpu" and threads != "auto" and threads > (cores := cluster.fewest_cores()):
             raise PlanError(
                 f"workers.{name}.resources.threads: {threads} cores a replica, but a node of the cluster has"
                 f" {cores}; lower workers.{name}.resources.threads to {cores} at most"

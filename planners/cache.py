@@ -105,11 +105,12 @@ def _digest(what: dict) -> str:
 def worker_key(graph: MacroGraph, worker: str, device_kind: str) -> str:
     """Its class, backend, device kind and args, less the items one replica serves (envs per process, which the
     planner may set: a cost per item carries over, and the batch sizes are kept per entry); on CPUs, the cores a
-    replica computes on where more than one (`resources.threads`: a call on two costs what it measured on two)."""
+    replica computes on where more than one, or `auto` (`resources.threads`: a call on two costs what it measured on
+    two; `auto` resolves alike on one machine)."""
     spec = graph.workers[worker]
     args = _without_knobs(graph, worker, {"args": spec.args})["args"]
     key = {"class": spec.cls, "args": args, "backend": spec.backend, "device": device_kind}
-    if device_kind == "cpu" and spec.resources.threads > 1:
+    if device_kind == "cpu" and spec.resources.threads != 1:
         key["threads"] = spec.resources.threads
     return _digest(key)
 

@@ -1,59 +1,95 @@
-"""Workers computing on several cores (`resources.threads`), as the plan explains them.
+"""Workers computing on several cores (`resources.threads`): the cores each replica gets, as the plan explains.
 
-A CPU replica declared with `threads: n` is pinned to its own core and the next n - 1 of its node and runs
-torch on n intra-op threads. The graph allows it only outside the loop of a synchronous flow, where no other
-worker computes beside it, so the cores it borrows are idle then and the cost model charges no contention.
-Its costs are measured and cached at that thread count (`planners/cache.py`); busy time counts its calls on
-its own core.
+A CPU replica computing on n cores is pinned to n cores of its node and runs torch on n intra-op threads. The
+graph allows a count above one only outside the loop of a synchronous flow, where no other worker computes
+beside it, so the cores it borrows are idle then and the cost model charges no contention. A worker's replicas
+on one node take disjoint blocks of its cores, from its first replica's core on (round the node's): a count is
+at most the node's cores shared among them, and `auto` is that share (one where a count above one is refused).
+Costs are measured and cached under the declared value (`planners/cache.py`); busy time counts a replica's
+calls on its own core.
 """
 
 from __future__ import annotations
 
+from m2flow.cluster import DeviceId
 from m2flow.graph import MacroGraph, threads_refusal
-from m2flow.schedule import Plan
+from m2flow.schedule import Plan, ReplicaId
+
+
+def replica_cores(graph: MacroGraph, plan: Plan, replica: ReplicaId) -> list[DeviceId]:
+    """The cores `replica` computes on: its device alone, or its block of its node's cores."""
+    device = plan.device_of(replica)
+    if device.kind != "cpu":
+        return [device]
+    node, mine = _node_cores(plan, device), _on_node(plan, replica.worker, device)
+    count = threads_of(graph, plan, replica.worker, device)
+    if count == 1:
+        return [device]
+    start = node.index(plan.device_of(ReplicaId(replica.worker, mine[0]))) + mine.index(replica.replica) * count
+    return [node[(start + k) % len(node)] for k in range(count)]
+
+
+def threads_of(graph: MacroGraph, plan: Plan, name: str, device: DeviceId) -> int:
+    """The cores a replica of `name` on CPU slot `device` computes on: as declared, at most its share of the
+    node's cores; `auto`, that share."""
+    declared = graph.workers[name].resources.threads
+    if declared == 1 or (declared == "auto" and threads_refusal(graph.spec, name)):
+        return 1
+    share = max(1, len(_node_cores(plan, device)) // len(_on_node(plan, name, device)))
+    return share if declared == "auto" else min(declared, share)
 
 
 def threads_notes(graph: MacroGraph, plan: Plan) -> list[str]:
-    """One line per worker declared on several cores: the cores its replicas compute on, or why none; and one
-    per CPU training worker on one core that could compute on more: how."""
+    """One line per worker on several cores (or `auto`): the cores its replicas compute on, or why one; and one
+    per CPU training worker declared on one core that could compute on more: how."""
     notes = []
     for name, placement in plan.placements.items():
-        threads = graph.workers[name].resources.threads
-        if threads == 1:
+        declared = graph.workers[name].resources.threads
+        if declared == 1:
             notes += _could_borrow(graph, plan, name)
-            continue
-        if placement.device_kind != "cpu":
+        elif placement.device_kind != "cpu":
             notes.append(
-                f"threads: {name} runs on {placement.device_kind}s; resources.threads ({threads}) sets the cores of"
+                f"threads: {name} runs on {placement.device_kind}s; resources.threads ({declared}) sets the cores of"
                 " CPU replicas only"
             )
-            continue
-        cores = "; ".join(
-            f"[{replica}] {' + '.join(core.name for core in plan.cluster.cores_from(device, threads))}"
-            for replica, device in enumerate(placement.replica_devices)
-        )
-        notes.append(
-            f"threads: {name} computes on {threads} cores a replica (resources.threads), idle then outside the"
-            f" loop: {cores}; its busy time counts on its own core"
-        )
+        elif declared == "auto" and (why := threads_refusal(graph.spec, name)):
+            notes.append(f"threads: {name} computes on one core a replica (resources.threads: auto): {why}")
+        else:
+            replicas = [ReplicaId(name, r) for r in range(len(placement.replica_devices))]
+            cores = "; ".join(
+                f"[{r.replica}] {' + '.join(core.name for core in replica_cores(graph, plan, r))}" for r in replicas
+            )
+            lowered = [r for r in replicas if declared != "auto" and len(replica_cores(graph, plan, r)) < declared]
+            why = f"; {declared} lowered to its node's cores shared among its replicas there" if lowered else ""
+            notes.append(
+                f"threads: {name} computes on its cores outside the loop, idle then (resources.threads: {declared}):"
+                f" {cores}{why}; its busy time counts on its own core"
+            )
     return notes
+
+
+def _node_cores(plan: Plan, device: DeviceId) -> list[DeviceId]:
+    return [core for core in plan.cluster.of_kind("cpu") if core.node == device.node]
+
+
+def _on_node(plan: Plan, name: str, device: DeviceId) -> list[int]:
+    """The replicas of `name` on `device`'s node, by index."""
+    return [r for r, other in enumerate(plan.placements[name].replica_devices) if other.node == device.node]
 
 
 def _could_borrow(graph: MacroGraph, plan: Plan, name: str) -> list[str]:
     """A note where training worker `name`, on one core a replica, leaves cores of its node idle while it
-    computes (nothing else does then): the count a replica could compute on, and the key to declare it."""
+    computes (nothing else does then): the key that would use them."""
     placement = plan.placements[name]
     if graph.info[name].kind != "training" or placement.device_kind != "cpu" or threads_refusal(graph.spec, name):
         return []
     device = placement.replica_devices[0]
-    node = plan.cluster.cores_from(device, plan.cluster.count("cpu"))
-    mine = sum(1 for other in placement.replica_devices if other in node)
-    could = len(node) // mine
-    if could < 2:
+    node, mine = _node_cores(plan, device), _on_node(plan, name, device)
+    if len(node) // len(mine) < 2:
         return []
     return [
-        f"threads: {name} computes on one core a replica while {len(node) - mine} more core(s) of node"
-        f" n{device.node} idle outside the loop; workers.{name}.resources.threads: {could} would compute on"
-        f" {could} (torch intra-op threads: faster for a large model or batch, slower for a small one; its costs"
-        " are measured again)"
+        f"threads: {name} computes on one core a replica while {len(node) - len(mine)} more core(s) of node"
+        f" n{device.node} idle outside the loop; workers.{name}.resources.threads: auto would compute on"
+        f" {len(node) // len(mine)} (torch intra-op threads: faster for a large model or batch, slower for a small"
+        " one; its costs are measured again)"
     ]

@@ -16,6 +16,7 @@ from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners.processes import same_process
 from m2flow.planners.render import render_gpus
+from m2flow.planners.threads import replica_cores
 from m2flow.runtime.deadlines import Deadlines
 from m2flow.runtime.host import MemberHandle, ProcessHost, WorkerHost
 from m2flow.runtime.nodes import addresses, driver_node, unreachable
@@ -137,7 +138,7 @@ class Launch(Respawning):
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
         rendezvous = self.rendezvous[name]
         dist = None if rendezvous is None else {**rendezvous, "meet_s": self.timeouts.start_s}
-        args = (info.target, info.spec.args, ctx, instances, dist, self._cores(name, device))
+        args = (info.target, info.spec.args, ctx, instances, dist, self._cores(ReplicaId(name, r), device))
         render = self._render_gpu(ReplicaId(name, r))
         env_vars = {}
         # a GPU-placed simulator sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES; EGL lists that one); a
@@ -221,15 +222,14 @@ class Launch(Respawning):
                     f" {device.node} ({node_ids[device.node][:8]}); the cluster changed since planning?"
                 )
 
-    def _cores(self, name: str, device: DeviceId) -> list[int] | None:
+    def _cores(self, replica: ReplicaId, device: DeviceId) -> list[int] | None:
         """The node-local cores a CPU-placed replica of `name` is pinned to, so shared CPU slots really are
-        shared: its device's, and the next ones where it computes on several (`resources.threads`)."""
+        shared: its device's, or its block of its node's where it computes on several (`resources.threads`)."""
         if device.kind != "cpu" or not self.graph.spec.placement.pin_cpus:
             return None
-        cluster = self.plan.cluster
-        return [
-            cluster.on_node(core) for core in cluster.cores_from(device, self.graph.workers[name].resources.threads)
-        ]
+        if device != self.plan.device_of(replica):  # a core borrowed after a node was lost: that core alone
+            return [self.plan.cluster.on_node(device)]
+        return [self.plan.cluster.on_node(core) for core in replica_cores(self.graph, self.plan, replica)]
 
     def _rendezvous(self, name: str) -> dict | None:
         """Process-group rendezvous for a multi-rank group worker (None for any other)."""

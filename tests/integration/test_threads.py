@@ -1,7 +1,9 @@
-"""`resources.threads` on the real Ray cluster: the training worker's process runs on the cores and threads
-declared, the loop workers' on one core each."""
+"""`resources.threads` on the real Ray cluster: the training worker's process runs on the cores and torch threads
+declared (`auto`: all of its node's, as its only replica there)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -12,12 +14,13 @@ from tests.integration.test_loop import counter_workflow
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, "auto"])
 def test_a_training_worker_computes_on_the_cores_and_torch_threads_it_declares(tmp_path, threads):
     raw = counter_workflow(tmp_path).to_dict()
     raw["workers"]["learner"]["class"] = "tests.workers_for_tests.CoresCollect"
     raw["workers"]["learner"]["resources"] = {"threads": threads}
     result = mf.run(spec_from_dict(raw))
-    assert result.last["cores"] == threads
-    if threads > 1:
-        assert result.last["torch_threads"] == threads
+    cores = os.cpu_count() if threads == "auto" else threads  # auto: all of this node's, its only replica
+    assert result.last["cores"] == cores
+    if cores > 1:
+        assert result.last["torch_threads"] == cores

@@ -37,7 +37,9 @@ def test_python_api_builds_the_same_spec_as_yaml(config_path):
     args = {name: worker.args for name, worker in from_yaml.workers.items()}
     env = mf.define_worker("env", GymEnv, kind="simulator", replicas=2, args=args["env"])
     rollout = mf.define_worker("rollout", TorchPolicy, kind="inference", args=args["rollout"])
-    actor = mf.define_worker("actor", PPO, kind="training", backend="fsdp", replicas=1, args=args["actor"])
+    actor = mf.define_worker(
+        "actor", PPO, kind="training", backend="fsdp", replicas=1, resources={"threads": "auto"}, args=args["actor"]
+    )
     wf = mf.Workflow("ppo-mujoco", workers=[env, rollout, actor])
     wf.loop(env.port("obs") >> rollout.port("act"), rollout.port("act") >> env.port("step"), horizon=64)
     wf.then(env.port("trajectory") >> actor.port("train"))

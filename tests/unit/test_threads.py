@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from m2flow.cluster import Cluster, DeviceId
+from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.errors import PlanError, SpecError
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
 from m2flow.planners.cache import worker_key
+from m2flow.planners.threads import replica_cores, threads_of
+from m2flow.schedule import ReplicaId
 from tests.unit.test_planner import workflow
 
 
@@ -45,12 +47,28 @@ def test_more_threads_than_a_node_has_cores_is_refused_naming_the_key_and_the_mo
     assert "to 2 at most" in str(caught.value)
 
 
-def test_a_replicas_cores_are_its_own_and_the_next_ones_of_its_node_round_from_the_first():
-    spec = spec_from_dict({**workflow(cpus=8), "cluster": {"cpus": 8, "gpus": 0, "nodes": 2, "cpu_memory_gb": 4}})
-    cluster = Cluster.from_spec(spec.cluster)
-    names = [core.name for core in cluster.cores_from(DeviceId(1, "cpu", 6), 3)]
-    assert names == ["n1/cpu6", "n1/cpu7", "n1/cpu4"]  # node 1 holds cpu4-cpu7
-    assert cluster.fewest_cores() == 4
+def plan_with_learners(threads, replicas: int = 2, cpus: int = 4, nodes: int = 1):
+    raw = with_threads("learner", threads, cpus=cpus, mode="shared", env_replicas=replicas)
+    raw["workers"]["learner"]["replicas"] = replicas
+    raw["cluster"]["nodes"] = nodes
+    spec = spec_from_dict(raw)
+    graph = build_graph(spec)
+    return graph, make_plan(graph, Cluster.from_spec(spec.cluster))
+
+
+def cores_by_replica(graph, plan, worker: str = "learner") -> list[list[str]]:
+    replicas = range(len(plan.placements[worker].replica_devices))
+    return [[core.name for core in replica_cores(graph, plan, ReplicaId(worker, r))] for r in replicas]
+
+
+def test_a_workers_replicas_on_a_node_take_disjoint_blocks_of_its_cores():
+    assert cores_by_replica(*plan_with_learners(2)) == [["n0/cpu0", "n0/cpu1"], ["n0/cpu2", "n0/cpu3"]]
+
+
+def test_a_count_above_a_replicas_share_of_its_node_is_lowered_to_it_and_the_plan_says_so():
+    graph, plan = plan_with_learners(3)
+    assert cores_by_replica(graph, plan) == [["n0/cpu0", "n0/cpu1"], ["n0/cpu2", "n0/cpu3"]]
+    assert "3 lowered to its node's cores shared among its replicas there" in " ".join(plan.notes)
 
 
 def test_the_plan_names_the_cores_each_replica_of_a_worker_on_several_computes_on():
@@ -58,9 +76,35 @@ def test_the_plan_names_the_cores_each_replica_of_a_worker_on_several_computes_o
     plan = make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
     notes = [note for note in plan.notes if note.startswith("threads:")]
     assert notes == [
-        "threads: learner computes on 2 cores a replica (resources.threads), idle then outside the loop:"
+        "threads: learner computes on its cores outside the loop, idle then (resources.threads: 2):"
         " [0] n0/cpu0 + n0/cpu1; its busy time counts on its own core"
     ]
+
+
+def test_auto_shares_a_nodes_cores_among_the_workers_replicas_there_not_the_clusters():
+    graph, plan = plan_with_learners("auto", replicas=2, cpus=8, nodes=2)  # both learners on node 0's 4 cores
+    assert [device.node for device in plan.placements["learner"].replica_devices] == [0, 0]
+    assert cores_by_replica(graph, plan) == [["n0/cpu0", "n0/cpu1"], ["n0/cpu2", "n0/cpu3"]]
+    assert next(n for n in plan.notes if n.startswith("threads:")) == (
+        "threads: learner computes on its cores outside the loop, idle then (resources.threads: auto):"
+        " [0] n0/cpu0 + n0/cpu1; [1] n0/cpu2 + n0/cpu3; its busy time counts on its own core"
+    )
+
+
+def test_auto_on_a_loop_worker_gives_it_one_core_and_says_why():
+    spec = spec_from_dict(with_threads("env", "auto", cpus=2, mode="shared"))
+    graph = build_graph(spec)
+    plan = make_plan(graph, Cluster.from_spec(spec.cluster))
+    assert threads_of(graph, plan, "env", plan.placements["env"].replica_devices[0]) == 1
+    assert "threads: env computes on one core a replica (resources.threads: auto): env runs in the loop" in (
+        " ".join(plan.notes)
+    )
+
+
+def test_a_count_of_threads_that_is_not_a_positive_count_or_auto_is_refused_naming_the_key():
+    with pytest.raises(SpecError) as caught:
+        spec_from_dict(with_threads("learner", 0))
+    assert "workers.learner.resources.threads" in str(caught.value)
 
 
 def test_costs_measured_on_several_cores_are_cached_apart_from_one_cores_and_on_a_gpu_alike():
@@ -75,6 +119,6 @@ def test_a_training_worker_on_one_core_beside_idle_ones_is_told_the_key_that_wou
     notes = [note for note in make_plan(build_graph(spec), Cluster.from_spec(spec.cluster)).notes if "threads" in note]
     assert notes == [
         "threads: learner computes on one core a replica while 1 more core(s) of node n0 idle outside the loop;"
-        " workers.learner.resources.threads: 2 would compute on 2 (torch intra-op threads: faster for a large model"
+        " workers.learner.resources.threads: auto would compute on 2 (torch intra-op threads: faster for a large model"
         " or batch, slower for a small one; its costs are measured again)"
     ]
