@@ -129,8 +129,13 @@ def threads(res: Results) -> Block:
         ]
         for r in data["runs"]
     ]
+    by_round: dict[tuple[str, int], dict[int, float]] = {}
+    for r in data["runs"]:
+        by_round.setdefault((r["workload"], r["round"]), {})[r["threads"]] = r["iteration_s"]
     ratios = "; ".join(
-        f"{workload}: per iteration {times(s['iteration_ratio'])}, training {times(s['training_ratio'])}"
+        f"{workload}: per iteration {times(s['iteration_ratio'])} (rounds: "
+        + ", ".join(times(t[1] / t[2]) for (w, _), t in by_round.items() if w == workload)
+        + f"), training {times(s['training_ratio'])}"
         for workload, s in data["summary"].items()
     )
     caption = (

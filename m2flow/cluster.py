@@ -108,9 +108,20 @@ class Cluster:
         cpu_memory = spec.cpu_memory_gb if spec.cpu_memory_gb is not None else local_memory_gb() / max(1, cpus)
         devices: dict[DeviceId, float] = {}
         for kind, total, memory in (("gpu", gpus, gpu_memory_gb(spec)), ("cpu", cpus, cpu_memory)):
-            per_node = -(-total // spec.nodes) if total else 0
+            per_node = per_node_of(total, spec.nodes)
             devices.update({DeviceId(i // per_node, kind, i): memory for i in range(total)})
         return cls(devices, spec.nodes)
+
+
+def per_node_of(total: int, nodes: int) -> int:
+    """Devices of a kind on each node, `total` over `nodes` (the last node may have fewer)."""
+    return -(-total // nodes) if total else 0
+
+
+def cpus_per_node(spec: ClusterSpec) -> int:
+    """CPU slots on each node of the cluster `spec` declares (unset: this machine's cores)."""
+    cpus = spec.cpus if spec.cpus is not None else (os.cpu_count() or 1) * spec.nodes
+    return per_node_of(cpus, spec.nodes)
 
 
 def local_gpu_count() -> int:

@@ -31,6 +31,7 @@ class WorkerContext:
     iterations: int = 1  # the run's planned iterations (schedules such as learning-rate annealing read it)
     quarantined: Mapping[int, int] = field(default_factory=dict)  # env -> times
     gpu_memory_gb: float | None = None  # on a GPU that processes share, the most its process may hold; None: all
+    threads: int = 1  # the cores this replica computes on (`resources.threads`): torch's intra-op threads
     collective_s: float = 1800.0  # the most one collective of the worker's process groups may take: the plan's
     # deadline in a run; outside one, torch's default of 30 minutes
 

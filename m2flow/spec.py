@@ -109,9 +109,9 @@ class Resources(_Strict):
     memory_gb: float = Field(0.0, ge=0)
     threads: int | Literal["auto"] = Field(
         1,
-        description="cores each CPU replica computes on (torch intra-op threads): its own and the next ones of its"
-        " node; only outside the loop of a synchronous flow, where no other worker computes beside it. `auto`: its"
-        " node's cores shared among its replicas there, where it may (else 1)",
+        description="cores each CPU replica computes on (torch intra-op threads), a block of its node's; only"
+        " outside the loop of a synchronous flow, where no other worker computes beside it. `auto`: its node's"
+        " cores shared among its replicas there, where it may (else 1)",
     )
 
     @field_validator("threads", mode="before")

@@ -183,7 +183,8 @@ def device_kind(graph: MacroGraph, worker: str, cluster: Cluster) -> str:
 
 
 def check_cluster(graph: MacroGraph, cluster: Cluster) -> None:
-    """Problems no placement can fix: a GPU worker without GPUs, more replicas than devices."""
+    """Problems no placement can fix: a GPU worker without GPUs, more replicas than devices, more threads a
+    replica than a node has cores."""
     for name, spec in graph.workers.items():
         kind = device_kind(graph, name, cluster)
         have = cluster.count(kind)

@@ -24,7 +24,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from m2flow.graph import MacroGraph
+from m2flow.cluster import cpus_per_node
+from m2flow.graph import MacroGraph, threads_refusal
 from m2flow.planners.fit import PortFit, SizeMean, fit_line, residual
 from m2flow.spec import PortCost
 
@@ -104,14 +105,15 @@ def _digest(what: dict) -> str:
 
 def worker_key(graph: MacroGraph, worker: str, device_kind: str) -> str:
     """Its class, backend, device kind and args, less the items one replica serves (envs per process, which the
-    planner may set: a cost per item carries over, and the batch sizes are kept per entry); on CPUs, the cores a
-    replica computes on where more than one, or `auto` (`resources.threads`: a call on two costs what it measured on
-    two; `auto` resolves alike on one machine)."""
+    planner may set: a cost per item carries over, and the batch sizes are kept per entry); on CPUs, where a
+    replica may compute on several cores (`resources.threads`), what decides how many: the value declared, the
+    cores of a node and the worker's replicas (a call on two cores costs what it measured on two)."""
     spec = graph.workers[worker]
     args = _without_knobs(graph, worker, {"args": spec.args})["args"]
     key = {"class": spec.cls, "args": args, "backend": spec.backend, "device": device_kind}
-    if device_kind == "cpu" and spec.resources.threads != 1:
-        key["threads"] = spec.resources.threads
+    threads = spec.resources.threads
+    if device_kind == "cpu" and threads != 1 and not threads_refusal(graph.spec, worker):
+        key["threads"] = [threads, cpus_per_node(graph.spec.cluster), spec.count]
     return _digest(key)
 
 
@@ -125,9 +127,14 @@ def workflow_key(graph: MacroGraph) -> str:
 
 
 def _without_knobs(graph: MacroGraph, name: str, worker: dict) -> dict:
+    """`worker`'s spec less what the planner may set, and `resources.threads` (a key of its worker's costs, not of
+    the run's overheads)."""
     items = graph.info[name].items_field
     args = {key: value for key, value in worker.get("args", {}).items() if key != items}
-    return {**{key: value for key, value in worker.items() if key != "replicas"}, "args": args}
+    kept = {key: value for key, value in worker.items() if key != "replicas"}
+    if isinstance(kept.get("resources"), dict):
+        kept["resources"] = {key: value for key, value in kept["resources"].items() if key != "threads"}
+    return {**kept, "args": args}
 
 
 def load_calibration(graph: MacroGraph) -> dict[str, float]:

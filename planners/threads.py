@@ -2,11 +2,13 @@
 
 A CPU replica computing on n cores is pinned to n cores of its node and runs torch on n intra-op threads. The
 graph allows a count above one only outside the loop of a synchronous flow, where no other worker computes
-beside it, so the cores it borrows are idle then and the cost model charges no contention. A worker's replicas
-on one node take disjoint blocks of its cores, from its first replica's core on (round the node's): a count is
-at most the node's cores shared among them, and `auto` is that share (one where a count above one is refused).
-Costs are measured and cached under the declared value (`planners/cache.py`); busy time counts a replica's
-calls on its own core.
+beside it, so the cores it borrows are idle then and the cost model charges no contention. Two things it does
+not charge: a streamed part (`<port>_part`, `planners/base.py`'s streaming) is taken in during the loop, on the
+loop's cores, and two workers' after-loop calls that do not wait for each other run at once, on the same cores
+(the plan says so). A worker's replicas on one node take disjoint blocks of its cores, from its first
+replica's core on (round the node's), so a block need not hold the replica's own slot: a count is at most the
+node's cores shared among them, and `auto` is that share (one where a count above one is refused). Costs are
+measured and cached per count (`planners/cache.py`); busy time is charged to each replica's planned slot.
 """
 
 from __future__ import annotations
@@ -55,17 +57,44 @@ def threads_notes(graph: MacroGraph, plan: Plan) -> list[str]:
         elif declared == "auto" and (why := threads_refusal(graph.spec, name)):
             notes.append(f"threads: {name} computes on one core a replica (resources.threads: auto): {why}")
         else:
-            replicas = [ReplicaId(name, r) for r in range(len(placement.replica_devices))]
-            cores = "; ".join(
-                f"[{r.replica}] {' + '.join(core.name for core in replica_cores(graph, plan, r))}" for r in replicas
-            )
-            lowered = [r for r in replicas if declared != "auto" and len(replica_cores(graph, plan, r)) < declared]
-            why = f"; {declared} lowered to its node's cores shared among its replicas there" if lowered else ""
-            notes.append(
-                f"threads: {name} computes on its cores outside the loop, idle then (resources.threads: {declared}):"
-                f" {cores}{why}; its busy time counts on its own core"
-            )
+            notes.append(_blocks_note(graph, plan, name))
+    threaded = [name for name in plan.placements if _computes_on_several(graph, plan, name)]
+    if len(threaded) > 1:
+        notes.append(
+            f"threads: {', '.join(threaded)} compute on several cores each outside the loop; where their calls run at"
+            " once (after-loop edges that do not wait for each other) they share cores, which the plan does not"
+            " charge"
+        )
     return notes
+
+
+def _blocks_note(graph: MacroGraph, plan: Plan, name: str) -> str:
+    declared = graph.workers[name].resources.threads
+    replicas = [ReplicaId(name, r) for r in range(len(plan.placements[name].replica_devices))]
+    blocks = [replica_cores(graph, plan, r) for r in replicas]
+    if all(len(block) == 1 for block in blocks):
+        device = blocks[0][0]
+        return (
+            f"threads: {name} computes on one core a replica (resources.threads: {declared}): node n{device.node}'s"
+            f" {len(_node_cores(plan, device))} core(s) shared among its {len(_on_node(plan, name, device))}"
+            " replica(s) there"
+        )
+    cores = "; ".join(
+        f"[{r.replica}] {' + '.join(core.name for core in block)}" for r, block in zip(replicas, blocks, strict=True)
+    )
+    lowered = declared != "auto" and any(len(block) < declared for block in blocks)
+    why = f"; {declared} lowered to its node's cores shared among its replicas there" if lowered else ""
+    return (
+        f"threads: {name} computes on a block of its node's cores outside the loop, idle then (resources.threads:"
+        f" {declared}): {cores}{why}; busy time is charged to each replica's planned slot"
+    )
+
+
+def _computes_on_several(graph: MacroGraph, plan: Plan, name: str) -> bool:
+    placement = plan.placements[name]
+    return placement.device_kind == "cpu" and any(
+        len(replica_cores(graph, plan, ReplicaId(name, r))) > 1 for r in range(len(placement.replica_devices))
+    )
 
 
 def _node_cores(plan: Plan, device: DeviceId) -> list[DeviceId]:

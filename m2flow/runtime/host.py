@@ -62,7 +62,7 @@ def _rebuild_port_failed(message: str, worker: str, replica: int, port: str, env
 
 
 def compute_on(threads: int) -> None:
-    """Torch's intra-op threads: one per core the process is pinned to (Ray starts it with one)."""
+    """Torch's intra-op threads: one per core the replica computes on (Ray starts its process with one)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -88,8 +88,12 @@ class WorkerHost:
         dist: dict | None,
         cores: list[int] | None = None,
     ):
-        if cores is not None:
-            os.sched_setaffinity(0, {core % (os.cpu_count() or 1) for core in cores})
+        threads = ctx.threads
+        if cores is not None:  # the node's slots as this process may use its cores (fewer in a cpuset)
+            allowed = sorted(os.sched_getaffinity(0))
+            pinned = {allowed[core % len(allowed)] for core in cores}
+            os.sched_setaffinity(0, pinned)
+            threads = min(threads, len(pinned))
         address = _node_address()
         answer_when_asked(ctx.output_dir, address)
         beat_while_alive(ctx.output_dir, address)
@@ -106,8 +110,8 @@ class WorkerHost:
 
             init_process_group(ctx, dist["address"], dist["port"], dist["meet_s"])
         self.instances = [self._build(target, args, ctx, s, instances) for s in range(instances)]
-        if cores is not None and len(cores) > 1:
-            compute_on(len(set(cores)))
+        if threads > 1:
+            compute_on(threads)
 
     @staticmethod
     def _build(target: Any, args: dict, ctx: WorkerContext, stage: int, stages: int) -> Any:

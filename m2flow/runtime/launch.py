@@ -130,6 +130,7 @@ class Launch(Respawning):
             iterations=self.graph.spec.run.iterations,
             quarantined=dict(self.quarantined),
             gpu_memory_gb=self.plan.memory_gb(ReplicaId(name, r)),
+            threads=len(self._computes_on(ReplicaId(name, r), device)),
             # a rank's own collective timeout is the backstop, twice the training call's deadline, so the
             # controller's deadline passes first and names the ranks; should measured costs later raise that
             # deadline past it (`Controller.adopt`), the rank's own timeout reports a hang first
@@ -138,7 +139,7 @@ class Launch(Respawning):
         instances = self.plan.pipeline_stages if KINDS[info.kind].slices else 1
         rendezvous = self.rendezvous[name]
         dist = None if rendezvous is None else {**rendezvous, "meet_s": self.timeouts.start_s}
-        args = (info.target, info.spec.args, ctx, instances, dist, self._cores(ReplicaId(name, r), device))
+        args = (info.target, info.spec.args, ctx, instances, dist, self._pinned(ReplicaId(name, r), device))
         render = self._render_gpu(ReplicaId(name, r))
         env_vars = {}
         # a GPU-placed simulator sees only its own GPU (Ray sets CUDA_VISIBLE_DEVICES; EGL lists that one); a
@@ -222,14 +223,19 @@ class Launch(Respawning):
                     f" {device.node} ({node_ids[device.node][:8]}); the cluster changed since planning?"
                 )
 
-    def _cores(self, replica: ReplicaId, device: DeviceId) -> list[int] | None:
-        """The node-local cores a CPU-placed replica of `name` is pinned to, so shared CPU slots really are
-        shared: its device's, or its block of its node's where it computes on several (`resources.threads`)."""
+    def _computes_on(self, replica: ReplicaId, device: DeviceId) -> list[DeviceId]:
+        """The devices `replica`, on `device`, computes on: its block of its node's cores where it computes on
+        several (`resources.threads`), else `device` (a GPU, or a core borrowed after a node was lost)."""
+        if device.kind != "cpu" or device != self.plan.device_of(replica):
+            return [device]
+        return replica_cores(self.graph, self.plan, replica)
+
+    def _pinned(self, replica: ReplicaId, device: DeviceId) -> list[int] | None:
+        """The node-local cores a CPU-placed replica is pinned to, so shared CPU slots really are shared (None:
+        not pinned, a GPU replica or `placement.pin_cpus: false`)."""
         if device.kind != "cpu" or not self.graph.spec.placement.pin_cpus:
             return None
-        if device != self.plan.device_of(replica):  # a core borrowed after a node was lost: that core alone
-            return [self.plan.cluster.on_node(device)]
-        return [self.plan.cluster.on_node(core) for core in replica_cores(self.graph, self.plan, replica)]
+        return [self.plan.cluster.on_node(core) for core in self._computes_on(replica, device)]
 
     def _rendezvous(self, name: str) -> dict | None:
         """Process-group rendezvous for a multi-rank group worker (None for any other)."""
