@@ -431,5 +431,6 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "multigpu_hf_x2_256": partial(multigpu, HF_X2_256),
     "multigpu_hf_x2_1024": partial(multigpu, HF_X2_1024),
     "merging": merging,
-    "threads": threads,
+    "threads": partial(threads, "threads.json"),
+    "threads_metaworld": partial(threads, "threads_metaworld.json"),
 }

@@ -115,8 +115,7 @@ def merging(res: Results) -> Block:
     return Block([caption, "", *table(header, rows, "llrrrrl")], [rel])
 
 
-def threads(res: Results) -> Block:
-    rel = "threads.json"
+def threads(rel: str, res: Results) -> Block:
     data = res.json(rel)
     rows = [
         [

@@ -6,9 +6,10 @@ only `workers.actor.resources.threads` changes. Rounds alternate the order (1 th
 run's figures are the medians of its iterations after the first, a workload's the medians over its rounds. Every
 run starts from a cost cache of its own, empty.
 
-    python benchmarks/threads.py [--workloads camera main] [--rounds 3] [--iterations 6]
+    python benchmarks/threads.py [--workloads camera main] [--rounds 3] [--iterations 6] [--name threads]
 
-Writes benchmarks/results/threads.json. Last line: `threads 2/1: camera <x>x, main <y>x per iteration`.
+`metaworld` is the Meta-World camera job as planner_accuracy.py runs it (a CNN policy from pixels).
+Writes benchmarks/results/<name>.json. Last line: `threads 2/1: camera <x>x, main <y>x per iteration`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ WORKLOADS = {
         "workers.env.args.video.save=false",
     ),
     "main": ("ppo_mujoco.yaml",),
+    "metaworld": (
+        "ppo_metaworld_camera.yaml",
+        "workers.env.replicas=2",
+        "flow.loop.horizon=16",
+        "workers.env.args.video.save=false",
+    ),
 }
 CORES = (1, 2)
 
@@ -61,10 +68,11 @@ def measure(workload: str, threads: int, iterations: int, out: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", default=["camera", "main"], choices=list(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--name", default="threads", help="the results file's name")
     args = parser.parse_args()
     runs, summary = [], {}
     with tempfile.TemporaryDirectory(prefix="m2flow-threads-") as tmp:
@@ -98,7 +106,7 @@ def main() -> None:
             )
     line = "threads 2/1: " + ", ".join(f"{w} {s['iteration_ratio']:.2f}x" for w, s in summary.items())
     save_result(
-        "threads", {"args": vars(args), "runs": runs, "summary": summary, "line": line + " per iteration"}, args.out
+        args.name, {"args": vars(args), "runs": runs, "summary": summary, "line": line + " per iteration"}, args.out
     )
     print(line + " per iteration")
 
