@@ -433,4 +433,5 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "merging": merging,
     "threads": partial(threads, "threads.json"),
     "threads_metaworld": partial(threads, "threads_metaworld.json"),
+    "threads_sac": partial(threads, "threads_sac.json"),
 }

@@ -8,7 +8,8 @@ run starts from a cost cache of its own, empty.
 
     python benchmarks/threads.py [--workloads camera main] [--rounds 3] [--iterations 6] [--name threads]
 
-`metaworld` is the Meta-World camera job as planner_accuracy.py runs it (a CNN policy from pixels).
+`metaworld` is the Meta-World camera job as planner_accuracy.py runs it (a CNN policy from pixels); `sac` the SAC
+job, updating from its second iteration on (128 updates of 256x256 MLPs an iteration).
 Writes benchmarks/results/<name>.json. Last line: `threads 2/1: camera <x>x, main <y>x per iteration`.
 """
 
@@ -41,6 +42,7 @@ WORKLOADS = {
         "flow.loop.horizon=16",
         "workers.env.args.video.save=false",
     ),
+    "sac": ("sac_mujoco.yaml", "workers.buffer.args.learning_starts=256"),
 }
 CORES = (1, 2)
 
