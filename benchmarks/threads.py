@@ -1,16 +1,17 @@
 """A training worker on one core and on all its node's cores (`resources.threads`), side by side on the 2-core
-machine: the camera job (a CNN policy from 84x84 pixels) and the main job (an MLP policy on HalfCheetah).
+machine: the camera job (a CNN policy from 84x84 pixels) and the main job (an MLP policy on HalfCheetah) by
+default; `metaworld`, the Meta-World camera job as planner_accuracy.py runs it (a CNN policy from pixels), and
+`sac`, the SAC job updating from its second iteration on (128 updates of 256x256 MLPs an iteration).
 
-Both workloads plan shared S=1, a process per replica, with no re-plan: the placement is the same in every run,
+Every workload plans shared S=1, a process per replica, with no re-plan: the placement is the same in every run,
 only `workers.actor.resources.threads` changes. Rounds alternate the order (1 then 2 cores, then 2 then 1); each
 run's figures are the medians of its iterations after the first, a workload's the medians over its rounds. Every
 run starts from a cost cache of its own, empty.
 
-    python benchmarks/threads.py [--workloads camera main] [--rounds 3] [--iterations 6] [--name threads]
+    python benchmarks/threads.py [--workloads {camera,main,metaworld,sac} ...] [--rounds 3] [--iterations 6]
+        [--name threads]
 
-`metaworld` is the Meta-World camera job as planner_accuracy.py runs it (a CNN policy from pixels); `sac` the SAC
-job, updating from its second iteration on (128 updates of 256x256 MLPs an iteration).
-Writes benchmarks/results/<name>.json. Last line: `threads 2/1: camera <x>x, main <y>x per iteration`.
+Writes benchmarks/results/<name>.json. Last line: `threads 2/1: <workload> <x>x, ... per iteration`.
 """
 
 from __future__ import annotations
