@@ -104,7 +104,7 @@ class Cluster:
     def from_spec(cls, spec: ClusterSpec) -> Cluster:
         """Devices from the spec; counts left unset are read off this machine."""
         gpus = spec.gpus if spec.gpus is not None else local_gpu_count()
-        cpus = spec.cpus if spec.cpus is not None else (os.cpu_count() or 1) * spec.nodes
+        cpus = cpu_slots(spec)
         cpu_memory = spec.cpu_memory_gb if spec.cpu_memory_gb is not None else local_memory_gb() / max(1, cpus)
         devices: dict[DeviceId, float] = {}
         for kind, total, memory in (("gpu", gpus, gpu_memory_gb(spec)), ("cpu", cpus, cpu_memory)):
@@ -118,10 +118,14 @@ def per_node_of(total: int, nodes: int) -> int:
     return -(-total // nodes) if total else 0
 
 
+def cpu_slots(spec: ClusterSpec) -> int:
+    """CPU slots of the cluster `spec` declares (unset: this machine's cores on each node)."""
+    return spec.cpus if spec.cpus is not None else (os.cpu_count() or 1) * spec.nodes
+
+
 def cpus_per_node(spec: ClusterSpec) -> int:
-    """CPU slots on each node of the cluster `spec` declares (unset: this machine's cores)."""
-    cpus = spec.cpus if spec.cpus is not None else (os.cpu_count() or 1) * spec.nodes
-    return per_node_of(cpus, spec.nodes)
+    """CPU slots on each node of the cluster `spec` declares."""
+    return per_node_of(cpu_slots(spec), spec.nodes)
 
 
 def local_gpu_count() -> int:

@@ -206,13 +206,17 @@ def _check_threads(spec: WorkflowSpec, problems: list[str]) -> None:
 def threads_refusal(spec: WorkflowSpec, name: str) -> str | None:
     """Why worker `name` may not compute on cores beside its own, or None where it may: outside the loop of a
     synchronous flow no other worker computes while it does (the cost model charges no contention for it)."""
-    if spec.flow.loop is not None and name in {
-        ref.worker for edge in spec.flow.loop.edges for ref in (edge.src, edge.dst)
-    }:
+    if name in _loop_workers(spec):
         return f"{name} runs in the loop, beside the other loop workers on their cores (more replicas spread it)"
     if spec.flow.asynchronous is not None:
         return f"under flow.async {name} runs beside the loop, on the cores the loop computes on"
     return None
+
+
+def _loop_workers(spec: WorkflowSpec) -> set[str]:
+    """The workers the spec's loop edges name (none without a loop)."""
+    loop = spec.flow.loop
+    return {ref.worker for edge in loop.edges for ref in (edge.src, edge.dst)} if loop is not None else set()
 
 
 def _check_asynchronous(spec: WorkflowSpec, problems: list[str]) -> None:
@@ -242,7 +246,7 @@ def _check_asynchronous(spec: WorkflowSpec, problems: list[str]) -> None:
             f" could run {flow.asynchronous.max_staleness} batch(es) ahead; raise it above"
             " flow.async.max_staleness (or 0: only at the end)"
         )
-    loop_workers = {ref.worker for edge in flow.loop.edges for ref in (edge.src, edge.dst)}
+    loop_workers = _loop_workers(spec)
     for i, sync in enumerate(flow.sync):
         worker = spec.workers.get(sync.edge.dst.worker)
         if sync.every > 1 and sync.edge.dst.worker in loop_workers and worker and worker.kind == "inference":

@@ -37,7 +37,7 @@ def threads_of(graph: MacroGraph, plan: Plan, name: str, device: DeviceId) -> in
     declared = graph.workers[name].resources.threads
     if declared == 1 or (declared == "auto" and threads_refusal(graph.spec, name)):
         return 1
-    share = max(1, len(_node_cores(plan, device)) // len(_on_node(plan, name, device)))
+    share = _share(plan, name, device)
     return share if declared == "auto" else min(declared, share)
 
 
@@ -106,6 +106,11 @@ def _on_node(plan: Plan, name: str, device: DeviceId) -> list[int]:
     return [r for r, other in enumerate(plan.placements[name].replica_devices) if other.node == device.node]
 
 
+def _share(plan: Plan, name: str, device: DeviceId) -> int:
+    """`device`'s node's cores divided among the replicas of `name` there (at least one)."""
+    return max(1, len(_node_cores(plan, device)) // len(_on_node(plan, name, device)))
+
+
 def _could_borrow(graph: MacroGraph, plan: Plan, name: str) -> list[str]:
     """A note where training worker `name`, on one core a replica, leaves cores of its node idle while it
     computes (nothing else does then): the key that would use them."""
@@ -113,12 +118,12 @@ def _could_borrow(graph: MacroGraph, plan: Plan, name: str) -> list[str]:
     if graph.info[name].kind != "training" or placement.device_kind != "cpu" or threads_refusal(graph.spec, name):
         return []
     device = placement.replica_devices[0]
-    node, mine = _node_cores(plan, device), _on_node(plan, name, device)
-    if len(node) // len(mine) < 2:
+    share = _share(plan, name, device)
+    if share < 2:
         return []
+    idle = len(_node_cores(plan, device)) - len(_on_node(plan, name, device))
     return [
-        f"threads: {name} computes on one core a replica while {len(node) - len(mine)} more core(s) of node"
-        f" n{device.node} idle outside the loop; workers.{name}.resources.threads: auto would compute on"
-        f" {len(node) // len(mine)} (torch intra-op threads: faster for a large model or batch, slower for a small"
-        " one; its costs are measured again)"
+        f"threads: {name} computes on one core a replica while {idle} more core(s) of node n{device.node} idle"
+        f" outside the loop; workers.{name}.resources.threads: auto would compute on {share} (torch intra-op"
+        " threads: faster for a large model or batch, slower for a small one; its costs are measured again)"
     ]
