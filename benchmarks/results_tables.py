@@ -19,6 +19,7 @@ from tables_gpu import (
     CONTENTION_4X48,
     MPS,
     ONE_OFF_H100,
+    ONE_OFF_H100_DEC06,
     TILED,
     TILED_4X48,
     gpu_contention,
@@ -386,6 +387,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "gpu_contention_h200_tiled_4x48": partial(gpu_contention, TILED_4X48),
     "pipeline_mps_h200": partial(pipeline_runs, MPS),
     "pipeline_one_off_h100": partial(pipeline_runs, ONE_OFF_H100),
+    "pipeline_one_off_h100_dec06": partial(pipeline_runs, ONE_OFF_H100_DEC06),
+    "weight_sync_h100_by_commit": partial(
+        weight_sync_by_commit, ["gpu28/weight_sync_13cb13c.json", "gpu28/weight_sync_289615f.json"]
+    ),
     "weight_sync_h200_by_commit": partial(
         weight_sync_by_commit, ["gpu27/weight_sync_a5c72fe.json", "gpu27/weight_sync_4a50f4c.json"]
     ),
@@ -394,6 +399,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h200_by_size": partial(planner_accuracy, ACCURACY_H200_BY_SIZE),
     "planner_accuracy_h200_trial": partial(planner_accuracy, ACCURACY_H200_TRIAL),
     "planner_accuracy_h200_dec05": partial(planner_accuracy, "gpu26/planner_accuracy.json"),
+    "planner_accuracy_h100_dec06": partial(planner_accuracy, "gpu28/planner_accuracy.json"),
     "hf_policy_h200": hf_policy,
     "learning": partial(learning, LEARNING),
     **{f"locomotion_{task}": partial(locomotion, f"learning_{task}_300k.json") for task in LOCOMOTION},

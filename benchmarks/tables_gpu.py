@@ -19,6 +19,10 @@ ONE_OFF_H100 = {  # one call on an H100 (session 31): synchronous shared, then o
     "gpu27/h100/sync_shared.json": "H100",
     "gpu27/h100/async_k1.json": "H100",
 }
+ONE_OFF_H100_DEC06 = {  # the same pair on an H100, code 289615f (session 35)
+    "gpu28/sync_shared.json": "H100",
+    "gpu28/one_off_k1.json": "H100",
+}
 
 WHAT = {
     "physics": "physics only, no rendering",

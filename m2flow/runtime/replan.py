@@ -345,10 +345,9 @@ def replan(
         if trial is not None:
             return trial
         kept = replace(merged, predicted=now, tasks=tasks)
-        why = (
-            f"replan: keeping {_label(current)}: with the measured costs it is predicted {now_s:.3g} s/iteration,"
-            f" the best alternative {_label(best)} {new_s:.3g} s"
-        )
+        rival = "still the best plan" if same else f"the best alternative {_label(best)} {new_s:.3g} s"
+        predicted = f"with the measured costs it is predicted {now_s:.3g} s/iteration"
+        why = f"replan: keeping {_label(current)}: {predicted}, {rival}"
         if fixed:
             why += f" at {current.pipeline_stages} stage(s): {', '.join(fixed)} cannot cut its saved state otherwise"
         return Decision(kept, False, why)

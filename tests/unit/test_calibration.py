@@ -309,6 +309,7 @@ def test_a_cost_split_no_run_measured_is_tried_at_other_batch_sizes_and_the_next
     trial = Running(tried.plan, 3, warmups=(0, 3), tried_from=sliced)
     kept = replan(graph, cluster, trial, first + warm_up + loop_calls([4, 5], 1, per_call, start_s=200))
     assert not kept.switched and kept.plan.pipeline_stages == 1
+    assert kept.why.endswith("still the best plan"), kept.why  # the plan kept is not named as its own rival
     items_first = loop_calls([0, 1, 2], 2, per_item)  # had the cost been per env, the trial loses: back, for any gain
     back = replan(graph, cluster, trial, items_first + warm_up + loop_calls([4, 5], 1, per_item, start_s=200))
     assert back.switched and not back.trial and back.plan.pipeline_stages == 2

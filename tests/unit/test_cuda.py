@@ -16,6 +16,11 @@ from tests.batches import pendulum_minibatches
 
 pytestmark = pytest.mark.gpu
 
+
+def needs_megatron() -> None:
+    pytest.importorskip("megatron.core", reason="megatron-core is the `megatron` extra")
+
+
 VIEW = {"cameras": ["track"], "modalities": ["rgb", "proprio"], "size": (64, 64)}
 VIT = {"env_id": "HalfCheetah-v5", "model": "vit", "observation": VIEW, "size": "1m", "causal": True}
 
@@ -59,6 +64,7 @@ def test_offload_moves_the_policy_to_pinned_host_memory_and_back_unchanged():
 
 
 def test_the_megatron_gpt_trunk_computes_the_plain_vits_outputs():
+    needs_megatron()
     on_cuda("training", "fsdp")
     plain = PPO(**VIT, num_minibatches=1, update_epochs=1)
     on_cuda("training", "megatron")
@@ -74,6 +80,7 @@ def test_the_megatron_gpt_trunk_computes_the_plain_vits_outputs():
 
 def test_a_megatron_checkpoint_loads_into_a_fused_adam_on_cuda_and_trains_on(tmp_path):
     """Adam's state made before the load (to be filled in) lives where the fused CUDA kernel reads it."""
+    needs_megatron()
     on_cuda("training", "megatron")
     first = PPO(**VIT, num_minibatches=2, update_epochs=1, normalize_reward=False)
     first.train([SyntheticBatch(4, 8, seed=1).trajectory()])
@@ -104,6 +111,7 @@ def _megatron_groups_on_cuda(collective_s: float, results) -> None:
 
 
 def test_megatron_groups_on_nccl_take_the_plans_collective_deadline():
+    needs_megatron()
     import torch.multiprocessing as mp
 
     spawn = mp.get_context("spawn")
