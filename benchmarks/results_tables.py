@@ -20,6 +20,7 @@ from tables_gpu import (
     MPS,
     ONE_OFF_H100,
     ONE_OFF_H100_DEC06,
+    SIXTEEN_BY_12,
     TILED,
     TILED_4X48,
     gpu_contention,
@@ -388,6 +389,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "pipeline_mps_h200": partial(pipeline_runs, MPS),
     "pipeline_one_off_h100": partial(pipeline_runs, ONE_OFF_H100),
     "pipeline_one_off_h100_dec06": partial(pipeline_runs, ONE_OFF_H100_DEC06),
+    "pipeline_16x12_h100": partial(pipeline_runs, SIXTEEN_BY_12),
     "weight_sync_h100_by_commit": partial(
         weight_sync_by_commit, ["gpu28/weight_sync_13cb13c.json", "gpu28/weight_sync_289615f.json"]
     ),

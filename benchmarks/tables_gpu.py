@@ -23,6 +23,7 @@ ONE_OFF_H100_DEC06 = {  # the same pair on an H100, code 289615f (session 35)
     "gpu28/sync_shared.json": "H100",
     "gpu28/one_off_k1.json": "H100",
 }
+SIXTEEN_BY_12 = {"gpu28/modes_camera_vit_16x12.json": "H100, 16 x 12 envs"}  # a replica a core, synchronous
 
 WHAT = {
     "physics": "physics only, no rendering",
