@@ -234,6 +234,36 @@ def fit_line(points: list[tuple[float, float]], prior_fixed: float = 0.0) -> Por
     return PortCost(fixed_s=fixed, per_item_s=slope)
 
 
+# How far one run's mean cost of a port at a batch size may lie from another run's: on the 2-core machine a step
+# moved 0.7-1.5x between runs (planners/cache.py), and the medians the cache keeps narrow that.
+RUN_SCATTER = 0.1
+
+
+def line_through_means(means: list[tuple[float, float]], prior: PortCost | None = None) -> PortCost:
+    """The line through a port's mean cost at each batch size seen (`(items, mean_s)`), its per-call part shrunk
+    toward the `prior`'s share of the cost (none without one) by how uncertain it is. Each mean came from other
+    runs, of other process layouts, and may be off by `RUN_SCATTER` of itself; a per-call part read from two sizes
+    carries that noise magnified (at sizes 4 and 8, twice the first mean less the second), and a plan slicing
+    below the sizes seen pays it once per slice. So the per-call part's distance d from the prior's is scaled by
+    d^2 / (d^2 + v), v its variance under that noise: a distance as large as its noise keeps half of itself, one
+    far above it (a GPU kernel's flat cost) nearly all. The line keeps its cost at the sizes' mean."""
+    line = fit_line(means)
+    if len(means) < 2:
+        return line
+    xs = [x for x, _ in means]
+    mean_x, mean_y = sum(xs) / len(xs), sum(y for _, y in means) / len(means)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    weights = [1 / len(means) - mean_x * (x - mean_x) / spread for x in xs]  # the intercept, as a sum of the means
+    variance = sum((w * RUN_SCATTER * y) ** 2 for w, (_, y) in zip(weights, means, strict=True))
+    at_mean = prior.fixed_s + prior.per_item_s * mean_x if prior else 0.0
+    toward = prior.fixed_s / at_mean * mean_y if prior and at_mean > 0 else 0.0
+    distance = line.fixed_s - toward
+    if distance == 0:
+        return line
+    fixed = toward + distance * distance**2 / (distance**2 + variance)
+    return PortCost(fixed_s=fixed, per_item_s=(mean_y - fixed) / mean_x)
+
+
 def residual(points: list[tuple[float, float]], line: PortCost) -> float:
     """The line's root-mean-square error relative to the mean cost (0.1: calls scatter by ~10% around it)."""
     mean_y = sum(y for _, y in points) / len(points)
@@ -266,11 +296,12 @@ def by_size(points: list[tuple[float, float]]) -> tuple[SizeMean, ...]:
     return tuple(SizeMean(items, sum(costs) / len(costs), len(costs)) for items, costs in sorted(seen.items()))
 
 
-def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
+def merged(earlier: PortFit | None, fit: PortFit, prior: PortCost | None = None) -> PortFit:
     """A port's fit over the batch sizes an earlier fit saw and those `fit` saw: where both saw a size, the
     later mean stands. Seen at several sizes, the line through their means splits the per-call cost from the
     per-item one, which one size alone cannot (a camera simulator rendering on a GPU costs about the same
-    per call for half its envs: a pipelined plan's slices are not half as cheap)."""
+    per call for half its envs: a pipelined plan's slices are not half as cheap); `prior`: the port's cost knowing
+    nothing (`line_through_means`)."""
     rows = {row.items: row for row in earlier.by_size} if earlier else {}
     own = {row.items for row in fit.by_size}
     if not own or set(rows) <= own:
@@ -278,7 +309,7 @@ def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
     rows.update({row.items: row for row in fit.by_size})
     ordered = tuple(rows[items] for items in sorted(rows))
     means = [(row.items, row.mean_s) for row in ordered]
-    line = fit_line(means)
+    line = line_through_means(means, prior)
     return PortFit(
         fixed_s=line.fixed_s,
         per_item_s=line.per_item_s,

@@ -130,8 +130,9 @@ def test_the_cache_keeps_every_batch_size_runs_measured_and_fits_across_them(tmp
     kinds = {"env": "cpu"}
     for run, items in ((1, 4), (2, 2)):  # a step costs 3 ms a call whatever its slice: a per-call cost
         save_cached(graph, kinds, fit_points({"env.step": [(items, 0.003)] * 3}, f"run {run}")["ports"])
-    cached = load_cached(graph, kinds)["env.step"]
-    assert cached.fixed_s == pytest.approx(0.003) and cached.per_item_s == pytest.approx(0.0, abs=1e-12)
+    cached = load_cached(graph, kinds)["env.step"]  # nearly all per call (a little toward the prior's share)
+    assert cached.fixed_s == pytest.approx(0.003, rel=0.06)
+    assert [cached.fixed_s + cached.per_item_s * n for n in (2, 4)] == pytest.approx([0.003] * 2, rel=0.06)
 
 
 def _save_step_cost(graph, seconds: float, items: int = 4, run: str | None = None) -> None:
@@ -231,9 +232,9 @@ def test_a_slow_run_at_one_batch_size_does_not_tilt_the_line_across_sizes(tmp_pa
     graph = build_graph(spec_from_dict(workflow()))
     for items in (2, 4, 2, 4, 2):  # a step costs 1 ms a call and 0.5 ms an env
         _save_step_cost(graph, 0.001 + 0.0005 * items, items)
+    steady = load_cached(graph, {"env": "cpu"})["env.step"]
     _save_step_cost(graph, 3 * (0.001 + 0.0005 * 2), 2)  # one run three times slower at the small size
-    cost = load_cached(graph, {"env": "cpu"})["env.step"]
-    assert cost.fixed_s == pytest.approx(0.001) and cost.per_item_s == pytest.approx(0.0005)
+    assert load_cached(graph, {"env": "cpu"})["env.step"] == steady
 
 
 def test_the_cached_hop_is_the_median_of_the_runs_that_measured_it(tmp_path, monkeypatch):
@@ -343,8 +344,9 @@ def test_a_split_measured_across_an_earlier_runs_batch_size_and_this_runs_is_use
     events = loop_calls([0, 1, 2], 2, per_call)  # this one at 4
     measured = refit(graph, cluster, events, Running(sliced, 0, warmups=(0,)))
     assert measured.unsplit == []
-    step = measured.profile.costs["env.step"]  # the line through 4 and 8 envs: all per call
-    assert step.fixed_s == pytest.approx(0.01) and step.per_item_s == pytest.approx(0.0, abs=1e-12)
+    step = measured.profile.costs["env.step"]  # the line through 4 and 8 envs: nearly all per call
+    assert step.fixed_s == pytest.approx(0.01, rel=0.05)
+    assert [step.fixed_s + step.per_item_s * n for n in (4, 8)] == pytest.approx([0.01] * 2, rel=0.05)
     decided = replan(graph, cluster, Running(sliced, 0, warmups=(0,)), events, may_try=True)
     assert not decided.trial and decided.plan.pipeline_stages == 1  # the cached split decides at once
 
@@ -429,4 +431,4 @@ def test_the_run_end_table_shows_each_cached_cost_with_the_sizes_runs_and_scatte
         "3",
         f"{fit.residual:.0%}",
     ]
-    assert fit.fixed_s == pytest.approx(0.001, rel=0.2)
+    assert 0 < fit.fixed_s < 0.001  # under the 1 ms the means show: shrunk toward the prior's share
