@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import shutil
 import statistics
 import tempfile
 from dataclasses import dataclass
@@ -27,10 +28,11 @@ from results_io import save_result
 
 import m2flow as mf
 from m2flow.cluster import Cluster
-from m2flow.errors import PlanError, SpecError
+from m2flow.errors import M2FlowError, PlanError, SpecError
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
 from m2flow.runtime.replan import REPLAN_AFTER, TRIAL_LEFT
+from m2flow.schedule import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 WITHIN = 0.10  # a prediction this close to the measured iteration counts as right
@@ -92,7 +94,25 @@ def measured_iteration_s(result) -> float:
     return statistics.median(h["time/iteration_s"] for h in result.history[1:])
 
 
-def bench(name: str, workload: Workload, iterations: int, calibrating: int, colocate: list[str], out: Path) -> dict:
+def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, run_dir: Path, keep: Path) -> dict:
+    """A candidate whose run failed: its error, and where its run folder (the ranks' stacks, failures.jsonl) is
+    kept for a look (`keep`, beside the results)."""
+    kept = keep / f"failed-{run_dir.name}-{mode}-S{stages}"
+    if run_dir.exists():
+        shutil.copytree(run_dir, kept, dirs_exist_ok=True, ignore=shutil.ignore_patterns("checkpoints", "*.mp4"))
+    return {
+        "mode": mode,
+        "stages": stages,
+        "predicted_s": planned.predicted.iteration_s,
+        "failed": str(exc),
+        "co_hosted": bool(planned.processes),
+        "kept": str(kept),
+    }
+
+
+def bench(
+    name: str, workload: Workload, iterations: int, calibrating: int, colocate: list[str], out: Path, keep: Path
+) -> dict:
     calibration = mf.run(spec_of(workload, out, f"run.iterations={calibrating}", "placement.mode=auto"))
     spec = spec_of(workload, out, "placement.pipeline_stages=auto")
     graph = build_graph(spec)
@@ -110,7 +130,16 @@ def bench(name: str, workload: Workload, iterations: int, calibrating: int, colo
         if layout in seen:
             continue
         seen.add(layout)
-        run = mf.run(spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false"))
+        label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
+        candidate = spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false")
+        chosen = layout == (auto.mode, auto.pipeline_stages, str(auto.placements), str(auto.processes))
+        try:
+            run = mf.run(candidate)
+        except M2FlowError as exc:  # one candidate's failure is recorded, not the sweep's end
+            run_dir = Path(candidate.run.output_dir) / candidate.name
+            rows.append({**failed_row(mode, stages, planned, exc, run_dir, keep), "auto": chosen})
+            print(f"  {name:14s} {label:24s}  FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
+            continue
         measured = measured_iteration_s(run)
         rows.append(
             {
@@ -120,10 +149,9 @@ def bench(name: str, workload: Workload, iterations: int, calibrating: int, colo
                 "measured_s": measured,
                 "error": measured / planned.predicted.iteration_s - 1,
                 "co_hosted": bool(planned.processes),
-                "auto": layout == (auto.mode, auto.pipeline_stages, str(auto.placements), str(auto.processes)),
+                "auto": chosen,
             }
         )
-        label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
         print(
             f"  {name:14s} {label:24s}  predicted {planned.predicted.iteration_s:7.3f} s"
             f"  measured {measured:7.3f} s  ({rows[-1]['error']:+.1%}){'  <- auto' if rows[-1]['auto'] else ''}",
@@ -162,18 +190,20 @@ def main() -> None:
     )
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = parser.parse_args()
+    keep = Path(args.out or ROOT / "benchmarks" / "results")  # a failed candidate's run folder goes beside it
     with tempfile.TemporaryDirectory(prefix="m2flow-accuracy-") as tmp:
         os.environ["M2FLOW_COST_CACHE"] = str(Path(tmp) / "cost-cache")  # start knowing nothing
         results = [
-            bench(name, WORKLOADS[name], args.iterations, args.calibration_iterations, args.colocate, Path(tmp))
+            bench(name, WORKLOADS[name], args.iterations, args.calibration_iterations, args.colocate, Path(tmp), keep)
             for name in args.workloads
         ]
     predictions = [r for w in results for r in w["rows"] if "measured_s" in r]
     within = sum(abs(r["error"]) <= WITHIN for r in predictions)
     best = sum(w["auto_within_5pct"] for w in results)
+    failed = sum("failed" in r for w in results for r in w["rows"])
     summary = (
         f"planner accuracy: auto best-or-within-5% in {best}/{len(results)},"
-        f" predictions within 10% in {within}/{len(predictions)}"
+        f" predictions within 10% in {within}/{len(predictions)}" + (f", {failed} run(s) failed" if failed else "")
     )
     save_result(
         "planner_accuracy", {"args": vars(args), "workloads": results, "summary": summary}, *filter(None, [args.out])

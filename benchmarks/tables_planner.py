@@ -49,13 +49,13 @@ def planner_accuracy(rel: str, res: Results) -> Block:
             w["workload"],
             f"{r['mode']} S={r['stages']}" + (" co-hosted" if r.get("co_hosted") else ""),
             fixed(r["predicted_s"]),
-            fixed(r["measured_s"]),
-            pct(r["error"]),
-            "auto" if r["auto"] else "",
+            fixed(r["measured_s"]) if "measured_s" in r else "failed",
+            pct(r["error"]) if "measured_s" in r else "",
+            "auto" if r.get("auto") else "",
         ]
         for w in data["workloads"]
         for r in w["rows"]
-        if "measured_s" in r
+        if "measured_s" in r or "failed" in r
     ]
     caption = (
         "*no costs declared: each workload calibrated by a run of its own (measure, re-plan, cache), then every"
