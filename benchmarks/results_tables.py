@@ -380,6 +380,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_cpu_dec05d": partial(planner_accuracy, "planner_accuracy_cpu_dec05d.json"),
     "planner_accuracy_cpu_colocate_dec05": partial(planner_accuracy, "planner_accuracy_cpu_colocate_dec05.json"),
     "planner_accuracy_cpu_dec06": partial(planner_accuracy, "planner_accuracy_cpu_dec06.json"),
+    "planner_accuracy_cpu_dec06b": partial(planner_accuracy, "planner_accuracy_cpu_dec06b.json"),
     "cost_cache_quiet": partial(cost_cache, "cost_cache_quiet.json"),
     "cost_cache_disturbed": partial(cost_cache, "cost_cache_disturbed.json"),
     "gpu_contention_h200": partial(gpu_contention, CONTENTION),

@@ -27,7 +27,6 @@ from pathlib import Path
 from m2flow.cluster import cpus_per_node
 from m2flow.graph import MacroGraph, threads_refusal
 from m2flow.planners.fit import PortFit, SizeMean, line_through_means, residual
-from m2flow.planners.profile import priors
 from m2flow.spec import PortCost
 
 RUNS_KEPT = 5  # a cost is the median of what this many of the latest runs measured
@@ -220,7 +219,6 @@ def save_cached(
     each worker's key, beside what the latest `runs_kept` earlier runs measured (`remembered`); the worker's
     other ports stay as they were written."""
     run = run or new_run()
-    prior = priors(graph)
     written = []
     for worker, kind in device_kinds.items():
         ports = {key.split(".", 1)[1]: fit for key, fit in fitted.items() if key.split(".", 1)[0] == worker}
@@ -228,21 +226,16 @@ def save_cached(
             continue
         previous = _cached_ports(graph, worker, kind)
         earlier = {port: CachedFit.from_dict(previous[port]) for port in ports if port in previous}
-        now = {
-            port: remembered(earlier.get(port), fit, run, runs_kept, prior.get(f"{worker}.{port}")).to_dict()
-            for port, fit in ports.items()
-        }
+        now = {port: remembered(earlier.get(port), fit, run, runs_kept).to_dict() for port, fit in ports.items()}
         entry = {"class": graph.workers[worker].cls, "device": kind, "ports": {**previous, **now}}
         written.append(_write(_entry(graph, worker, kind), entry))
     return written
 
 
-def remembered(
-    earlier: CachedFit | None, fit: PortFit, run: str, runs_kept: int = RUNS_KEPT, prior: PortCost | None = None
-) -> CachedFit:
+def remembered(earlier: CachedFit | None, fit: PortFit, run: str, runs_kept: int = RUNS_KEPT) -> CachedFit:
     """A port's cached fit once `fit`, run `run`'s, joins what earlier runs measured (`earlier`): at each batch
     size the median of the latest `runs_kept` runs' means there; across sizes the line through those medians
-    (`line_through_means`, its per-call part shrunk toward the `prior`'s by how uncertain it is; one
+    (`line_through_means`: its per-call part shrunk by how uncertain it is; one
     size: `fit`'s split between per-call and per-item cost, scaled to the median); its residual, how far the kept
     runs' means scatter around it. `fit` stands as it is where no other run measured it (its residual: how far
     its calls scatter)."""
@@ -256,7 +249,7 @@ def remembered(
     medians = [(items, statistics.median(r.value for r in seen if r.items == items)) for items in sizes]
     calls = {items: sum(r.calls for r in seen if r.items == items) for items in sizes}
     if len(medians) > 1:
-        line = line_through_means(medians, prior)
+        line = line_through_means(medians)
     else:
         ((items, median),) = medians
         scale = median / now[0].value if now[0].value > 0 else 1.0

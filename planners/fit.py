@@ -239,28 +239,24 @@ def fit_line(points: list[tuple[float, float]], prior_fixed: float = 0.0) -> Por
 RUN_SCATTER = 0.1
 
 
-def line_through_means(means: list[tuple[float, float]], prior: PortCost | None = None) -> PortCost:
+def line_through_means(means: list[tuple[float, float]]) -> PortCost:
     """The line through a port's mean cost at each batch size seen (`(items, mean_s)`), its per-call part shrunk
-    toward the `prior`'s share of the cost (none without one) by how uncertain it is. Each mean came from other
-    runs, of other process layouts, and may be off by `RUN_SCATTER` of itself; a per-call part read from two sizes
-    carries that noise magnified (at sizes 4 and 8, twice the first mean less the second), and a plan slicing
-    below the sizes seen pays it once per slice. So the per-call part's distance d from the prior's is scaled by
-    d^2 / (d^2 + v), v its variance under that noise: a distance as large as its noise keeps half of itself, one
-    far above it (a GPU kernel's flat cost) nearly all. The line keeps its cost at the sizes' mean."""
+    toward none by how uncertain it is. Each mean came from other runs, of other process layouts, and may be off
+    by `RUN_SCATTER` of itself; a per-call part read from two sizes carries that noise magnified (at sizes 4 and 8,
+    twice the first mean less the second), and a plan slicing below the sizes seen pays it once per slice. So the
+    per-call part a is scaled by a^2 / (a^2 + v), v its variance under that noise: a part as large as its noise
+    keeps half of itself, one far above it (a GPU kernel's flat cost) nearly all. The line keeps its cost at the
+    sizes' mean. Not toward the worker kind's default share: scaled to a measured cost, a simulator's 4% became a
+    per-call part of 2.3 ms where the sizes showed none (benchmarks/RESULTS.md, the dec06b sweep)."""
     line = fit_line(means)
-    if len(means) < 2:
+    if len(means) < 2 or line.fixed_s <= 0:
         return line
     xs = [x for x, _ in means]
     mean_x, mean_y = sum(xs) / len(xs), sum(y for _, y in means) / len(means)
     spread = sum((x - mean_x) ** 2 for x in xs)
     weights = [1 / len(means) - mean_x * (x - mean_x) / spread for x in xs]  # the intercept, as a sum of the means
     variance = sum((w * RUN_SCATTER * y) ** 2 for w, (_, y) in zip(weights, means, strict=True))
-    at_mean = prior.fixed_s + prior.per_item_s * mean_x if prior else 0.0
-    toward = prior.fixed_s / at_mean * mean_y if prior and at_mean > 0 else 0.0
-    distance = line.fixed_s - toward
-    if distance == 0:
-        return line
-    fixed = toward + distance * distance**2 / (distance**2 + variance)
+    fixed = line.fixed_s * line.fixed_s**2 / (line.fixed_s**2 + variance)
     return PortCost(fixed_s=fixed, per_item_s=(mean_y - fixed) / mean_x)
 
 
@@ -296,12 +292,11 @@ def by_size(points: list[tuple[float, float]]) -> tuple[SizeMean, ...]:
     return tuple(SizeMean(items, sum(costs) / len(costs), len(costs)) for items, costs in sorted(seen.items()))
 
 
-def merged(earlier: PortFit | None, fit: PortFit, prior: PortCost | None = None) -> PortFit:
+def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
     """A port's fit over the batch sizes an earlier fit saw and those `fit` saw: where both saw a size, the
     later mean stands. Seen at several sizes, the line through their means splits the per-call cost from the
     per-item one, which one size alone cannot (a camera simulator rendering on a GPU costs about the same
-    per call for half its envs: a pipelined plan's slices are not half as cheap); `prior`: the port's cost knowing
-    nothing (`line_through_means`)."""
+    per call for half its envs: a pipelined plan's slices are not half as cheap; `line_through_means`)."""
     rows = {row.items: row for row in earlier.by_size} if earlier else {}
     own = {row.items for row in fit.by_size}
     if not own or set(rows) <= own:
@@ -309,7 +304,7 @@ def merged(earlier: PortFit | None, fit: PortFit, prior: PortCost | None = None)
     rows.update({row.items: row for row in fit.by_size})
     ordered = tuple(rows[items] for items in sorted(rows))
     means = [(row.items, row.mean_s) for row in ordered]
-    line = line_through_means(means, prior)
+    line = line_through_means(means)
     return PortFit(
         fixed_s=line.fixed_s,
         per_item_s=line.per_item_s,

@@ -30,24 +30,6 @@ CHANNEL_HOP_S = 1e-4  # receiving one loop message from another process on the n
 CONTROLLER_S = 5e-3  # the driver's own time per iteration: coarse calls' round trips, waits, metrics hooks
 
 
-def priors(graph: MacroGraph) -> dict[str, PortCost]:
-    """What each port of `graph` is assumed to cost, knowing nothing: a port that computes the default of its
-    worker's kind, one that hands data on `HANDOFF_COST`."""
-    computing = _computing(graph)
-    return {
-        f"{name}.{port}": DEFAULT_COST[worker.kind] if f"{name}.{port}" in computing else HANDOFF_COST
-        for name, worker in graph.workers.items()
-        for port in graph.info[name].ports
-    }
-
-
-def _computing(graph: MacroGraph) -> set[str]:
-    """The ports that compute: the loop's body and the after-loop ports whose output goes nowhere."""
-    sources = {str(e.src) for e in graph.then} | {str(s.edge.src) for s in graph.sync}
-    computing = {str(p) for p in graph.loop.body} if graph.loop else set()
-    return computing | {str(p) for p in graph.then_order if str(p) not in sources}
-
-
 @dataclass
 class Profile:
     costs: dict[str, PortCost] = field(default_factory=dict)
@@ -98,13 +80,16 @@ class Profile:
         worker kind, ports that hand data on are assumed to cost a small fixed amount."""
         measured_ports = (measured or {}).get("ports", {})
         cached = cached or {}
-        profile = cls(hop_s=(measured or {}).get("hop_s", CHANNEL_HOP_S), prior=priors(graph))
-        computing = _computing(graph)
+        sources = {str(e.src) for e in graph.then} | {str(s.edge.src) for s in graph.sync}
+        computing = {str(p) for p in graph.loop.body} if graph.loop else set()
+        computing |= {str(p) for p in graph.then_order if str(p) not in sources}
+        profile = cls(hop_s=(measured or {}).get("hop_s", CHANNEL_HOP_S))
         for name, worker in graph.workers.items():
             profile.items_per_replica[name] = graph.info[name].items_per_replica
             profile.memory_gb[name], profile.source[f"{name}.memory"] = _memory(graph, name)
             for port in graph.info[name].ports:
                 key = f"{name}.{port}"
+                profile.prior[key] = DEFAULT_COST[worker.kind] if key in computing else HANDOFF_COST
                 if port in worker.profile:
                     profile.costs[key], profile.source[key] = worker.profile[port], "declared"
                 elif key in measured_ports:

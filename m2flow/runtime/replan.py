@@ -95,7 +95,7 @@ def _per_call_fraction(
     the line through this run's mean and the sizes earlier runs measured, where they measured another size;
     otherwise as the profile has it (`Profile.per_call_fraction`)."""
     items = sum(x for x, _ in samples) / len(samples)
-    line = merged(cached, fit_points({port: samples}, "online")["ports"][port], profile.prior.get(port))
+    line = merged(cached, fit_points({port: samples}, "online")["ports"][port])
     if len(line.batch_sizes) < 2:
         return profile.per_call_fraction(port, items)
     total = line.fixed_s + line.per_item_s * items

@@ -130,7 +130,7 @@ def test_the_cache_keeps_every_batch_size_runs_measured_and_fits_across_them(tmp
     kinds = {"env": "cpu"}
     for run, items in ((1, 4), (2, 2)):  # a step costs 3 ms a call whatever its slice: a per-call cost
         save_cached(graph, kinds, fit_points({"env.step": [(items, 0.003)] * 3}, f"run {run}")["ports"])
-    cached = load_cached(graph, kinds)["env.step"]  # nearly all per call (a little toward the prior's share)
+    cached = load_cached(graph, kinds)["env.step"]  # nearly all per call (shrunk a little: line_through_means)
     assert cached.fixed_s == pytest.approx(0.003, rel=0.06)
     assert [cached.fixed_s + cached.per_item_s * n for n in (2, 4)] == pytest.approx([0.003] * 2, rel=0.06)
 
@@ -431,4 +431,4 @@ def test_the_run_end_table_shows_each_cached_cost_with_the_sizes_runs_and_scatte
         "3",
         f"{fit.residual:.0%}",
     ]
-    assert 0 < fit.fixed_s < 0.001  # under the 1 ms the means show: shrunk toward the prior's share
+    assert 0 < fit.fixed_s < 0.001  # under the 1 ms the means show: shrunk by its noise

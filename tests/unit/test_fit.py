@@ -19,7 +19,6 @@ from m2flow.planners.fit import (
     save_profile,
     work_share,
 )
-from m2flow.planners.profile import DEFAULT_COST
 from m2flow.spec import PortCost
 
 
@@ -52,8 +51,8 @@ METAWORLD_MEANS = [(4, 0.0350), (8, 0.0648)]
 METAWORLD_TRUE = PortCost(fixed_s=0.00101, per_item_s=0.00804)
 
 
-def test_a_per_call_part_read_from_two_noisy_sizes_is_shrunk_toward_the_prior_and_predicts_a_smaller_slice_closer():
-    unshrunk, shrunk = fit_line(METAWORLD_MEANS), line_through_means(METAWORLD_MEANS, DEFAULT_COST["simulator"])
+def test_a_per_call_part_read_from_two_noisy_sizes_is_shrunk_and_predicts_a_smaller_slice_closer():
+    unshrunk, shrunk = fit_line(METAWORLD_MEANS), line_through_means(METAWORLD_MEANS)
     assert unshrunk.fixed_s == pytest.approx(0.0052)  # five times the per-call cost it has
     assert shrunk.fixed_s < 0.5 * unshrunk.fixed_s
 
@@ -64,14 +63,19 @@ def test_a_per_call_part_read_from_two_noisy_sizes_is_shrunk_toward_the_prior_an
     assert abs(at(shrunk, 2) - truth) < 0.5 * abs(at(unshrunk, 2) - truth)
 
 
+def test_a_per_call_part_the_sizes_show_as_none_stays_none():
+    means = [(4, 0.0365), (8, 0.0730)]  # twice the envs, twice the time
+    assert line_through_means(means) == fit_line(means) and fit_line(means).fixed_s == 0.0
+
+
 def test_a_per_call_part_far_above_its_noise_keeps_nearly_all_of_itself():
     means = [(16, 0.0020), (64, 0.0021)]  # an act call on a GPU: flat across batch sizes
-    line = line_through_means(means, DEFAULT_COST["inference"])
+    line = line_through_means(means)
     assert line.fixed_s == pytest.approx(fit_line(means).fixed_s, rel=0.03)
 
 
 def test_the_shrunk_line_keeps_its_cost_at_the_sizes_mean():
-    line = line_through_means(METAWORLD_MEANS, DEFAULT_COST["simulator"])
+    line = line_through_means(METAWORLD_MEANS)
     assert line.fixed_s + line.per_item_s * 6 == pytest.approx((0.0350 + 0.0648) / 2)
 
 
