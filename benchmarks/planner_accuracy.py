@@ -97,9 +97,11 @@ def measured_iteration_s(result) -> float:
 def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, run_dir: Path, keep: Path) -> dict:
     """A candidate whose run failed: its error, and where its run folder (the ranks' stacks, failures.jsonl) is
     kept for a look (`keep`, beside the results)."""
-    kept = keep / f"failed-{run_dir.name}-{mode}-S{stages}"
+    hosting = "-co-hosted" if planned.processes else ""
+    kept = keep / f"failed-{run_dir.name}-{mode}-S{stages}{hosting}"
+    shutil.rmtree(kept, ignore_errors=True)  # an earlier sweep's, into the same folder
     if run_dir.exists():
-        shutil.copytree(run_dir, kept, dirs_exist_ok=True, ignore=shutil.ignore_patterns("checkpoints", "*.mp4"))
+        shutil.copytree(run_dir, kept, ignore=shutil.ignore_patterns("checkpoints", "*.mp4"))
     return {
         "mode": mode,
         "stages": stages,
@@ -132,12 +134,12 @@ def bench(
         seen.add(layout)
         label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
         candidate = spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false")
-        chosen = layout == (auto.mode, auto.pipeline_stages, str(auto.placements), str(auto.processes))
+        is_auto = layout == (auto.mode, auto.pipeline_stages, str(auto.placements), str(auto.processes))
         try:
             run = mf.run(candidate)
         except M2FlowError as exc:  # one candidate's failure is recorded, not the sweep's end
             run_dir = Path(candidate.run.output_dir) / candidate.name
-            rows.append({**failed_row(mode, stages, planned, exc, run_dir, keep), "auto": chosen})
+            rows.append({**failed_row(mode, stages, planned, exc, run_dir, keep), "auto": is_auto})
             print(f"  {name:14s} {label:24s}  FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
             continue
         measured = measured_iteration_s(run)
@@ -149,7 +151,7 @@ def bench(
                 "measured_s": measured,
                 "error": measured / planned.predicted.iteration_s - 1,
                 "co_hosted": bool(planned.processes),
-                "auto": chosen,
+                "auto": is_auto,
             }
         )
         print(
@@ -158,7 +160,7 @@ def bench(
             flush=True,
         )
     ran = [r for r in rows if "measured_s" in r]
-    fastest = min(r["measured_s"] for r in ran)
+    fastest = min((r["measured_s"] for r in ran), default=None)
     chosen = next((r for r in ran if r["auto"]), None)
     return {
         "workload": name,

@@ -246,15 +246,17 @@ def line_through_means(means: list[tuple[float, float]]) -> PortCost:
     twice the first mean less the second), and a plan slicing below the sizes seen pays it once per slice. So the
     per-call part a is scaled by a^2 / (a^2 + v), v its variance under that noise: a part as large as its noise
     keeps half of itself, one far above it (a GPU kernel's flat cost) nearly all. The line keeps its cost at the
-    sizes' mean. Not toward the worker kind's default share: scaled to a measured cost, a simulator's 4% became a
-    per-call part of 2.3 ms where the sizes showed none (benchmarks/RESULTS.md, the dec06b sweep)."""
+    sizes' mean. A cost that does not grow with the batch is all per call and kept as it is: its per-call part is
+    the means' mean, not a line's intercept. Not toward the worker kind's default share: scaled to a measured cost,
+    a simulator's 4% became a per-call part of 2.18 ms where the sizes showed none (benchmarks/RESULTS.md, the
+    dec06b sweep)."""
     line = fit_line(means)
-    if len(means) < 2 or line.fixed_s <= 0:
+    if len({x for x, _ in means}) < 2 or line.fixed_s <= 0 or line.per_item_s == 0:
         return line
     xs = [x for x, _ in means]
     mean_x, mean_y = sum(xs) / len(xs), sum(y for _, y in means) / len(means)
     spread = sum((x - mean_x) ** 2 for x in xs)
-    weights = [1 / len(means) - mean_x * (x - mean_x) / spread for x in xs]  # the intercept, as a sum of the means
+    weights = [1 / len(means) - mean_x * (x - mean_x) / spread for x in xs]  # intercept = a weighted sum of the means
     variance = sum((w * RUN_SCATTER * y) ** 2 for w, (_, y) in zip(weights, means, strict=True))
     fixed = line.fixed_s * line.fixed_s**2 / (line.fixed_s**2 + variance)
     return PortCost(fixed_s=fixed, per_item_s=(mean_y - fixed) / mean_x)

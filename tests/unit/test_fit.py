@@ -39,9 +39,8 @@ def test_a_second_batch_size_seen_in_another_run_splits_the_per_call_cost_from_t
     whole = fit_points({"env.step": [(8, 0.020)] * 4}, "run 1")["ports"]["env.step"]  # 8 envs a call
     sliced = fit_points({"env.step": [(4, 0.019), (4, 0.021)]}, "run 2")["ports"]["env.step"]  # slices of 4
     assert sliced.per_item_s * 8 == pytest.approx(0.040)  # alone, one size reads as all per item
-    both = merged(whole, sliced)  # nearly all per call: 20 ms stands far above its noise (line_through_means)
-    assert both.fixed_s == pytest.approx(0.020, rel=0.05)
-    assert [both.cost.fixed_s + both.cost.per_item_s * n for n in (4, 8)] == pytest.approx([0.020] * 2, rel=0.05)
+    both = merged(whole, sliced)  # the same at both sizes: all per call
+    assert both.fixed_s == pytest.approx(0.020) and both.per_item_s == 0.0
     assert both.batch_sizes == (4, 8) and both.calls == 6
 
 
@@ -66,6 +65,12 @@ def test_a_per_call_part_read_from_two_noisy_sizes_is_shrunk_and_predicts_a_smal
 def test_a_per_call_part_the_sizes_show_as_none_stays_none():
     means = [(4, 0.0365), (8, 0.0730)]  # twice the envs, twice the time
     assert line_through_means(means) == fit_line(means) and fit_line(means).fixed_s == 0.0
+
+
+def test_a_cost_that_falls_with_the_batch_stays_all_per_call_with_no_per_item_part():
+    means = [(16, 0.0021), (64, 0.0020)]
+    line = line_through_means(means)
+    assert line == fit_line(means) and line.fixed_s == pytest.approx(0.00205) and line.per_item_s == 0.0
 
 
 def test_a_per_call_part_far_above_its_noise_keeps_nearly_all_of_itself():
