@@ -6,11 +6,13 @@
 # PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores;
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
-# `pipeline` the camera workload with a 100M ViT acting in bf16 by mode, GPU utilisation sampled each second
+# `pipeline` the camera workload with a ViT (SIZE, 100m unless set) acting in bf16 by mode, GPU utilisation sampled each second
 # (REPLICAS, ENVS, CHUNK, STALENESS, MODES, ITERATIONS, NAME, SECONDS_LIMIT); `camera_gpu` configs/ppo_camera_gpu.yaml
 # (NAME, EXTRA overrides, ITERATIONS, SECONDS_LIMIT);
 # `one_off` that workload (12 x 16 envs, chunks of 16) synchronous shared S=1, then one step off by mode with auto, in one
-# call: the iteration target of pipelining on one GPU (RESULTS.md, "The thirty-first session"; about 7 minutes);
+# call: the iteration target of pipelining on one GPU (RESULTS.md, "The thirty-first session"; about 7 minutes; SIZE,
+# ONE_OFF_MODES, SYNC_SECONDS and ONE_OFF_SECONDS the two runs' limits, SUFFIX for the files' names); `ablation` the BEHAVIOR
+# ablation of that family (12 x 16 envs, 8 chunks of 16 actions, a ViT of SIZE acting in bf16);
 # `accuracy` planner_accuracy.py's camera-vit-gpu sweep (SECONDS_LIMIT, CALIBRATING); `sync` weight_sync.py (100M ViT, the
 # source's and destination's part of each sync; first at the commit of .whl/before/, if there) and the CUDA IPC and checksum GPU tests (ITERATIONS);
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu) and the
@@ -96,20 +98,29 @@ fi
 if [ "${1:-all}" = one_off ]; then  # at most 8 files come back: 2 runs x (json, log), the GPU's utilisation, gpu.txt
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 1 > "$OUT/gpu_util.csv" &
   sampler=$!
-  for run in "sync_shared shared:1 6 0 110" "one_off_k1 shared:1,hybrid:2,hybrid:4,auto:auto 7 1 380"; do
+  for run in "sync_shared${SUFFIX:-} shared:1 6 0 ${SYNC_SECONDS:-110}" \
+             "one_off_k1${SUFFIX:-} ${ONE_OFF_MODES:-shared:1,hybrid:2,hybrid:4,auto:auto} 7 1 ${ONE_OFF_SECONDS:-380}"; do
     set -- $run  # name, modes, iterations, staleness, seconds
-    timeout "$5" python3 benchmarks/modes.py --workload camera --policy vit --size 100m --replicas 12 --envs 16 --chunk 16 \
+    timeout "$5" python3 benchmarks/modes.py --workload camera --policy vit --size "${SIZE:-100m}" --replicas 12 --envs 16 --chunk 16 \
       --staleness "$4" --horizon 64 --iterations "$3" --modes "$2" --name "$1" --out "$OUT" > "$OUT/$1.log" 2>&1
     grep -v "WARN\|INFO\|warn" "$OUT/$1.log" | grep -E "^(shared|hybrid|auto|mode)|auto picked|Error" | tail -8
     rm -rf "$OUT/tmp"
   done
   kill "$sampler"; exit 0
 fi
+if [ "${1:-all}" = ablation ]; then
+  name="simulator_ablation_cheetah_vit${SUFFIX:-}"
+  timeout "${SECONDS_LIMIT:-400}" python3 benchmarks/simulator_ablation.py --task cheetah --replicas 12 --envs 16 --chunks 8 \
+    --chunk 16 --policy vit --vit-size "${SIZE:-100m}" --iterations "${ITERATIONS:-3}" --out "$OUT" > "$OUT/$name.log" 2>&1
+  [ -n "${SUFFIX:-}" ] && mv "$OUT/simulator_ablation_cheetah_vit.json" "$OUT/$name.json"
+  grep -v "WARN\|INFO\|warn" "$OUT/$name.log" | tail -12
+  rm -rf "$OUT/tmp"; exit 0
+fi
 if [ "${1:-all}" = pipeline ]; then
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 1 > "$OUT/gpu_util.csv" &
   sampler=$!
   name="${NAME:-modes_camera_vit_bf16}"
-  timeout "${SECONDS_LIMIT:-480}" python3 benchmarks/modes.py --workload camera --policy vit --size 100m --replicas "${REPLICAS:-12}" \
+  timeout "${SECONDS_LIMIT:-480}" python3 benchmarks/modes.py --workload camera --policy vit --size "${SIZE:-100m}" --replicas "${REPLICAS:-12}" \
     --envs "${ENVS:-16}" --chunk "${CHUNK:-1}" ${STALENESS:+--staleness $STALENESS} --horizon 64 --iterations "${ITERATIONS:-4}" \
     --modes "${MODES:-shared:1,disaggregated:1,hybrid:2,hybrid:4,auto:auto}" --name "$name" --out "$OUT" > "$OUT/$name.log" 2>&1
   kill "$sampler"
