@@ -6,7 +6,7 @@
 # PPO job (streamed then-edge, filmed evaluations) and the engine-overhead benchmark on 16 cores;
 # `multigpu` (on nvidia-h200-x2/x4) FSDP2 and Megatron TP across the GPUs, and the placement modes;
 # `hf` the GPU tests, the VLM policy on a camera rollout (hf_policy.py) and weight sync by transport;
-# `pipeline` the camera workload with a ViT (SIZE, 100m unless set) acting in bf16 by mode, GPU utilisation sampled each second
+# `pipeline` the camera workload with a ViT (SIZE, 100m unless set; MINIBATCH samples a minibatch, 2,048 unless set) acting in bf16 by mode, GPU utilisation sampled each second
 # (REPLICAS, ENVS, CHUNK, STALENESS, MODES, ITERATIONS, NAME, SECONDS_LIMIT); `camera_gpu` configs/ppo_camera_gpu.yaml
 # (NAME, EXTRA overrides, ITERATIONS, SECONDS_LIMIT);
 # `one_off` that workload (12 x 16 envs, chunks of 16) synchronous shared S=1, then one step off by mode with auto, in one
@@ -101,7 +101,8 @@ if [ "${1:-all}" = one_off ]; then  # at most 8 files come back: 2 runs x (json,
   for run in "sync_shared${SUFFIX:-} shared:1 6 0 ${SYNC_SECONDS:-110}" \
              "one_off_k1${SUFFIX:-} ${ONE_OFF_MODES:-shared:1,hybrid:2,hybrid:4,auto:auto} 7 1 ${ONE_OFF_SECONDS:-380}"; do
     set -- $run  # name, modes, iterations, staleness, seconds
-    timeout "$5" python3 benchmarks/modes.py --workload camera --policy vit --size "${SIZE:-100m}" --replicas 12 --envs 16 --chunk 16 \
+    timeout "$5" python3 benchmarks/modes.py --workload camera --policy vit --size "${SIZE:-100m}" --minibatch "${MINIBATCH:-2048}" \
+      --replicas 12 --envs 16 --chunk 16 \
       --staleness "$4" --horizon 64 --iterations "$3" --modes "$2" --name "$1" --out "$OUT" > "$OUT/$1.log" 2>&1
     grep -v "WARN\|INFO\|warn" "$OUT/$1.log" | grep -E "^(shared|hybrid|auto|mode)|auto picked|Error" | tail -8
     rm -rf "$OUT/tmp"
@@ -120,7 +121,8 @@ if [ "${1:-all}" = pipeline ]; then
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 1 > "$OUT/gpu_util.csv" &
   sampler=$!
   name="${NAME:-modes_camera_vit_bf16}"
-  timeout "${SECONDS_LIMIT:-480}" python3 benchmarks/modes.py --workload camera --policy vit --size "${SIZE:-100m}" --replicas "${REPLICAS:-12}" \
+  timeout "${SECONDS_LIMIT:-480}" python3 benchmarks/modes.py --workload camera --policy vit --size "${SIZE:-100m}" --minibatch "${MINIBATCH:-2048}" \
+    --replicas "${REPLICAS:-12}" \
     --envs "${ENVS:-16}" --chunk "${CHUNK:-1}" ${STALENESS:+--staleness $STALENESS} --horizon 64 --iterations "${ITERATIONS:-4}" \
     --modes "${MODES:-shared:1,disaggregated:1,hybrid:2,hybrid:4,auto:auto}" --name "$name" --out "$OUT" > "$OUT/$name.log" 2>&1
   kill "$sampler"

@@ -71,7 +71,7 @@ def camera_workflow(args: argparse.Namespace, mode: str, stages: int | str, out:
     if args.policy == "vit":
         model = {"model": "vit", "size": args.size, "patch": 12, "causal": True, "precision": "bf16"}
         samples = args.replicas * args.envs * args.horizon
-        training = {"num_minibatches": max(2, samples // 2048), "update_epochs": 1}  # minibatches of <= 2,048
+        training = {"num_minibatches": max(2, samples // args.minibatch), "update_epochs": 1}
     policy = {"env_id": "HalfCheetah-v5", **model, "chunk": args.chunk, "observation": view}
     flow = {
         "loop": {"horizon": args.horizon, "edges": ["env.obs -> rollout.act", "rollout.act -> env.step"]},
@@ -170,6 +170,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=1, help="camera workload: actions per policy call")
     parser.add_argument("--policy", choices=["cnn", "vit"], default="cnn", help="camera workload: the policy")
     parser.add_argument("--size", default="100m", help="camera workload with --policy vit: the ViT preset")
+    parser.add_argument("--minibatch", type=int, default=2048, help="--policy vit: samples a minibatch")
     parser.add_argument("--transport", default="auto", help="the weight sync edge's transport")
     parser.add_argument("--modes", default=",".join(MODES), help="mode:stages pairs, comma-separated")
     parser.add_argument("--name", help="results file name (default modes_<workload>)")
