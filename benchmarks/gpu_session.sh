@@ -12,7 +12,7 @@
 # `one_off` that workload (12 x 16 envs, chunks of 16) synchronous shared S=1, then one step off by mode with auto, in one
 # call: the iteration target of pipelining on one GPU (RESULTS.md, "The thirty-first session"; about 7 minutes; SIZE,
 # ONE_OFF_MODES, SYNC_SECONDS and ONE_OFF_SECONDS the two runs' limits, SUFFIX for the files' names); `ablation` the BEHAVIOR
-# ablation of that family (12 x 16 envs, CHUNKS (8) chunks of 16 actions, a ViT of SIZE acting in bf16);
+# ablation of that family (12 x 16 envs, CHUNKS (8) chunks of 16 actions, a ViT of SIZE acting in bf16; FIRST_ROW);
 # `accuracy` planner_accuracy.py's camera-vit-gpu sweep (SECONDS_LIMIT, CALIBRATING); `sync` weight_sync.py (100M ViT, the
 # source's and destination's part of each sync; first at the commit of .whl/before/, if there) and the CUDA IPC and checksum GPU tests (ITERATIONS);
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu) and the
@@ -112,7 +112,8 @@ fi
 if [ "${1:-all}" = ablation ]; then
   name="simulator_ablation_cheetah_vit${SUFFIX:-}"
   timeout "${SECONDS_LIMIT:-400}" python3 benchmarks/simulator_ablation.py --task cheetah --replicas 12 --envs 16 --chunks "${CHUNKS:-8}" \
-    --chunk 16 --policy vit --vit-size "${SIZE:-100m}" --iterations "${ITERATIONS:-3}" --out "$OUT" > "$OUT/$name.log" 2>&1
+    --chunk 16 --policy vit --vit-size "${SIZE:-100m}" --iterations "${ITERATIONS:-3}" --first-row "${FIRST_ROW:-baseline}" \
+    --out "$OUT" > "$OUT/$name.log" 2>&1
   [ -n "${SUFFIX:-}" ] && mv "$OUT/simulator_ablation_cheetah_vit.json" "$OUT/$name.json"
   grep -v "WARN\|INFO\|warn" "$OUT/$name.log" | tail -12
   rm -rf "$OUT/tmp"; exit 0

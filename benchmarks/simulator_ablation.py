@@ -7,9 +7,11 @@ rows (cumulative):  baseline       full rendering, every camera and modality, ob
                     + pipeline     S=2 slices, simulator and inference on separate cores (hybrid)
 
     python benchmarks/simulator_ablation.py [--task metaworld|cheetah] [--envs 2] [--chunks 4] [--chunk 8]
-        [--replicas 1] [--policy cnn|vit] [--iterations 2]
+        [--replicas 1] [--policy cnn|vit] [--iterations 2] [--first-row baseline|slim|chunk-end]
 
-Each row's figure is the median loop time over the iterations after the first, per env step.
+Each row's figure is the median loop time over the iterations after the first, per env step. `--first-row` skips
+the rows before it (the baseline renders everything every step: long horizons make it take minutes an iteration);
+the cumulative column is then against the first row run.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ TASKS = {  # env id, env kwargs, every camera the model has, the cameras the pol
     ),
     "cheetah": ("HalfCheetah-v5", {}, ["track"], ["track"]),
 }
+FIRST_ROWS = {"baseline": 0, "slim": 1, "chunk-end": 2}  # --first-row: the index of that row in rows()
 PUBLISHED = {"slim": 4.8, "+ chunk end": 3.3, "+ pipeline": 1.6}  # RLinf's BEHAVIOR study; 25x in all
 
 
@@ -112,6 +115,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=8, help="actions per chunk")
     parser.add_argument("--size", type=int, default=84)
     parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--first-row", choices=sorted(FIRST_ROWS), default="baseline", help="skip the rows before it")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
 
@@ -124,7 +128,7 @@ def main() -> None:
         f"{args.task}: {args.replicas} x {args.envs} envs, {args.chunks} chunks of {args.chunk} actions per iteration",
         flush=True,
     )
-    for label, sim, mode, stages in rows(args.task):
+    for label, sim, mode, stages in rows(args.task)[FIRST_ROWS[args.first_row] :]:
         run = mf.run(workflow(args, f"ablation-{len(results)}", sim, mode, stages, out / "tmp"))
         loop_s = statistics.median(h["time/loop_s"] for h in run.history[1:] or run.history)
         ms = 1e3 * loop_s / (args.chunks * args.chunk * args.envs * args.replicas)
