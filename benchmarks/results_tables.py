@@ -18,11 +18,13 @@ from tables_gpu import (
     CONTENTION,
     CONTENTION_4X48,
     MPS,
+    ONE_OFF_300M,
     ONE_OFF_H100,
     ONE_OFF_H100_DEC06,
     SIXTEEN_BY_12,
     TILED,
     TILED_4X48,
+    VIT_300M_SYNC,
     gpu_contention,
     pipeline_runs,
 )
@@ -159,7 +161,10 @@ def ablation(rel: str, res: Results) -> Block:
     )
     policy = f", a ViT {args['vit_size']} acting in bf16" if args.get("policy") == "vit" else ""
     caption = f"*task {args['task']}, {envs}{policy}, {args['chunks']} chunks of {args['chunk']} actions an"
-    caption += f" iteration, {args['size']}x{args['size']} images; rows are cumulative.*"
+    caption += f" iteration, {args['size']}x{args['size']} images; rows are cumulative"
+    first = args.get("first_row", "baseline")
+    caption += "" if first == "baseline" else f", from the {first} row on (the rows before it not run)"
+    caption += ".*"
     header = ["row", "what changes", "ms / env step", "over previous", "cumulative", "BEHAVIOR published"]
     return Block([caption, "", *table(header, rows, "llrrrr")], [rel])
 
@@ -358,6 +363,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "ablation_cheetah_h200": partial(ablation, "gpu/simulator_ablation_cheetah.json"),
     "ablation_cheetah_vit_h200": partial(ablation, "gpu19/simulator_ablation_cheetah_vit.json"),
     "ablation_cheetah_vit_h200_dec05": partial(ablation, "gpu26/simulator_ablation_cheetah_vit.json"),
+    "ablation_cheetah_vit300m_h100": partial(ablation, "gpu29/simulator_ablation_cheetah_vit_300m.json"),
+    "ablation_cheetah_vit300m_32_chunks_h100": partial(
+        ablation, "gpu29/simulator_ablation_cheetah_vit_300m_32chunks.json"
+    ),
     "modes_camera_h200": partial(modes_table, H200),
     "modes_camera_h200_profiled": partial(modes_table, H200_PROFILED),
     "modes_camera_h200_hops": partial(modes_table, H200_HOPS),
@@ -393,6 +402,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "pipeline_one_off_h100": partial(pipeline_runs, ONE_OFF_H100),
     "pipeline_one_off_h100_dec06": partial(pipeline_runs, ONE_OFF_H100_DEC06),
     "pipeline_16x12_h100": partial(pipeline_runs, SIXTEEN_BY_12),
+    "pipeline_vit300m_h100": partial(pipeline_runs, VIT_300M_SYNC),
+    "pipeline_one_off_vit300m_h100": partial(pipeline_runs, ONE_OFF_300M),
     "weight_sync_h100_by_commit": partial(
         weight_sync_by_commit, ["gpu28/weight_sync_13cb13c.json", "gpu28/weight_sync_289615f.json"]
     ),

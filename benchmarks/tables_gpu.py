@@ -24,6 +24,11 @@ ONE_OFF_H100_DEC06 = {  # the same pair on an H100, code 289615f (session 35)
     "gpu28/one_off_k1.json": "H100",
 }
 SIXTEEN_BY_12 = {"gpu28/modes_camera_vit_16x12.json": "H100, 16 x 12 envs"}  # a replica a core, synchronous
+VIT_300M_SYNC = {"gpu29/modes_camera_vit300m_sync.json": "H100"}  # a ViT 300m, synchronous by mode (session 36)
+ONE_OFF_300M = {  # the one-off pair with a ViT 300m, one call after it (session 36)
+    "gpu29/sync_shared_300m.json": "H100",
+    "gpu29/one_off_k1_300m.json": "H100",
+}
 
 WHAT = {
     "physics": "physics only, no rendering",
