@@ -7,6 +7,8 @@ declarations beside it:
   replica serves). Without one, the arguments are checked against the constructor's signature.
 - `memory_estimate_gb(config, samples) -> float`: device memory of one replica computing on `samples` at
   once (a training rank's share of an iteration, an inference replica's share of a loop step), for the planner.
+- `memory_advice(config, samples) -> str`: what lowers that memory, in its args' keys; the planner adds it to a
+  placement that does not fit (`PPO`: more minibatches or activation checkpointing, or offloading its state).
 - `data_parallel_size(config, replicas, backend) -> int`: how many of its ranks hold distinct data
   (default: all of them; tensor-parallel ranks share theirs); a ValueError reads "<key>: <problem>".
 - `port_dispatch: dict[str, Dispatch]`: per port, how its calls are split over the replicas and whose

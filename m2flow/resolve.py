@@ -44,7 +44,7 @@ def resolve(path: str, key: str) -> Any:
 
 
 # what a worker class may declare for the planner (m2flow.contract): not ports
-DECLARATIONS = frozenset({"Config", "memory_estimate_gb", "data_parallel_size"})
+DECLARATIONS = frozenset({"Config", "memory_estimate_gb", "memory_advice", "data_parallel_size"})
 
 
 def ports_of(obj: Any) -> set[str]:

@@ -98,9 +98,10 @@ def fits(
         if need > capacity:
             parts = ", ".join(f"workers.{n} {profile.memory_gb.get(n, 0.0):g} GB" for n in names)
             swap = "even with offload, " if offloaded else ""
+            advice = "".join(f"; workers.{n}: {profile.memory_advice[n]}" for n in names if n in profile.memory_advice)
             return (
                 f"device {device.name} would hold {need:g} GB ({parts}) but has {capacity:g} GB;"
                 f" {swap}spread the workers over more devices, lower their memory (fewer envs per process,"
-                " smaller model), or add devices"
+                f" smaller model), or add devices{advice}"
             )
     return None

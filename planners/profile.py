@@ -35,6 +35,7 @@ class Profile:
     costs: dict[str, PortCost] = field(default_factory=dict)
     items_per_replica: dict[str, int] = field(default_factory=dict)
     memory_gb: dict[str, float] = field(default_factory=dict)
+    memory_advice: dict[str, str] = field(default_factory=dict)  # per worker: what lowers its memory (its class's)
     source: dict[str, str] = field(default_factory=dict)
     prior: dict[str, PortCost] = field(default_factory=dict)  # what a port is assumed to cost, knowing nothing
     hop_s: float = CHANNEL_HOP_S
@@ -50,6 +51,7 @@ class Profile:
             costs=dict(self.costs),
             items_per_replica=dict(self.items_per_replica),
             memory_gb=dict(self.memory_gb),
+            memory_advice=dict(self.memory_advice),
             source=dict(self.source),
             prior=dict(self.prior),
         )
@@ -87,6 +89,9 @@ class Profile:
         for name, worker in graph.workers.items():
             profile.items_per_replica[name] = graph.info[name].items_per_replica
             profile.memory_gb[name], profile.source[f"{name}.memory"] = _memory(graph, name)
+            advice = _memory_advice(graph, name)
+            if advice:
+                profile.memory_advice[name] = advice
             for port in graph.info[name].ports:
                 key = f"{name}.{port}"
                 profile.prior[key] = DEFAULT_COST[worker.kind] if key in computing else HANDOFF_COST
@@ -119,4 +124,19 @@ def _memory(graph: MacroGraph, name: str) -> tuple[float, str]:
         raise PlanError(
             f"workers.{name}: {info.spec.cls}.memory_estimate_gb failed: {type(exc).__name__}: {exc}."
             f" Fix the worker's args, or declare workers.{name}.resources.memory_gb to skip the estimate"
+        ) from None
+
+
+def _memory_advice(graph: MacroGraph, name: str) -> str | None:
+    """The worker class's `memory_advice(config, samples)`: what lowers a replica's memory, in its args' keys."""
+    info = graph.info[name]
+    advice = getattr(info.target, "memory_advice", None)
+    if not callable(advice):
+        return None
+    try:
+        return str(advice(info.config, graph.samples_per_call(name)))
+    except Exception as exc:  # noqa: BLE001 - any failure of user code here is a planning error to report
+        raise PlanError(
+            f"workers.{name}: {info.spec.cls}.memory_advice failed: {type(exc).__name__}: {exc}. Fix the worker's"
+            " args, or the class's memory_advice"
         ) from None

@@ -67,6 +67,19 @@ def test_the_training_memory_estimate_counts_a_minibatch_of_activations():
     assert PPO.memory_estimate_gb(bf16, 4096) < PPO.memory_estimate_gb(config, 4096)
 
 
+def test_the_memory_advice_names_the_larger_part_and_the_args_key_that_lowers_it():
+    config = PPO.Config(env_id="HalfCheetah-v5", model="vit", observation=VIEW, size="10m", num_minibatches=4)
+    activations = PPO.memory_advice(config, 4096)  # 1,024 samples' activations outweigh a 10M model's state
+    assert activations.startswith("a minibatch of 1024 samples keeps")
+    assert "raise args.num_minibatches (now 4) or set args.activation_checkpointing: true" in activations
+    checkpointed = PPO.memory_advice(config.model_copy(update={"activation_checkpointing": True}), 2**16)
+    assert "raise args.num_minibatches (now 4)" in checkpointed and "activation_checkpointing" not in checkpointed
+    sized = PPO.memory_advice(config.model_copy(update={"minibatch_size": 2048}), 4096)
+    assert "lower args.minibatch_size (now 2048)" in sized
+    state = PPO.memory_advice(config, 4)  # one sample a minibatch: the state is the larger part
+    assert state.startswith("the model's state for training takes") and "set args.cpu_offload: true" in state
+
+
 def observation(n: int = 6) -> dict[str, torch.Tensor]:
     rng = np.random.default_rng(0)
     return {

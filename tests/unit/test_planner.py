@@ -346,6 +346,24 @@ def camera_plan(gpus: int, mode: str):
     return graph, make_plan(graph, Cluster.from_spec(spec.cluster))
 
 
+def test_a_training_worker_that_does_not_fit_is_told_which_of_its_args_lowers_its_memory():
+    from m2flow.config import load_spec
+    from tests.conftest import ROOT
+
+    vit = ["model=vit", "size=300m", "patch=12", "precision=bf16"]  # session 36's first H100 call: 95 GB wanted
+    overrides = ["cluster.gpus=1", "cluster.cpus=16", "cluster.gpu_memory_gb=80", "placement.mode=shared"]
+    overrides += [f"workers.rollout.args.{a}" for a in vit] + [f"workers.actor.args.{a}" for a in vit]
+    overrides += ["workers.env.replicas=12", "workers.env.args.num_envs=16", "flow.loop.horizon=64"]
+    overrides += ["workers.actor.args.num_minibatches=6"]
+    spec = load_spec(ROOT / "configs/ppo_camera.yaml", overrides)
+    with pytest.raises(PlanError) as refused:
+        make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
+    assert "workers.actor: a minibatch of 2048 samples keeps" in str(refused.value)
+    assert "raise args.num_minibatches (now 6) or set args.activation_checkpointing: true" in str(refused.value)
+    spec = load_spec(ROOT / "configs/ppo_camera.yaml", [*overrides, "workers.actor.args.num_minibatches=24"])
+    assert make_plan(build_graph(spec), Cluster.from_spec(spec.cluster)).mode == "shared"  # as the advice said
+
+
 def test_simulators_render_on_the_gpus_no_inference_replica_uses_and_the_plan_says_so():
     from m2flow.planners.render import render_gpus
 

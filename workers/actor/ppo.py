@@ -71,18 +71,26 @@ class PPO:
 
     @staticmethod
     def memory_estimate_gb(cfg: PPOConfig, samples: int) -> float:
-        """The policy's state as loaded, with what training changes (all of it, or LoRA's adapters and the
-        heads) as fp32 master weights, their gradients and Adam's two moments; with `cpu_offload` all of it
-        lives on the host and the device holds about one block's at a time. Plus the activations a
-        minibatch of this rank's `samples` keeps for backward."""
-        size = state_size(cfg)
-        if cfg.cpu_offload:
-            state = size.bytes / cfg.blocks()
-        else:
-            state = size.bytes - size.trainable_bytes + 4 * 4 * size.trainable
-        minibatch = cfg.minibatch_of(max(1, samples))
-        bf16 = cfg.precision == "bf16"
-        return (state + activation_bytes(cfg.stacks(), minibatch, cfg.activation_checkpointing, bf16)) / 2**30
+        """A rank's device memory: its state for training and a minibatch's activations (`_memory_parts`)."""
+        state, activations = _memory_parts(cfg, samples)
+        return (state + activations) / 2**30
+
+    @staticmethod
+    def memory_advice(cfg: PPOConfig, samples: int) -> str:
+        """What lowers a rank's memory, by its larger part: the activations a minibatch keeps, or the state."""
+        state, activations = _memory_parts(cfg, samples)
+        if activations >= state:
+            minibatch = cfg.minibatch_of(max(1, samples))
+            smaller = (
+                f"lower args.minibatch_size (now {cfg.minibatch_size})"
+                if cfg.minibatch_size
+                else f"raise args.num_minibatches (now {cfg.num_minibatches})"
+            )
+            checkpointing = "" if cfg.activation_checkpointing else " or set args.activation_checkpointing: true"
+            kept = f"a minibatch of {minibatch} samples keeps {activations / 2**30:.3g} GB for backward"
+            return f"{kept}: {smaller}{checkpointing}"
+        offload = "" if cfg.cpu_offload else "set args.cpu_offload: true (CUDA: the state on the host between uses) or "
+        return f"the model's state for training takes {state / 2**30:.3g} GB: {offload}train a smaller model"
 
     @staticmethod
     def data_parallel_size(cfg: PPOConfig, replicas: int, backend: str | None) -> int:
@@ -419,3 +427,14 @@ class PPO:
         if "reward_scaler" in progress:
             self.scaler = ReturnScaler(progress["reward_scaler"]["returns"].shape[0], self.cfg.gamma)
             self.scaler.load_state_dict(progress["reward_scaler"])
+
+
+def _memory_parts(cfg: PPOConfig, samples: int) -> tuple[float, float]:
+    """Bytes a rank holds: the policy's state as loaded, with what training changes (all of it, or LoRA's
+    adapters and the heads) as fp32 master weights, their gradients and Adam's two moments (with `cpu_offload`
+    about one block's at a time); and the activations a minibatch of its `samples` keeps for backward."""
+    size = state_size(cfg)
+    trained = size.bytes - size.trainable_bytes + 4 * 4 * size.trainable  # fp32 masters, gradients, Adam's moments
+    state = size.bytes / cfg.blocks() if cfg.cpu_offload else trained
+    minibatch = cfg.minibatch_of(max(1, samples))
+    return state, activation_bytes(cfg.stacks(), minibatch, cfg.activation_checkpointing, cfg.precision == "bf16")
