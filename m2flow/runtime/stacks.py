@@ -15,6 +15,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from m2flow.runtime.nodes import Unreached, process_name, run_on
 ASK = signal.SIGUSR1
 ANSWER_S = 2.0  # how long a rank is given to answer
 REACH_S = 5.0  # how long another host is given to start the question there
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _answers = []  # this process's open answer file: kept open for faulthandler while the process lives
 
 
@@ -100,7 +102,8 @@ def _answer_file(run_dir: str, address: str, pid: int) -> Path:
 
 def _state(rank: str, dump: str) -> RankState:
     """A rank's state from its faulthandler dump (empty: no answer): in a collective if one of its threads
-    is; else where the thread running its current call (m2flow's host) is."""
+    is; else where the thread running its current call (m2flow's host) is, and the first frame outside the
+    standard library that called it there; a process running no call says so, and where its first thread is."""
     if not dump.strip():
         return RankState(rank, None, f"no answer within {ANSWER_S:g}s: stopped, or hung outside Python")
     threads = [_frames(block) for block in dump.split("\n\n") if "File " in block]
@@ -110,8 +113,19 @@ def _state(rank: str, dump: str) -> RankState:
             caller = next((f for f in frames[collective:] if "torch/" not in f), frames[collective])
             return RankState(rank, True, f"in {_short(frames[collective])}, called from {_short(caller)}")
     working = next((frames for frames in threads if any("m2flow/runtime/host.py" in f for f in frames)), None)
-    top = (working or threads[0])[0] if threads else "an unknown frame"
-    return RankState(rank, False, f"not in a collective: at {_short(top)}")
+    frames = working or (threads[0] if threads else [])
+    if not frames:
+        return RankState(rank, False, "not in a collective: at an unknown frame")
+    where = f"not in a collective: at {_short(frames[0])}"
+    caller = next((f for f in frames if not _in_stdlib(f)), frames[0])  # a wait's own frames say little
+    if caller != frames[0]:
+        where += f", called from {_short(caller)}"
+    return RankState(rank, False, where if working else f"{where} (running no call of its worker)")
+
+
+def _in_stdlib(frame: str) -> bool:
+    """Whether a dump's frame is in Python's standard library (a lock's or a condition's wait, say)."""
+    return frame.removeprefix('File "').startswith(_STDLIB)
 
 
 def _frames(thread: str) -> list[str]:

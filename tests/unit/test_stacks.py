@@ -5,7 +5,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
+from pathlib import Path
 
 from m2flow.runtime.stacks import RankState, _state, ask, explain
 
@@ -39,6 +41,29 @@ def test_a_running_process_says_where_it_is_and_a_stopped_one_is_named_as_not_an
     assert running.rank == "w[0]" and running.arrived is False
     assert running.where.startswith("not in a collective: at waiting_for_a_peer (")
     assert stopped == RankState("w[1]", None, "no answer within 2s: stopped, or hung outside Python")
+
+
+def _dump(*threads: list[tuple[str, int, str]]) -> str:
+    """A faulthandler dump of these threads, each its frames (file, line, function), the most recent first."""
+    blocks = []
+    for i, frames in enumerate(threads):
+        lines = [f"Thread 0x{i:016x} (most recent call first):"]
+        lines += [f'  File "{path}", line {line} in {func}' for path, line, func in frames]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def test_a_rank_waiting_outside_a_collective_is_named_with_the_code_that_waits_and_whether_a_call_runs():
+    stdlib = sysconfig.get_paths()["stdlib"]
+    wait, at_wait = (f"{stdlib}/threading.py", 331, "wait"), f"at wait ({Path(stdlib).name}/threading.py:331)"
+    idle = [wait, ("/x/ray/_private/worker.py", 900, "main_loop")]
+    receiving = [wait, ("/x/m2flow/runtime/channels.py", 210, "recv"), ("/x/m2flow/runtime/host.py", 180, "call")]
+    where = _state("env[0]", _dump(idle, receiving)).where
+    assert where == f"not in a collective: {at_wait}, called from recv (runtime/channels.py:210)"
+    assert _state("env[0]", _dump(idle)).where == (
+        f"not in a collective: {at_wait}, called from main_loop (_private/worker.py:900)"
+        " (running no call of its worker)"
+    )
 
 
 def test_the_explanation_names_the_ranks_that_arrived_and_those_that_did_not():
