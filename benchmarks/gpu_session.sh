@@ -12,7 +12,8 @@
 # `one_off` that workload (12 x 16 envs, chunks of 16) synchronous shared S=1, then one step off by mode with auto, in one
 # call: the iteration target of pipelining on one GPU (RESULTS.md, "The thirty-first session"; about 7 minutes; SIZE,
 # ONE_OFF_MODES, SYNC_SECONDS and ONE_OFF_SECONDS the two runs' limits, SUFFIX for the files' names); `ablation` the BEHAVIOR
-# ablation of that family (12 x 16 envs, CHUNKS (8) chunks of 16 actions, a ViT of SIZE acting in bf16; FIRST_ROW);
+# ablation of that family (12 x 16 envs, CHUNKS (8) chunks of 16 actions, a ViT of SIZE acting in bf16; FIRST_ROW); `physics`
+# how a core's physics slows with more simulator processes at once (physics_scaling.py) and the cores' topology;
 # `accuracy` planner_accuracy.py's camera-vit-gpu sweep (SECONDS_LIMIT, CALIBRATING); `sync` weight_sync.py (100M ViT, the
 # source's and destination's part of each sync; first at the commit of .whl/before/, if there) and the CUDA IPC and checksum GPU tests (ITERATIONS);
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu) and the
@@ -108,6 +109,11 @@ if [ "${1:-all}" = one_off ]; then  # at most 8 files come back: 2 runs x (json,
     rm -rf "$OUT/tmp"
   done
   kill "$sampler"; exit 0
+fi
+if [ "${1:-all}" = physics ]; then  # HalfCheetah physics in 1..16 processes at once, a core each; the cores' topology
+  lscpu > "$OUT/lscpu.txt"
+  timeout 200 python3 benchmarks/physics_scaling.py --processes 1 2 4 8 12 16 --out "$OUT" 2>&1 | tee "$OUT/physics_scaling.txt"
+  exit 0
 fi
 if [ "${1:-all}" = ablation ]; then
   name="simulator_ablation_cheetah_vit${SUFFIX:-}"
