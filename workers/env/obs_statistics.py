@@ -46,13 +46,11 @@ class ObsNormalization(BaseModel):
 
 def normalized(env: gym.Env, settings: ObsNormalization) -> gym.Env:
     """`env` with its observations normalised and clipped as the settings ask (unchanged when they do not)."""
-    import gymnasium as gym
-
     if not settings.normalize_obs:
         return env
-    env = gym.wrappers.NormalizeObservation(env)
-    clip = settings.obs_clip
-    return gym.wrappers.TransformObservation(env, lambda o: np.clip(o, -clip, clip), env.observation_space)
+    from m2flow.workers.env.normalization import ClippedNormalization
+
+    return ClippedNormalization(env, settings.obs_clip)
 
 
 def frozen(env: gym.Env) -> gym.Env:
