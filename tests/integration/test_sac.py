@@ -15,6 +15,9 @@ from tests.conftest import ROOT
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
 
 POLICY = ["env.args.evaluation.policy", "rollout.args", "actor.args"]
+# 6k env steps: with this seed the return passes -400 after ~4k (20 iterations) and holds ~-125 from 5k on,
+# so the last evaluation (after 29 iterations) has margin while an untrained or broken SAC stays near -1000
+LEARNING_ITERATIONS = 30
 
 
 def sac_pendulum(tmp_path, iterations: int, *extra: str) -> mf.WorkflowSpec:
@@ -39,18 +42,19 @@ def sac_pendulum(tmp_path, iterations: int, *extra: str) -> mf.WorkflowSpec:
 
 
 def test_sac_from_its_config_learns_pendulum(tmp_path):
-    result = mf.run(sac_pendulum(tmp_path, 50))
+    result = mf.run(sac_pendulum(tmp_path, LEARNING_ITERATIONS))
     history = result.history
     evaluations = [h["eval/return"] for h in history if "eval/return" in h]
     assert len(evaluations) == 2
     assert evaluations[0] < -900, "an untrained policy lets the pendulum hang"
-    assert evaluations[1] > -400, f"SAC should swing the pendulum up within 10k steps: {evaluations}"
-    assert [h["accounting/steps_produced"] for h in history] == [200.0] * 50  # every step into the buffer
-    assert history[-1]["buffer/size"] == 50 * 200
+    assert evaluations[1] > -400, f"SAC should swing the pendulum up within 6k steps: {evaluations}"
+    steps = [h["accounting/steps_produced"] for h in history]
+    assert steps == [200.0] * LEARNING_ITERATIONS  # every step into the buffer
+    assert history[-1]["buffer/size"] == LEARNING_ITERATIONS * 200
     # one update per env step from the iteration whose add fills the buffer to learning_starts (the 5th) on
-    assert [h.get("actor/updates", 0) for h in history] == [0.0] * 4 + [200.0] * 46
+    assert [h.get("actor/updates", 0) for h in history] == [0.0] * 4 + [200.0] * (LEARNING_ITERATIONS - 4)
     checkpoint = latest_checkpoint(result.run_dir / "checkpoints")
-    assert (checkpoint / "buffer" / "0" / "buffer.npz").stat().st_size > 50 * 200 * 4 * 8
+    assert (checkpoint / "buffer" / "0" / "buffer.npz").stat().st_size > LEARNING_ITERATIONS * 200 * 4 * 8
 
 
 def test_sac_one_step_off_updates_beside_the_next_loop_and_drains_before_each_checkpoint(tmp_path):

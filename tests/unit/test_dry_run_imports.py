@@ -1,6 +1,7 @@
 """`m2flow validate` and `m2flow plan` are a dry run: on every config of configs/, in a fresh process, they
 import no torch, gymnasium or MuJoCo, no transformers and no simulator package, so no env is built and no model
-either (a Hugging Face policy is sized from its folder's files)."""
+either (a Hugging Face policy is sized from its folder's files). One fresh process runs both, validate first:
+what each imported is read after it, so plan starts as a fresh one would as far as these modules go."""
 
 from __future__ import annotations
 
@@ -22,16 +23,25 @@ NEEDS_A_MISSING_SIMULATOR = {"ppo_robosuite_camera.yaml": "needs robosuite"}
 CHECK = """
 import json, sys
 from m2flow.cli import main
-code = main(sys.argv[1:])
-print(json.dumps({"code": code, "imported": [m for m in HEAVY if m in sys.modules]}))
+for argv in json.loads(sys.argv[1]):
+    code = main(argv)
+    print(json.dumps({"code": code, "imported": [m for m in HEAVY if m in sys.modules]}), flush=True)
+    print(SEPARATOR, file=sys.stderr, flush=True)
 """
+SEPARATOR = "---- m2flow dry run: next command ----"
 
 
-def dry_run(*argv: str) -> dict:
-    code = f"HEAVY = {HEAVY!r}\n{CHECK}"
-    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
+def dry_runs(*commands: list[str]) -> list[dict]:
+    """Each command (`m2flow` argv) run in turn in one fresh process: its exit code, the heavy modules
+    imported once it ran, and its own stderr."""
+    code = f"HEAVY = {HEAVY!r}\nSEPARATOR = {SEPARATOR!r}\n{CHECK}"
+    args = [sys.executable, "-c", code, json.dumps(list(commands))]
+    out = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
-    return {**json.loads(out.stdout.strip().splitlines()[-1]), "stderr": out.stderr}
+    results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"code"')]
+    stderrs = out.stderr.split(SEPARATOR + "\n")
+    assert len(results) == len(commands) and len(stderrs) == len(commands) + 1, out.stdout + out.stderr
+    return [{**result, "stderr": stderr} for result, stderr in zip(results, stderrs, strict=False)]
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +58,9 @@ def test_validate_and_plan_import_no_torch_gymnasium_or_mujoco_and_build_no_env(
     if config == "ppo_hf_tiny.yaml":  # an hf policy is sized from its folder's files: config, safetensors, tokenizer
         folder = request.getfixturevalue("tiny_vlm")
         shrunk = [f"workers.{w}.args.hf.path={folder}" for w in ("rollout", "actor")]
-    validated = dry_run("validate", f"configs/{config}", *shrunk)
+    validate = ["validate", f"configs/{config}", *shrunk]
+    validated, planned = dry_runs(validate, ["plan", f"configs/{config}", *shrunk, "--out", str(tmp_path)])
     assert validated["code"] == 0 and validated["imported"] == [], validated["stderr"]
-    planned = dry_run("plan", f"configs/{config}", *shrunk, "--out", str(tmp_path))
     if config in NEEDS_A_MISSING_SIMULATOR and planned["code"] != 0:
         assert NEEDS_A_MISSING_SIMULATOR[config] in planned["stderr"]
         assert not {"torch", "mujoco"} & set(planned["imported"])
