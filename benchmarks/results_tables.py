@@ -169,6 +169,34 @@ def ablation(rel: str, res: Results) -> Block:
     return Block([caption, "", *table(header, rows, "llrrrr")], [rel])
 
 
+def step_cost(rel: str, res: Results) -> Block:
+    """A HalfCheetah step bare and with each observation normaliser: the median over rounds, against bare."""
+    data = res.json(rel)
+    median, args = data["median_us"], data["args"]
+    rounds = {v: [fixed(r["us_per_step"], 1) for r in data["rows"] if r["variant"] == v] for v in median}
+    rows = [[v, fixed(us, 1), times(us / median["bare"]), ", ".join(rounds[v])] for v, us in median.items()]
+    caption = (
+        f"*HalfCheetah-v5, {args['steps']:,} steps a round, {args['rounds']} rounds alternating the order, one process;"
+        " µs a step, the median over the rounds; gymnasium: `NormalizeObservation` and a clip wrapper, m2flow:"
+        " `ClippedNormalization` (bit-identical statistics and observations)*"
+    )
+    return Block([caption, "", *table(["normaliser", "µs a step", "vs bare", "rounds"], rows, "lrrl")], [rel])
+
+
+def physics_scaling(rel: str, res: Results) -> Block:
+    """HalfCheetah steps in P processes at once, a core each: the processes' median µs a step, against one alone."""
+    rows_in = res.rows(rel)
+    alone = rows_in[0]["median_us"]
+    rows = [
+        [str(r["processes"]), fixed(r["median_us"], 1), fixed(max(r["us_per_step"]), 1), times(r["median_us"] / alone)]
+        for r in rows_in
+    ]
+    steps = res.json(rel)["args"]["steps"]
+    caption = f"*HalfCheetah-v5 (bare, no normaliser), {steps:,} steps in each process, all processes at once*"
+    header = ["processes", "µs a step, median", "µs a step, slowest", f"vs {rows_in[0]['processes']} alone"]
+    return Block([caption, "", *table(header, rows, "rrrr")], [rel])
+
+
 # --- PPO runs (metrics.jsonl) -----------------------------------------------------------------------------------
 
 
@@ -360,6 +388,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "hosts": hosts,
     "replacement_spares": replacement_spares,
     "ablation_metaworld": partial(ablation, "simulator_ablation_metaworld.json"),
+    "step_cost": partial(step_cost, "step_cost.json"),
+    "physics_scaling_h100": partial(physics_scaling, "gpu29/physics_scaling.json"),
     "ablation_cheetah_h200": partial(ablation, "gpu/simulator_ablation_cheetah.json"),
     "ablation_cheetah_vit_h200": partial(ablation, "gpu19/simulator_ablation_cheetah_vit.json"),
     "ablation_cheetah_vit_h200_dec05": partial(ablation, "gpu26/simulator_ablation_cheetah_vit.json"),
