@@ -132,6 +132,14 @@ class Phase:
         )
 
 
+HANDOFF_SOURCE = "assumed (hands data on)"  # a port that hands data on, costed as such: nobody measured it
+
+
+def guessed(source: str) -> bool:
+    """Whether a port's cost from this source is a guess (a default by worker kind, or a handoff's)."""
+    return source in ("default", HANDOFF_SOURCE)
+
+
 def unknown_costs(sources: dict[str, str]) -> list[str]:
     """Of `worker.port` -> where its cost came from, the ports whose cost is a default (no memory estimates)."""
     return sorted(k for k, s in sources.items() if s == "default" and not k.endswith(".memory"))

@@ -14,6 +14,7 @@ from typing import Any
 
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
+from m2flow.schedule import HANDOFF_SOURCE
 from m2flow.spec import PortCost
 
 DEFAULT_COST = {
@@ -105,7 +106,7 @@ class Profile:
                     profile.costs[key], profile.source[key] = cached[key], "cached"
                 else:
                     profile.costs[key] = profile.prior[key]
-                    profile.source[key] = "default" if key in computing else "assumed (hands data on)"
+                    profile.source[key] = "default" if key in computing else HANDOFF_SOURCE
         return profile
 
 

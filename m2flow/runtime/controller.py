@@ -360,10 +360,12 @@ class Controller(Asynchronous, InPlace):
         waiting = self.deadlines.phase("loop") + waits * self.deadlines.channel_s
         return Deadline(waiting, f"{what} (iteration {self._it}); {self.deadlines.explain}")
 
-    def _deadline(self, what: str, phase: str) -> Deadline:
-        """A phase's deadline; a process on this host silent for `run.timeouts.silence_s` is hung before it."""
+    def _deadline(self, what: str, phase: str, seconds: float | None = None) -> Deadline:
+        """A phase's deadline (`seconds`, else its op's); a process on this host silent for
+        `run.timeouts.silence_s` is hung before it."""
         watch = self.launch.processes.watch(self.launch.timeouts.silence_s)
-        return Deadline(self.deadlines.phase(phase), f"{what} (iteration {self._it}); {self.deadlines.explain}", watch)
+        seconds = self.deadlines.phase(phase) if seconds is None else seconds
+        return Deadline(seconds, f"{what} (iteration {self._it}); {self.deadlines.explain}", watch)
 
     def _worker_metrics(self) -> dict[str, float]:
         """Average of what each replica's optional `metrics()` hook reports; a replica still training (drop

@@ -128,7 +128,7 @@ class InPlace:
         killing its lost members does not end the source's side, which holds the process until the group's
         timeout."""
         edge, transport = self._sync_edge(phase)
-        deadline = self._deadline(f"the {phase.op} phase", phase.op)
+        deadline = self._deadline(f"the {phase.op} phase", phase.op, self.deadlines.sync(str(edge)))
         first_copy = len(self.launch.replicas[edge.src.worker])  # `call` publishes on every source replica
         source = self.launch.replicas[edge.src.worker][0]
         in_place = not (transport.meets and source.device.kind == "gpu")

@@ -32,6 +32,33 @@ def test_a_node_is_probed_for_the_longest_calls_deadline_and_never_longer_than_a
     assert slow.phase("loop") == 3600 and slow.reach_s == 300
 
 
+def metaworld_deadlines(*overrides: str, **timeouts) -> tuple[Deadlines, float]:
+    """The Meta-World camera job's deadlines (its evaluation syncs one iteration in 25), and its predicted sync."""
+    from m2flow.cluster import Cluster
+    from m2flow.config import load_spec
+    from m2flow.graph import build_graph
+    from m2flow.planners import make_plan
+    from tests.conftest import ROOT
+
+    spec = load_spec(ROOT / "configs/ppo_metaworld_camera.yaml", ["cluster.gpus=0", "cluster.cpus=2", *overrides])
+    plan = make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
+    return Deadlines.from_plan(plan, TimeoutSpec(**timeouts)), plan.predicted.phase_s["sync"]
+
+
+def test_an_unmeasured_evaluation_synced_every_25_iterations_waits_a_start_and_the_weight_sync_its_phases(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))  # nothing measured: the evaluation's cost is a guess
+    derived, _ = metaworld_deadlines(start_s=180, floor_s=60)
+    assert derived.sync("actor.weights -> env.evaluate") == 180  # two filmed episodes took 62 s here (session 36)
+    assert derived.sync("actor.weights -> rollout.load_weights") == derived.phase("sync") == 60
+    assert "run.timeouts.start_s" in derived.explain
+    declared, sync_s = metaworld_deadlines("workers.env.profile.evaluate.fixed_s=2.0", start_s=1000, floor_s=1)
+    assert declared.sync("actor.weights -> env.evaluate") == pytest.approx(20 * 25 * sync_s)  # when it runs, x20
+    assert 40 < declared.sync("actor.weights -> env.evaluate") < 1000  # its cost known: no start's wait
+    assert declared.phase("sync") == pytest.approx(20 * sync_s)
+
+
 def test_the_first_checkpoint_waits_a_start_and_later_ones_the_last_ones_time_x_safety_within_the_bounds():
     timeouts = TimeoutSpec(start_s=300, floor_s=10, ceiling_s=1000, safety_factor=20)
     snapshots = Snapshots(graph=None, launch=SimpleNamespace(timeouts=timeouts))
