@@ -90,7 +90,7 @@ class Profile:
         for name, worker in graph.workers.items():
             profile.items_per_replica[name] = graph.info[name].items_per_replica
             profile.memory_gb[name], profile.source[f"{name}.memory"] = _memory(graph, name)
-            advice = _memory_advice(graph, name)
+            advice = _memory_advice(graph, name) if profile.source[f"{name}.memory"] == "estimated" else None
             if advice:
                 profile.memory_advice[name] = advice
             for port in graph.info[name].ports:

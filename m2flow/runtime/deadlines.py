@@ -64,7 +64,8 @@ def _periodic_syncs(plan: Plan, derived: Callable[[float], float], start_s: floa
     """The deadline of each sync edge that runs one iteration in k (k > 1; an evaluation, say): the prediction
     spreads its time over those k iterations, so it waits k times the sync phase's predicted time; and while its
     destination's cost is a guess (a call made one iteration in k is seldom among those a run measures, and the
-    first builds what it needs: a filmed evaluation's renderer), at least as long as a start."""
+    first builds what it needs: a filmed evaluation's renderer), at least as long as a start. The phase's time
+    counts every sync edge's, those run each iteration too: loose for a large k, never short."""
     predicted, periodic = plan.predicted, {}
     for phase in plan.phases:
         if phase.op == "sync" and phase.every > 1:

@@ -179,7 +179,8 @@ class InPlace:
                 edge.dst, self.call(edge.src, [], phase)[0], phase, None if transport.all_receive else targets
             )
             calls, self._calls = self._calls, []
-            self._record(wait_all(calls, self._deadline(f"sync {edge} to a replacement", "sync")), calls)
+            deadline = self._deadline(f"sync {edge} to a replacement", "sync", self.deadlines.sync(str(edge)))
+            self._record(wait_all(calls, deadline), calls)
             if now is not None and phase != now:
                 self.swap(now)
 

@@ -281,7 +281,7 @@ class Launch(Respawning):
         transport = self.transports[edge]
         sources, targets = self.replicas[edge.src.worker], self.replicas[edge.dst.worker]
         meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if TRANSPORTS[transport].meets else {}
-        timeouts = {"timeout_s": 2 * self.deadlines.phase("sync"), "meet_s": self.timeouts.start_s}
+        timeouts = {"timeout_s": 2 * self.deadlines.sync(str(edge)), "meet_s": self.timeouts.start_s}
         keep = mapping_kept(self.plan, edge.src.worker)
         route = partial(Route, transport, world=len(targets) + 1, edge=str(edge), keep_mapping=keep, **timeouts, **meet)
         setup = [(r, "set_source", route(rank=0) if r.index == 0 else None) for r in sources]

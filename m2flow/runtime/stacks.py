@@ -26,6 +26,7 @@ ASK = signal.SIGUSR1
 ANSWER_S = 2.0  # how long a rank is given to answer
 REACH_S = 5.0  # how long another host is given to start the question there
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_INSTALLED = tuple({sysconfig.get_paths()[key] + os.sep for key in ("purelib", "platlib")})  # may lie under _STDLIB
 _answers = []  # this process's open answer file: kept open for faulthandler while the process lives
 
 
@@ -125,7 +126,8 @@ def _state(rank: str, dump: str) -> RankState:
 
 def _in_stdlib(frame: str) -> bool:
     """Whether a dump's frame is in Python's standard library (a lock's or a condition's wait, say)."""
-    return frame.removeprefix('File "').startswith(_STDLIB)
+    path = frame.removeprefix('File "')
+    return path.startswith(_STDLIB) and not path.startswith(_INSTALLED)
 
 
 def _frames(thread: str) -> list[str]:

@@ -28,6 +28,32 @@ def test_the_statistics_and_observations_are_bit_identical_to_gymnasiums_wrapper
     assert any(np.abs(mine).max() == 2.0 for mine, _ in pairs)  # the clip was reached, and matched
 
 
+class Counts(gym.Env):
+    """Integer observations: three counters that grow by the action's size each step."""
+
+    observation_space = gym.spaces.Box(0, 255, (3,), np.uint8)
+    action_space = gym.spaces.Discrete(4)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.counts = np.zeros(3, np.uint8)
+        return self.counts.copy(), {}
+
+    def step(self, action):
+        self.counts = (self.counts + np.uint8(action) * np.arange(1, 4, dtype=np.uint8)) % 200
+        return self.counts.copy(), 0.0, False, False, {}
+
+
+def test_integer_observations_are_normalised_as_gymnasium_does_in_float64():
+    ours, theirs = ClippedNormalization(Counts(), clip=5.0), gym.wrappers.NormalizeObservation(Counts())
+    ours.reset(seed=0), theirs.reset(seed=0)
+    for action in [1, 3, 2, 0, 3, 1, 2, 2, 3, 1] * 5:
+        np.testing.assert_array_equal(ours.step(action)[0], np.clip(theirs.step(action)[0], -5.0, 5.0))
+    assert ours.obs_rms.mean.dtype == theirs.obs_rms.mean.dtype
+    np.testing.assert_array_equal(ours.obs_rms.mean, theirs.obs_rms.mean)
+    np.testing.assert_array_equal(ours.obs_rms.var, theirs.obs_rms.var)
+
+
 def test_a_frozen_normaliser_reads_its_statistics_without_updating_them():
     env = ClippedNormalization(gym.make("HalfCheetah-v5"), clip=10.0)
     env.reset(seed=0)

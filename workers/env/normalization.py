@@ -25,6 +25,10 @@ class ClippedNormalization(gym.wrappers.NormalizeObservation):
         self.clip = clip
 
     def observation(self, observation: Any) -> np.ndarray:
+        """The observation normalised (and the statistics updated with it, unless frozen), then clipped."""
+        observation = np.asarray(observation)
+        if not np.issubdtype(observation.dtype, np.floating):  # as gymnasium's batch mean of it: float64
+            observation = observation.astype(np.float64)
         rms = self.obs_rms
         if self._update_running_mean:  # RunningMeanStd.update of one row: batch mean the row, variance zero
             delta = observation - rms.mean
