@@ -11,8 +11,8 @@
 # (NAME, EXTRA overrides, ITERATIONS, SECONDS_LIMIT);
 # `one_off` that workload (12 x 16 envs, chunks of 16) synchronous shared S=1, then one step off by mode with auto, in one
 # call: the iteration target of pipelining on one GPU (RESULTS.md, "The thirty-first session"; about 7 minutes; SIZE,
-# ONE_OFF_MODES, SYNC_SECONDS and ONE_OFF_SECONDS the two runs' limits, SUFFIX for the files' names); `ablation` the BEHAVIOR
-# ablation of that family (12 x 16 envs, CHUNKS (8) chunks of 16 actions, a ViT of SIZE acting in bf16; FIRST_ROW); `physics`
+# SYNC_MODES and ONE_OFF_MODES, SYNC_SECONDS and ONE_OFF_SECONDS the two runs' limits, SUFFIX for the files' names); `ablation` the BEHAVIOR
+# ablation of that family (12 x 16 envs, CHUNKS (8) chunks of 16 actions, a ViT of SIZE acting in bf16; FIRST_ROW, STAGES: a pipeline row for each stage count); `physics`
 # how a core's physics slows with more simulator processes at once (physics_scaling.py) and the cores' topology;
 # `accuracy` planner_accuracy.py's camera-vit-gpu sweep (SECONDS_LIMIT, CALIBRATING); `sync` weight_sync.py (100M ViT, the
 # source's and destination's part of each sync; first at the commit of .whl/before/, if there) and the CUDA IPC and checksum GPU tests (ITERATIONS);
@@ -30,6 +30,7 @@ rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --
 [ -f .whl/COMMIT ] && export M2FLOW_RESULTS_COMMIT="$(cat .whl/COMMIT)"
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
 echo "m2flow wheel built at ${M2FLOW_RESULTS_COMMIT:-an unrecorded commit}" | tee -a "$OUT/gpu.txt"
+lscpu | grep -E "^Model name|^CPU\(s\)" | tee -a "$OUT/gpu.txt"  # lent machines of one kind differ in their cores
 python3 -c "import torch, ray, mujoco; print(torch.__version__, torch.cuda.is_available(), ray.__version__, mujoco.__version__)" | tee -a "$OUT/gpu.txt"
 cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmarks" benchmarks
 if [ "${1:-all}" = backends ]; then
@@ -99,7 +100,7 @@ fi
 if [ "${1:-all}" = one_off ]; then  # at most 8 files come back: 2 runs x (json, log), the GPU's utilisation, gpu.txt
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 1 > "$OUT/gpu_util.csv" &
   sampler=$!
-  for run in "sync_shared${SUFFIX:-} shared:1 6 0 ${SYNC_SECONDS:-110}" \
+  for run in "sync_shared${SUFFIX:-} ${SYNC_MODES:-shared:1} 6 0 ${SYNC_SECONDS:-110}" \
              "one_off_k1${SUFFIX:-} ${ONE_OFF_MODES:-shared:1,hybrid:2,hybrid:4,auto:auto} 7 1 ${ONE_OFF_SECONDS:-380}"; do
     set -- $run  # name, modes, iterations, staleness, seconds
     timeout "$5" python3 benchmarks/modes.py --workload camera --policy vit --size "${SIZE:-100m}" --minibatch "${MINIBATCH:-2048}" \
@@ -119,7 +120,7 @@ if [ "${1:-all}" = ablation ]; then
   name="simulator_ablation_cheetah_vit${SUFFIX:-}"
   timeout "${SECONDS_LIMIT:-400}" python3 benchmarks/simulator_ablation.py --task cheetah --replicas 12 --envs 16 --chunks "${CHUNKS:-8}" \
     --chunk 16 --policy vit --vit-size "${SIZE:-100m}" --iterations "${ITERATIONS:-3}" --first-row "${FIRST_ROW:-baseline}" \
-    --out "$OUT" > "$OUT/$name.log" 2>&1
+    --stages ${STAGES:-2} --out "$OUT" > "$OUT/$name.log" 2>&1
   [ -n "${SUFFIX:-}" ] && mv "$OUT/simulator_ablation_cheetah_vit.json" "$OUT/$name.json"
   grep -v "WARN\|INFO\|warn" "$OUT/$name.log" | tail -12
   rm -rf "$OUT/tmp"; exit 0

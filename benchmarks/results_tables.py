@@ -18,12 +18,15 @@ from tables_gpu import (
     CONTENTION,
     CONTENTION_4X48,
     MPS,
+    ONE_OFF_100M_MPS,
+    ONE_OFF_100M_NORM,
     ONE_OFF_300M,
     ONE_OFF_H100,
     ONE_OFF_H100_DEC06,
     SIXTEEN_BY_12,
     TILED,
     TILED_4X48,
+    VIT_300M_NORM,
     VIT_300M_SYNC,
     gpu_contention,
     pipeline_runs,
@@ -335,6 +338,12 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "ablation_cheetah_vit300m_32_chunks_h100": partial(
         ablation, "gpu29/simulator_ablation_cheetah_vit_300m_32chunks.json"
     ),
+    "ablation_cheetah_vit300m_32_chunks_norm_h100": partial(
+        ablation, "gpu30/simulator_ablation_cheetah_vit_300m_32chunks_norm.json"
+    ),
+    "ablation_cheetah_vit300m_stages_h100": partial(
+        ablation, "gpu30/simulator_ablation_cheetah_vit_300m_32chunks_stages.json"
+    ),
     "modes_camera_h200": partial(modes_table, H200),
     "modes_camera_h200_profiled": partial(modes_table, H200_PROFILED),
     "modes_camera_h200_hops": partial(modes_table, H200_HOPS),
@@ -373,6 +382,9 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "pipeline_16x12_h100": partial(pipeline_runs, SIXTEEN_BY_12),
     "pipeline_vit300m_h100": partial(pipeline_runs, VIT_300M_SYNC),
     "pipeline_one_off_vit300m_h100": partial(pipeline_runs, ONE_OFF_300M),
+    "pipeline_vit300m_norm_h100": partial(pipeline_runs, VIT_300M_NORM),
+    "pipeline_one_off_vit100m_norm_h100": partial(pipeline_runs, ONE_OFF_100M_NORM),
+    "pipeline_one_off_vit100m_mps_h100": partial(pipeline_runs, ONE_OFF_100M_MPS),
     "weight_sync_h100_by_commit": partial(
         weight_sync_by_commit, ["gpu28/weight_sync_13cb13c.json", "gpu28/weight_sync_289615f.json"]
     ),

@@ -4,14 +4,15 @@ policy in an inference worker, all rows run through m2flow side by side in one p
 rows (cumulative):  baseline       full rendering, every camera and modality, observations every step
                     slim           fast rendering, only RGB of the cameras the policy reads (+ proprio)
                     + chunk end    observations only at the end of each C-action chunk
-                    + pipeline     S=2 slices, simulator and inference on separate cores (hybrid)
+                    + pipeline     S slices, simulator and inference on separate cores (hybrid)
 
     python benchmarks/simulator_ablation.py [--task metaworld|cheetah] [--envs 2] [--chunks 4] [--chunk 8]
-        [--replicas 1] [--policy cnn|vit] [--iterations 2] [--first-row baseline|slim|chunk-end]
+        [--replicas 1] [--policy cnn|vit] [--iterations 2] [--first-row baseline|slim|chunk-end] [--stages 2 [4 ...]]
 
 Each row's figure is the median loop time over the iterations after the first, per env step. `--first-row` skips
 the rows before it (the baseline renders everything every step: long horizons make it take minutes an iteration);
-the cumulative column is then against the first row run.
+the cumulative column is then against the first row run. `--stages` runs a pipeline row for each stage count, each
+against the chunk-end row.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ FIRST_ROWS = {"baseline": 0, "slim": 1, "chunk-end": 2}  # --first-row: the inde
 PUBLISHED = {"slim": 4.8, "+ chunk end": 3.3, "+ pipeline": 1.6}  # RLinf's BEHAVIOR study; 25x in all
 
 
-def rows(task: str) -> list[tuple[str, dict, str, int]]:
+def rows(task: str, stages: list[int]) -> list[tuple[str, dict, str, int]]:
     _, _, every_camera, reads = TASKS[task]
     baseline = {
         "render_profile": "full",
@@ -54,8 +55,7 @@ def rows(task: str) -> list[tuple[str, dict, str, int]]:
         ("baseline", baseline, "shared", 1),
         ("slim", slim, "shared", 1),
         ("+ chunk end", {**slim, "obs_every_step": False}, "shared", 1),
-        ("+ pipeline", {**slim, "obs_every_step": False}, "hybrid", 2),
-    ]
+    ] + [("+ pipeline", {**slim, "obs_every_step": False}, "hybrid", s) for s in stages]
 
 
 def workflow(args: argparse.Namespace, name: str, sim: dict, mode: str, stages: int, out: Path) -> mf.WorkflowSpec:
@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=84)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--first-row", choices=sorted(FIRST_ROWS), default="baseline", help="skip the rows before it")
+    parser.add_argument("--stages", type=int, nargs="+", default=[2], help="a pipeline row for each stage count")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
 
@@ -128,7 +129,7 @@ def main() -> None:
         f"{args.task}: {args.replicas} x {args.envs} envs, {args.chunks} chunks of {args.chunk} actions per iteration",
         flush=True,
     )
-    for label, sim, mode, stages in rows(args.task)[FIRST_ROWS[args.first_row] :]:
+    for label, sim, mode, stages in rows(args.task, args.stages)[FIRST_ROWS[args.first_row] :]:
         run = mf.run(workflow(args, f"ablation-{len(results)}", sim, mode, stages, out / "tmp"))
         loop_s = statistics.median(h["time/loop_s"] for h in run.history[1:] or run.history)
         ms = 1e3 * loop_s / (args.chunks * args.chunk * args.envs * args.replicas)
@@ -137,24 +138,27 @@ def main() -> None:
         results.append(
             {
                 "row": label,
+                "stages": stages,
                 "ms_per_step": ms,
                 "speedup": speedup,
                 "cumulative": cumulative,
                 "published": PUBLISHED.get(label),
             }
         )
+        row, against = (f"{label} S={stages}", "chunk-end") if mode == "hybrid" else (label, "previous")
         print(
-            f"{label:14s} {ms:9.2f} ms/env step   x{speedup:5.2f} over the previous row   (x{cumulative:.2f} in all;"
+            f"{row:14s} {ms:9.2f} ms/env step   x{speedup:5.2f} over the {against} row   (x{cumulative:.2f} in all;"
             f" BEHAVIOR: {PUBLISHED.get(label, '-')})",
             flush=True,
         )
-        previous = ms
+        previous = previous if mode == "hybrid" else ms  # each pipeline row against the chunk-end row
     name = f"simulator_ablation_{args.task}" + ("" if args.policy == "cnn" else f"_{args.policy}")
     save_result(name, {"args": vars(args), "rows": results}, out)
+    pipelines = ", ".join(f"S={r['stages']} {r['cumulative']:.2f}x" for r in results if r["row"] == "+ pipeline")
     if args.first_row == "baseline":
-        print(f"total: {results[-1]['cumulative']:.1f}x ({args.task}; BEHAVIOR published 25x)")
+        print(f"total: {pipelines} ({args.task}; BEHAVIOR published 25x)")
     else:
-        print(f"from the {args.first_row} row: {results[-1]['cumulative']:.2f}x ({args.task})")
+        print(f"from the {args.first_row} row: {pipelines} ({args.task})")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ several machine settings (each run a file)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from results_io import Results
 from tables_format import Block, count, fixed, pct, table, times
 
@@ -28,6 +30,16 @@ VIT_300M_SYNC = {"gpu29/modes_camera_vit300m_sync.json": "H100"}  # a ViT 300m, 
 ONE_OFF_300M = {  # the one-off pair with a ViT 300m, one call after it (session 36)
     "gpu29/sync_shared_300m.json": "H100",
     "gpu29/one_off_k1_300m.json": "H100",
+}
+GPU30 = "gpu30/"  # session 37, code 92b5b31 (the cheaper normaliser): call 1 on one H100, calls 3 and 4 on another
+VIT_300M_NORM = {GPU30 + "modes_camera_vit300m_norm.json": "H100 (call 1)"}
+ONE_OFF_100M_NORM = {
+    GPU30 + "sync_shared_100m_norm.json": "H100 (call 3)",
+    GPU30 + "one_off_k1_100m_norm.json": "H100 (call 3)",
+}
+ONE_OFF_100M_MPS = {  # the next call on the same machine, under a CUDA MPS daemon
+    GPU30 + "sync_shared_100m_mps.json": "H100, MPS (call 4)",
+    GPU30 + "one_off_k1_100m_mps.json": "H100, MPS (call 4)",
 }
 
 WHAT = {
@@ -75,6 +87,13 @@ def gpu_contention(rel: str, res: Results) -> Block:
     return Block([caption, "", *table(header, rows, "llrrrrr")], [rel])
 
 
+class FirstRow(NamedTuple):
+    """The first row of a table of runs, which the others are against."""
+
+    measured_s: float
+    loop_s: float
+
+
 def pipeline_runs(runs: dict[str, str], res: Results) -> Block:
     """modes.py runs of the camera ViT workload made one after the other in one call, each under the setting
     `runs` names beside its file: iteration and loop time by mode and flow, against the first run's first row."""
@@ -84,11 +103,11 @@ def pipeline_runs(runs: dict[str, str], res: Results) -> Block:
         staleness = res.json(rel)["args"].get("staleness", 0)
         flow = f"{staleness}-off" if staleness else "synchronous"
         for r in (r for r in res.rows(rel) if "measured_s" in r):
-            base = base or r["measured_s"]
+            base = base or FirstRow(r["measured_s"], r["loop_s"])
             rows.append(
                 [setting, r["label"], flow, fixed(r["predicted_s"]), fixed(r["measured_s"]), pct(r["error"])]
                 + [fixed(r["loop_s"]), fixed(r["physics_s"]), fixed(r["render_s"]), count(r["env_steps_per_s"])]
-                + [times(base / r["measured_s"])]
+                + [times(base.measured_s / r["measured_s"]), times(base.loop_s / r["loop_s"])]
             )
     args = res.json(next(iter(runs)))["args"]
     caption = (
@@ -97,8 +116,8 @@ def pipeline_runs(runs: dict[str, str], res: Results) -> Block:
         " in bf16 on the GPU; no costs declared: each run measured those the cost cache did not hold (the first"
         f" run all of them); horizon {args['horizon']}, medians of the measured iterations; physics and render:"
         " seconds per"
-        " simulator replica and iteration; the last column against the first row*"
+        " simulator replica and iteration; the last two columns: the iteration and the loop against the first row's*"
     )
     header = ["setting", "mode", "flow", "predicted s", "measured s", "error", "loop s", "physics s", "render s"]
-    header += ["env steps/s", "vs first row"]
-    return Block([caption, "", *table(header, rows, "lll" + "r" * 8)], list(runs))
+    header += ["env steps/s", "iteration vs first", "loop vs first"]
+    return Block([caption, "", *table(header, rows, "lll" + "r" * 9)], list(runs))
