@@ -24,6 +24,7 @@ from m2flow.runtime.nodes import Unreached, process_name, run_on
 
 ASK = signal.SIGUSR1
 ANSWER_S = 2.0  # how long a rank is given to answer
+SETTLED_S = 0.05  # an answer that has not grown for this long is whole (faulthandler writes it at once)
 REACH_S = 5.0  # how long another host is given to start the question there
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _INSTALLED = tuple({sysconfig.get_paths()[key] + os.sep for key in ("purelib", "platlib")})  # may lie under _STDLIB
@@ -57,16 +58,37 @@ def ask(ranks: dict[str, int], run_dir: str, address: str) -> list[RankState]:
             os.kill(pid, ASK)
         except ProcessLookupError:
             sizes[rank] = None
-    time.sleep(ANSWER_S)
+    signalled = {rank: _answer_file(run_dir, address, pid) for rank, pid in ranks.items() if sizes[rank] is not None}
+    _await_answers({rank: (answer, sizes[rank]) for rank, answer in signalled.items()})
     states = []
-    for rank, pid in ranks.items():
-        if sizes[rank] is None:
+    for rank in ranks:
+        if rank not in signalled:
             states.append(RankState(rank, None, "its process is gone"))
             continue
-        answer = _answer_file(run_dir, address, pid)
+        answer = signalled[rank]
         text = answer.read_bytes()[sizes[rank] :].decode(errors="replace") if answer.exists() else ""
         states.append(_state(rank, text))
     return states
+
+
+def _await_answers(answers: dict[str, tuple[Path, int]]) -> None:
+    """Until every rank's answer file (its path and its size before the question) has grown and stopped growing,
+    or `ANSWER_S` passed: a rank stopped or hung outside Python never answers, and takes the whole wait."""
+    deadline = time.monotonic() + ANSWER_S
+    last: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        now = {rank: _size(answer) for rank, (answer, _) in answers.items()}
+        if all(now[rank] > before and now[rank] == last.get(rank) for rank, (_, before) in answers.items()):
+            return
+        last = now
+        time.sleep(SETTLED_S)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def ask_on_node(node: str, ranks: dict[str, tuple[int, float]], run_dir: str) -> list[RankState]:

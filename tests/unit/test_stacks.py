@@ -9,6 +9,7 @@ import sysconfig
 import time
 from pathlib import Path
 
+from m2flow.runtime import stacks
 from m2flow.runtime.stacks import RankState, _state, ask, explain
 
 ADDRESS = "10.0.0.1"  # the node the processes run on, as their answer files are named
@@ -41,6 +42,20 @@ def test_a_running_process_says_where_it_is_and_a_stopped_one_is_named_as_not_an
     assert running.rank == "w[0]" and running.arrived is False
     assert running.where.startswith("not in a collective: at waiting_for_a_peer (")
     assert stopped == RankState("w[1]", None, "no answer within 2s: stopped, or hung outside Python")
+
+
+def test_the_question_ends_once_every_rank_answered_without_waiting_out_the_answer_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(stacks, "ANSWER_S", 60.0)
+    proc = subprocess.Popen([sys.executable, "-c", WAITING, str(tmp_path), ADDRESS], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"ready"
+        asked = time.monotonic()
+        (state,) = ask({"w[0]": proc.pid}, str(tmp_path), ADDRESS)
+        waited = time.monotonic() - asked
+    finally:
+        proc.kill()
+    assert state.where.startswith("not in a collective: at waiting_for_a_peer (")
+    assert waited < 30.0  # the answer, not the 60 s allowed for one
 
 
 def _dump(*threads: list[tuple[str, int, str]]) -> str:
