@@ -94,14 +94,19 @@ def measured_iteration_s(result) -> float:
     return statistics.median(h["time/iteration_s"] for h in result.history[1:])
 
 
-def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, run_dir: Path, keep: Path) -> dict:
-    """A candidate whose run failed: its error, and where its run folder (the ranks' stacks, failures.jsonl) is
-    kept for a look (`keep`, beside the results)."""
-    hosting = "-co-hosted" if planned.processes else ""
-    kept = keep / f"failed-{run_dir.name}-{mode}-S{stages}{hosting}"
+def kept_run(spec: mf.WorkflowSpec, keep: Path, label: str) -> Path:
+    """Where a failed run's folder (the ranks' stacks, failures.jsonl) is copied for a look: `keep`, beside the
+    results, as `failed-<workflow>-<label>`."""
+    run_dir = Path(spec.run.output_dir) / spec.name
+    kept = keep / f"failed-{run_dir.name}-{label}"
     shutil.rmtree(kept, ignore_errors=True)  # an earlier sweep's, into the same folder
     if run_dir.exists():
         shutil.copytree(run_dir, kept, ignore=shutil.ignore_patterns("checkpoints", "*.mp4"))
+    return kept
+
+
+def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, kept: Path) -> dict:
+    """A candidate whose run failed: its error, and where its run folder is kept."""
     return {
         "mode": mode,
         "stages": stages,
@@ -115,7 +120,20 @@ def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, run_dir:
 def bench(
     name: str, workload: Workload, iterations: int, calibrating: int, colocate: list[str], out: Path, keep: Path
 ) -> dict:
-    calibration = mf.run(spec_of(workload, out, f"run.iterations={calibrating}", "placement.mode=auto"))
+    calibrating_spec = spec_of(workload, out, f"run.iterations={calibrating}", "placement.mode=auto")
+    try:
+        calibration = mf.run(calibrating_spec)
+    except M2FlowError as exc:  # the workload's failure is recorded, not the sweep's end: no candidate ran
+        kept = kept_run(calibrating_spec, keep, "calibrating")
+        print(f"  {name:14s} calibrating run FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
+        return {
+            "workload": name,
+            "declared": workload.declared,
+            "calibration": {"iterations": calibrating, "failed": str(exc), "kept": str(kept)},
+            "rows": [],
+            "auto_within_5pct": False,
+            "auto_vs_fastest": None,
+        }
     spec = spec_of(workload, out, "placement.pipeline_stages=auto")
     graph = build_graph(spec)
     cluster = Cluster.from_spec(spec.cluster)
@@ -138,8 +156,8 @@ def bench(
         try:
             run = mf.run(candidate)
         except M2FlowError as exc:  # one candidate's failure is recorded, not the sweep's end
-            run_dir = Path(candidate.run.output_dir) / candidate.name
-            rows.append({**failed_row(mode, stages, planned, exc, run_dir, keep), "auto": is_auto})
+            kept = kept_run(candidate, keep, f"{mode}-S{stages}" + ("-co-hosted" if planned.processes else ""))
+            rows.append({**failed_row(mode, stages, planned, exc, kept), "auto": is_auto})
             print(f"  {name:14s} {label:24s}  FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
             continue
         measured = measured_iteration_s(run)
@@ -202,7 +220,7 @@ def main() -> None:
     predictions = [r for w in results for r in w["rows"] if "measured_s" in r]
     within = sum(abs(r["error"]) <= WITHIN for r in predictions)
     best = sum(w["auto_within_5pct"] for w in results)
-    failed = sum("failed" in r for w in results for r in w["rows"])
+    failed = sum("failed" in r for w in results for r in [w["calibration"], *w["rows"]])
     summary = (
         f"planner accuracy: auto best-or-within-5% in {best}/{len(results)},"
         f" predictions within 10% in {within}/{len(predictions)}" + (f", {failed} run(s) failed" if failed else "")

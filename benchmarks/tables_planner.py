@@ -44,7 +44,8 @@ def planner_hand_layouts(res: Results) -> Block:
 
 def planner_accuracy(rel: str, res: Results) -> Block:
     data = res.json(rel)
-    rows = [
+    uncalibrated = [w["workload"] for w in data["workloads"] if "failed" in w["calibration"]]  # no candidate ran
+    rows = [[workload, "calibrating run (auto)", "", "failed", "", ""] for workload in uncalibrated] + [
         [
             w["workload"],
             f"{r['mode']} S={r['stages']}" + (" co-hosted" if r.get("co_hosted") else ""),
