@@ -105,8 +105,9 @@ def kept_run(spec: mf.WorkflowSpec, keep: Path, label: str) -> Path:
     return kept
 
 
-def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, kept: Path) -> dict:
-    """A candidate whose run failed: its error, and where its run folder is kept."""
+def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, spec: mf.WorkflowSpec, keep: Path) -> dict:
+    """A candidate whose run failed: its error, and where its run folder is kept (`kept_run`)."""
+    kept = kept_run(spec, keep, f"{mode}-S{stages}" + ("-co-hosted" if planned.processes else ""))
     return {
         "mode": mode,
         "stages": stages,
@@ -156,8 +157,7 @@ def bench(
         try:
             run = mf.run(candidate)
         except M2FlowError as exc:  # one candidate's failure is recorded, not the sweep's end
-            kept = kept_run(candidate, keep, f"{mode}-S{stages}" + ("-co-hosted" if planned.processes else ""))
-            rows.append({**failed_row(mode, stages, planned, exc, kept), "auto": is_auto})
+            rows.append({**failed_row(mode, stages, planned, exc, candidate, keep), "auto": is_auto})
             print(f"  {name:14s} {label:24s}  FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
             continue
         measured = measured_iteration_s(run)

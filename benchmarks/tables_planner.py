@@ -44,7 +44,8 @@ def planner_hand_layouts(res: Results) -> Block:
 
 def planner_accuracy(rel: str, res: Results) -> Block:
     data = res.json(rel)
-    uncalibrated = [w["workload"] for w in data["workloads"] if "failed" in w["calibration"]]  # no candidate ran
+    # a workload whose calibrating run failed ran no candidate
+    uncalibrated = [w["workload"] for w in data["workloads"] if "failed" in w.get("calibration", {})]
     rows = [[workload, "calibrating run (auto)", "", "failed", "", ""] for workload in uncalibrated] + [
         [
             w["workload"],

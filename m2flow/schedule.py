@@ -132,17 +132,18 @@ class Phase:
         )
 
 
+DEFAULT_SOURCE = "default"  # a port that computes, costed by its worker's kind: nobody declared or measured it
 HANDOFF_SOURCE = "assumed (hands data on)"  # a port that hands data on, costed as such: nobody measured it
 
 
 def guessed(source: str) -> bool:
     """Whether a port's cost from this source is a guess (a default by worker kind, or a handoff's)."""
-    return source in ("default", HANDOFF_SOURCE)
+    return source in (DEFAULT_SOURCE, HANDOFF_SOURCE)
 
 
 def unknown_costs(sources: dict[str, str]) -> list[str]:
     """Of `worker.port` -> where its cost came from, the ports whose cost is a default (no memory estimates)."""
-    return sorted(k for k, s in sources.items() if s == "default" and not k.endswith(".memory"))
+    return sorted(k for k, s in sources.items() if s == DEFAULT_SOURCE and not k.endswith(".memory"))
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.schedule import HANDOFF_SOURCE
+from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE
 from m2flow.spec import PortCost
 
 DEFAULT_COST = {
@@ -106,7 +106,7 @@ class Profile:
                     profile.costs[key], profile.source[key] = cached[key], "cached"
                 else:
                     profile.costs[key] = profile.prior[key]
-                    profile.source[key] = "default" if key in computing else HANDOFF_SOURCE
+                    profile.source[key] = DEFAULT_SOURCE if key in computing else HANDOFF_SOURCE
         return profile
 
 
@@ -118,7 +118,7 @@ def _memory(graph: MacroGraph, name: str) -> tuple[float, str]:
     info = graph.info[name]
     estimate = getattr(info.target, "memory_estimate_gb", None)
     if not callable(estimate):
-        return 0.0, "default"
+        return 0.0, DEFAULT_SOURCE
     try:
         return float(estimate(info.config, graph.samples_per_call(name))), "estimated"
     except Exception as exc:  # noqa: BLE001 - any failure of user code here is a planning error to report

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from m2flow.schedule import Plan, guessed
+from m2flow.schedule import DEFAULT_SOURCE, Plan, guessed
 from m2flow.spec import TimeoutSpec
 
 
@@ -71,7 +71,7 @@ def _periodic_syncs(plan: Plan, derived: Callable[[float], float], start_s: floa
         if phase.op == "sync" and phase.every > 1:
             (edge,) = phase.edges
             seconds = derived(predicted.phase_s.get("sync", 0.0) * phase.every)
-            if guessed(predicted.cost_sources.get(str(edge.dst), "default")):
+            if guessed(predicted.cost_sources.get(str(edge.dst), DEFAULT_SOURCE)):
                 seconds = max(seconds, start_s)
             periodic[str(edge)] = seconds
     return periodic

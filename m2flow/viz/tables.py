@@ -6,7 +6,7 @@ from rich.table import Table
 
 from m2flow.cluster import DeviceId
 from m2flow.planners.cache import CachedFit
-from m2flow.schedule import Plan, ReplicaId
+from m2flow.schedule import DEFAULT_SOURCE, Plan, ReplicaId
 
 
 def placement_table(plan: Plan) -> Table:
@@ -95,7 +95,7 @@ def sources_line(sources: dict[str, str]) -> str:
         if not key.endswith(".memory"):
             counts[source] = counts.get(source, 0) + 1
     parts = ", ".join(f"{n} {source}" for source, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    hint = " (`m2flow run` measures them in its first iterations and re-plans)" if counts.get("default") else ""
+    hint = " (`m2flow run` measures them in its first iterations and re-plans)" if counts.get(DEFAULT_SOURCE) else ""
     return f"port costs: {parts}{hint}"
 
 
@@ -115,7 +115,7 @@ def drift_notes(plan: Plan, port_s: dict[str, float], iterations: int, calibrate
         got = port_s.get(port, 0.0) / max(1, iterations)
         if not off(got, want):
             continue
-        source = sources.get(port, "default")
+        source = sources.get(port, DEFAULT_SOURCE)
         if source == "declared":
             worker = port.split(".")[0]
             action = f"its cost is declared in workers.{worker}.profile: correct it, or remove it to let m2flow measure"

@@ -1,5 +1,6 @@
-"""benchmarks/planner_accuracy.py: a candidate whose run fails is recorded with its error and run folder, and the
-sweep's table shows it, rather than the sweep ending with nothing saved."""
+"""benchmarks/planner_accuracy.py: a candidate whose run fails, or a workload whose calibrating run fails, is
+recorded with its error and run folder, and the sweep's table shows it, rather than the sweep ending with nothing
+saved."""
 
 import importlib
 from pathlib import Path
@@ -7,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from m2flow.errors import WaitTimeout
+from m2flow.errors import WaitTimeout, WorkerError
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -23,6 +24,11 @@ def benchmarks(monkeypatch):
     )
 
 
+def _spec(run_dir: Path) -> SimpleNamespace:
+    """What the script reads of a run's spec to find its folder."""
+    return SimpleNamespace(name=run_dir.name, run=SimpleNamespace(output_dir=str(run_dir.parent)))
+
+
 def test_a_failed_candidate_keeps_its_error_and_its_run_folder_without_checkpoints_in_place_of_an_earlier_one(
     benchmarks, tmp_path
 ):
@@ -35,7 +41,7 @@ def test_a_failed_candidate_keeps_its_error_and_its_run_folder_without_checkpoin
     stale = tmp_path / "results" / "failed-ppo-metaworld-camera-hybrid-S2" / "from-an-earlier-sweep.txt"
     stale.parent.mkdir(parents=True)
     stale.write_text("")
-    row = benchmarks.accuracy.failed_row("hybrid", 2, planned, error, run_dir, tmp_path / "results")
+    row = benchmarks.accuracy.failed_row("hybrid", 2, planned, error, _spec(run_dir), tmp_path / "results")
     kept = Path(row["kept"])
     assert kept == stale.parent and not stale.exists()  # replaced, not merged with an earlier sweep's
     assert (kept / "stacks" / "host-123.txt").read_text().endswith("in wait")
@@ -46,9 +52,9 @@ def test_a_failed_candidate_keeps_its_error_and_its_run_folder_without_checkpoin
 def test_a_co_hosted_candidate_keeps_its_run_folder_apart_from_the_plain_one(benchmarks, tmp_path):
     run_dir = tmp_path / "runs" / "ppo"
     run_dir.mkdir(parents=True)
-    error = WaitTimeout("waited")
+    error, spec = WaitTimeout("waited"), _spec(run_dir)
     names = {
-        Path(benchmarks.accuracy.failed_row("shared", 2, plan, error, run_dir, tmp_path / "results")["kept"]).name
+        Path(benchmarks.accuracy.failed_row("shared", 2, plan, error, spec, tmp_path / "results")["kept"]).name
         for plan in (
             SimpleNamespace(predicted=SimpleNamespace(iteration_s=1.0), processes=[]),
             SimpleNamespace(predicted=SimpleNamespace(iteration_s=1.0), processes=[["env[0]", "env[1]"]]),
@@ -68,3 +74,24 @@ def test_the_accuracy_table_shows_a_failed_candidate_beside_the_measured_ones(be
     text = "\n".join(block.lines)
     assert "| metaworld | shared S=1 | 1.000 | 1.100 | +10.0% | auto |" in text
     assert "| metaworld | hybrid S=2 | 2.000 | failed |  |  |" in text
+
+
+def test_a_workload_whose_calibrating_run_fails_is_recorded_with_its_run_folder_and_shown_in_the_table(
+    benchmarks, tmp_path, monkeypatch
+):
+    def fails(spec):
+        (Path(spec.run.output_dir) / spec.name / "stacks").mkdir(parents=True)
+        raise WorkerError("env[0] failed in step: ValueError")
+
+    monkeypatch.setattr(benchmarks.accuracy.mf, "run", fails)
+    keep = tmp_path / "results"
+    result = benchmarks.accuracy.bench(
+        "main", benchmarks.accuracy.WORKLOADS["main"], 2, 3, ["auto"], tmp_path / "runs", keep
+    )
+    assert result["rows"] == [] and result["auto_within_5pct"] is False
+    assert result["calibration"]["failed"] == "env[0] failed in step: ValueError"
+    assert (Path(result["calibration"]["kept"]) / "stacks").is_dir()
+    payload = {"args": {"iterations": 2}, "workloads": [result], "summary": "s"}
+    benchmarks.io.save_result("planner_accuracy", payload, tmp_path)
+    text = "\n".join(benchmarks.tables.planner_accuracy("planner_accuracy.json", benchmarks.io.Results(tmp_path)).lines)
+    assert "| main | calibrating run (auto) |  | failed |  |  |" in text
