@@ -9,14 +9,16 @@ is a default is *unknown*: `m2flow run` measures it in its first iterations and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE
 from m2flow.spec import PortCost
 
+T = TypeVar("T")
 DEFAULT_COST = {
     "simulator": PortCost(fixed_s=5e-5, per_item_s=2e-4),
     "inference": PortCost(fixed_s=3e-4, per_item_s=2e-5),
@@ -115,29 +117,25 @@ def _memory(graph: MacroGraph, name: str) -> tuple[float, str]:
     declared = graph.workers[name].resources.memory_gb
     if declared > 0:
         return declared, "declared"
-    info = graph.info[name]
-    estimate = getattr(info.target, "memory_estimate_gb", None)
-    if not callable(estimate):
-        return 0.0, DEFAULT_SOURCE
-    try:
-        return float(estimate(info.config, graph.samples_per_call(name))), "estimated"
-    except Exception as exc:  # noqa: BLE001 - any failure of user code here is a planning error to report
-        raise PlanError(
-            f"workers.{name}: {info.spec.cls}.memory_estimate_gb failed: {type(exc).__name__}: {exc}."
-            f" Fix the worker's args, or declare workers.{name}.resources.memory_gb to skip the estimate"
-        ) from None
+    fix = f"Fix the worker's args, or declare workers.{name}.resources.memory_gb to skip the estimate"
+    estimate = _asked(graph, name, "memory_estimate_gb", float, fix)
+    return (0.0, DEFAULT_SOURCE) if estimate is None else (estimate, "estimated")
 
 
 def _memory_advice(graph: MacroGraph, name: str) -> str | None:
     """The worker class's `memory_advice(config, samples)`: what lowers a replica's memory, in its args' keys."""
+    return _asked(graph, name, "memory_advice", str, "Fix the worker's args, or the class's memory_advice")
+
+
+def _asked(graph: MacroGraph, name: str, method: str, read: Callable[[Any], T], fix: str) -> T | None:
+    """What worker `name`'s class answers to `method(config, samples)`, as `read` reads it (None: the class has no
+    such method). A failure of that user code is a planning error naming the worker and the method, and `fix`."""
     info = graph.info[name]
-    advice = getattr(info.target, "memory_advice", None)
-    if not callable(advice):
+    answer = getattr(info.target, method, None)
+    if not callable(answer):
         return None
     try:
-        return str(advice(info.config, graph.samples_per_call(name)))
+        return read(answer(info.config, graph.samples_per_call(name)))
     except Exception as exc:  # noqa: BLE001 - any failure of user code here is a planning error to report
-        raise PlanError(
-            f"workers.{name}: {info.spec.cls}.memory_advice failed: {type(exc).__name__}: {exc}. Fix the worker's"
-            " args, or the class's memory_advice"
-        ) from None
+        failed = f"workers.{name}: {info.spec.cls}.{method} failed: {type(exc).__name__}: {exc}"
+        raise PlanError(f"{failed}. {fix}") from None
