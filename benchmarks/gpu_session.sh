@@ -30,7 +30,7 @@ rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --
 [ -f .whl/COMMIT ] && export M2FLOW_RESULTS_COMMIT="$(cat .whl/COMMIT)"
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$OUT/gpu.txt"
 echo "m2flow wheel built at ${M2FLOW_RESULTS_COMMIT:-an unrecorded commit}" | tee -a "$OUT/gpu.txt"
-lscpu | grep -E "^Model name|^CPU\(s\)" | tee -a "$OUT/gpu.txt"  # lent machines of one kind differ in their cores
+lscpu | grep -E "^Model name|^CPU\(s\)|MHz|BogoMIPS" | tee -a "$OUT/gpu.txt"  # lent machines of one kind differ in their cores
 python3 -c "import torch, ray, mujoco; print(torch.__version__, torch.cuda.is_available(), ray.__version__, mujoco.__version__)" | tee -a "$OUT/gpu.txt"
 cd "$(mktemp -d)" && ln -s "$OLDPWD/configs" configs && ln -s "$OLDPWD/benchmarks" benchmarks
 if [ "${1:-all}" = backends ]; then

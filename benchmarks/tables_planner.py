@@ -44,21 +44,22 @@ def planner_hand_layouts(res: Results) -> Block:
 
 def planner_accuracy(rel: str, res: Results) -> Block:
     data = res.json(rel)
-    # a workload whose calibrating run failed ran no candidate
-    uncalibrated = [w["workload"] for w in data["workloads"] if "failed" in w.get("calibration", {})]
-    rows = [[workload, "calibrating run (auto)", "", "failed", "", ""] for workload in uncalibrated] + [
-        [
-            w["workload"],
-            f"{r['mode']} S={r['stages']}" + (" co-hosted" if r.get("co_hosted") else ""),
-            fixed(r["predicted_s"]),
-            fixed(r["measured_s"]) if "measured_s" in r else "failed",
-            pct(r["error"]) if "measured_s" in r else "",
-            "auto" if r.get("auto") else "",
+    rows = []
+    for w in data["workloads"]:
+        if "failed" in w.get("calibration", {}):  # its calibrating run failed: no candidate ran
+            rows.append([w["workload"], "calibrating run (auto)", "", "failed", "", ""])
+        rows += [
+            [
+                w["workload"],
+                f"{r['mode']} S={r['stages']}" + (" co-hosted" if r.get("co_hosted") else ""),
+                fixed(r["predicted_s"]),
+                fixed(r["measured_s"]) if "measured_s" in r else "failed",
+                pct(r["error"]) if "measured_s" in r else "",
+                "auto" if r.get("auto") else "",
+            ]
+            for r in w["rows"]
+            if "measured_s" in r or "failed" in r
         ]
-        for w in data["workloads"]
-        for r in w["rows"]
-        if "measured_s" in r or "failed" in r
-    ]
     caption = (
         "*no costs declared: each workload calibrated by a run of its own (measure, re-plan, cache), then every"
         f" candidate run for {data['args']['iterations']} iterations, median after the first; `{data['summary']}`*"

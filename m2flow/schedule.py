@@ -132,7 +132,7 @@ class Phase:
         )
 
 
-DEFAULT_SOURCE = "default"  # a port that computes, costed by its worker's kind: nobody declared or measured it
+DEFAULT_SOURCE = "default"  # a port's cost or a worker's memory that nobody declared, measured or estimated
 HANDOFF_SOURCE = "assumed (hands data on)"  # a port that hands data on, costed as such: nobody measured it
 
 

@@ -24,7 +24,7 @@ from m2flow.runtime.nodes import Unreached, process_name, run_on
 
 ASK = signal.SIGUSR1
 ANSWER_S = 2.0  # how long a rank is given to answer
-SETTLED_S = 0.05  # an answer that has not grown for this long is whole (faulthandler writes it at once)
+SETTLED_S = 0.2  # an answer that has not grown for this long is whole (faulthandler writes it in one go)
 REACH_S = 5.0  # how long another host is given to start the question there
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _INSTALLED = tuple({sysconfig.get_paths()[key] + os.sep for key in ("purelib", "platlib")})  # may lie under _STDLIB
@@ -48,37 +48,45 @@ class RankState:
     where: str  # the collective and its caller, the frame it is in, or why it did not answer
 
 
+@dataclass(frozen=True)
+class _Question:
+    """A rank asked: its answer file, and how long the file was before the question (what it says is after)."""
+
+    answer: Path
+    before: int
+
+
 def ask(ranks: dict[str, int], run_dir: str, address: str) -> list[RankState]:
     """Where each rank (replica name -> pid on this host, the node at `address`) is now."""
-    sizes = {}
+    asked: dict[str, _Question] = {}
     for rank, pid in ranks.items():
         answer = _answer_file(run_dir, address, pid)
-        sizes[rank] = answer.stat().st_size if answer.exists() else 0
+        question = _Question(answer, _size(answer))
         try:
             os.kill(pid, ASK)
         except ProcessLookupError:
-            sizes[rank] = None
-    signalled = {rank: _answer_file(run_dir, address, pid) for rank, pid in ranks.items() if sizes[rank] is not None}
-    _await_answers({rank: (answer, sizes[rank]) for rank, answer in signalled.items()})
+            continue
+        asked[rank] = question
+    _await_answers(asked)
     states = []
     for rank in ranks:
-        if rank not in signalled:
+        if rank not in asked:
             states.append(RankState(rank, None, "its process is gone"))
             continue
-        answer = signalled[rank]
-        text = answer.read_bytes()[sizes[rank] :].decode(errors="replace") if answer.exists() else ""
+        answer, before = asked[rank].answer, asked[rank].before
+        text = answer.read_bytes()[before:].decode(errors="replace") if answer.exists() else ""
         states.append(_state(rank, text))
     return states
 
 
-def _await_answers(answers: dict[str, tuple[Path, int]]) -> None:
-    """Until every rank's answer file (its path and its size before the question) has grown and stopped growing,
-    or `ANSWER_S` passed: a rank stopped or hung outside Python never answers, and takes the whole wait."""
+def _await_answers(asked: dict[str, _Question]) -> None:
+    """Until every rank's answer has grown and then not grown for `SETTLED_S`, or `ANSWER_S` passed: a rank stopped
+    or hung outside Python never answers, and takes the whole wait."""
     deadline = time.monotonic() + ANSWER_S
     last: dict[str, int] = {}
     while time.monotonic() < deadline:
-        now = {rank: _size(answer) for rank, (answer, _) in answers.items()}
-        if all(now[rank] > before and now[rank] == last.get(rank) for rank, (_, before) in answers.items()):
+        now = {rank: _size(question.answer) for rank, question in asked.items()}
+        if all(now[rank] > question.before and now[rank] == last.get(rank) for rank, question in asked.items()):
             return
         last = now
         time.sleep(SETTLED_S)

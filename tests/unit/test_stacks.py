@@ -47,15 +47,18 @@ def test_a_running_process_says_where_it_is_and_a_stopped_one_is_named_as_not_an
 def test_the_question_ends_once_every_rank_answered_without_waiting_out_the_answer_time(tmp_path, monkeypatch):
     monkeypatch.setattr(stacks, "ANSWER_S", 60.0)
     proc = subprocess.Popen([sys.executable, "-c", WAITING, str(tmp_path), ADDRESS], stdout=subprocess.PIPE)
+    states, waits = [], []
     try:
         assert proc.stdout.readline().strip() == b"ready"
-        asked = time.monotonic()
-        (state,) = ask({"w[0]": proc.pid}, str(tmp_path), ADDRESS)
-        waited = time.monotonic() - asked
+        for _ in range(2):  # the second time its answer file holds the first answer: only what follows it counts
+            asked = time.monotonic()
+            states += ask({"w[0]": proc.pid}, str(tmp_path), ADDRESS)
+            waits.append(time.monotonic() - asked)
     finally:
         proc.kill()
-    assert state.where.startswith("not in a collective: at waiting_for_a_peer (")
-    assert waited < 30.0  # the answer, not the 60 s allowed for one
+    assert len(states) == 2
+    assert all(state.where.startswith("not in a collective: at waiting_for_a_peer (") for state in states)
+    assert max(waits) < 30.0  # the answers, not the 60 s allowed for one
 
 
 def _dump(*threads: list[tuple[str, int, str]]) -> str:
