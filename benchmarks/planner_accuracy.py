@@ -5,10 +5,12 @@ candidate plan run side by side: its prediction from the cached costs beside its
 where auto's choice ranks.
 
     python benchmarks/planner_accuracy.py [--workloads main camera metaworld spin-per-call] [--iterations 5]
-        [--calibration-iterations 9] [--colocate auto true false]
+        [--calibration-iterations 9] [--colocate auto true false] [--rounds 1]
 
 `--colocate` runs each candidate under each `placement.colocate` given (a layout already run is not run again):
-co-hosted replicas and a process per replica side by side.
+co-hosted replicas and a process per replica side by side. `--rounds N` runs every candidate N times, each round
+in the other order, and takes the median of its runs as its measured time (on the 2-core machine the camera
+workload's shared S=1 measured 1.7 s in its calibrating run and 1.80 s as a candidate, one sweep: dec06d).
 
 Last line: `planner accuracy: auto best-or-within-5% in K/N, predictions within 10% in P/Q`.
 """
@@ -118,8 +120,50 @@ def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, spec: mf
     }
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A layout of a workload to run: its settings' plan, the spec that runs it, and whether auto chose it."""
+
+    mode: str
+    stages: int
+    label: str
+    planned: Plan
+    spec: mf.WorkflowSpec
+    is_auto: bool
+
+
+def candidates(workload: Workload, iterations: int, colocate: list[str], out: Path) -> list[Candidate]:
+    """Every feasible layout (mode x stages x colocate setting), each once, auto's choice marked."""
+    spec = spec_of(workload, out, "placement.pipeline_stages=auto")
+    cluster = Cluster.from_spec(spec.cluster)
+    auto = make_plan(build_graph(spec), cluster, mode="auto")
+    found, seen = [], set()  # layouts planned: another colocate setting may plan the same
+    for mode, stages, hosting in itertools.product(("shared", "hybrid", "disaggregated"), (1, 2, 4), colocate):
+        settings = [f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={hosting}"]
+        try:
+            planned = make_plan(build_graph(spec_of(workload, out, *settings)), cluster)
+        except (PlanError, SpecError):
+            continue  # infeasible here (devices, envs per slice)
+        layout = (planned.mode, stages, str(planned.placements), str(planned.processes))
+        if layout in seen:
+            continue
+        seen.add(layout)
+        label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
+        run_spec = spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false")
+        is_auto = layout == (auto.mode, auto.pipeline_stages, str(auto.placements), str(auto.processes))
+        found.append(Candidate(mode, stages, label, planned, run_spec, is_auto))
+    return found
+
+
 def bench(
-    name: str, workload: Workload, iterations: int, calibrating: int, colocate: list[str], out: Path, keep: Path
+    name: str,
+    workload: Workload,
+    iterations: int,
+    calibrating: int,
+    colocate: list[str],
+    out: Path,
+    keep: Path,
+    rounds: int = 1,
 ) -> dict:
     calibrating_spec = spec_of(workload, out, f"run.iterations={calibrating}", "placement.mode=auto")
     try:
@@ -135,47 +179,44 @@ def bench(
             "auto_within_5pct": False,
             "auto_vs_fastest": None,
         }
-    spec = spec_of(workload, out, "placement.pipeline_stages=auto")
-    graph = build_graph(spec)
-    cluster = Cluster.from_spec(spec.cluster)
-    auto = make_plan(graph, cluster, mode="auto")
+    runs = candidates(workload, iterations, colocate, out)
+    measured: dict[str, list[float]] = {c.label: [] for c in runs}
+    failures: dict[str, dict] = {}
+    for round_ in range(rounds):  # each round in the other order: a drift of the machine's speed evens out
+        for c in runs if round_ % 2 == 0 else runs[::-1]:
+            if c.label in failures:
+                continue
+            try:
+                run = mf.run(c.spec)
+            except M2FlowError as exc:  # one candidate's failure is recorded, not the sweep's end
+                failures[c.label] = failed_row(c.mode, c.stages, c.planned, exc, c.spec, keep)
+                print(f"  {name:14s} {c.label:24s}  FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
+                continue
+            measured[c.label].append(measured_iteration_s(run))
+            error = measured[c.label][-1] / c.planned.predicted.iteration_s - 1
+            print(
+                f"  {name:14s} {c.label:24s}  predicted {c.planned.predicted.iteration_s:7.3f} s"
+                f"  measured {measured[c.label][-1]:7.3f} s  ({error:+.1%}){'  <- auto' if c.is_auto else ''}"
+                + (f"  (round {round_ + 1})" if rounds > 1 else ""),
+                flush=True,
+            )
     rows = []
-    seen: set[tuple] = set()  # layouts run: another colocate setting may plan the same
-    for mode, stages, hosting in itertools.product(("shared", "hybrid", "disaggregated"), (1, 2, 4), colocate):
-        settings = [f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={hosting}"]
-        try:
-            planned = make_plan(build_graph(spec_of(workload, out, *settings)), cluster)
-        except (PlanError, SpecError):
-            continue  # infeasible here (devices, envs per slice)
-        layout = (planned.mode, stages, str(planned.placements), str(planned.processes))
-        if layout in seen:
+    for c in runs:
+        if c.label in failures:
+            rows.append({**failures[c.label], "auto": c.is_auto})
             continue
-        seen.add(layout)
-        label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
-        candidate = spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false")
-        is_auto = layout == (auto.mode, auto.pipeline_stages, str(auto.placements), str(auto.processes))
-        try:
-            run = mf.run(candidate)
-        except M2FlowError as exc:  # one candidate's failure is recorded, not the sweep's end
-            rows.append({**failed_row(mode, stages, planned, exc, candidate, keep), "auto": is_auto})
-            print(f"  {name:14s} {label:24s}  FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
-            continue
-        measured = measured_iteration_s(run)
+        median = statistics.median(measured[c.label])
         rows.append(
             {
-                "mode": mode,
-                "stages": stages,
-                "predicted_s": planned.predicted.iteration_s,
-                "measured_s": measured,
-                "error": measured / planned.predicted.iteration_s - 1,
-                "co_hosted": bool(planned.processes),
-                "auto": is_auto,
+                "mode": c.mode,
+                "stages": c.stages,
+                "predicted_s": c.planned.predicted.iteration_s,
+                "measured_s": median,
+                "rounds_s": measured[c.label],
+                "error": median / c.planned.predicted.iteration_s - 1,
+                "co_hosted": bool(c.planned.processes),
+                "auto": c.is_auto,
             }
-        )
-        print(
-            f"  {name:14s} {label:24s}  predicted {planned.predicted.iteration_s:7.3f} s"
-            f"  measured {measured:7.3f} s  ({rows[-1]['error']:+.1%}){'  <- auto' if rows[-1]['auto'] else ''}",
-            flush=True,
         )
     ran = [r for r in rows if "measured_s" in r]
     fastest = min((r["measured_s"] for r in ran), default=None)
@@ -208,13 +249,25 @@ def main() -> None:
     parser.add_argument(
         "--colocate", nargs="+", default=["auto"], choices=["auto", "true", "false"], help="placement.colocate values"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs of each candidate, in alternating order: its median is measured"
+    )
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = parser.parse_args()
     keep = Path(args.out or ROOT / "benchmarks" / "results")  # a failed candidate's run folder goes beside it
     with tempfile.TemporaryDirectory(prefix="m2flow-accuracy-") as tmp:
         os.environ["M2FLOW_COST_CACHE"] = str(Path(tmp) / "cost-cache")  # start knowing nothing
         results = [
-            bench(name, WORKLOADS[name], args.iterations, args.calibration_iterations, args.colocate, Path(tmp), keep)
+            bench(
+                name,
+                WORKLOADS[name],
+                args.iterations,
+                args.calibration_iterations,
+                args.colocate,
+                Path(tmp),
+                keep,
+                args.rounds,
+            )
             for name in args.workloads
         ]
     predictions = [r for w in results for r in w["rows"] if "measured_s" in r]

@@ -53,7 +53,7 @@ def planner_accuracy(rel: str, res: Results) -> Block:
                 w["workload"],
                 f"{r['mode']} S={r['stages']}" + (" co-hosted" if r.get("co_hosted") else ""),
                 fixed(r["predicted_s"]),
-                fixed(r["measured_s"]) if "measured_s" in r else "failed",
+                _measured(r),
                 pct(r["error"]) if "measured_s" in r else "",
                 "auto" if r.get("auto") else "",
             ]
@@ -66,6 +66,14 @@ def planner_accuracy(rel: str, res: Results) -> Block:
     )
     header = ["workload", "plan", "predicted s", "measured s", "error", "chosen"]
     return Block([caption, "", *table(header, rows, "llrrrl")], [rel])
+
+
+def _measured(row: dict) -> str:
+    """A candidate's measured seconds: the median of its rounds, each round's beside it where there were several."""
+    if "measured_s" not in row:
+        return "failed"
+    rounds = row.get("rounds_s", [])
+    return fixed(row["measured_s"]) + (f" ({', '.join(fixed(s) for s in rounds)})" if len(rounds) > 1 else "")
 
 
 def cost_cache(rel: str, res: Results) -> Block:
