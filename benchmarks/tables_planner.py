@@ -60,9 +60,16 @@ def planner_accuracy(rel: str, res: Results) -> Block:
             for r in w["rows"]
             if "measured_s" in r or "failed" in r
         ]
+    rounds = data["args"].get("rounds", 1)
     caption = (
         "*no costs declared: each workload calibrated by a run of its own (measure, re-plan, cache), then every"
-        f" candidate run for {data['args']['iterations']} iterations, median after the first; `{data['summary']}`*"
+        f" candidate run for {data['args']['iterations']} iterations, median after the first"
+        + (
+            f"; {rounds} rounds in alternating order, their median measured (each round's in brackets)"
+            if rounds > 1
+            else ""
+        )
+        + f"; `{data['summary']}`*"
     )
     header = ["workload", "plan", "predicted s", "measured s", "error", "chosen"]
     return Block([caption, "", *table(header, rows, "llrrrl")], [rel])
