@@ -24,7 +24,7 @@ from m2flow.runtime.nodes import Unreached, process_name, run_on
 
 ASK = signal.SIGUSR1
 ANSWER_S = 2.0  # how long a rank is given to answer
-SETTLED_S = 0.2  # an answer that has not grown for this long is whole (faulthandler writes it in one go)
+SETTLED_S = 0.2  # an answer that has not grown for this long is whole (written at once by the signal handler)
 REACH_S = 5.0  # how long another host is given to start the question there
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 _INSTALLED = tuple({sysconfig.get_paths()[key] + os.sep for key in ("purelib", "platlib")})  # may lie under _STDLIB
