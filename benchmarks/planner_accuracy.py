@@ -122,21 +122,21 @@ def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, spec: mf
 
 @dataclass(frozen=True)
 class Candidate:
-    """A layout of a workload to run: its settings' plan, the spec that runs it, and whether auto chose it."""
+    """A layout of a workload to run: its settings' label, the spec that runs it, and whether auto chose it."""
 
     mode: str
     stages: int
     label: str
-    planned: Plan
+    co_hosted: bool
     spec: mf.WorkflowSpec
     is_auto: bool
 
 
-def candidates(workload: Workload, iterations: int, colocate: list[str], out: Path) -> list[Candidate]:
+def candidates(
+    workload: Workload, iterations: int, colocate: list[str], out: Path, cluster: Cluster
+) -> list[Candidate]:
     """Every feasible layout (mode x stages x colocate setting), each once, auto's choice marked."""
-    spec = spec_of(workload, out, "placement.pipeline_stages=auto")
-    cluster = Cluster.from_spec(spec.cluster)
-    auto = make_plan(build_graph(spec), cluster, mode="auto")
+    auto = make_plan(build_graph(spec_of(workload, out, "placement.pipeline_stages=auto")), cluster, mode="auto")
     found, seen = [], set()  # layouts planned: another colocate setting may plan the same
     for mode, stages, hosting in itertools.product(("shared", "hybrid", "disaggregated"), (1, 2, 4), colocate):
         settings = [f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={hosting}"]
@@ -151,7 +151,7 @@ def candidates(workload: Workload, iterations: int, colocate: list[str], out: Pa
         label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
         run_spec = spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false")
         is_auto = layout == (auto.mode, auto.pipeline_stages, str(auto.placements), str(auto.processes))
-        found.append(Candidate(mode, stages, label, planned, run_spec, is_auto))
+        found.append(Candidate(mode, stages, label, bool(planned.processes), run_spec, is_auto))
     return found
 
 
@@ -165,6 +165,10 @@ def bench(
     keep: Path,
     rounds: int = 1,
 ) -> dict:
+    """Calibrate `workload`, then run each candidate `rounds` times, each round in the other order (a drift of the
+    machine's speed evens out). A candidate's prediction is its plan's as it starts its first round, from the cache
+    as the calibration and the runs before it left it (its own runs not yet in it); its measured time is the median
+    of its rounds."""
     calibrating_spec = spec_of(workload, out, f"run.iterations={calibrating}", "placement.mode=auto")
     try:
         calibration = mf.run(calibrating_spec)
@@ -179,42 +183,52 @@ def bench(
             "auto_within_5pct": False,
             "auto_vs_fastest": None,
         }
-    runs = candidates(workload, iterations, colocate, out)
-    measured: dict[str, list[float]] = {c.label: [] for c in runs}
-    failures: dict[str, dict] = {}
-    for round_ in range(rounds):  # each round in the other order: a drift of the machine's speed evens out
-        for c in runs if round_ % 2 == 0 else runs[::-1]:
-            if c.label in failures:
+    cluster = Cluster.from_spec(calibrating_spec.cluster)
+    runs = candidates(workload, iterations, colocate, out, cluster)
+    predicted: list[list[float]] = [[] for _ in runs]  # per candidate, its plan's prediction as each round starts it
+    measured: list[list[float]] = [[] for _ in runs]
+    failures: dict[int, dict] = {}
+    order = list(range(len(runs)))
+    for round_ in range(rounds):
+        for i in order if round_ % 2 == 0 else order[::-1]:
+            c = runs[i]
+            if i in failures:
                 continue
+            planned = make_plan(build_graph(c.spec), cluster)  # as the run plans it: from the cache as it is now
+            predicted[i].append(planned.predicted.iteration_s)
             try:
                 run = mf.run(c.spec)
             except M2FlowError as exc:  # one candidate's failure is recorded, not the sweep's end
-                failures[c.label] = failed_row(c.mode, c.stages, c.planned, exc, c.spec, keep)
-                print(f"  {name:14s} {c.label:24s}  FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
+                failures[i] = {**failed_row(c.mode, c.stages, planned, exc, c.spec, keep), "rounds_s": measured[i]}
+                print(
+                    f"  {name:14s} {c.label:24s}  FAILED in round {round_ + 1}: {str(exc).splitlines()[0][:300]}",
+                    flush=True,
+                )
                 continue
-            measured[c.label].append(measured_iteration_s(run))
-            error = measured[c.label][-1] / c.planned.predicted.iteration_s - 1
+            measured[i].append(measured_iteration_s(run))
+            error = measured[i][-1] / predicted[i][-1] - 1
             print(
-                f"  {name:14s} {c.label:24s}  predicted {c.planned.predicted.iteration_s:7.3f} s"
-                f"  measured {measured[c.label][-1]:7.3f} s  ({error:+.1%}){'  <- auto' if c.is_auto else ''}"
+                f"  {name:14s} {c.label:24s}  predicted {predicted[i][-1]:7.3f} s"
+                f"  measured {measured[i][-1]:7.3f} s  ({error:+.1%}){'  <- auto' if c.is_auto else ''}"
                 + (f"  (round {round_ + 1})" if rounds > 1 else ""),
                 flush=True,
             )
     rows = []
-    for c in runs:
-        if c.label in failures:
-            rows.append({**failures[c.label], "auto": c.is_auto})
+    for i, c in enumerate(runs):
+        if i in failures:
+            rows.append({**failures[i], "auto": c.is_auto})
             continue
-        median = statistics.median(measured[c.label])
+        median = statistics.median(measured[i])
         rows.append(
             {
                 "mode": c.mode,
                 "stages": c.stages,
-                "predicted_s": c.planned.predicted.iteration_s,
+                "predicted_s": predicted[i][0],
+                "rounds_predicted_s": predicted[i],
                 "measured_s": median,
-                "rounds_s": measured[c.label],
-                "error": median / c.planned.predicted.iteration_s - 1,
-                "co_hosted": bool(c.planned.processes),
+                "rounds_s": measured[i],
+                "error": median / predicted[i][0] - 1,
+                "co_hosted": c.co_hosted,
                 "auto": c.is_auto,
             }
         )
@@ -236,6 +250,14 @@ def bench(
     }
 
 
+def at_least_one(text: str) -> int:
+    """`--rounds`: a count of one or more."""
+    count = int(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{count}: at least one round")
+    return count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", nargs="+", default=CPU_WORKLOADS, choices=list(WORKLOADS))
@@ -250,7 +272,10 @@ def main() -> None:
         "--colocate", nargs="+", default=["auto"], choices=["auto", "true", "false"], help="placement.colocate values"
     )
     parser.add_argument(
-        "--rounds", type=int, default=1, help="runs of each candidate, in alternating order: its median is measured"
+        "--rounds",
+        type=at_least_one,
+        default=1,
+        help="runs of each candidate, in alternating order: its median is measured",
     )
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = parser.parse_args()

@@ -95,3 +95,35 @@ def test_a_workload_whose_calibrating_run_fails_is_recorded_with_its_run_folder_
     benchmarks.io.save_result("planner_accuracy", payload, tmp_path)
     text = "\n".join(benchmarks.tables.planner_accuracy("planner_accuracy.json", benchmarks.io.Results(tmp_path)).lines)
     assert "| main | calibrating run (auto) |  | failed |  |  |" in text
+
+
+def test_rounds_run_every_candidate_again_in_the_other_order_and_measure_the_median_of_its_runs(
+    benchmarks, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path / "cache"))
+    ran = []
+
+    def run(spec):
+        ran.append((spec.placement.mode, spec.placement.pipeline_stages, spec.placement.colocate))
+        seconds = 1.0 + 0.1 * len(ran)  # each run its own time
+        calibrated = SimpleNamespace(
+            notes=[], mode="shared", pipeline_stages=1, predicted=SimpleNamespace(cost_sources={})
+        )
+        return SimpleNamespace(
+            plan=calibrated, history=[{"time/iteration_s": 99.0}] + [{"time/iteration_s": seconds}] * 2
+        )
+
+    monkeypatch.setattr(benchmarks.accuracy.mf, "run", run)
+    workload = benchmarks.accuracy.WORKLOADS["spin-per-call"]
+    result = benchmarks.accuracy.bench("spin", workload, 3, 3, ["auto"], tmp_path / "runs", tmp_path / "keep", rounds=2)
+    first, second = ran[1 : 1 + len(result["rows"])], ran[1 + len(result["rows"]) :]  # after the calibrating run
+    assert len(result["rows"]) > 1 and second == first[::-1]
+    for row in result["rows"]:
+        assert len(row["rounds_s"]) == 2 and row["measured_s"] == sum(row["rounds_s"]) / 2  # the median of two
+        assert row["predicted_s"] == row["rounds_predicted_s"][0]  # as its first run started: not from its own runs
+    assert sum(row["auto"] for row in result["rows"]) == 1
+
+
+def test_no_rounds_is_refused(benchmarks):
+    with pytest.raises(benchmarks.accuracy.argparse.ArgumentTypeError, match="at least one round"):
+        benchmarks.accuracy.at_least_one("0")
