@@ -23,7 +23,7 @@ import os
 import shutil
 import statistics
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from results_io import save_result
@@ -120,9 +120,10 @@ def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, spec: mf
     }
 
 
-@dataclass(frozen=True)
+@dataclass
 class Candidate:
-    """A layout of a workload to run: its settings' label, the spec that runs it, and whether auto chose it."""
+    """A layout of a workload, as its first run planned it (label, co-hosting, auto's or not), and its runs: the
+    prediction as each started, the iteration time each measured, its failure if one failed."""
 
     mode: str
     stages: int
@@ -130,29 +131,15 @@ class Candidate:
     co_hosted: bool
     spec: mf.WorkflowSpec
     is_auto: bool
+    layout: tuple
+    predicted: list[float] = field(default_factory=list)
+    measured: list[float] = field(default_factory=list)
+    failed: dict | None = None
+    relaid: bool = False  # a later run planned another layout than its first (co-hosting follows the costs)
 
 
-def candidates(
-    workload: Workload, iterations: int, colocate: list[str], out: Path, cluster: Cluster
-) -> list[Candidate]:
-    """Every feasible layout (mode x stages x colocate setting), each once, auto's choice marked."""
-    auto = make_plan(build_graph(spec_of(workload, out, "placement.pipeline_stages=auto")), cluster, mode="auto")
-    found, seen = [], set()  # layouts planned: another colocate setting may plan the same
-    for mode, stages, hosting in itertools.product(("shared", "hybrid", "disaggregated"), (1, 2, 4), colocate):
-        settings = [f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={hosting}"]
-        try:
-            planned = make_plan(build_graph(spec_of(workload, out, *settings)), cluster)
-        except (PlanError, SpecError):
-            continue  # infeasible here (devices, envs per slice)
-        layout = (planned.mode, stages, str(planned.placements), str(planned.processes))
-        if layout in seen:
-            continue
-        seen.add(layout)
-        label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
-        run_spec = spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false")
-        is_auto = layout == (auto.mode, auto.pipeline_stages, str(auto.placements), str(auto.processes))
-        found.append(Candidate(mode, stages, label, bool(planned.processes), run_spec, is_auto))
-    return found
+def layout_of(plan: Plan) -> tuple:
+    return (plan.mode, plan.pipeline_stages, str(plan.placements), str(plan.processes))
 
 
 def bench(
@@ -165,10 +152,10 @@ def bench(
     keep: Path,
     rounds: int = 1,
 ) -> dict:
-    """Calibrate `workload`, then run each candidate `rounds` times, each round in the other order (a drift of the
-    machine's speed evens out). A candidate's prediction is its plan's as it starts its first round, from the cache
-    as the calibration and the runs before it left it (its own runs not yet in it); its measured time is the median
-    of its rounds."""
+    """Calibrate `workload`, then run every layout of it `rounds` times, each round in the other order (a drift of
+    the machine's speed evens out). Each run is planned as it starts, from the cache as the calibration and the runs
+    before it left it, as the run itself plans: a candidate's prediction, label and co-hosting are its first run's;
+    its measured time is the median of its runs."""
     calibrating_spec = spec_of(workload, out, f"run.iterations={calibrating}", "placement.mode=auto")
     try:
         calibration = mf.run(calibrating_spec)
@@ -184,51 +171,44 @@ def bench(
             "auto_vs_fastest": None,
         }
     cluster = Cluster.from_spec(calibrating_spec.cluster)
-    runs = candidates(workload, iterations, colocate, out, cluster)
-    predicted: list[list[float]] = [[] for _ in runs]  # per candidate, its plan's prediction as each round starts it
-    measured: list[list[float]] = [[] for _ in runs]
-    failures: dict[int, dict] = {}
-    order = list(range(len(runs)))
-    for round_ in range(rounds):
-        for i in order if round_ % 2 == 0 else order[::-1]:
-            c = runs[i]
-            if i in failures:
-                continue
-            planned = make_plan(build_graph(c.spec), cluster)  # as the run plans it: from the cache as it is now
-            predicted[i].append(planned.predicted.iteration_s)
-            try:
-                run = mf.run(c.spec)
-            except M2FlowError as exc:  # one candidate's failure is recorded, not the sweep's end
-                failures[i] = {**failed_row(c.mode, c.stages, planned, exc, c.spec, keep), "rounds_s": measured[i]}
-                print(
-                    f"  {name:14s} {c.label:24s}  FAILED in round {round_ + 1}: {str(exc).splitlines()[0][:300]}",
-                    flush=True,
-                )
-                continue
-            measured[i].append(measured_iteration_s(run))
-            error = measured[i][-1] / predicted[i][-1] - 1
-            print(
-                f"  {name:14s} {c.label:24s}  predicted {predicted[i][-1]:7.3f} s"
-                f"  measured {measured[i][-1]:7.3f} s  ({error:+.1%}){'  <- auto' if c.is_auto else ''}"
-                + (f"  (round {round_ + 1})" if rounds > 1 else ""),
-                flush=True,
-            )
+    auto = make_plan(build_graph(spec_of(workload, out, "placement.pipeline_stages=auto")), cluster, mode="auto")
+    runs: list[Candidate] = []
+    for mode, stages, hosting in itertools.product(("shared", "hybrid", "disaggregated"), (1, 2, 4), colocate):
+        settings = [f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={hosting}"]
+        spec = spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false")
+        try:
+            planned = make_plan(build_graph(spec), cluster)
+        except (PlanError, SpecError):
+            continue  # infeasible here (devices, envs per slice)
+        if any(layout_of(planned) == c.layout for c in runs):
+            continue  # another colocate setting planned a layout already run
+        label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
+        is_auto = layout_of(planned) == layout_of(auto)
+        runs.append(Candidate(mode, stages, label, bool(planned.processes), spec, is_auto, layout_of(planned)))
+        run_once(name, runs[-1], planned, keep, 0, rounds)
+    for round_ in range(1, rounds):
+        for c in runs[::-1] if round_ % 2 else runs:
+            if c.failed is None:
+                planned = make_plan(build_graph(c.spec), cluster)
+                c.relaid |= layout_of(planned) != c.layout
+                run_once(name, c, planned, keep, round_, rounds)
     rows = []
-    for i, c in enumerate(runs):
-        if i in failures:
-            rows.append({**failures[i], "auto": c.is_auto})
+    for c in runs:
+        if c.failed is not None:
+            rows.append({**c.failed, "auto": c.is_auto})
             continue
-        median = statistics.median(measured[i])
+        median = statistics.median(c.measured)
         rows.append(
             {
                 "mode": c.mode,
                 "stages": c.stages,
-                "predicted_s": predicted[i][0],
-                "rounds_predicted_s": predicted[i],
+                "predicted_s": c.predicted[0],
+                "rounds_predicted_s": c.predicted,
                 "measured_s": median,
-                "rounds_s": measured[i],
-                "error": median / predicted[i][0] - 1,
+                "rounds_s": c.measured,
+                "error": median / c.predicted[0] - 1,
                 "co_hosted": c.co_hosted,
+                "relaid": c.relaid,
                 "auto": c.is_auto,
             }
         )
@@ -248,6 +228,28 @@ def bench(
         "auto_within_5pct": chosen is not None and chosen["measured_s"] <= fastest * (1 + NEAR_BEST),
         "auto_vs_fastest": chosen["measured_s"] / fastest if chosen else None,
     }
+
+
+def run_once(name: str, c: Candidate, planned: Plan, keep: Path, round_: int, rounds: int) -> None:
+    """Run candidate `c` once, as `planned` (its plan as the run starts), and record what it measured or why it
+    failed: a failed candidate is not run again, the sweep goes on."""
+    c.predicted.append(planned.predicted.iteration_s)
+    which = f"  (round {round_ + 1})" if rounds > 1 else ""
+    try:
+        run = mf.run(c.spec)
+    except M2FlowError as exc:
+        failure = failed_row(c.mode, c.stages, planned, exc, c.spec, keep)
+        c.failed = {**failure, "predicted_s": c.predicted[0], "rounds_predicted_s": c.predicted, "rounds_s": c.measured}
+        c.failed["failed_round"] = round_ + 1
+        print(f"  {name:14s} {c.label:24s}  FAILED{which}: {str(exc).splitlines()[0][:300]}", flush=True)
+        return
+    c.measured.append(measured_iteration_s(run))
+    error = c.measured[-1] / c.predicted[-1] - 1
+    print(
+        f"  {name:14s} {c.label:24s}  predicted {c.predicted[-1]:7.3f} s  measured {c.measured[-1]:7.3f} s"
+        f"  ({error:+.1%}){'  <- auto' if c.is_auto else ''}{which}",
+        flush=True,
+    )
 
 
 def at_least_one(text: str) -> int:

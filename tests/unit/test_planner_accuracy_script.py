@@ -2,6 +2,7 @@
 recorded with its error and run folder, and the sweep's table shows it, rather than the sweep ending with nothing
 saved."""
 
+import dataclasses
 import importlib
 from pathlib import Path
 from types import SimpleNamespace
@@ -97,31 +98,49 @@ def test_a_workload_whose_calibrating_run_fails_is_recorded_with_its_run_folder_
     assert "| main | calibrating run (auto) |  | failed |  |  |" in text
 
 
-def test_rounds_run_every_candidate_again_in_the_other_order_and_measure_the_median_of_its_runs(
+def test_rounds_run_every_candidate_as_planned_right_before_in_alternating_order_and_measure_the_median(
     benchmarks, tmp_path, monkeypatch
 ):
+    """Three rounds; each run's prediction is the number of runs before it (as if each run taught the cache), so
+    a prediction planned earlier than right before its run would show; one candidate fails in its second run."""
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path / "cache"))
-    ran = []
+    events, runs = [], []
+    real_make_plan = benchmarks.accuracy.make_plan
+
+    def make_plan(graph, cluster, **kwargs):
+        plan = real_make_plan(graph, cluster, **kwargs)
+        events.append(("plan", graph.spec.placement, len(runs)))
+        return dataclasses.replace(plan, predicted=dataclasses.replace(plan.predicted, iteration_s=float(len(runs))))
 
     def run(spec):
-        ran.append((spec.placement.mode, spec.placement.pipeline_stages, spec.placement.colocate))
-        seconds = 1.0 + 0.1 * len(ran)  # each run its own time
+        events.append(("run", spec.placement, len(runs)))
+        runs.append(spec.placement)
+        if len(runs) > 1 and spec.placement == runs[1] and runs.count(spec.placement) == 2:
+            raise WorkerError("env[0] failed in step")  # the first candidate, in its second round
         calibrated = SimpleNamespace(
             notes=[], mode="shared", pipeline_stages=1, predicted=SimpleNamespace(cost_sources={})
         )
+        seconds = 1.0 + len(runs) ** 2 / 100  # later runs ever slower: the median of three is not their mean
         return SimpleNamespace(
             plan=calibrated, history=[{"time/iteration_s": 99.0}] + [{"time/iteration_s": seconds}] * 2
         )
 
+    monkeypatch.setattr(benchmarks.accuracy, "make_plan", make_plan)
     monkeypatch.setattr(benchmarks.accuracy.mf, "run", run)
     workload = benchmarks.accuracy.WORKLOADS["spin-per-call"]
-    result = benchmarks.accuracy.bench("spin", workload, 3, 3, ["auto"], tmp_path / "runs", tmp_path / "keep", rounds=2)
-    first, second = ran[1 : 1 + len(result["rows"])], ran[1 + len(result["rows"]) :]  # after the calibrating run
-    assert len(result["rows"]) > 1 and second == first[::-1]
-    for row in result["rows"]:
-        assert len(row["rounds_s"]) == 2 and row["measured_s"] == sum(row["rounds_s"]) / 2  # the median of two
-        assert row["predicted_s"] == row["rounds_predicted_s"][0]  # as its first run started: not from its own runs
-    assert sum(row["auto"] for row in result["rows"]) == 1
+    result = benchmarks.accuracy.bench("spin", workload, 3, 3, ["auto"], tmp_path / "runs", tmp_path / "keep", rounds=3)
+    rows, candidates = result["rows"], runs[1 : 1 + len(result["rows"])]  # runs[0]: the calibrating run
+    assert len(rows) > 2
+    assert runs[1 + len(rows) :] == candidates[::-1] + candidates[1:]  # round 3: the failed first candidate not again
+    for i, event in enumerate(events):  # every candidate run planned right before it, from the cache as it is then
+        if event[0] == "run" and event[2] > 0:
+            assert events[i - 1] == ("plan", event[1], event[2])
+    failed, measured = rows[0], rows[1:]
+    assert failed["failed"] == "env[0] failed in step" and failed["failed_round"] == 2
+    assert len(failed["rounds_s"]) == 1 and failed["predicted_s"] == 1.0  # its first run's prediction: one run before
+    for k, row in enumerate(measured, start=2):
+        assert row["predicted_s"] == float(k) == row["rounds_predicted_s"][0]  # as its first run started
+        assert len(row["rounds_s"]) == 3 and row["measured_s"] == sorted(row["rounds_s"])[1] != sum(row["rounds_s"]) / 3
 
 
 def test_no_rounds_is_refused(benchmarks):
