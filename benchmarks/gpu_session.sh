@@ -16,7 +16,8 @@
 # how a core's physics slows with more simulator processes at once (physics_scaling.py) and the cores' topology;
 # `accuracy` planner_accuracy.py's camera-vit-gpu sweep (SECONDS_LIMIT, CALIBRATING); `sync` weight_sync.py (100M ViT, the
 # source's and destination's part of each sync; first at the commit of .whl/before/, if there) and the CUDA IPC and checksum GPU tests (ITERATIONS);
-# `contention` the act call beside EGL renderers by variant (gpu_contention.py); `tests` only the GPU tests (pytest -m gpu) and the
+# `contention` the act call beside EGL renderers by variant (gpu_contention.py); `overlap` a training update beside the act
+# call in another process, in a thread, and at a lower stream priority (gpu_training_overlap.py); `tests` only the GPU tests (pytest -m gpu) and the
 # tiled renderer's tests on EGL (TESTS_K: only those GPU tests, with tracebacks); `async` synchronous vs one-step-off PPO on HalfCheetah (benchmarks/async.py;
 # STALENESS="1 2" adds k-off variants, DROP=1 each with on_stale: drop); `sac_camera` SAC from pixels (metrics.jsonl).
 # Each results JSON carries a `meta` block (commit, date, machine: results_io.save_result); each copied metrics.jsonl
@@ -95,6 +96,11 @@ if [ "${1:-all}" = contention ]; then  # the act call beside EGL renderers, by v
   ls /usr/lib/x86_64-linux-gnu | grep -i -E "osmesa|EGL_mesa|gallium|libLLVM" | tee "$OUT/mesa.txt"
   timeout 400 python3 benchmarks/gpu_contention.py --renderers ${RENDERERS:-12} --envs ${ENVS:-16} --name "${NAME:-gpu_contention}" --out "$OUT" 2>&1 | grep -v "WARN\|INFO\|warn" \
     | tail -12 | tee "$OUT/${NAME:-gpu_contention}.txt"
+  exit 0
+fi
+if [ "${1:-all}" = overlap ]; then  # a training update beside the act call on one GPU, by process and stream priority
+  timeout 300 python3 benchmarks/gpu_training_overlap.py --seconds "${SECONDS_EACH:-6}" --minibatch "${MINIBATCH:-2048}" \
+    --name "${NAME:-gpu_training_overlap}" --out "$OUT" 2>&1 | grep -v "WARN\|INFO\|warn" | tail -12 | tee "$OUT/${NAME:-gpu_training_overlap}.txt"
   exit 0
 fi
 if [ "${1:-all}" = one_off ]; then  # at most 8 files come back: 2 runs x (json, log), the GPU's utilisation, gpu.txt
