@@ -138,10 +138,6 @@ class Candidate:
     relaid: bool = False  # a later run planned another layout than its first (co-hosting follows the costs)
 
 
-def layout_of(plan: Plan) -> tuple:
-    return (plan.mode, plan.pipeline_stages, str(plan.placements), str(plan.processes))
-
-
 def bench(
     name: str,
     workload: Workload,
@@ -180,17 +176,17 @@ def bench(
             planned = make_plan(build_graph(spec), cluster)
         except (PlanError, SpecError):
             continue  # infeasible here (devices, envs per slice)
-        if any(layout_of(planned) == c.layout for c in runs):
+        if any(planned.layout == c.layout for c in runs):
             continue  # another colocate setting planned a layout already run
         label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
-        is_auto = layout_of(planned) == layout_of(auto)
-        runs.append(Candidate(mode, stages, label, bool(planned.processes), spec, is_auto, layout_of(planned)))
+        is_auto = planned.layout == auto.layout
+        runs.append(Candidate(mode, stages, label, bool(planned.processes), spec, is_auto, planned.layout))
         run_once(name, runs[-1], planned, keep, 0, rounds)
     for round_ in range(1, rounds):
         for c in runs[::-1] if round_ % 2 else runs:
             if c.failed is None:
                 planned = make_plan(build_graph(c.spec), cluster)
-                c.relaid |= layout_of(planned) != c.layout
+                c.relaid |= planned.layout != c.layout
                 run_once(name, c, planned, keep, round_, rounds)
     rows = []
     for c in runs:

@@ -370,6 +370,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_cpu_dec06c": partial(planner_accuracy, "planner_accuracy_cpu_dec06c.json"),
     "planner_accuracy_cpu_dec06d": partial(planner_accuracy, "planner_accuracy_cpu_dec06d.json"),
     "planner_accuracy_cpu_dec06e": partial(planner_accuracy, "planner_accuracy_cpu_dec06e.json"),
+    "planner_accuracy_cpu_dec06f": partial(planner_accuracy, "planner_accuracy_cpu_dec06f.json"),
     "planner_accuracy_cpu_dec06c_main": partial(planner_accuracy, "planner_accuracy_cpu_dec06c_main.json"),
     "cost_cache_quiet": partial(cost_cache, "cost_cache_quiet.json"),
     "cost_cache_disturbed": partial(cost_cache, "cost_cache_disturbed.json"),

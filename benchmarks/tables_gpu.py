@@ -87,6 +87,36 @@ def gpu_contention(rel: str, res: Results) -> Block:
     return Block([caption, "", *table(header, rows, "llrrrrr")], [rel])
 
 
+OVERLAP_WHERE = {
+    "processes": "another process (as m2flow runs it today)",
+    "threads": "a thread of the acting process, one stream priority",
+    "priority": "a thread of the acting process, lowest stream priority (acting's highest)",
+}
+
+
+def training_overlap(rel: str, res: Results) -> Block:
+    """Per variant: the act call's median latency and the update's steps/s while both run on the GPU, each against
+    alone (gpu_training_overlap.py)."""
+    data = res.json(rel)
+    alone, args = data["alone"], data["args"]
+    rows = [
+        [
+            OVERLAP_WHERE[row["variant"]],
+            f"{fixed(row['act_ms'], 2)} ({times(row['act_vs_alone'])})",
+            f"{fixed(row['update_per_s'], 2)} ({times(row['update_vs_alone'])})",
+        ]
+        for row in data["rows"]
+    ]
+    caption = (
+        f"*a 100M ViT (bf16) acting on {data['act_batch']} camera observations from host arrays beside a PPO-shaped"
+        f" update of another copy of it (minibatch {args['minibatch']:,}, bf16 autocast, AdamW) on the same GPU; alone"
+        f" an act call took {fixed(alone['act_ms'], 2)} ms and the update {fixed(alone['update_per_s'], 2)} steps/s;"
+        f" medians over {args['seconds']:g} s each*"
+    )
+    header = ["the update runs in", "act ms (vs alone)", "update steps/s (vs alone)"]
+    return Block([caption, "", *table(header, rows, "lrr")], [rel])
+
+
 class FirstRow(NamedTuple):
     """The first row of a table of runs, which the others are against."""
 

@@ -44,19 +44,21 @@ def planner_hand_layouts(res: Results) -> Block:
 
 def planner_accuracy(rel: str, res: Results) -> Block:
     data = res.json(rel)
+    by_round = any(len(r.get("rounds_predicted_s", [])) > 1 for w in data["workloads"] for r in w["rows"])
     rows = []
     for w in data["workloads"]:
         if "failed" in w.get("calibration", {}):  # its calibrating run failed: no candidate ran
-            rows.append([w["workload"], "calibrating run (auto)", "", "failed", "", ""])
+            rows.append([w["workload"], "calibrating run (auto)", "", "failed", "", ""] + [""] * by_round)
         rows += [
             [
                 w["workload"],
                 f"{r['mode']} S={r['stages']}" + (" co-hosted" if r.get("co_hosted") else ""),
-                fixed(r["predicted_s"]),
-                _measured(r),
+                _with_rounds(r["predicted_s"], r.get("rounds_predicted_s", [])),
+                _with_rounds(r["measured_s"], r.get("rounds_s", [])) if "measured_s" in r else "failed",
                 pct(r["error"]) if "measured_s" in r else "",
-                "auto" if r.get("auto") else "",
             ]
+            + ([_round_errors(r)] if by_round else [])
+            + [", ".join(mark for mark, on in (("auto", r.get("auto")), ("relaid", r.get("relaid"))) if on)]
             for r in w["rows"]
             if "measured_s" in r or "failed" in r
         ]
@@ -69,18 +71,29 @@ def planner_accuracy(rel: str, res: Results) -> Block:
             if rounds > 1
             else ""
         )
+        + (
+            "; each run planned as it started, from the cache the runs before it left: a candidate's prediction is"
+            " its first round's (each round's in brackets, each round's own error beside), `relaid`: a later round"
+            " planned another process layout"
+            if by_round
+            else ""
+        )
         + f"; `{data['summary']}`*"
     )
-    header = ["workload", "plan", "predicted s", "measured s", "error", "chosen"]
-    return Block([caption, "", *table(header, rows, "llrrrl")], [rel])
+    header = ["workload", "plan", "predicted s", "measured s", "error"]
+    header += ["error by round"] * by_round + ["chosen"]
+    return Block([caption, "", *table(header, rows, "llrrr" + "r" * by_round + "l")], [rel])
 
 
-def _measured(row: dict) -> str:
-    """A candidate's measured seconds: the median of its rounds, each round's beside it where there were several."""
-    if "measured_s" not in row:
-        return "failed"
-    rounds = row.get("rounds_s", [])
-    return fixed(row["measured_s"]) + (f" ({', '.join(fixed(s) for s in rounds)})" if len(rounds) > 1 else "")
+def _with_rounds(seconds: float, rounds: list[float]) -> str:
+    """A candidate's seconds, each round's beside them where there were several."""
+    return fixed(seconds) + (f" ({', '.join(fixed(s) for s in rounds)})" if len(rounds) > 1 else "")
+
+
+def _round_errors(row: dict) -> str:
+    """Each round's measured time against that round's own prediction (a round that failed has none)."""
+    pairs = zip(row.get("rounds_predicted_s", []), row.get("rounds_s", []), strict=False)
+    return ", ".join(pct(measured / predicted - 1) for predicted, measured in pairs)
 
 
 def cost_cache(rel: str, res: Results) -> Block:

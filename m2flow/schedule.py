@@ -263,6 +263,12 @@ class Plan:
     memory_shares: dict[ReplicaId, float] = field(default_factory=dict)  # of a shared GPU, per replica's process
     merge_slices: list[str] = field(default_factory=list)  # loop ports taking in later slices (planners/merging.py)
 
+    @property
+    def layout(self) -> tuple:
+        """What a switch to another plan would change: the mode, the stages, where replicas run and which share a
+        process."""
+        return self.mode, self.pipeline_stages, self.placements, self.processes
+
     def occupants(self) -> Counter[DeviceId]:
         """How many replicas (of any worker) each device hosts."""
         return Counter(d for p in self.placements.values() for d in p.replica_devices)

@@ -175,11 +175,6 @@ def _label(plan: Plan) -> str:
     return f"{plan.mode} S={plan.pipeline_stages}" + (" (co-hosted replicas)" if plan.processes else "")
 
 
-def _layout(plan: Plan) -> tuple:
-    """What a switch would change: the mode, the stages, where replicas run and which share a process."""
-    return plan.mode, plan.pipeline_stages, plan.placements, plan.processes
-
-
 def _tryable(graph: MacroGraph, candidate: Plan, current: Plan) -> bool:
     """Whether running `candidate` would measure the loop's ports at other batch sizes — other slices per replica
     — on the workers as they are (no knobs the planner sets, e.g. envs per replica, other than theirs: those need
@@ -338,8 +333,8 @@ def replan(
         why = f"replan: keeping {_label(current)}: the best alternative is refused: {exc}"
         return Decision(replace(merged, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
-    same = _layout(best) == _layout(current)
-    back = running.tried_from is not None and _layout(best) == _layout(running.tried_from)
+    same = best.layout == current.layout
+    back = running.tried_from is not None and best.layout == running.tried_from.layout
     if same or new_s > now_s * (1 - (BACK_GAIN if back else REPLAN_GAIN)):
         trial = _trial(graph, cluster, current, best, measured) if may_try else None
         if trial is not None:
@@ -378,7 +373,7 @@ def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measu
             candidate = make_plan(graph, cluster, profile)
         except PlanError:
             continue
-        if not _tryable(graph, candidate, current) or _layout(candidate) == _layout(best):
+        if not _tryable(graph, candidate, current) or candidate.layout == best.layout:
             continue
         current_s = simulate_plan(graph, current, profile).prediction.iteration_s
         gains.append((1 - candidate.predicted.iteration_s / current_s, per_call, candidate))

@@ -77,6 +77,48 @@ def test_the_accuracy_table_shows_a_failed_candidate_beside_the_measured_ones(be
     assert "| metaworld | hybrid S=2 | 2.000 | failed |  |  |" in text
 
 
+def test_the_accuracy_table_of_rounds_shows_each_round_s_prediction_and_its_own_error_and_a_relaid_layout(
+    benchmarks, tmp_path
+):
+    rows = [
+        {
+            "mode": "shared",
+            "stages": 1,
+            "predicted_s": 1.0,
+            "rounds_predicted_s": [1.0, 0.8],
+            "measured_s": 0.9,
+            "rounds_s": [0.9, 0.88],
+            "error": -0.1,
+            "co_hosted": True,
+            "relaid": True,
+            "auto": True,
+        },
+        {
+            "mode": "hybrid",
+            "stages": 2,
+            "predicted_s": 2.0,
+            "rounds_predicted_s": [2.0, 2.2],
+            "rounds_s": [2.1],
+            "failed": "waited 60s",
+            "failed_round": 2,
+            "auto": False,
+        },
+    ]
+    payload = {
+        "args": {"iterations": 5, "rounds": 2},
+        "workloads": [{"workload": "main", "rows": rows}],
+        "summary": "s",
+    }
+    benchmarks.io.save_result("planner_accuracy", payload, tmp_path)
+    text = "\n".join(benchmarks.tables.planner_accuracy("planner_accuracy.json", benchmarks.io.Results(tmp_path)).lines)
+    assert (
+        "| main | shared S=1 co-hosted | 1.000 (1.000, 0.800) | 0.900 (0.900, 0.880) | -10.0% | -10.0%, +10.0%"
+        " | auto, relaid |" in text
+    )
+    assert "| main | hybrid S=2 | 2.000 (2.000, 2.200) | failed |  | +5.0% |  |" in text
+    assert "each round's own error beside" in text
+
+
 def test_a_workload_whose_calibrating_run_fails_is_recorded_with_its_run_folder_and_shown_in_the_table(
     benchmarks, tmp_path, monkeypatch
 ):
