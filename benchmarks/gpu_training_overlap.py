@@ -33,6 +33,7 @@ from results_io import save_result
 
 ACT_BATCH = 96  # the S=2 slice of configs/ppo_camera_gpu.yaml's 192 envs
 WARM_UP_STEPS = 3
+START_S = 300.0  # for the update loop to build its model and take its warm-up steps
 VARIANTS = ("processes", "threads", "priority")
 
 
@@ -131,8 +132,12 @@ def beside(variant: str, act: Callable[[], None], args: argparse.Namespace) -> d
 
     worker.start()
     try:
-        if not ready.wait(timeout=300):
-            raise TimeoutError(f"{variant}: the update loop did not start within 300 s")
+        started_by = time.monotonic() + START_S
+        while not ready.wait(timeout=1.0):
+            if not worker.is_alive():
+                raise RuntimeError(f"{variant}: the update loop ended before it started (its error is above)")
+            if time.monotonic() > started_by:
+                raise TimeoutError(f"{variant}: the update loop did not start within {START_S:g} s")
         counter = StepCounter(steps)
         counter.start()
         act_ms = latency_ms(act_on_stream, args.seconds)
@@ -151,8 +156,11 @@ def main() -> None:
     parser.add_argument("--name", default="gpu_training_overlap")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
+    import torch
+
     act = act_call(ACT_BATCH, graph=False)
     alone = {"act_ms": latency_ms(act, args.seconds), "update_per_s": rate_alone(args.minibatch, args.seconds)}
+    torch.cuda.empty_cache()  # the update's memory back to the device, for the update in another process
     print(f"alone     act {alone['act_ms']:7.2f} ms; update {alone['update_per_s']:6.2f} steps/s", flush=True)
     rows = []
     for variant in VARIANTS:
