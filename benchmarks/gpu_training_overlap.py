@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +35,8 @@ from results_io import save_result
 ACT_BATCH = 96  # the S=2 slice of configs/ppo_camera_gpu.yaml's 192 envs
 WARM_UP_STEPS = 3
 START_S = 300.0  # for the update loop to build its model and take its warm-up steps
-VARIANTS = ("processes", "threads", "priority")
+VARIANTS = ("processes", "threads", "priority", "priority_short_switch")
+SHORT_SWITCH_S = 0.0005  # the interpreter's GIL switch interval in `priority_short_switch` (Python's default: 5 ms)
 
 
 def update_step(minibatch: int) -> Callable[[], None]:
@@ -122,9 +124,12 @@ def beside(variant: str, act: Callable[[], None], args: argparse.Namespace) -> d
         worker = context.Process(target=train_until, args=(args.minibatch, steps, ready, stop, None), daemon=True)
     else:
         steps, ready, stop = mp.Value("l", 0), threading.Event(), threading.Event()
-        low = 0 if variant == "priority" else None  # 0: the lowest priority torch's streams take
+        low = 0 if variant.startswith("priority") else None  # 0: the lowest priority torch's streams take
         worker = threading.Thread(target=train_until, args=(args.minibatch, steps, ready, stop, low), daemon=True)
-    act_stream = torch.cuda.Stream(priority=-100 if variant == "priority" else 0)  # clamped to the highest
+    act_stream = torch.cuda.Stream(priority=-100 if variant.startswith("priority") else 0)  # clamped to the highest
+    switch = sys.getswitchinterval()
+    if variant == "priority_short_switch":
+        sys.setswitchinterval(SHORT_SWITCH_S)
 
     def act_on_stream() -> None:
         with torch.cuda.stream(act_stream):
@@ -143,6 +148,7 @@ def beside(variant: str, act: Callable[[], None], args: argparse.Namespace) -> d
         act_ms = latency_ms(act_on_stream, args.seconds)
         return {"variant": variant, "act_ms": act_ms, "update_per_s": counter.per_s()}
     finally:
+        sys.setswitchinterval(switch)
         stop.set()
         worker.join(timeout=60)
         if variant == "processes" and worker.is_alive():
