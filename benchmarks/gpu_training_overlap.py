@@ -1,6 +1,6 @@
 """Can a training update share one GPU with acting without slowing it? The 100M ViT's act call (bf16, the S=2
 slice of 192 envs) beside a PPO-shaped update of another copy of it (a minibatch of 2,048, bf16 autocast,
-AdamW, gradient clipping, one host read a step), on one GPU, four ways:
+AdamW, gradient clipping, one host read a step), on one GPU, five ways:
 
 - `alone`: each by itself;
 - `processes`: the update in a process of its own, as m2flow runs a training worker beside an inference worker on
@@ -8,7 +8,9 @@ AdamW, gradient clipping, one host read a step), on one GPU, four ways:
 - `threads`: the update in a thread of the acting process, each on a stream of its own at one priority: one
   context, so the kernels of both may run at once;
 - `priority`: as `threads`, with acting's stream at the highest priority the device offers and the update's at
-  the lowest, so the GPU's block scheduler serves acting's kernels first.
+  the lowest, so the GPU's block scheduler serves acting's kernels first;
+- `priority_short_switch`: as `priority`, the interpreter switching threads every 0.5 ms (not 5 ms), to tell a
+  wait on the GIL from a wait on the GPU.
 
 Per variant: the act latency (median ms) and the update's steps/s, each against alone. One-step-off PPO on one
 GPU overlaps the two (RESULTS.md: acting 1.22-2.10x and the update 1.70-2.02x slower than alone); this measures
@@ -16,7 +18,7 @@ whether hosting them in one process at two priorities would keep acting near its
 
     python benchmarks/gpu_training_overlap.py [--seconds 6] [--minibatch 2048] [--out benchmarks/results]
 
-Ends with `training beside acting: act X.XXx alone in processes, Y.YYx in threads, Z.ZZx at priority; update ...`.
+Ends with `training beside acting: act X.XXx alone in processes, Y.YYx alone in threads, ...; update ...`.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from tables_gpu import (
     VIT_300M_SYNC,
     gpu_contention,
     pipeline_runs,
+    training_overlap,
 )
 from tables_learning import learning, locomotion
 from tables_planner import (
@@ -399,6 +400,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h200_trial": partial(planner_accuracy, ACCURACY_H200_TRIAL),
     "planner_accuracy_h200_dec05": partial(planner_accuracy, "gpu26/planner_accuracy.json"),
     "planner_accuracy_h100_dec06": partial(planner_accuracy, "gpu28/planner_accuracy.json"),
+    "planner_accuracy_h100_dec06b": partial(planner_accuracy, "gpu31/planner_accuracy.json"),
+    "planner_accuracy_h100_dec06b_repeat": partial(planner_accuracy, "gpu31/planner_accuracy_repeat.json"),
+    "gpu_training_overlap_h100": partial(training_overlap, "gpu31/gpu_training_overlap.json"),
+    "gpu_training_overlap_h100_first": partial(training_overlap, "gpu31/gpu_training_overlap_first.json"),
     "hf_policy_h200": hf_policy,
     "learning": partial(learning, LEARNING),
     **{f"locomotion_{task}": partial(locomotion, f"learning_{task}_300k.json") for task in LOCOMOTION},
