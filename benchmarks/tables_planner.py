@@ -96,6 +96,32 @@ def _round_errors(row: dict) -> str:
     return ", ".join(pct(measured / predicted - 1) for predicted, measured in pairs)
 
 
+def hop_by_plan(rel: str, res: Results) -> Block:
+    """Per workload and plan: the message hop its own run calibrated, against the calibrating run's."""
+    data = res.json(rel)
+    rows = []
+    for w in data["workloads"]:
+        first = w["rows"][0]["hop_ms"]
+        rows += [
+            [
+                w["workload"],
+                r["plan"] + (" (calibrating run)" if r["role"] == "calibrating run" else ""),
+                "none" if r["hop_ms"] is None else fixed(r["hop_ms"]),
+                times(r["hop_ms"] / first) if r["hop_ms"] is not None and first else "",
+                fixed(r["measured_s"]),
+            ]
+            for r in w["rows"]
+        ]
+    caption = (
+        f"*each workload's calibrating run ({data['args']['calibration_iterations']} iterations, auto), then each"
+        f" plan run for {data['args']['iterations']} iterations from the port costs it cached, without its hop; hop:"
+        " the cost of a loop message between processes that makes the loop predicted from the run's own port costs"
+        f" take what it measured; `{data['summary']}`*"
+    )
+    header = ["workload", "plan", "hop ms", "vs calibrating run's", "measured s"]
+    return Block([caption, "", *table(header, rows, "llrrr")], [rel])
+
+
 def cost_cache(rel: str, res: Results) -> Block:
     data = res.json(rel)
     policies = ("median", "last run")
