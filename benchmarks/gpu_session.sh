@@ -99,7 +99,7 @@ if [ "${1:-all}" = contention ]; then  # the act call beside EGL renderers, by v
   exit 0
 fi
 if [ "${1:-all}" = overlap ]; then  # a training update beside the act call on one GPU, by process and stream priority
-  timeout 300 python3 benchmarks/gpu_training_overlap.py --seconds "${SECONDS_EACH:-6}" --minibatch "${MINIBATCH:-2048}" \
+  timeout 400 python3 benchmarks/gpu_training_overlap.py --seconds "${SECONDS_EACH:-6}" --minibatch "${MINIBATCH:-2048}" \
     --name "${NAME:-gpu_training_overlap}" --out "$OUT" > "$OUT/${NAME:-gpu_training_overlap}.log" 2>&1
   grep -v "WARN\|INFO\|warn" "$OUT/${NAME:-gpu_training_overlap}.log" | tail -12
   exit 0

@@ -5,10 +5,11 @@ AdamW, gradient clipping, one host read a step), on one GPU, five ways:
 - `alone`: each by itself;
 - `processes`: the update in a process of its own, as m2flow runs a training worker beside an inference worker on
   one GPU today: the driver time-slices the two processes' CUDA contexts;
-- `threads`: the update in a thread of the acting process, each on a stream of its own at one priority: one
-  context, so the kernels of both may run at once;
-- `priority`: as `threads`, with acting's stream at the highest priority the device offers and the update's at
-  the lowest, so the GPU's block scheduler serves acting's kernels first;
+- `threads`: the update in a thread of the acting process, on the default stream, acting on a stream of its own
+  at the same priority: one context, so the kernels of both may run at once;
+- `priority`: the update in a thread on a stream of its own at the lowest priority, acting's at the highest the
+  device offers, so the GPU's block scheduler serves acting's kernels first (two changes from `threads`: the
+  update's stream and the priorities);
 - `priority_short_switch`: as `priority`, the interpreter switching threads every 0.5 ms (not 5 ms), to tell a
   wait on the GIL from a wait on the GPU.
 
@@ -36,7 +37,8 @@ from results_io import save_result
 
 ACT_BATCH = 96  # the S=2 slice of configs/ppo_camera_gpu.yaml's 192 envs
 WARM_UP_STEPS = 3
-START_S = 300.0  # for the update loop to build its model and take its warm-up steps
+START_S = 120.0  # for the update loop to build its model and take its warm-up steps
+STOP_S = 60.0  # for the update loop to end its step once told to stop
 VARIANTS = ("processes", "threads", "priority", "priority_short_switch")
 SHORT_SWITCH_S = 0.0005  # the interpreter's GIL switch interval in `priority_short_switch` (Python's default: 5 ms)
 
@@ -148,13 +150,19 @@ def beside(variant: str, act: Callable[[], None], args: argparse.Namespace) -> d
         counter = StepCounter(steps)
         counter.start()
         act_ms = latency_ms(act_on_stream, args.seconds)
-        return {"variant": variant, "act_ms": act_ms, "update_per_s": counter.per_s()}
+        update_per_s = counter.per_s()
+        if not worker.is_alive():
+            raise RuntimeError(f"{variant}: the update loop ended while acting was measured (its error is above)")
     finally:
         sys.setswitchinterval(switch)
         stop.set()
-        worker.join(timeout=60)
+        worker.join(timeout=STOP_S)
         if variant == "processes" and worker.is_alive():
             worker.kill()
+            worker.join(timeout=STOP_S)
+    if worker.is_alive():  # a thread cannot be killed: it would run beside the next variant
+        raise TimeoutError(f"{variant}: the update loop did not stop within {STOP_S:g} s of being told to")
+    return {"variant": variant, "act_ms": act_ms, "update_per_s": update_per_s}
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ predicted with the calibrating plan's hop are off by the difference times their 
 
     python benchmarks/hop_by_plan.py [--workloads main camera] [--iterations 5] [--out benchmarks/results]
 
-Ends with `hop by plan: main 0.14-0.29 ms (calibrating plan 0.29), camera ...`.
+Ends with `hop by plan: main 0.15-0.34 ms (calibrating plan 0.289 ms), camera ...`.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class Candidate:
     co_hosted: bool
     spec: mf.WorkflowSpec
     is_auto: bool
-    layout: tuple
+    layout_key: tuple
     predicted: list[float] = field(default_factory=list)
     measured: list[float] = field(default_factory=list)
     failed: dict | None = None
@@ -176,17 +176,17 @@ def bench(
             planned = make_plan(build_graph(spec), cluster)
         except (PlanError, SpecError):
             continue  # infeasible here (devices, envs per slice)
-        if any(planned.layout == c.layout for c in runs):
+        if any(planned.layout_key == c.layout_key for c in runs):
             continue  # another colocate setting planned a layout already run
         label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
-        is_auto = planned.layout == auto.layout
-        runs.append(Candidate(mode, stages, label, bool(planned.processes), spec, is_auto, planned.layout))
+        is_auto = planned.layout_key == auto.layout_key
+        runs.append(Candidate(mode, stages, label, bool(planned.processes), spec, is_auto, planned.layout_key))
         run_once(name, runs[-1], planned, keep, 0, rounds)
     for round_ in range(1, rounds):
         for c in runs[::-1] if round_ % 2 else runs:
             if c.failed is None:
                 planned = make_plan(build_graph(c.spec), cluster)
-                c.relaid |= planned.layout != c.layout
+                c.relaid |= planned.layout_key != c.layout_key
                 run_once(name, c, planned, keep, round_, rounds)
     rows = []
     for c in runs:

@@ -89,8 +89,8 @@ def gpu_contention(rel: str, res: Results) -> Block:
 
 OVERLAP_WHERE = {
     "processes": "another process (as m2flow runs it today)",
-    "threads": "a thread of the acting process, one stream priority",
-    "priority": "a thread of the acting process, lowest stream priority (acting's highest)",
+    "threads": "a thread of the acting process, on the default stream (acting on its own, same priority)",
+    "priority": "a thread of the acting process, on its own stream at the lowest priority (acting's highest)",
     "priority_short_switch": "as above, the GIL switched every 0.5 ms (not 5 ms)",
 }
 
@@ -112,7 +112,8 @@ def training_overlap(rel: str, res: Results) -> Block:
         f"*a 100M ViT (bf16) acting on {data['act_batch']} camera observations from host arrays beside a PPO-shaped"
         f" update of another copy of it (minibatch {args['minibatch']:,}, bf16 autocast, AdamW) on the same GPU; alone"
         f" an act call took {fixed(alone['act_ms'], 2)} ms and the update {fixed(alone['update_per_s'], 2)} steps/s;"
-        f" medians over {args['seconds']:g} s each*"
+        f" the act call's median over {args['seconds']:g} s a variant, the update's steps over the same window,"
+        " acting's warm-up calls included*"
     )
     header = ["the update runs in", "act ms (vs alone)", "update steps/s (vs alone)"]
     return Block([caption, "", *table(header, rows, "lrr")], [rel])

@@ -264,7 +264,7 @@ class Plan:
     merge_slices: list[str] = field(default_factory=list)  # loop ports taking in later slices (planners/merging.py)
 
     @property
-    def layout(self) -> tuple:
+    def layout_key(self) -> tuple:
         """What a switch to another plan would change: the mode, the stages, where replicas run and which share a
         process."""
         return self.mode, self.pipeline_stages, self.placements, self.processes

@@ -333,8 +333,8 @@ def replan(
         why = f"replan: keeping {_label(current)}: the best alternative is refused: {exc}"
         return Decision(replace(merged, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
-    same = best.layout == current.layout
-    back = running.tried_from is not None and best.layout == running.tried_from.layout
+    same = best.layout_key == current.layout_key
+    back = running.tried_from is not None and best.layout_key == running.tried_from.layout_key
     if same or new_s > now_s * (1 - (BACK_GAIN if back else REPLAN_GAIN)):
         trial = _trial(graph, cluster, current, best, measured) if may_try else None
         if trial is not None:
@@ -373,7 +373,7 @@ def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measu
             candidate = make_plan(graph, cluster, profile)
         except PlanError:
             continue
-        if not _tryable(graph, candidate, current) or candidate.layout == best.layout:
+        if not _tryable(graph, candidate, current) or candidate.layout_key == best.layout_key:
             continue
         current_s = simulate_plan(graph, current, profile).prediction.iteration_s
         gains.append((1 - candidate.predicted.iteration_s / current_s, per_call, candidate))
