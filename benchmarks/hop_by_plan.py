@@ -26,7 +26,7 @@ from results_io import save_result
 
 import m2flow as mf
 from m2flow.cluster import Cluster
-from m2flow.errors import PlanError, SpecError
+from m2flow.errors import M2FlowError, PlanError, SpecError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
 from m2flow.planners.cache import load_calibration, workflow_key
@@ -58,7 +58,12 @@ def bench(name: str, workload: Workload, iterations: int, calibrating: int, out:
             continue  # infeasible here
         if colocate == "true" and not planned.processes:
             continue  # nothing to co-host: the row before
-        run = mf.run(spec)
+        try:
+            run = mf.run(spec)
+        except M2FlowError as exc:  # the plan's failure is recorded, not the sweep's end
+            rows.append({"role": "candidate", "plan": label_of(planned), "hop_ms": None, "failed": str(exc)})
+            print(f"  {name:8s} {rows[-1]['plan']:36s} FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
+            continue
         rows.append(row_of(planned, "candidate", load_calibration(graph), run))
         print(f"  {name:8s} {rows[-1]['plan']:36s} hop {_ms(rows[-1]['hop_ms'])}", flush=True)
     return {"workload": name, "rows": rows}
@@ -68,16 +73,23 @@ def candidate_cache(calibrated: Path, copy: Path, graph: MacroGraph) -> Path:
     """A copy of the cache the calibration left, for one candidate's run: its port costs, not the workflow's
     calibrated hop and controller time (`planners.cache.save_calibration`), which the run then calibrates alone."""
     shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(calibrated, copy)
+    if calibrated.exists():
+        shutil.copytree(calibrated, copy)
+    else:  # the calibrating run cached nothing
+        copy.mkdir(parents=True)
     (copy / f"{workflow_key(graph)}.json").unlink(missing_ok=True)
     return copy
+
+
+def label_of(plan: Plan) -> str:
+    return f"{plan.mode} S={plan.pipeline_stages}" + (" co-hosted" if plan.processes else "")
 
 
 def row_of(plan: Plan, role: str, calibration: dict[str, float], result) -> dict:
     hop = calibration.get("hop_s")  # none: the run's loop sent no message between processes, or the trace said none
     return {
         "role": role,
-        "plan": f"{plan.mode} S={plan.pipeline_stages}" + (" co-hosted" if plan.processes else ""),
+        "plan": label_of(plan),
         "hop_ms": None if hop is None else 1e3 * hop,
         "measured_s": measured_iteration_s(result),
     }

@@ -106,9 +106,9 @@ def hop_by_plan(rel: str, res: Results) -> Block:
             [
                 w["workload"],
                 r["plan"] + (" (calibrating run)" if r["role"] == "calibrating run" else ""),
-                "none" if r["hop_ms"] is None else fixed(r["hop_ms"]),
+                "failed" if "failed" in r else "none" if r["hop_ms"] is None else fixed(r["hop_ms"]),
                 times(r["hop_ms"] / first) if r["hop_ms"] is not None and first else "",
-                fixed(r["measured_s"]),
+                fixed(r["measured_s"]) if "measured_s" in r else "",
             ]
             for r in w["rows"]
         ]
