@@ -1,15 +1,17 @@
-"""What a message between two processes costs, as each plan's own run calibrates it.
+"""What a message between two processes costs per item it carries, as each plan's own run calibrates it.
 
-After a run, the re-planner fits the cost of a loop message between processes (the hop) so that the loop it
-predicts from the run's own port costs takes what the loop measured (`replan.calibrate_run`); one hop value
-then serves every plan the next runs weigh. This runs a workload's calibrating run, then each candidate plan
-(shared and hybrid, 1, 2 and 4 stages, a process per replica and co-hosted) from the costs the calibration
-cached, and reads the hop that candidate's own run calibrated: where it differs from plan to plan, plans
-predicted with the calibrating plan's hop are off by the difference times their messages.
+A loop message between processes costs a hop per message (`m2flow profile`'s, or 0.1 ms) plus a part per item it
+carries (an env's observation, action, reward). After a run, the re-planner fits the part per item so that the
+loop it predicts from the run's own port costs takes what the loop measured (`replan.calibrate_run`); that value
+then prices the messages of every plan the next runs weigh, at their own slices' sizes. This runs a workload's
+calibrating run, then each candidate plan (shared and hybrid, 1, 2 and 4 stages, a process per replica and
+co-hosted) from the costs the calibration cached, and reads the per-item hop that candidate's own run calibrated:
+where it differs from plan to plan, plans predicted with the calibrating plan's are off by the difference times
+the items their messages carry.
 
     python benchmarks/hop_by_plan.py [--workloads main camera] [--iterations 5] [--out benchmarks/results]
 
-Ends with `hop by plan: main 0.15-0.34 ms (calibrating plan 0.289 ms), camera ...`.
+Ends with `hop by plan: main 1.2-3.4 us per item (calibrating plan 2.1 us), camera ...`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def bench(name: str, workload: Workload, iterations: int, calibrating: int, out:
     calibration = mf.run(calibrating_spec)
     plan = calibration.plan
     rows = [row_of(plan, "calibrating run", load_calibration(build_graph(calibrating_spec)), calibration)]
-    print(f"  {name:8s} {rows[0]['plan']:36s} hop {_ms(rows[0]['hop_ms'])}", flush=True)
+    print(f"  {name:8s} {rows[0]['plan']:36s} hop {_us(rows[0]['hop_item_us'])}", flush=True)
     cluster = Cluster.from_spec(calibrating_spec.cluster)
     for mode, stages, colocate in itertools.product(("shared", "hybrid"), (1, 2, 4), ("false", "true")):
         settings = [f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={colocate}"]
@@ -61,11 +63,11 @@ def bench(name: str, workload: Workload, iterations: int, calibrating: int, out:
         try:
             run = mf.run(spec)
         except M2FlowError as exc:  # the plan's failure is recorded, not the sweep's end
-            rows.append({"role": "candidate", "plan": label_of(planned), "hop_ms": None, "failed": str(exc)})
+            rows.append({"role": "candidate", "plan": planned.label, "hop_item_us": None, "failed": str(exc)})
             print(f"  {name:8s} {rows[-1]['plan']:36s} FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
             continue
         rows.append(row_of(planned, "candidate", load_calibration(graph), run))
-        print(f"  {name:8s} {rows[-1]['plan']:36s} hop {_ms(rows[-1]['hop_ms'])}", flush=True)
+        print(f"  {name:8s} {rows[-1]['plan']:36s} hop {_us(rows[-1]['hop_item_us'])}", flush=True)
     return {"workload": name, "rows": rows}
 
 
@@ -81,22 +83,18 @@ def candidate_cache(calibrated: Path, copy: Path, graph: MacroGraph) -> Path:
     return copy
 
 
-def label_of(plan: Plan) -> str:
-    return f"{plan.mode} S={plan.pipeline_stages}" + (" co-hosted" if plan.processes else "")
-
-
 def row_of(plan: Plan, role: str, calibration: dict[str, float], result) -> dict:
-    hop = calibration.get("hop_s")  # none: the run's loop sent no message between processes, or the trace said none
+    hop = calibration.get("hop_item_s")  # none: the loop sent no message between processes, or the trace said none
     return {
         "role": role,
-        "plan": label_of(plan),
-        "hop_ms": None if hop is None else 1e3 * hop,
+        "plan": plan.label,
+        "hop_item_us": None if hop is None else 1e6 * hop,
         "measured_s": measured_iteration_s(result),
     }
 
 
-def _ms(value: float | None) -> str:
-    return "none" if value is None else f"{value:.3f} ms"
+def _us(value: float | None) -> str:
+    return "none" if value is None else f"{value:.2f} us per item"
 
 
 def main() -> None:
@@ -113,10 +111,10 @@ def main() -> None:
         ]
     summary = []
     for result in results:
-        hops = [r["hop_ms"] for r in result["rows"] if r["hop_ms"] is not None]
-        first = result["rows"][0]["hop_ms"]
+        hops = [r["hop_item_us"] for r in result["rows"] if r["hop_item_us"] is not None]
+        first = result["rows"][0]["hop_item_us"]
         summary.append(
-            f"{result['workload']} {min(hops):.2f}-{max(hops):.2f} ms (calibrating plan {_ms(first)})"
+            f"{result['workload']} {min(hops):.2f}-{max(hops):.2f} us per item (calibrating plan {_us(first)})"
             if hops
             else f"{result['workload']} none measured"
         )

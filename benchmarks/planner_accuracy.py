@@ -178,9 +178,8 @@ def bench(
             continue  # infeasible here (devices, envs per slice)
         if any(planned.layout_key == c.layout_key for c in runs):
             continue  # another colocate setting planned a layout already run
-        label = f"{mode} S={stages}" + (" co-hosted" if planned.processes else "")
         is_auto = planned.layout_key == auto.layout_key
-        runs.append(Candidate(mode, stages, label, bool(planned.processes), spec, is_auto, planned.layout_key))
+        runs.append(Candidate(mode, stages, planned.label, bool(planned.processes), spec, is_auto, planned.layout_key))
         run_once(name, runs[-1], planned, keep, 0, rounds)
     for round_ in range(1, rounds):
         for c in runs[::-1] if round_ % 2 else runs:

@@ -4,6 +4,8 @@ merged slices against slice-by-slice calls."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from results_io import Results
 from tables_format import Block, count, fixed, pct, table, times
 
@@ -96,18 +98,33 @@ def _round_errors(row: dict) -> str:
     return ", ".join(pct(measured / predicted - 1) for predicted, measured in pairs)
 
 
-def hop_by_plan(rel: str, res: Results) -> Block:
+@dataclass(frozen=True)
+class HopUnit:
+    """What a hop_by_plan file calibrated: its rows' key and how the table heads and explains it."""
+
+    key: str
+    header: str
+    what: str
+
+
+WHOLE_MESSAGE = HopUnit("hop_ms", "hop ms", "the cost of a loop message between processes")
+PER_ITEM = HopUnit(
+    "hop_item_us", "hop us per item", "the cost per item a loop message between processes carries, on top of its hop"
+)
+
+
+def hop_by_plan(rel: str, unit: HopUnit, res: Results) -> Block:
     """Per workload and plan: the message hop its own run calibrated, against the calibrating run's."""
     data = res.json(rel)
     rows = []
     for w in data["workloads"]:
-        first = w["rows"][0]["hop_ms"]
+        first = w["rows"][0][unit.key]
         rows += [
             [
                 w["workload"],
                 r["plan"] + (" (calibrating run)" if r["role"] == "calibrating run" else ""),
-                "failed" if "failed" in r else "none" if r["hop_ms"] is None else fixed(r["hop_ms"]),
-                times(r["hop_ms"] / first) if r["hop_ms"] is not None and first else "",
+                "failed" if "failed" in r else "none" if r[unit.key] is None else fixed(r[unit.key]),
+                times(r[unit.key] / first) if r[unit.key] is not None and first else "",
                 fixed(r["measured_s"]) if "measured_s" in r else "",
             ]
             for r in w["rows"]
@@ -115,10 +132,10 @@ def hop_by_plan(rel: str, res: Results) -> Block:
     caption = (
         f"*each workload's calibrating run ({data['args']['calibration_iterations']} iterations, auto), then each"
         f" plan run for {data['args']['iterations']} iterations from the port costs it cached, without its hop; hop:"
-        " the cost of a loop message between processes that makes the loop predicted from the run's own port costs"
-        f" take what it measured; `{data['summary']}`*"
+        f" {unit.what} that makes the loop predicted from the run's own port costs take what it measured;"
+        f" `{data['summary']}`*"
     )
-    header = ["workload", "plan", "hop ms", "vs calibrating run's", "measured s"]
+    header = ["workload", "plan", unit.header, "vs calibrating run's", "measured s"]
     return Block([caption, "", *table(header, rows, "llrrr")], [rel])
 
 

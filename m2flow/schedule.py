@@ -269,6 +269,11 @@ class Plan:
         process."""
         return self.mode, self.pipeline_stages, self.placements, self.processes
 
+    @property
+    def label(self) -> str:
+        """How a note or a table names the plan: its mode, stages and whether replicas share processes."""
+        return f"{self.mode} S={self.pipeline_stages}" + (" co-hosted" if self.processes else "")
+
     def occupants(self) -> Counter[DeviceId]:
         """How many replicas (of any worker) each device hosts."""
         return Counter(d for p in self.placements.values() for d in p.replica_devices)

@@ -47,7 +47,7 @@ def profile_of(graph, cluster) -> Profile:
     """Costs from every source: declared, measured by `m2flow profile`, cached by earlier runs, defaults."""
     profile = Profile.from_graph(graph, load_measured(graph.spec), load_cached(graph, device_kinds(graph, cluster)))
     calibration = load_calibration(graph)
-    profile.hop_s = calibration.get("hop_s", profile.hop_s)
+    profile.hop_item_s = calibration.get("hop_item_s", profile.hop_item_s)
     profile.controller_s = calibration.get("controller_s", profile.controller_s)
     profile.beside_slowdown = calibration.get("beside_slowdown", profile.beside_slowdown)
     return profile

@@ -30,6 +30,7 @@ DEFAULT_COST = {
 HANDOFF_COST = PortCost(fixed_s=1e-3, per_item_s=0.0)
 HOST_DEVICE_GB_PER_S = 20.0  # a swap moves a worker's memory between device and pinned host memory
 CHANNEL_HOP_S = 1e-4  # receiving one loop message from another process on the node (measured: m2flow profile)
+HOP_ITEM_S = 0.0  # and each item it carries (an env's observation, action, reward): calibrated by runs
 CONTROLLER_S = 5e-3  # the driver's own time per iteration: coarse calls' round trips, waits, metrics hooks
 
 
@@ -41,7 +42,8 @@ class Profile:
     memory_advice: dict[str, str] = field(default_factory=dict)  # per worker: what lowers its memory (its class's)
     source: dict[str, str] = field(default_factory=dict)
     prior: dict[str, PortCost] = field(default_factory=dict)  # what a port is assumed to cost, knowing nothing
-    hop_s: float = CHANNEL_HOP_S
+    hop_s: float = CHANNEL_HOP_S  # a loop message between processes, whatever it carries
+    hop_item_s: float = HOP_ITEM_S  # and per item it carries: a message of a slice of fewer envs costs less
     controller_s: float = CONTROLLER_S  # measured by a run's calibration: its iterations minus their tasks
     # how much longer work takes on a device that the loop and a phase beside it (training, under flow.async)
     # both load than alone, time-sliced between their processes: measured by an asynchronous run
@@ -62,6 +64,10 @@ class Profile:
     def call_s(self, worker: str, port: str, items: float) -> float:
         cost = self.costs.get(f"{worker}.{port}", HANDOFF_COST)
         return cost.fixed_s + cost.per_item_s * items
+
+    def message_s(self, items: float) -> float:
+        """Receiving one loop message of `items` items from another process."""
+        return self.hop_s + self.hop_item_s * items
 
     def swap_s(self, worker: str, device_kind: str) -> float:
         """One offload or onload: the worker's measured/declared `onload` cost, else memory over bandwidth."""

@@ -374,7 +374,8 @@ def _simulate_loop(
 ) -> tuple[int, int]:
     """Add the loop's tasks of the replicas in `models` (the others copy them) for the first simulated steps,
     in each process's program order; a message costs a channel hop unless sender and receiver share a process
-    (`together`). Returns the loop's items per step (all replicas') and the steps simulated."""
+    (`together`), growing with the items it carries. Returns the loop's items per step (all replicas') and the
+    steps simulated."""
     loop = graph.loop
     entry = loop.entry.worker
     n_shards = graph.workers[entry].count
@@ -395,20 +396,22 @@ def _simulate_loop(
             process = process_of(together, me)
             for s in range(stages):
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]
-                # a message from each upstream replica of another worker in another process: a channel hop
-                hops = len(
-                    {
-                        sched.tasks[d].replica
-                        for d in deps
-                        if sched.tasks[d].worker != port.worker
-                        and process_of(together, ReplicaId(sched.tasks[d].worker, sched.tasks[d].replica)) != process
-                    }
-                )
+                # a message from each upstream replica of another worker in another process (a channel hop),
+                # carrying the slice of each of its shards in the group
+                shards_from: dict[int, int] = {}
+                for d in deps:
+                    sender = sched.tasks[d]
+                    if (
+                        sender.worker != port.worker
+                        and process_of(together, ReplicaId(sender.worker, sender.replica)) != process
+                    ):
+                        shards_from[d] = shards_from.get(d, 0) + 1
+                receiving = sum(profile.message_s(slice_items[s] * shards) for shards in shards_from.values())
                 if process in last_of:
                     deps.append(last_of[process])
                 rows = slice_items[s] * len(group)
                 seconds = profile.call_s(port.worker, port.port, rows)
-                tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s, hops * profile.hop_s)
+                tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s, receiving)
                 if str(port) in merging:
                     cost = functools.partial(profile.call_s, port.worker, port.port)
                     sched.may_merge(tid, rows, cost, last_of[process] if s > 0 else None)

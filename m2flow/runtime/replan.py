@@ -47,7 +47,7 @@ BACK_GAIN = 0.02  # what the plan a trial left must be predicted to gain over it
 REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, the others are measured
 TRIAL_LEFT = 2 * REPLAN_AFTER  # iterations a run needs left to try a plan: to measure it, then to use what it learnt
 MAX_REPLANS = 2  # a switch (or a trial) runs other batch sizes: the second re-plan decides on them too
-MAX_HOP_S = 0.05  # a message between two processes of one run costs at most this much
+MAX_HOP_ITEM_S = 0.05  # each item of a message between two processes of one run costs at most this much
 MAX_BESIDE_SLOWDOWN = 4.0  # work on a device the loop and training share takes at most this much longer
 BESIDE_NOISE = 0.05  # an iteration within this much of its prediction without a slowdown shows none
 
@@ -57,7 +57,7 @@ class Refit:
     profile: Profile
     fitted: dict[str, PortFit]  # worker.port -> its fit to this run's calls
     unsplit: list[str] = field(default_factory=list)  # loop ports whose per-call part no run has measured
-    calibrated: dict[str, float] = field(default_factory=dict)  # hop_s, controller_s: those the trace could say
+    calibrated: dict[str, float] = field(default_factory=dict)  # hop_item_s, controller_s: those the trace could say
 
 
 @dataclass(frozen=True)
@@ -144,10 +144,11 @@ def beside_slowdown(graph: MacroGraph, cluster: Cluster, plan: Plan, iteration_s
 
 
 def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: dict) -> dict[str, float]:
-    """What per-port costs leave out, from how long the running plan's loop and iterations took: the cost of
-    a message between processes (the hop that makes the predicted loop match the measured one) and the
-    controller's own time per iteration. Sets them in `profile` and returns those the trace could say (no hop
-    where the loop sends no message between processes, or no loop was traced)."""
+    """What per-port costs leave out, from how long the running plan's loop and iterations took: what a message
+    between processes costs per item it carries, on top of its per-message hop (the `hop_item_s` that makes the
+    predicted loop match the measured one), and the controller's own time per iteration. Sets them in `profile`
+    and returns those the trace could say (no hop where the loop sends no message between processes, or no loop
+    was traced)."""
 
     plan = running.plan
 
@@ -157,22 +158,18 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
     calibrated = {}
     loops = controller_seconds(trace, "loop", running.since + 1)
     if graph.loop is not None and loops and _has_hops(profile, predicted):
-        measured, low, high = statistics.median(loops), 0.0, MAX_HOP_S
-        for _ in range(24):  # the loop's predicted time grows with the hop cost: bisect to the measured one
-            profile.hop_s = (low + high) / 2
-            low, high = (profile.hop_s, high) if predicted().phase_s["loop"] < measured else (low, profile.hop_s)
-        if low > 0.0 and high < MAX_HOP_S:  # else the loop took less than with no hop, or more than any hop explains
-            calibrated["hop_s"] = profile.hop_s
+        measured, low, high = statistics.median(loops), 0.0, MAX_HOP_ITEM_S
+        for _ in range(24):  # the loop's predicted time grows with the hop's cost: bisect to the measured one
+            middle = profile.hop_item_s = (low + high) / 2
+            low, high = (middle, high) if predicted().phase_s["loop"] < measured else (low, middle)
+        if low > 0.0 and high < MAX_HOP_ITEM_S:  # else the loop took less than with no such cost, or more than any
+            calibrated["hop_item_s"] = profile.hop_item_s
     iterations = controller_seconds(trace, "iteration", running.since + 1)
     if iterations:
         profile.controller_s = 0.0
         profile.controller_s = max(0.0, statistics.median(iterations) - predicted().iteration_s)
         calibrated["controller_s"] = profile.controller_s
     return calibrated
-
-
-def _label(plan: Plan) -> str:
-    return f"{plan.mode} S={plan.pipeline_stages}" + (" (co-hosted replicas)" if plan.processes else "")
 
 
 def _tryable(graph: MacroGraph, candidate: Plan, current: Plan) -> bool:
@@ -202,12 +199,12 @@ def _same_stages(graph: MacroGraph, stages: int) -> MacroGraph:
 def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
     """Whether the running plan's loop sends messages between processes at all (co-hosted replicas do
     not): only then does its loop time say what a hop costs; otherwise the hop keeps its prior value."""
-    prior = profile.hop_s
-    profile.hop_s = 0.0
+    prior = profile.hop_item_s
+    profile.hop_item_s = 0.0
     without = predicted().phase_s["loop"]
-    profile.hop_s = MAX_HOP_S
+    profile.hop_item_s = MAX_HOP_ITEM_S
     with_hops = predicted().phase_s["loop"]
-    profile.hop_s = prior
+    profile.hop_item_s = prior
     return with_hops > without
 
 
@@ -330,7 +327,7 @@ def replan(
     try:  # a simulator whose saved state cannot follow other slices keeps its stages (it says why below)
         best = make_plan(_same_stages(graph, current.pipeline_stages) if fixed else graph, cluster, profile)
     except PlanError as exc:  # e.g. a sync transport the workflow asks for that the better layout cannot carry
-        why = f"replan: keeping {_label(current)}: the best alternative is refused: {exc}"
+        why = f"replan: keeping {current.label}: the best alternative is refused: {exc}"
         return Decision(replace(merged, predicted=now, tasks=tasks), False, why)
     now_s, new_s = now.iteration_s, best.predicted.iteration_s
     same = best.layout_key == current.layout_key
@@ -340,14 +337,14 @@ def replan(
         if trial is not None:
             return trial
         kept = replace(merged, predicted=now, tasks=tasks)
-        rival = "still the best plan" if same else f"the best alternative {_label(best)} {new_s:.3g} s"
+        rival = "still the best plan" if same else f"the best alternative {best.label} {new_s:.3g} s"
         predicted = f"with the measured costs it is predicted {now_s:.3g} s/iteration"
-        why = f"replan: keeping {_label(current)}: {predicted}, {rival}"
+        why = f"replan: keeping {current.label}: {predicted}, {rival}"
         if fixed:
             why += f" at {current.pipeline_stages} stage(s): {', '.join(fixed)} cannot cut its saved state otherwise"
         return Decision(kept, False, why)
     why = (
-        f"replan: switching {_label(current)} -> {_label(best)}: with the measured costs {now_s:.3g} ->"
+        f"replan: switching {current.label} -> {best.label}: with the measured costs {now_s:.3g} ->"
         f" {new_s:.3g} s/iteration ({now_s / new_s:.2f}x)"
     )
     return Decision(best, True, why)
@@ -381,9 +378,9 @@ def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measu
     if candidate is None or gain < TRIAL_GAIN:
         return None
     why = (
-        f"replan: trying {_label(candidate)} for {REPLAN_AFTER} iterations: {', '.join(measured.unsplit)} measured"
+        f"replan: trying {candidate.label} for {REPLAN_AFTER} iterations: {', '.join(measured.unsplit)} measured"
         f" at one batch size only; were {'their cost per call' if per_call else 'their cost per item'},"
-        f" {_label(candidate)} would be {gain:.0%} faster than {_label(current)}; the next re-plan keeps the faster"
+        f" {candidate.label} would be {gain:.0%} faster than {current.label}; the next re-plan keeps the faster"
     )
     return Decision(candidate, True, why, trial=True)
 

@@ -220,8 +220,8 @@ def test_an_asynchronous_run_s_iterations_give_the_slowdown_back_and_it_is_cache
     assert beside_slowdown(graph, cluster, plan, 1.06 * alone_s) > 1.0
     said = remember_beside(graph, cluster, plan, [measured_s] * 3)
     assert said is not None and "took 1.70x its time alone" in said
-    save_calibration(graph, {"hop_s": 0.001})  # a later calibration keeps the slowdown beside it
-    assert load_calibration(graph) == {"beside_slowdown": pytest.approx(1.7, rel=1e-4), "hop_s": 0.001}
+    save_calibration(graph, {"hop_item_s": 0.001})  # a later calibration keeps the slowdown beside it
+    assert load_calibration(graph) == {"beside_slowdown": pytest.approx(1.7, rel=1e-4), "hop_item_s": 0.001}
     assert profile_of(graph, cluster).beside_slowdown == pytest.approx(1.7, rel=1e-4)
     unmeasured = async_workflow(cpus=1, mode="shared")
     unmeasured["workers"]["learner"].pop("profile")  # its update left to a default: nothing to read it against

@@ -21,6 +21,7 @@ from m2flow.planners.cache import (
     save_calibration,
 )
 from m2flow.planners.fit import PortFit, SizeMean, fit_line, fit_points, residual
+from m2flow.planners.profile import CHANNEL_HOP_S, HOP_ITEM_S
 from m2flow.planners.simulate import simulate_plan
 from m2flow.runtime.replan import Running, calibrate_run, refit, remember, replan
 from tests.unit.test_planner import workflow
@@ -36,12 +37,12 @@ def controller_event(name: str, iteration: int, seconds: float) -> dict:
     return {"ph": "X", "name": name, "cat": cat, "ts": 0, "dur": seconds * 1e6, "args": {"iteration": iteration}}
 
 
-def test_the_hop_and_the_controller_time_are_what_make_the_prediction_match_the_run():
+def test_the_hop_per_item_and_the_controller_time_are_what_make_the_prediction_match_the_run():
     graph = build_graph(spec_from_dict(workflow(cpus=2, mode="hybrid", stages=2)))
     cluster = Cluster.from_spec(graph.spec.cluster)
     plan = make_plan(graph, cluster)
     truth = profile_of(graph, cluster)
-    truth.hop_s, truth.controller_s = 0.002, 0.05
+    truth.hop_item_s, truth.controller_s = 0.0005, 0.05
     measured = simulate_plan(graph, plan, truth).prediction
     trace = {
         "traceEvents": [
@@ -52,8 +53,9 @@ def test_the_hop_and_the_controller_time_are_what_make_the_prediction_match_the_
     }
     profile = profile_of(graph, cluster)
     calibrated = calibrate_run(graph, Running(plan, since=0), profile, trace)
-    assert calibrated == {"hop_s": profile.hop_s, "controller_s": profile.controller_s}
-    assert profile.hop_s == pytest.approx(0.002, rel=1e-3)
+    assert calibrated == {"hop_item_s": profile.hop_item_s, "controller_s": profile.controller_s}
+    assert profile.hop_item_s == pytest.approx(0.0005, rel=1e-3)
+    assert profile.hop_s == truth.hop_s  # the per-message part keeps its prior: the per-item part takes the rest
     assert profile.controller_s == pytest.approx(0.05, rel=1e-3)
 
 
@@ -66,10 +68,10 @@ def test_a_co_hosted_loop_says_nothing_about_the_hop_so_the_hop_keeps_its_prior(
     assert plan.processes  # env and policy share a process: no message between processes in the loop
     slow = [controller_event("loop", it, 10 * plan.predicted.phase_s["loop"]) for it in range(4)]
     profile = profile_of(graph, cluster)
-    prior = profile.hop_s
+    prior = profile.hop_item_s
     calibrated = calibrate_run(graph, Running(plan, since=0), profile, {"traceEvents": slow})
-    assert profile.hop_s == prior  # not the bisection's bound, which would price every pipelined plan out
-    assert "hop_s" not in calibrated  # nor cached as a run's measurement: it would outvote the runs that measured one
+    assert profile.hop_item_s == prior  # not the bisection's bound, which would price every pipelined plan out
+    assert "hop_item_s" not in calibrated  # nor cached as measured: it would outvote the runs that measured one
 
 
 def test_a_co_hosted_run_caches_its_measured_costs_and_controller_time_but_no_hop(tmp_path, monkeypatch):
@@ -97,12 +99,12 @@ def test_a_co_hosted_run_caches_its_measured_costs_and_controller_time_but_no_ho
 def test_a_damaged_calibration_entry_falls_back_to_its_values_instead_of_failing_the_save(tmp_path, monkeypatch):
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph = build_graph(spec_from_dict(workflow()))
-    save_calibration(graph, {"hop_s": 0.0002, "controller_s": 0.01})
+    save_calibration(graph, {"hop_item_s": 0.0002, "controller_s": 0.01})
     (path,) = tmp_path.glob("workflow-*.json")
     entry = json.loads(path.read_text())
-    path.write_text(json.dumps({**entry, "seen": {**entry["seen"], "hop_s": "damaged", "controller_s": [None]}}))
+    path.write_text(json.dumps({**entry, "seen": {**entry["seen"], "hop_item_s": "damaged", "controller_s": [None]}}))
     save_calibration(graph, {"controller_s": 0.02})  # a run that measured no hop
-    assert load_calibration(graph) == {"hop_s": 0.0002, "controller_s": pytest.approx(0.015)}
+    assert load_calibration(graph) == {"hop_item_s": 0.0002, "controller_s": pytest.approx(0.015)}
 
 
 def test_cached_costs_are_used_where_nothing_is_declared():
@@ -240,11 +242,20 @@ def test_a_slow_run_at_one_batch_size_does_not_tilt_the_line_across_sizes(tmp_pa
 def test_the_cached_hop_is_the_median_of_the_runs_that_measured_it(tmp_path, monkeypatch):
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph = build_graph(spec_from_dict(workflow()))
-    for hop_s in (0.0002, 0.0002, 0.0009):
-        save_calibration(graph, {"hop_s": hop_s, "controller_s": 0.01})
-    assert load_calibration(graph) == {"hop_s": pytest.approx(0.0002), "controller_s": pytest.approx(0.01)}
+    for hop_item_s in (0.0002, 0.0002, 0.0009):
+        save_calibration(graph, {"hop_item_s": hop_item_s, "controller_s": 0.01})
+    assert load_calibration(graph) == {"hop_item_s": pytest.approx(0.0002), "controller_s": pytest.approx(0.01)}
     cluster = Cluster.from_spec(graph.spec.cluster)
-    assert profile_of(graph, cluster).hop_s == pytest.approx(0.0002)
+    assert profile_of(graph, cluster).hop_item_s == pytest.approx(0.0002)
+
+
+def test_a_whole_message_hop_that_earlier_versions_cached_is_not_read_as_a_per_item_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    save_calibration(graph, {"hop_s": 0.004, "controller_s": 0.01})  # what a run before the per-item hop cached
+    profile = profile_of(graph, Cluster.from_spec(graph.spec.cluster))
+    assert (profile.hop_s, profile.hop_item_s) == (CHANNEL_HOP_S, HOP_ITEM_S)
+    assert profile.controller_s == pytest.approx(0.01)
 
 
 def test_profiling_runs_a_process_per_replica_so_the_hop_it_measures_is_real(tmp_path):

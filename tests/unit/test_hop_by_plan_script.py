@@ -23,7 +23,7 @@ def test_a_candidate_s_cache_keeps_the_calibration_s_port_costs_without_its_hop(
     )
     calibrated = tmp_path / "calibrated"
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(calibrated))
-    save_calibration(calibrating, {"hop_s": 0.001, "controller_s": 0.01})
+    save_calibration(calibrating, {"hop_item_s": 1e-5, "controller_s": 0.01})
     (calibrated / "env-costs.json").write_text("{}")  # a port-cost entry, as the calibrating run leaves them
 
     copy = hops.candidate_cache(calibrated, tmp_path / "candidate", candidate)
@@ -32,7 +32,7 @@ def test_a_candidate_s_cache_keeps_the_calibration_s_port_costs_without_its_hop(
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(copy))
     assert load_calibration(candidate) == {}
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(calibrated))
-    assert load_calibration(candidate) == {"hop_s": 0.001, "controller_s": 0.01}  # the calibration's, untouched
+    assert load_calibration(candidate) == {"hop_item_s": 1e-5, "controller_s": 0.01}  # the calibration's, untouched
 
 
 def test_a_candidate_whose_run_fails_is_recorded_and_shown_and_the_others_still_run(monkeypatch, tmp_path):
@@ -46,7 +46,7 @@ def test_a_candidate_whose_run_fails_is_recorded_and_shown_and_the_others_still_
         runs.append(spec.placement)
         if len(runs) == 2:  # the first candidate
             raise WorkerError("env[0] failed in step: ValueError")
-        plan = SimpleNamespace(mode="shared", pipeline_stages=1, processes=[])
+        plan = SimpleNamespace(mode="shared", pipeline_stages=1, processes=[], label="shared S=1")
         return SimpleNamespace(plan=plan, history=[{"time/iteration_s": 9.0}] + [{"time/iteration_s": 1.0}] * 2)
 
     monkeypatch.setattr(hops.mf, "run", run)
@@ -57,5 +57,5 @@ def test_a_candidate_whose_run_fails_is_recorded_and_shown_and_the_others_still_
     assert len(ran) == len(runs) - 2 > 0 and all(row["measured_s"] == 1.0 for row in ran)
     payload = {"args": {"iterations": 3, "calibration_iterations": 3}, "workloads": [result], "summary": "s"}
     io.save_result("hop_by_plan", payload, tmp_path)
-    text = "\n".join(tables.hop_by_plan("hop_by_plan.json", io.Results(tmp_path)).lines)
+    text = "\n".join(tables.hop_by_plan("hop_by_plan.json", tables.PER_ITEM, io.Results(tmp_path)).lines)
     assert "| main | shared S=1 | failed |  |  |" in text

@@ -6,15 +6,17 @@ import os
 import pickle
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from m2flow.cluster import Cluster, DeviceId
 from m2flow.config import spec_from_dict
 from m2flow.errors import PlanError
-from m2flow.graph import build_graph
-from m2flow.planners import make_plan
+from m2flow.graph import MacroGraph, build_graph
+from m2flow.planners import make_plan, profile_of
 from m2flow.planners.profile import CHANNEL_HOP_S
+from m2flow.planners.simulate import simulate_plan
 from m2flow.schedule import Plan
 
 
@@ -111,6 +113,30 @@ def test_shared_on_one_device_runs_the_loop_serially():
     assert plan.predicted.phase_s["loop"] == pytest.approx(0.001 + 100 * (0.004 + 2 * CHANNEL_HOP_S), rel=1e-6)
     assert plan.predicted.env_steps_per_iteration == 100 * 4
     assert {t.device.name for t in plan.tasks} == {"n0/cpu0"}
+
+
+def test_a_message_between_processes_costs_its_hop_plus_its_items_so_a_slice_of_fewer_envs_costs_less():
+    def apart(stages: int) -> MacroGraph:  # a process per replica: every loop message crosses processes
+        raw = workflow(cpus=1, mode="shared", stages=stages, num_envs=8)
+        raw["placement"]["colocate"] = False
+        return build_graph(spec_from_dict(raw))
+
+    graph = apart(1)
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    profile = profile_of(graph, cluster)
+    without = simulate_plan(graph, plan, profile).prediction.phase_s["loop"]
+    profile.hop_item_s = 1e-5
+    with_items = simulate_plan(graph, plan, profile).prediction.phase_s["loop"]
+    # one core runs all: each of the 100 steps receives two messages (obs, actions) of the 8 envs' items
+    assert with_items - without == pytest.approx(100 * 2 * 8 * 1e-5, rel=1e-6)
+    sliced = apart(2)
+    halves = make_plan(sliced, cluster)
+    assert halves.pipeline_stages == 2
+    halves_without = simulate_plan(sliced, halves, replace(profile, hop_item_s=0.0)).prediction.phase_s["loop"]
+    halves_with = simulate_plan(sliced, halves, profile).prediction.phase_s["loop"]
+    # two slices of 4 envs: twice the messages, each of half the items: the items' part the same in all
+    assert halves_with - halves_without == pytest.approx(100 * 2 * 8 * 1e-5, rel=1e-6)
 
 
 def test_hybrid_pipelines_balanced_stages_towards_max_stage():
