@@ -112,9 +112,12 @@ def main() -> None:
     summary = []
     for result in results:
         hops = [r["hop_item_us"] for r in result["rows"] if r["hop_item_us"] is not None]
+        unmeasured = sum(r["hop_item_us"] is None and "failed" not in r for r in result["rows"])
         first = result["rows"][0]["hop_item_us"]
         summary.append(
-            f"{result['workload']} {min(hops):.2f}-{max(hops):.2f} us per item (calibrating plan {_us(first)})"
+            f"{result['workload']} {min(hops):.2f}-{max(hops):.2f} us per item (calibrating plan {_us(first)}"
+            + (f"; none in {unmeasured} plan(s)" if unmeasured else "")
+            + ")"
             if hops
             else f"{result['workload']} none measured"
         )

@@ -109,7 +109,9 @@ class HopUnit:
 
 WHOLE_MESSAGE = HopUnit("hop_ms", "hop ms", "the cost of a loop message between processes")
 PER_ITEM = HopUnit(
-    "hop_item_us", "hop us per item", "the cost per item a loop message between processes carries, on top of its hop"
+    "hop_item_us",
+    "hop us per item",
+    "the cost of each item a loop message between processes carries (beside 0.1 ms a message)",
 )
 
 
@@ -132,7 +134,7 @@ def hop_by_plan(rel: str, unit: HopUnit, res: Results) -> Block:
     caption = (
         f"*each workload's calibrating run ({data['args']['calibration_iterations']} iterations, auto), then each"
         f" plan run for {data['args']['iterations']} iterations from the port costs it cached, without its hop; hop:"
-        f" {unit.what} that makes the loop predicted from the run's own port costs take what it measured;"
+        f" {unit.what}, the one that makes the loop predicted from the run's own port costs take what it measured;"
         f" `{data['summary']}`*"
     )
     header = ["workload", "plan", unit.header, "vs calibrating run's", "measured s"]
