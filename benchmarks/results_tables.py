@@ -375,6 +375,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_cpu_dec06d": partial(planner_accuracy, "planner_accuracy_cpu_dec06d.json"),
     "planner_accuracy_cpu_dec06e": partial(planner_accuracy, "planner_accuracy_cpu_dec06e.json"),
     "planner_accuracy_cpu_dec06f": partial(planner_accuracy, "planner_accuracy_cpu_dec06f.json"),
+    "planner_accuracy_cpu_dec06g": partial(planner_accuracy, "planner_accuracy_cpu_dec06g.json"),
     "hop_by_plan_whole": partial(hop_by_plan, "hop_by_plan_whole.json", WHOLE_MESSAGE),
     "hop_by_plan": partial(hop_by_plan, "hop_by_plan.json", PER_ITEM),
     "planner_accuracy_cpu_dec06c_main": partial(planner_accuracy, "planner_accuracy_cpu_dec06c_main.json"),
