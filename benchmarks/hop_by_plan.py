@@ -11,7 +11,7 @@ the items their messages carry.
 
     python benchmarks/hop_by_plan.py [--workloads main camera] [--iterations 5] [--out benchmarks/results]
 
-Ends with `hop by plan: main 1.2-3.4 us per item (calibrating plan 2.1 us), camera ...`.
+Ends with `hop by plan: main 22.31-63.99 us per item (calibrating plan 23.16 us per item), camera ...`.
 """
 
 from __future__ import annotations

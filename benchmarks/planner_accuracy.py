@@ -216,7 +216,7 @@ def bench(
         "calibration": {
             "iterations": calibrating,
             "replans": [note for note in calibration.plan.notes if note.startswith("replan:")],
-            "plan": f"{calibration.plan.mode} S={calibration.plan.pipeline_stages}",
+            "plan": calibration.plan.label,
             "sources": sorted(set(calibration.plan.predicted.cost_sources.values())),
         },
         "rows": rows,

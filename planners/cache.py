@@ -7,7 +7,7 @@ size adds its size), so that the per-call and per-item parts are fitted apart on
 
 A cost measured on a busy machine moves from run to run (the main job's step by 0.7-1.5x on the 2-core
 machine, benchmarks/RESULTS.md), so a size's cost is the median of what the last `RUNS_KEPT` runs that ran
-it measured, and the message hop and the controller's time likewise: once three runs are kept, one slow run
+it measured, and a message's cost per item and the controller's time likewise: once three runs are kept, one slow run
 moves a cost no further than the other kept runs spread (with fewer, part of the way), and a lasting change is
 followed once most of the kept runs saw it. A run that saves again (at its re-plan, then at its end) replaces
 what it saved before. One small JSON file per worker key, written atomically, under
@@ -138,8 +138,8 @@ def _without_knobs(graph: MacroGraph, name: str, worker: dict) -> dict:
 
 
 def load_calibration(graph: MacroGraph) -> dict[str, float]:
-    """The message hop and controller time per iteration earlier runs of this workflow measured (the median of
-    the last `RUNS_KEPT` runs' values)."""
+    """A message's cost per item and the controller time per iteration earlier runs of this workflow measured (the
+    median of the last `RUNS_KEPT` runs' values)."""
     return _calibration_entry(graph).get("calibration", {})
 
 

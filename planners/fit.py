@@ -322,8 +322,8 @@ def fit_trace_file(path: str | Path) -> dict:
 
 
 def save_profile(profile: dict, path: str | Path) -> Path:
-    """Write a profile (`fit_points`' with what `m2flow profile` adds: workflow, hop_s) as JSON, its fits as
-    `PortFit.to_dict` writes them."""
+    """Write a profile (`fit_points`' with what `m2flow profile` adds: workflow, hop_s, hop_item_s) as JSON, its
+    fits as `PortFit.to_dict` writes them."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")

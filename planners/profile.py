@@ -30,7 +30,7 @@ DEFAULT_COST = {
 HANDOFF_COST = PortCost(fixed_s=1e-3, per_item_s=0.0)
 HOST_DEVICE_GB_PER_S = 20.0  # a swap moves a worker's memory between device and pinned host memory
 CHANNEL_HOP_S = 1e-4  # receiving one loop message from another process on the node (measured: m2flow profile)
-HOP_ITEM_S = 0.0  # and each item it carries (an env's observation, action, reward): calibrated by runs
+HOP_ITEM_S = 0.0  # and each item it carries (an env's observation, action, reward): measured, calibrated by runs
 CONTROLLER_S = 5e-3  # the driver's own time per iteration: coarse calls' round trips, waits, metrics hooks
 
 
@@ -89,12 +89,12 @@ class Profile:
     ) -> Profile:
         """Merge the sources; ports that compute (loop body, terminal after-loop ports) default by
         worker kind, ports that hand data on are assumed to cost a small fixed amount."""
-        measured_ports = (measured or {}).get("ports", {})
-        cached = cached or {}
+        measured, cached = measured or {}, cached or {}
+        measured_ports = measured.get("ports", {})
         sources = {str(e.src) for e in graph.then} | {str(s.edge.src) for s in graph.sync}
         computing = {str(p) for p in graph.loop.body} if graph.loop else set()
         computing |= {str(p) for p in graph.then_order if str(p) not in sources}
-        profile = cls(hop_s=(measured or {}).get("hop_s", CHANNEL_HOP_S))
+        profile = cls(hop_s=measured.get("hop_s", CHANNEL_HOP_S), hop_item_s=measured.get("hop_item_s", HOP_ITEM_S))
         for name, worker in graph.workers.items():
             profile.items_per_replica[name] = graph.info[name].items_per_replica
             profile.memory_gb[name], profile.source[f"{name}.memory"] = _memory(graph, name)

@@ -16,7 +16,7 @@ from collections import defaultdict
 
 from m2flow.config import spec_from_dict
 from m2flow.graph import MacroGraph, build_graph
-from m2flow.planners.fit import fit_points, hop_from_trace, points_from_trace
+from m2flow.planners.fit import fit_line, fit_points, hop_from_trace, points_from_trace
 from m2flow.runtime.executor import execute
 from m2flow.spec import WorkflowSpec
 
@@ -36,7 +36,7 @@ def batch_sizes(graph: MacroGraph) -> list[int]:
 
 def measure_profile(spec: WorkflowSpec) -> dict:
     points: dict[str, list] = defaultdict(list)
-    hops = []
+    hops: list[tuple[int, float]] = []
     graph = build_graph(spec)
     chain = [str(p) for p in graph.loop.ports] if graph.loop else []
     sizes = batch_sizes(graph)
@@ -48,12 +48,20 @@ def measure_profile(spec: WorkflowSpec) -> dict:
                 points[port] += samples
             hop = hop_from_trace(trace, chain) if chain else None
             if hop is not None:
-                hops.append(hop)
+                hops.append((size, hop))
     profile = fit_points(points, f"measured by m2flow profile at {sizes} items per replica")
     profile["workflow"] = spec.name
-    if hops:
-        profile["hop_s"] = sorted(hops)[len(hops) // 2]
-    return profile
+    return profile | message_cost(hops)
+
+
+def message_cost(hops: list[tuple[int, float]]) -> dict[str, float]:
+    """A loop message's cost between processes from the hop seen at each batch size (`(items, seconds)`: a message
+    carries a replica's items): `hop_s` per message and `hop_item_s` per item, the line through them; all per
+    message where one size was seen; nothing where none was."""
+    if not hops:
+        return {}
+    line = fit_line(hops, prior_fixed=1.0)
+    return {"hop_s": line.fixed_s, "hop_item_s": line.per_item_s}
 
 
 def _profiling_spec(graph: MacroGraph, size: int, out: str) -> WorkflowSpec:

@@ -47,7 +47,7 @@ BACK_GAIN = 0.02  # what the plan a trial left must be predicted to gain over it
 REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, the others are measured
 TRIAL_LEFT = 2 * REPLAN_AFTER  # iterations a run needs left to try a plan: to measure it, then to use what it learnt
 MAX_REPLANS = 2  # a switch (or a trial) runs other batch sizes: the second re-plan decides on them too
-MAX_HOP_ITEM_S = 0.05  # each item of a message between two processes of one run costs at most this much
+MAX_HOP_ITEM_S = 1e-3  # each item of a loop message between processes costs at most this (measured: 20-130 us)
 MAX_BESIDE_SLOWDOWN = 4.0  # work on a device the loop and training share takes at most this much longer
 BESIDE_NOISE = 0.05  # an iteration within this much of its prediction without a slowdown shows none
 
@@ -72,7 +72,7 @@ class Running:
 
 def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running | None = None) -> Refit:
     """The profile with every port seen in `events` set to its fitted cost, and — given the plan that ran —
-    the message hop and the controller's own time per iteration (`calibrate_run`)."""
+    what a message between processes costs per item and the controller's own time per iteration (`calibrate_run`)."""
     profile = profile_of(graph, cluster)
     trace = {"traceEvents": events}
     points = points_from_trace(trace, skip_iterations=1, warmups=running.warmups if running else ())
@@ -147,8 +147,9 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
     """What per-port costs leave out, from how long the running plan's loop and iterations took: what a message
     between processes costs per item it carries, on top of its per-message hop (the `hop_item_s` that makes the
     predicted loop match the measured one), and the controller's own time per iteration. Sets them in `profile`
-    and returns those the trace could say (no hop where the loop sends no message between processes, or no loop
-    was traced)."""
+    and returns those the trace could say (no hop where the loop sends no message between processes, where it
+    took less than its messages' per-message hops alone predict or more than any cost per item explains, or where
+    no loop was traced)."""
 
     plan = running.plan
 
@@ -158,12 +159,14 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
     calibrated = {}
     loops = controller_seconds(trace, "loop", running.since + 1)
     if graph.loop is not None and loops and _has_hops(profile, predicted):
-        measured, low, high = statistics.median(loops), 0.0, MAX_HOP_ITEM_S
+        measured, low, high, prior = statistics.median(loops), 0.0, MAX_HOP_ITEM_S, profile.hop_item_s
         for _ in range(24):  # the loop's predicted time grows with the hop's cost: bisect to the measured one
             middle = profile.hop_item_s = (low + high) / 2
             low, high = (middle, high) if predicted().phase_s["loop"] < measured else (low, middle)
-        if low > 0.0 and high < MAX_HOP_ITEM_S:  # else the loop took less than with no such cost, or more than any
+        if low > 0.0 and high < MAX_HOP_ITEM_S:
             calibrated["hop_item_s"] = profile.hop_item_s
+        else:  # the loop took less than its messages cost with nothing per item, or more than any such cost explains
+            profile.hop_item_s = prior
     iterations = controller_seconds(trace, "iteration", running.since + 1)
     if iterations:
         profile.controller_s = 0.0

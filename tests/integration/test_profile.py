@@ -26,7 +26,7 @@ def test_profiling_fits_every_port_at_three_batch_sizes_and_feeds_the_planner(tm
     assert {"env.obs", "env.step", "env.trajectory", "policy.act", "trainer.train"} <= set(ports)
     assert all(fit.calls > 0 for fit in ports.values())
     assert ports["env.step"].per_item_s > 0 and ports["policy.act"].per_item_s > 0  # they spin per env
-    assert measured_profile["hop_s"] > 0
+    assert measured_profile["hop_s"] + 2 * measured_profile["hop_item_s"] > 0  # a message of the fewest envs costs
 
     graph = build_graph(spec)
     profile = Profile.from_graph(graph, measured)
@@ -149,7 +149,7 @@ def test_a_run_tries_other_batch_sizes_when_a_cost_split_it_could_not_measure_de
     initial = (result.run_dir / "plan.initial.json").read_text()
     assert '"pipeline_stages": 2' in initial  # the defaults' split (per env) pipelines
     replans = re.findall(r"replan: .*?(?= m2flow:|$)", said)
-    tried = re.search(r"replan: trying (\w+) S=1( \(co-hosted replicas\))? for 3 iterations: env\.step", said)
+    tried = re.search(r"replan: trying (\w+) S=1( co-hosted)? for 3 iterations: env\.step", said)
     assert tried and "were their cost per call" in said, replans  # one stage, whichever placement
     assert result.plan.pipeline_stages == 1 and "replan: " in result.plan.notes[-1]
     assert [h["iteration"] for h in result.history] == list(range(9))

@@ -59,6 +59,25 @@ def test_the_hop_per_item_and_the_controller_time_are_what_make_the_prediction_m
     assert profile.controller_s == pytest.approx(0.05, rel=1e-3)
 
 
+@pytest.mark.parametrize("loop_times_predicted", [0.5, 1e4])
+def test_a_loop_no_cost_per_item_explains_leaves_the_cost_per_item_as_it_was(loop_times_predicted):
+    # faster than its messages' per-message hops alone, or slower than any cost per item makes it
+    graph = build_graph(spec_from_dict(workflow(cpus=2, mode="hybrid", stages=2)))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    loop_s = loop_times_predicted * plan.predicted.phase_s["loop"]
+    profile = profile_of(graph, cluster)
+    profile.hop_item_s = 2e-6
+    calibrated = calibrate_run(
+        graph,
+        Running(plan, since=0),
+        profile,
+        {"traceEvents": [controller_event("loop", it, loop_s) for it in range(4)]},
+    )
+    assert "hop_item_s" not in calibrated
+    assert profile.hop_item_s == 2e-6  # not where the bisection stopped, which the re-plan would plan from
+
+
 def test_a_co_hosted_loop_says_nothing_about_the_hop_so_the_hop_keeps_its_prior():
     raw = workflow(env_s=1e-4, policy_s=1e-4, cpus=1, mode="shared")
     raw["placement"]["colocate"] = True

@@ -137,6 +137,15 @@ def test_a_replicas_first_call_at_a_batch_size_new_to_its_port_is_a_warm_up():
     assert points_from_trace(trace) == {"policy.act": [(16.0, 0.002), (64.0, 0.0035), (64.0, 0.0035), (64.0, 0.0036)]}
 
 
+def test_a_message_s_cost_is_the_line_through_the_hops_seen_at_each_size_all_per_message_at_one_size():
+    from m2flow.runtime.profiling import message_cost
+
+    line = message_cost([(2, 1e-4 + 2 * 3e-5), (4, 1e-4 + 4 * 3e-5), (8, 1e-4 + 8 * 3e-5)])
+    assert line == {"hop_s": pytest.approx(1e-4), "hop_item_s": pytest.approx(3e-5)}
+    assert message_cost([(8, 2e-4)]) == {"hop_s": pytest.approx(2e-4), "hop_item_s": 0.0}
+    assert message_cost([]) == {}
+
+
 def test_the_channel_hop_is_the_wait_of_an_idle_consumer():
     from m2flow.planners.fit import hop_from_trace
 

@@ -124,11 +124,13 @@ def test_a_message_between_processes_costs_its_hop_plus_its_items_so_a_slice_of_
     graph = apart(1)
     cluster = Cluster.from_spec(graph.spec.cluster)
     plan = make_plan(graph, cluster)
-    profile = profile_of(graph, cluster)
+    profile = replace(profile_of(graph, cluster), hop_s=0.0)
     without = simulate_plan(graph, plan, profile).prediction.phase_s["loop"]
+    per_message = simulate_plan(graph, plan, replace(profile, hop_s=1e-4)).prediction.phase_s["loop"]
     profile.hop_item_s = 1e-5
     with_items = simulate_plan(graph, plan, profile).prediction.phase_s["loop"]
-    # one core runs all: each of the 100 steps receives two messages (obs, actions) of the 8 envs' items
+    # one core runs all: each of the 100 steps receives two messages (obs, actions), each of the 8 envs' items
+    assert per_message - without == pytest.approx(100 * 2 * 1e-4, rel=1e-6)
     assert with_items - without == pytest.approx(100 * 2 * 8 * 1e-5, rel=1e-6)
     sliced = apart(2)
     halves = make_plan(sliced, cluster)

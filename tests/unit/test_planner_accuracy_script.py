@@ -159,9 +159,7 @@ def test_rounds_run_every_candidate_as_planned_right_before_in_alternating_order
         runs.append(spec.placement)
         if len(runs) > 1 and spec.placement == runs[1] and runs.count(spec.placement) == 2:
             raise WorkerError("env[0] failed in step")  # the first candidate, in its second round
-        calibrated = SimpleNamespace(
-            notes=[], mode="shared", pipeline_stages=1, predicted=SimpleNamespace(cost_sources={})
-        )
+        calibrated = SimpleNamespace(notes=[], label="shared S=1", predicted=SimpleNamespace(cost_sources={}))
         seconds = 1.0 + len(runs) ** 2 / 100  # later runs ever slower: the median of three is not their mean
         return SimpleNamespace(
             plan=calibrated, history=[{"time/iteration_s": 99.0}] + [{"time/iteration_s": seconds}] * 2
