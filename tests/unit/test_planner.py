@@ -141,6 +141,30 @@ def test_a_message_between_processes_costs_its_hop_plus_its_items_so_a_slice_of_
     assert halves_with - halves_without == pytest.approx(100 * 2 * 8 * 1e-5, rel=1e-6)
 
 
+def test_a_replica_receiving_from_several_replicas_gets_a_message_of_each_one_s_items():
+    raw = workflow(cpus=2, mode="shared", env_replicas=2, num_envs=8)
+    raw["placement"]["colocate"] = False
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    assert len(plan.placements["policy"].replica_devices) == 1 and not plan.processes
+
+    def first_step_work(hop_item_s: float) -> dict[str, float]:
+        """Per replica, the seconds of its first loop step's tasks, receiving included."""
+        profile = replace(profile_of(graph, cluster), hop_s=0.0, hop_item_s=hop_item_s)
+        work: dict[str, float] = {}
+        for task in simulate_plan(graph, plan, profile).tasks():
+            if task.phase == "loop" and task.step == 0:
+                name = f"{task.worker}[{task.replica}]"
+                work[name] = work.get(name, 0.0) + task.work_s
+        return work
+
+    without, with_items = first_step_work(0.0), first_step_work(1e-5)
+    added = {name: with_items[name] - seconds for name, seconds in without.items()}
+    # the policy receives each env replica's 8 observations, each env replica its own 8 actions
+    assert added == pytest.approx({"policy[0]": 2 * 8 * 1e-5, "env[0]": 8 * 1e-5, "env[1]": 8 * 1e-5}, rel=1e-6)
+
+
 def test_hybrid_pipelines_balanced_stages_towards_max_stage():
     plan = plan_of(workflow(cpus=2, mode="hybrid", stages=2))
     assert plan.placements["env"].devices != plan.placements["policy"].devices
