@@ -93,6 +93,17 @@ def row_of(plan: Plan, role: str, calibration: dict[str, float], result) -> dict
     }
 
 
+def summary_of(result: dict) -> str:
+    """A workload's hops in the summary line: their range, the calibrating plan's, and how many plans said none."""
+    hops = [r["hop_item_us"] for r in result["rows"] if r["hop_item_us"] is not None]
+    if not hops:
+        return f"{result['workload']} none measured"
+    unmeasured = sum(r["hop_item_us"] is None and "failed" not in r for r in result["rows"])
+    none_in = f"; none in {unmeasured} plan(s)" if unmeasured else ""
+    first = _us(result["rows"][0]["hop_item_us"])
+    return f"{result['workload']} {min(hops):.2f}-{max(hops):.2f} us per item (calibrating plan {first}{none_in})"
+
+
 def _us(value: float | None) -> str:
     return "none" if value is None else f"{value:.2f} us per item"
 
@@ -109,19 +120,7 @@ def main() -> None:
             bench(name, WORKLOADS[name], args.iterations, args.calibration_iterations, Path(tmp))
             for name in args.workloads
         ]
-    summary = []
-    for result in results:
-        hops = [r["hop_item_us"] for r in result["rows"] if r["hop_item_us"] is not None]
-        unmeasured = sum(r["hop_item_us"] is None and "failed" not in r for r in result["rows"])
-        first = result["rows"][0]["hop_item_us"]
-        summary.append(
-            f"{result['workload']} {min(hops):.2f}-{max(hops):.2f} us per item (calibrating plan {_us(first)}"
-            + (f"; none in {unmeasured} plan(s)" if unmeasured else "")
-            + ")"
-            if hops
-            else f"{result['workload']} none measured"
-        )
-    line = "hop by plan: " + ", ".join(summary)
+    line = "hop by plan: " + ", ".join(summary_of(result) for result in results)
     save_result("hop_by_plan", {"args": vars(args), "workloads": results, "summary": line}, Path(args.out))
     print(line)
 

@@ -16,6 +16,7 @@ of one placement's candidates with one process layout share them (`Shared`).
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -398,14 +399,12 @@ def _simulate_loop(
                 deps = [produced[(b, s)] for b in group if (b, s) in produced]
                 # a message from each upstream replica of another worker in another process (a channel hop),
                 # carrying the slice of each of its shards in the group
-                shards_from: dict[int, int] = {}
-                for d in deps:
-                    sender = sched.tasks[d]
-                    if (
-                        sender.worker != port.worker
-                        and process_of(together, ReplicaId(sender.worker, sender.replica)) != process
-                    ):
-                        shards_from[d] = shards_from.get(d, 0) + 1
+                shards_from = Counter(
+                    d
+                    for d in deps
+                    if sched.tasks[d].worker != port.worker
+                    and process_of(together, ReplicaId(sched.tasks[d].worker, sched.tasks[d].replica)) != process
+                )
                 receiving = sum(profile.message_s(slice_items[s] * shards) for shards in shards_from.values())
                 if process in last_of:
                     deps.append(last_of[process])
