@@ -408,6 +408,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h100_dec06": partial(planner_accuracy, "gpu28/planner_accuracy.json"),
     "planner_accuracy_h100_dec06b": partial(planner_accuracy, "gpu31/planner_accuracy.json"),
     "planner_accuracy_h100_dec06b_repeat": partial(planner_accuracy, "gpu31/planner_accuracy_repeat.json"),
+    "planner_accuracy_h100_dec06c": partial(planner_accuracy, "gpu40/planner_accuracy.json"),
+    "planner_accuracy_h100_dec06c_repeat": partial(planner_accuracy, "gpu40/planner_accuracy_repeat.json"),
     "gpu_training_overlap_h100": partial(training_overlap, "gpu31/gpu_training_overlap.json"),
     "gpu_training_overlap_h100_first": partial(training_overlap, "gpu31/gpu_training_overlap_first.json"),
     "hf_policy_h200": hf_policy,
