@@ -13,6 +13,7 @@ from m2flow.config import load_spec, spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.processes import process_options
+from m2flow.planners.profile import HANDOFF_COST
 from m2flow.planners.simulate import Shared, simulation
 from m2flow.spec import PortCost
 from tests.unit.test_symmetry import spin_workflow
@@ -128,3 +129,26 @@ def test_a_replayed_plans_tasks_use_the_costs_it_was_predicted_on():
     for key in list(profile.costs):  # a refit changes the costs in place, after the prediction
         profile.costs[key] = PortCost(fixed_s=1.0, per_item_s=0.0)
     assert replayed.tasks() == expected
+
+
+def test_a_sync_every_third_iteration_predicts_a_third_of_its_time_port_seconds_and_busy_time_per_iteration():
+    def plan_with_sync_every(every: int):
+        raw = spin_workflow(4, 2, cpus=4, mode="hybrid", stages=2)
+        raw["flow"]["sync"][0]["every"] = every
+        raw["workers"]["policy"]["profile"]["load_weights"] = {"fixed_s": 0.3, "per_item_s": 0.0}  # a heavy sync
+        spec = spec_from_dict(raw)
+        return make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
+
+    each, third = plan_with_sync_every(1), plan_with_sync_every(3)
+    assert each.layout_key == third.layout_key
+    assert third.predicted.phase_s["sync"] == pytest.approx(each.predicted.phase_s["sync"] / 3)
+    # per iteration, as a run measures them: a port's seconds and a device's busy time over all its iterations
+    assert each.predicted.port_s["policy.load_weights"] == pytest.approx(2 * 0.3)  # both replicas, every iteration
+    assert third.predicted.port_s["policy.load_weights"] == pytest.approx(2 * 0.3 / 3)
+    loading, sending = each.placements["policy"].replica_devices, each.placements["trainer"].replica_devices
+    for device in set(loading):
+        busy_each = each.predicted.device_busy[device] * each.predicted.iteration_s
+        busy_third = third.predicted.device_busy[device] * third.predicted.iteration_s
+        assert busy_each < each.predicted.iteration_s  # not capped at the whole iteration
+        sync_work = 0.3 * loading.count(device) + HANDOFF_COST.fixed_s * sending.count(device)  # the weights' source
+        assert busy_each - busy_third == pytest.approx(sync_work * (1 - 1 / 3))
