@@ -419,7 +419,10 @@ class Run:
             cached = remember(self.graph, self.cluster, self.trace.events, self._running(self.plan), run=self.cache_run)
         if ran:
             measured, events = self.controller.measured, self.trace.events
-            self.result.device_busy = report_run(self.plan, measured, events, ran, self.replanned, self.reporter)
+            report = report_run(self.plan, measured, events, ran, self.replanned, self.reporter)
+            report.save(self.run_dir / "report.json")
+            self.result.report = report
+            self.result.device_busy = report.measured_busy()
         if cached:
             self.reporter.print(cached_costs_table(cached))
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from m2flow.runtime.relocate import Move
+from m2flow.runtime.run_report import RunReport
 from m2flow.schedule import Plan
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,7 @@ class RunResult:
     nodes: dict[str, str] = field(default_factory=dict)  # "worker[replica]" -> Ray node it ran on
     pids: dict[str, int] = field(default_factory=dict)  # "worker[replica]" -> its process
     device_busy: dict[str, float] = field(default_factory=dict)  # device -> busy share of the measured iterations
+    report: RunReport | None = None  # the end-of-run table's numbers (none where no iteration was measured)
 
     @property
     def last(self) -> dict:

@@ -1,7 +1,14 @@
 """What a run measured, set beside its plan at its end: predicted vs measured seconds per port and busy share
-per device, the ports that drifted and what was done about it, and where the loop's time went."""
+per device, the ports that drifted and what was done about it, and where the loop's time went. The same
+numbers as data (`RunReport`): `RunResult.report`, and `report.json` in the run's folder."""
 
 from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from m2flow.planners.fit import work_share
 from m2flow.runtime.iteration_metrics import Measured
@@ -16,11 +23,42 @@ def measured_iterations(history: list[dict], since: int, has_loop: bool) -> list
     return [h for h in history if h["iteration"] > since and (not has_loop or "time/loop_s" in h)]
 
 
+@dataclass(frozen=True)
+class Compared:
+    """One quantity per iteration: as the plan predicted it, and the measured iterations' mean."""
+
+    predicted: float
+    measured: float
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """The end-of-run table as data, over `iterations` measured iterations: seconds per iteration, per phase and
+    per port, and each device's busy share, predicted beside measured (a port or device the plan did not
+    predict reads 0 there)."""
+
+    iterations: int
+    iteration_s: Compared
+    phase_s: dict[str, Compared]
+    port_s: dict[str, Compared]
+    device_busy: dict[str, Compared]
+
+    def measured_busy(self) -> dict[str, float]:
+        """Each device's measured busy share, of the devices that worked in the measured iterations."""
+        return {device: busy.measured for device, busy in self.device_busy.items() if busy.measured > 0}
+
+    def save(self, path: Path) -> None:
+        """As JSON, atomically (a temporary file renamed into place)."""
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(tmp, path)
+
+
 def report_run(
     plan: Plan, measured: Measured, events: list[dict], ran: list[dict], replanned: bool, reporter: Reporter
-) -> dict[str, float]:
-    """Print the end-of-run tables for the iterations `ran`; returns each device's busy share of them."""
-    iteration_s = sum(h["time/iteration_s"] for h in ran) / len(ran)
+) -> RunReport:
+    """Print the end-of-run tables for the iterations `ran`, and return their numbers."""
+    iteration_s = statistics.mean(h["time/iteration_s"] for h in ran)
     share = work_share({"traceEvents": events})  # as the plan counts a call: its own work
     port_s = {port: seconds * share.get(port, 1.0) for port, seconds in measured.port_s.items()}
     reporter.print(comparison_table(plan, port_s, measured.device_s, len(ran), iteration_s))
@@ -30,5 +68,24 @@ def report_run(
         table, verdict = loop_table(plan, measured.loop_busy_s, measured.loop_s)
         reporter.print(table)
         reporter.print(verdict)
+    predicted = plan.predicted
     wall_s = len(ran) * iteration_s
-    return {device.name: s / wall_s for device, s in sorted(measured.device_s.items())} if wall_s else {}
+    return RunReport(
+        iterations=len(ran),
+        iteration_s=Compared(predicted.iteration_s, iteration_s),
+        phase_s={
+            phase: Compared(seconds, statistics.mean(h.get(f"time/{phase}_s", 0.0) for h in ran))
+            for phase, seconds in sorted(predicted.phase_s.items())
+            if any(f"time/{phase}_s" in h for h in ran)  # the controller's own time is not a phase it times
+        },
+        port_s={
+            port: Compared(predicted.port_s.get(port, 0.0), port_s.get(port, 0.0) / len(ran))
+            for port in sorted(set(predicted.port_s) | set(port_s))
+        },
+        device_busy={
+            device.name: Compared(predicted.device_busy.get(device, 0.0), measured.device_s.get(device, 0.0) / wall_s)
+            for device in sorted(set(predicted.device_busy) | set(measured.device_s))
+        }
+        if wall_s
+        else {},
+    )

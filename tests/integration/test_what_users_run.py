@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,14 @@ def test_the_cli_runs_the_main_job_with_its_progress_bar_and_evaluates_and_films
     assert any((run_dir / "tensorboard").iterdir())
     assert (run_dir / "checkpoints" / "iter_00000001" / "meta.json").exists()
     assert json.loads(lines[0])["eval/length"] == 50  # the evaluation sync edge ran at iteration 0
+    report = json.loads((run_dir / "report.json").read_text())  # the end-of-run table's numbers
+    measured = [json.loads(line)["time/iteration_s"] for line in lines[1:]]  # the first warms up
+    assert report["iterations"] == len(measured) == 1
+    assert report["iteration_s"]["measured"] == pytest.approx(statistics.mean(measured))
+    assert report["iteration_s"]["predicted"] > 0 and set(report["phase_s"]) == {"sync", "loop", "then"}
+    for port in ("env.step", "rollout.act", "actor.train"):
+        assert report["port_s"][port]["predicted"] > 0 and report["port_s"][port]["measured"] > 0, port
+    assert all(0 < busy["measured"] <= 1 for busy in report["device_busy"].values()), report["device_busy"]
     evaluate = [command[0], "eval", str(run_dir), "--episodes", "2", "--video"]
     out = subprocess.run(evaluate, capture_output=True, text=True, cwd=ROOT, timeout=300, env=env, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
