@@ -141,6 +141,39 @@ def hop_by_plan(rel: str, unit: HopUnit, res: Results) -> Block:
     return Block([caption, "", *table(header, rows, "llrrr")], [rel])
 
 
+def make_run_table(rel: str, res: Results) -> Block:
+    """`make run`'s end-of-run table, run after run from an empty cost cache: the iteration and each phase,
+    predicted beside measured, and the ports off their prediction by more than the table flags."""
+    data = res.json(rel)
+    phases = ("sync", "loop", "then")
+    rows = [
+        [
+            str(r["run"]),
+            r["plan"],
+            fixed(r["predicted_s"]),
+            fixed(r["measured_s"]),
+            fixed(r["median_s"]),
+            pct(r["error"]),
+            *(_versus(r["phase_s"].get(p)) for p in phases),
+            ", ".join(r["ports_off"]) or "none",
+        ]
+        for r in data["runs"]
+    ]
+    caption = (
+        f"*`make run` ({', '.join(data['args']['overrides']) or 'as configured'}) {len(rows)} times in a row from an"
+        " empty cost cache; each row its end-of-run table (`report.json`): seconds per iteration, the measured"
+        " iterations' mean (and median) beside the plan's prediction, each phase predicted / measured;"
+        f" `{data['summary']}`*"
+    )
+    header = ["run", "plan", "predicted s", "measured s", "median s", "error", *(f"{p} s" for p in phases)]
+    return Block([caption, "", *table([*header, "ports off >25%"], rows, "llrrrrrrrl")], [rel])
+
+
+def _versus(compared: dict | None) -> str:
+    """`predicted / measured`, or nothing where the run did not have the quantity."""
+    return f"{fixed(compared['predicted'])} / {fixed(compared['measured'])}" if compared else ""
+
+
 def cost_cache(rel: str, res: Results) -> Block:
     data = res.json(rel)
     policies = ("median", "last run")
