@@ -23,7 +23,7 @@ run: $(STAMP)
 	$(BIN)/m2flow run configs/ppo_mujoco.yaml $(ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=15 tests   # the slowest tests listed (the suite takes ~20 min on 2 cores)
+	$(BIN)/python -m pytest -q --durations=15 tests   # the slowest tests listed (the suite takes ~22 min on 2 cores)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

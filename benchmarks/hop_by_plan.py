@@ -100,8 +100,8 @@ def summary_of(result: dict) -> str:
         return f"{result['workload']} none measured"
     unmeasured = sum(r["hop_item_us"] is None and "failed" not in r for r in result["rows"])
     none_in = f"; none in {unmeasured} plan(s)" if unmeasured else ""
-    first = _us(result["rows"][0]["hop_item_us"])
-    return f"{result['workload']} {min(hops):.2f}-{max(hops):.2f} us per item (calibrating plan {first}{none_in})"
+    calibrating = _us(result["rows"][0]["hop_item_us"])
+    return f"{result['workload']} {min(hops):.2f}-{max(hops):.2f} us per item (calibrating plan {calibrating}{none_in})"
 
 
 def _us(value: float | None) -> str:

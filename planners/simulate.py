@@ -161,7 +161,7 @@ class _Simulation:
         self.expanded = False
         self.advances: list[tuple[str, float, float]] = []  # every phase time added to, in order (`PhaseRecord`)
         self.replayed: list[PhaseRecord] = []  # the phases taken from another simulation: their tasks are not here
-        self.share: dict[int, float] = {}  # task id -> the share of iterations it runs in, where not all (sync every k)
+        self.iteration_share: dict[int, float] = {}  # task id -> the share of iterations it runs in (sync every k)
 
     # -- phases outside the loop, shared by a placement's simulations --------------------------------
     def recorded(self, phase: Phase) -> PhaseRecord:
@@ -174,7 +174,7 @@ class _Simulation:
         for task, seconds, receiving in zip(
             sched.tasks[first_task:], sched.duration[first_task:], sched.receiving[first_task:], strict=True
         ):
-            own = (seconds - receiving) * self.share.get(task.id, 1.0)
+            own = (seconds - receiving) * self.iteration_share.get(task.id, 1.0)
             busy[task.device] = busy.get(task.device, 0.0) + own
             key = f"{task.worker}.{task.port}"
             port_s[key] = port_s.get(key, 0.0) + own
@@ -317,7 +317,7 @@ class _Simulation:
         end = self.sched.run(self.clock, first)
         self._add_phase_time(phase, (end - self.clock) * weight, end)
         if weight != 1.0:
-            self.share.update(dict.fromkeys(range(first, len(self.sched.tasks)), weight))
+            self.iteration_share.update(dict.fromkeys(range(first, len(self.sched.tasks)), weight))
 
     def _add_phase_time(self, phase: str, seconds: float, end: float) -> None:
         """`seconds` more of `phase`, which ended at `end`."""
@@ -340,7 +340,7 @@ class _Simulation:
             weight = scale if task.phase == "loop" and task.step >= 0 else 1.0
             if task.phase == "then" and self.beside is not None:  # drop mode trains one loop's batch in several
                 weight = 1.0 / self.trains_one_in
-            weight *= self.share.get(task.id, 1.0)
+            weight *= self.iteration_share.get(task.id, 1.0)
             own = (seconds - receiving) * weight  # the task's own work, as a trace measures it: no receiving
             busy[task.device] = busy.get(task.device, 0.0) + own
             copies = self.copies.get(ReplicaId(task.worker, task.replica), 0) if task.id in self.loop_tasks else 0

@@ -35,10 +35,12 @@ class Compared:
 class RunReport:
     """The end-of-run table as data, over `iterations` measured iterations: seconds per iteration, per phase and
     per port, and each device's busy share, predicted beside measured (a port or device the plan did not
-    predict reads 0 there)."""
+    predict reads 0 there); `median_iteration_s`, the measured iterations' median (work done once in k
+    iterations, an evaluation, lengthens a few of them and the mean)."""
 
     iterations: int
     iteration_s: Compared
+    median_iteration_s: float
     phase_s: dict[str, Compared]
     port_s: dict[str, Compared]
     device_busy: dict[str, Compared]
@@ -58,7 +60,8 @@ def report_run(
     plan: Plan, measured: Measured, events: list[dict], ran: list[dict], replanned: bool, reporter: Reporter
 ) -> RunReport:
     """Print the end-of-run tables for the iterations `ran`, and return their numbers."""
-    iteration_s = statistics.mean(h["time/iteration_s"] for h in ran)
+    seconds = [h["time/iteration_s"] for h in ran]
+    iteration_s = statistics.mean(seconds)
     share = work_share({"traceEvents": events})  # as the plan counts a call: its own work
     port_s = {port: seconds * share.get(port, 1.0) for port, seconds in measured.port_s.items()}
     reporter.print(comparison_table(plan, port_s, measured.device_s, len(ran), iteration_s))
@@ -73,6 +76,7 @@ def report_run(
     return RunReport(
         iterations=len(ran),
         iteration_s=Compared(predicted.iteration_s, iteration_s),
+        median_iteration_s=statistics.median(seconds),
         phase_s={
             phase: Compared(seconds, statistics.mean(h.get(f"time/{phase}_s", 0.0) for h in ran))
             for phase, seconds in sorted(predicted.phase_s.items())

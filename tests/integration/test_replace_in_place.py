@@ -138,7 +138,7 @@ def test_a_simulator_hung_in_its_last_step_where_no_peer_waits_on_it_is_replaced
     assert "env[1] still in the loop" in failure["error"] and "after its peers finished theirs" in failure["error"]
     # a channel deadline (floored at FLOOR_S) once the policy finished its loop, not the whole loop's deadline
     # (its phase's plus a channel deadline for each replica its peers may wait out: at least 3 x FLOOR_S here); the
-    # deadline may start a few ms before the fault writes its time (two processes' clocks), hence the half second
+    # deadline starts as the policy finishes its loop, a few ms before env[1] steps and writes the fault's time
     assert FLOOR_S - 0.5 <= failure["detected_at"] - struck_at < 2 * FLOOR_S
     per_iteration = 2 * ENVS * HORIZON
     assert [h["env_steps"] for h in result.history] == [per_iteration * (i + 1) for i in range(ITERATIONS)]

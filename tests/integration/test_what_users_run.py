@@ -63,6 +63,7 @@ def test_the_cli_runs_the_main_job_with_its_progress_bar_and_evaluates_and_films
     measured = [json.loads(line)["time/iteration_s"] for line in lines[1:]]  # the first warms up
     assert report["iterations"] == len(measured) == 1
     assert report["iteration_s"]["measured"] == pytest.approx(statistics.mean(measured))
+    assert report["median_iteration_s"] == pytest.approx(statistics.median(measured))
     assert report["iteration_s"]["predicted"] > 0 and set(report["phase_s"]) == {"sync", "loop", "then"}
     for port in ("env.step", "rollout.act", "actor.train"):
         assert report["port_s"][port]["predicted"] > 0 and report["port_s"][port]["measured"] > 0, port
