@@ -60,8 +60,8 @@ def report_run(
     plan: Plan, measured: Measured, events: list[dict], ran: list[dict], replanned: bool, reporter: Reporter
 ) -> RunReport:
     """Print the end-of-run tables for the iterations `ran`, and return their numbers."""
-    seconds = [h["time/iteration_s"] for h in ran]
-    iteration_s = statistics.mean(seconds)
+    iterations_s = [h["time/iteration_s"] for h in ran]
+    iteration_s = statistics.mean(iterations_s)
     share = work_share({"traceEvents": events})  # as the plan counts a call: its own work
     port_s = {port: seconds * share.get(port, 1.0) for port, seconds in measured.port_s.items()}
     reporter.print(comparison_table(plan, port_s, measured.device_s, len(ran), iteration_s))
@@ -76,10 +76,10 @@ def report_run(
     return RunReport(
         iterations=len(ran),
         iteration_s=Compared(predicted.iteration_s, iteration_s),
-        median_iteration_s=statistics.median(seconds),
+        median_iteration_s=statistics.median(iterations_s),
         phase_s={
-            phase: Compared(seconds, statistics.mean(h.get(f"time/{phase}_s", 0.0) for h in ran))
-            for phase, seconds in sorted(predicted.phase_s.items())
+            phase: Compared(predicted_s, statistics.mean(h.get(f"time/{phase}_s", 0.0) for h in ran))
+            for phase, predicted_s in sorted(predicted.phase_s.items())
             if any(f"time/{phase}_s" in h for h in ran)  # the controller's own time is not a phase it times
         },
         port_s={
