@@ -21,12 +21,12 @@ import json
 import os
 import statistics
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from m2flow.cluster import cpus_per_node
 from m2flow.graph import MacroGraph, threads_refusal
-from m2flow.planners.fit import PortFit, SizeMean, line_through_means, residual
+from m2flow.planners.fit import PortFit, SizeMean, latest_shares, line_through_means, residual
 from m2flow.spec import PortCost
 
 RUNS_KEPT = 5  # a cost is the median of what this many of the latest runs measured
@@ -179,9 +179,9 @@ def _write(path: Path, entry: dict) -> Path:
     return path
 
 
-def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, PortCost]:
-    """`worker.port` -> the cost an earlier run measured for this worker on this device kind."""
-    return {port: cached.fit.cost for port, cached in cached_fits(graph, device_kinds).items()}
+def load_cached(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, PortFit]:
+    """`worker.port` -> the fit earlier runs measured for this worker on this device kind."""
+    return {port: cached.fit for port, cached in cached_fits(graph, device_kinds).items()}
 
 
 def cached_fits(graph: MacroGraph, device_kinds: dict[str, str]) -> dict[str, CachedFit]:
@@ -239,6 +239,7 @@ def remembered(earlier: CachedFit | None, fit: PortFit, run: str, runs_kept: int
     size: `fit`'s split between per-call and per-item cost, scaled to the median); its residual, how far the kept
     runs' means scatter around it. `fit` stands as it is where no other run measured it (its residual: how far
     its calls scatter)."""
+    fit = replace(fit, replica_shares=latest_shares(earlier.fit if earlier else None, fit))
     now = [Seen(run, row.mean_s, row.items, row.calls) for row in fit.by_size]
     if not now:
         return CachedFit(fit)  # no batch sizes to keep apart (a fit written down elsewhere)
@@ -261,5 +262,6 @@ def remembered(earlier: CachedFit | None, fit: PortFit, run: str, runs_kept: int
         batch_sizes=tuple(int(items) for items in sizes),
         by_size=tuple(SizeMean(items, mean, calls[items]) for items, mean in medians),
         residual=residual([(row.items, row.value) for row in seen], line),
+        replica_shares=fit.replica_shares,
     )
     return CachedFit(fitted, tuple(seen))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from m2flow.cluster import DeviceId
@@ -47,6 +47,36 @@ def points_from_trace(trace: dict, skip_iterations: int = 1, warmups: Collection
             continue
         points[_port(task)].append((items, seconds))
     return dict(points)
+
+
+def replica_shares(
+    trace: dict, skip_iterations: int = 1, warmups: Collection[int] = ()
+) -> dict[str, tuple[float, ...]]:
+    """Per port called outside the loop by two replicas or more, each replica's mean work over the replicas' mean
+    (`(2.0, 0.0)`: the first replica does all of it, as an evaluation on replica 0 alone), from the calls
+    `points_from_trace` keeps; a port whose replicas were not all seen is left out. Inside the loop replicas step
+    alike (the simulation copies one replica's steps to its peers)."""
+    tasks = _port_tasks(trace)
+    seconds: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for task, work in zip(tasks, _work_s(tasks), strict=True):
+        iteration = task["args"].get("iteration", skip_iterations)
+        if task.get("cat") == "loop" or iteration < skip_iterations or iteration in warmups:
+            continue
+        seconds[_port(task)][_replica(task)].append(work)
+    shares = {}
+    for port, by_replica in seconds.items():
+        if len(by_replica) < 2 or sorted(by_replica) != list(range(len(by_replica))):
+            continue
+        means = [sum(by_replica[r]) / len(by_replica[r]) for r in range(len(by_replica))]
+        overall = sum(means) / len(means)
+        if overall > 0:
+            shares[port] = tuple(mean / overall for mean in means)
+    return shares
+
+
+def _replica(task: dict) -> int:
+    """The replica index of a traced task's row (`env[1]` -> 1)."""
+    return int(task["args"]["worker"].split("[")[1].rstrip("]"))
 
 
 def work_share(trace: dict) -> dict[str, float]:
@@ -173,8 +203,9 @@ class SizeMean:
 class PortFit:
     """A port's cost `fixed_s + per_item_s * items` fitted to `calls` measured calls at `batch_sizes`, its mean at
     each (`by_size`, the smallest first) and how far what it was fitted to scatters around it (`residual`: the calls,
-    or in the cost cache the kept runs' means). On disk: a JSON object with these keys, `by_size` as
-    `[items, mean_s, calls]` rows."""
+    or in the cost cache the kept runs' means). A port called outside the loop keeps what each replica's calls cost
+    against the replicas' mean (`replica_shares`, one per replica of the run that measured it: `replica_shares`
+    above). On disk: a JSON object with these keys, `by_size` as `[items, mean_s, calls]` rows."""
 
     fixed_s: float
     per_item_s: float
@@ -182,6 +213,7 @@ class PortFit:
     batch_sizes: tuple[int, ...] = ()
     by_size: tuple[SizeMean, ...] = ()
     residual: float = 0.0
+    replica_shares: tuple[float, ...] = ()
 
     @property
     def cost(self) -> PortCost:
@@ -196,6 +228,7 @@ class PortFit:
             "batch_sizes": list(self.batch_sizes),
             "by_size": [[row.items, row.mean_s, row.calls] for row in self.by_size],
             "residual": self.residual,
+            "replica_shares": list(self.replica_shares),
         }
 
     @classmethod
@@ -212,6 +245,7 @@ class PortFit:
                 SizeMean(float(items), float(mean_s), int(calls)) for items, mean_s, calls in data.get("by_size", [])
             ),
             residual=float(data.get("residual", 0.0)),
+            replica_shares=tuple(float(share) for share in data.get("replica_shares", [])),
         )
 
 
@@ -269,9 +303,14 @@ def residual(points: list[tuple[float, float]], line: PortCost) -> float:
     return squares**0.5 / mean_y if mean_y > 0 else 0.0
 
 
-def fit_points(points: Points, source: str, priors: dict[str, float] | None = None) -> dict:
+def fit_points(
+    points: Points,
+    source: str,
+    priors: dict[str, float] | None = None,
+    shares: dict[str, tuple[float, ...]] | None = None,
+) -> dict:
     """`{"source": source, "ports": {port: PortFit}}`; `priors[port]` is its per-call fraction when it was seen at
-    one batch size only."""
+    one batch size only, `shares[port]` its replicas' shares of its cost (`replica_shares`)."""
     ports = {}
     for port, samples in sorted(points.items()):
         line = fit_line(samples, (priors or {}).get(port, 0.0))
@@ -282,6 +321,7 @@ def fit_points(points: Points, source: str, priors: dict[str, float] | None = No
             batch_sizes=tuple(sorted({int(x) for x, _ in samples})),
             by_size=by_size(samples),
             residual=residual(samples, line),
+            replica_shares=(shares or {}).get(port, ()),
         )
     return {"source": source, "ports": ports}
 
@@ -302,7 +342,7 @@ def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
     rows = {row.items: row for row in earlier.by_size} if earlier else {}
     own = {row.items for row in fit.by_size}
     if not own or set(rows) <= own:
-        return fit  # nothing seen earlier at a size this fit did not see
+        return replace(fit, replica_shares=latest_shares(earlier, fit))  # nothing seen earlier at another size
     rows.update({row.items: row for row in fit.by_size})
     ordered = tuple(rows[items] for items in sorted(rows))
     means = [(row.items, row.mean_s) for row in ordered]
@@ -314,7 +354,13 @@ def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
         batch_sizes=tuple(int(items) for items, _ in means),
         by_size=ordered,
         residual=residual(means, line),
+        replica_shares=latest_shares(earlier, fit),
     )
+
+
+def latest_shares(earlier: PortFit | None, fit: PortFit) -> tuple[float, ...]:
+    """The replicas' shares of a port's cost as the latest fit that measured them has them."""
+    return fit.replica_shares or (earlier.replica_shares if earlier else ())
 
 
 def fit_trace_file(path: str | Path) -> dict:

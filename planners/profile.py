@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE
+from m2flow.planners.fit import PortFit
+from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE, ReplicaId
 from m2flow.spec import PortCost
 
 T = TypeVar("T")
@@ -42,6 +43,8 @@ class Profile:
     memory_advice: dict[str, str] = field(default_factory=dict)  # per worker: what lowers its memory (its class's)
     source: dict[str, str] = field(default_factory=dict)
     prior: dict[str, PortCost] = field(default_factory=dict)  # what a port is assumed to cost, knowing nothing
+    # per port called outside the loop, each replica's share of its cost as measured (`PortFit.replica_shares`)
+    replica_shares: dict[str, tuple[float, ...]] = field(default_factory=dict)
     hop_s: float = CHANNEL_HOP_S  # a loop message between processes, whatever it carries
     hop_item_s: float = HOP_ITEM_S  # and per item it carries: a message of a slice of fewer envs costs less
     controller_s: float = CONTROLLER_S  # measured by a run's calibration: its iterations minus their tasks
@@ -59,11 +62,27 @@ class Profile:
             memory_advice=dict(self.memory_advice),
             source=dict(self.source),
             prior=dict(self.prior),
+            replica_shares=dict(self.replica_shares),
         )
+
+    def set_fit(self, port: str, fit: PortFit) -> None:
+        """`port` costs what `fit` measured, its replicas' shares too."""
+        self.costs[port] = fit.cost
+        if fit.replica_shares:
+            self.replica_shares[port] = fit.replica_shares
+        else:
+            self.replica_shares.pop(port, None)
 
     def call_s(self, worker: str, port: str, items: float) -> float:
         cost = self.costs.get(f"{worker}.{port}", HANDOFF_COST)
         return cost.fixed_s + cost.per_item_s * items
+
+    def replica_call_s(self, replica: ReplicaId, port: str, items: float, replicas: int) -> float:
+        """A call of `replica`'s port outside the loop, one of `replicas`: its share of the port's cost where a run
+        of as many replicas measured the shares (an evaluation on the first replica alone), an even one otherwise."""
+        shares = self.replica_shares.get(f"{replica.worker}.{port}", ())
+        share = shares[replica.replica] if len(shares) == replicas else 1.0
+        return share * self.call_s(replica.worker, port, items)
 
     def message_s(self, items: float) -> float:
         """Receiving one loop message of `items` items from another process."""
@@ -85,7 +104,7 @@ class Profile:
 
     @classmethod
     def from_graph(
-        cls, graph: MacroGraph, measured: dict[str, Any] | None = None, cached: dict[str, PortCost] | None = None
+        cls, graph: MacroGraph, measured: dict[str, Any] | None = None, cached: dict[str, PortFit] | None = None
     ) -> Profile:
         """Merge the sources; ports that compute (loop body, terminal after-loop ports) default by
         worker kind, ports that hand data on are assumed to cost a small fixed amount."""
@@ -107,11 +126,11 @@ class Profile:
                 if port in worker.profile:
                     profile.costs[key], profile.source[key] = worker.profile[port], "declared"
                 elif key in measured_ports:
-                    fit = measured_ports[key]
-                    profile.costs[key] = fit.cost
+                    profile.set_fit(key, measured_ports[key])
                     profile.source[key] = "measured"
                 elif key in cached:
-                    profile.costs[key], profile.source[key] = cached[key], "cached"
+                    profile.set_fit(key, cached[key])
+                    profile.source[key] = "cached"
                 else:
                     profile.costs[key] = profile.prior[key]
                     profile.source[key] = DEFAULT_SOURCE if key in computing else HANDOFF_SOURCE

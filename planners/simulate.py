@@ -210,15 +210,17 @@ class _Simulation:
             if key not in totals:
                 totals[key] = sum(self.items[h] for h in mine)
             items = totals[key] if mine else own_items(self.graph, port.worker, r, phase.op)
-            seconds = self.profile.call_s(port.worker, port.port, items)
+            seconds = self.profile.replica_call_s(ReplicaId(port.worker, r), port.port, items, info.replicas)
             tid = self.sched.add(port.worker, r, port.port, seconds, phase.op, mine)
             self.items[tid] = items
             outputs.append(tid)
         return gather(rule, outputs)
 
     def copy_state(self, port: PortRef, state: int, phase: Phase) -> None:
-        for r in range(self.graph.info[port.worker].replicas):
-            self.sched.add(port.worker, r, port.port, self.profile.call_s(port.worker, port.port, 1), phase.op, [state])
+        replicas = self.graph.info[port.worker].replicas
+        for r in range(replicas):
+            seconds = self.profile.replica_call_s(ReplicaId(port.worker, r), port.port, 1, replicas)
+            self.sched.add(port.worker, r, port.port, seconds, phase.op, [state])
 
     def loop(self, phase: Phase) -> None:
         self.classes = self.shared.classes(self.graph, self.devices, self.processes)

@@ -33,7 +33,14 @@ from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners import device_kinds, make_plan, profile_of
 from m2flow.planners.cache import CachedFit, cached_fits, save_cached, save_calibration
-from m2flow.planners.fit import PortFit, controller_seconds, fit_points, merged, points_from_trace
+from m2flow.planners.fit import (
+    PortFit,
+    controller_seconds,
+    fit_points,
+    merged,
+    points_from_trace,
+    replica_shares,
+)
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile
 from m2flow.planners.simulate import simulate_plan
@@ -75,14 +82,16 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     what a message between processes costs per item and the controller's own time per iteration (`calibrate_run`)."""
     profile = profile_of(graph, cluster)
     trace = {"traceEvents": events}
-    points = points_from_trace(trace, skip_iterations=1, warmups=running.warmups if running else ())
+    warmups = running.warmups if running else ()
+    points = points_from_trace(trace, skip_iterations=1, warmups=warmups)
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
     priors = {port: _per_call_fraction(profile, port, samples, cached.get(port)) for port, samples in points.items()}
-    fitted = fit_points(points, "online", priors)["ports"]  # this run's alone: the hop is calibrated against it
+    shares = replica_shares(trace, skip_iterations=1, warmups=warmups)
+    fitted = fit_points(points, "online", priors, shares)["ports"]  # this run's alone: the hop is calibrated on it
     unsplit = _unsplit(graph, profile, fitted, cached)
     for port, fit in fitted.items():
         if port in profile.costs:
-            profile.costs[port] = fit.cost
+            profile.set_fit(port, fit)
             profile.source[port] = "measured (this run)"
     calibrated = calibrate_run(graph, running, profile, trace) if running is not None else {}
     return Refit(profile, fitted, unsplit, calibrated)

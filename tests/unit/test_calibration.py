@@ -25,6 +25,7 @@ from m2flow.planners.profile import CHANNEL_HOP_S, HOP_ITEM_S
 from m2flow.planners.simulate import simulate_plan
 from m2flow.runtime.replan import Running, calibrate_run, refit, remember, replan
 from tests.unit.test_planner import workflow
+from tests.unit.test_symmetry import spin_workflow
 
 
 def test_one_batch_size_splits_by_the_prior():
@@ -221,7 +222,16 @@ def test_a_cache_entry_from_before_runs_were_kept_or_damaged_counts_as_one_earli
     _save_step_cost(graph, 0.003)
     (path,) = tmp_path.glob("*.json")
     written = json.loads(path.read_text())["ports"]["step"]
-    assert list(written) == ["fixed_s", "per_item_s", "calls", "batch_sizes", "by_size", "residual", "seen"]
+    assert list(written) == [
+        "fixed_s",
+        "per_item_s",
+        "calls",
+        "batch_sizes",
+        "by_size",
+        "residual",
+        "replica_shares",
+        "seen",
+    ]
     for seen in (None, "damaged"):
         entry = json.loads(path.read_text())
         fit = {key: value for key, value in entry["ports"]["step"].items() if key != "seen"}  # as written before
@@ -252,10 +262,10 @@ def test_a_slow_run_at_one_batch_size_does_not_tilt_the_line_across_sizes(tmp_pa
     graph = build_graph(spec_from_dict(workflow()))
     for items in (2, 4, 2, 4, 2):  # a step costs 1 ms a call and 0.5 ms an env
         _save_step_cost(graph, 0.001 + 0.0005 * items, items)
-    steady = load_cached(graph, {"env": "cpu"})["env.step"]
+    steady = load_cached(graph, {"env": "cpu"})["env.step"].cost
     assert [steady.fixed_s + steady.per_item_s * n for n in (2, 4)] == pytest.approx([0.002, 0.003], rel=0.05)
     _save_step_cost(graph, 3 * (0.001 + 0.0005 * 2), 2)  # one run three times slower at the small size
-    assert load_cached(graph, {"env": "cpu"})["env.step"] == steady
+    assert load_cached(graph, {"env": "cpu"})["env.step"].cost == steady
 
 
 def test_the_cached_hop_is_the_median_of_the_runs_that_measured_it(tmp_path, monkeypatch):
@@ -462,3 +472,25 @@ def test_the_run_end_table_shows_each_cached_cost_with_the_sizes_runs_and_scatte
         f"{fit.residual:.0%}",
     ]
     assert 0 < fit.fixed_s < 0.001  # under the 1 ms the means show: shrunk by its noise
+
+
+def test_what_each_replica_of_a_sync_cost_is_cached_and_predicts_the_next_runs_sync_phase(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(spin_workflow(4, 2, cpus=4, mode="hybrid", stages=2)))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    devices = plan.placements["policy"].replica_devices
+
+    def load_weights(replica: int, iteration: int, seconds: float) -> dict:
+        args = {"worker": f"policy[{replica}]", "device": devices[replica].name, "items": 1, "iteration": iteration}
+        return {"ph": "X", "name": "load_weights", "cat": "sync", "ts": 0, "dur": seconds * 1e6, "args": args}
+
+    first_alone = [load_weights(r, it, 0.4 if r == 0 else 0.0) for it in range(1, 4) for r in (0, 1)]
+    remember(graph, cluster, first_alone, Running(plan, since=0), run="the first replica loads alone")
+    profile = profile_of(graph, cluster)
+    assert profile.source["policy.load_weights"] == "cached"
+    assert profile.replica_shares["policy.load_weights"] == (2.0, 0.0)
+    assert simulate_plan(graph, plan, profile).prediction.phase_s["sync"] >= 0.4  # the phase waits for replica 0
+    only_first = [load_weights(0, it, 0.4) for it in range(1, 4)]  # a run that traced no other replica
+    remember(graph, cluster, only_first, Running(plan, since=0), run="a run that saw one replica")
+    assert profile_of(graph, cluster).replica_shares["policy.load_weights"] == (2.0, 0.0)

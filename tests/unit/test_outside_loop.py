@@ -152,3 +152,23 @@ def test_a_sync_every_third_iteration_predicts_a_third_of_its_time_port_seconds_
         assert busy_each < each.predicted.iteration_s  # not capped at the whole iteration
         sync_work = 0.3 * loading.count(device) + HANDOFF_COST.fixed_s * sending.count(device)  # the weights' source
         assert busy_each - busy_third == pytest.approx(sync_work * (1 - 1 / 3))
+
+
+@pytest.mark.parametrize("measured_replicas", [2, 3])
+def test_a_sync_measured_on_one_replica_alone_is_predicted_at_its_cost_there_where_the_replica_count_matches(
+    measured_replicas,
+):
+    raw = spin_workflow(4, 2, cpus=4, mode="hybrid", stages=2)  # two policy replicas load the weights
+    raw["workers"]["policy"]["profile"]["load_weights"] = {"fixed_s": 0.3, "per_item_s": 0.0}  # the replicas' mean
+    spec = spec_from_dict(raw)
+    graph, cluster = build_graph(spec), Cluster.from_spec(spec.cluster)
+    even = make_plan(graph, cluster)
+    profile = profile_of(graph, cluster)
+    profile.replica_shares["policy.load_weights"] = (2.0, 0.0, 0.0)[:measured_replicas]  # replica 0 does it all
+    plan = make_plan(graph, cluster, profile)
+    assert plan.layout_key == even.layout_key
+    if measured_replicas == 2:  # replica 0 takes twice the mean, the other nothing: the phase waits for the first
+        assert plan.predicted.phase_s["sync"] == pytest.approx(even.predicted.phase_s["sync"] + 0.3)
+    else:  # measured at another replica count: shares that say nothing of this one's, even as before
+        assert plan.predicted.phase_s["sync"] == pytest.approx(even.predicted.phase_s["sync"])
+    assert plan.predicted.port_s["policy.load_weights"] == pytest.approx(2 * 0.3)  # the port's work is the same
