@@ -153,10 +153,11 @@ def comparison_table(
 
 def cached_costs_table(fits: dict[str, CachedFit]) -> Table:
     """The port costs the cache holds after this run, for the next runs and `m2flow plan`: `fixed_s + per_item_s *
-    items`, the batch sizes and runs it was fitted across, and its residual (how far the measured means or calls
-    scatter around it)."""
+    items`, the batch sizes and runs it was fitted across, its residual (how far the measured means or calls
+    scatter around it) and, for a port called outside the loop, each replica's share of it ("even" where none was
+    measured)."""
     table = Table(title="port costs cached for the next runs and `m2flow plan`")
-    for column in ("port", "per call", "per item", "batch sizes", "runs", "residual"):
+    for column in ("port", "per call", "per item", "batch sizes", "runs", "residual", "replicas' shares"):
         table.add_column(column, justify="left" if column == "port" else "right")
     for port, cached in sorted(fits.items()):
         fit = cached.fit
@@ -169,6 +170,7 @@ def cached_costs_table(fits: dict[str, CachedFit]) -> Table:
             sizes,
             str(runs),
             f"{fit.residual:.0%}",
+            "/".join(f"{share:.2f}" for share in fit.replica_shares) or "even",
         )
     return table
 

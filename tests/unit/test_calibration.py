@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from rich.console import Console
 
 from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
@@ -24,6 +25,7 @@ from m2flow.planners.fit import PortFit, SizeMean, fit_line, fit_points, residua
 from m2flow.planners.profile import CHANNEL_HOP_S, HOP_ITEM_S
 from m2flow.planners.simulate import simulate_plan
 from m2flow.runtime.replan import Running, calibrate_run, refit, remember, replan
+from m2flow.viz.tables import cached_costs_table
 from tests.unit.test_planner import workflow
 from tests.unit.test_symmetry import spin_workflow
 
@@ -445,10 +447,6 @@ def test_a_kept_plan_merges_slices_as_the_measured_costs_say_and_its_notes_say_s
 
 
 def test_the_run_end_table_shows_each_cached_cost_with_the_sizes_runs_and_scatter_behind_it(tmp_path, monkeypatch):
-    from rich.console import Console
-
-    from m2flow.viz.tables import cached_costs_table
-
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph = build_graph(spec_from_dict(workflow()))
     measured = ((4, 0.003), (2, 0.002), (4, 0.0032))  # 1 ms a call and 0.5 ms an env, give or take
@@ -470,11 +468,12 @@ def test_the_run_end_table_shows_each_cached_cost_with_the_sizes_runs_and_scatte
         "2,4",
         "3",
         f"{fit.residual:.0%}",
+        "even",  # a loop port: its replicas step alike
     ]
     assert 0 < fit.fixed_s < 0.001  # under the 1 ms the means show: shrunk by its noise
 
 
-def test_what_each_replica_of_a_sync_cost_is_cached_and_predicts_the_next_runs_sync_phase(tmp_path, monkeypatch):
+def test_what_each_replica_of_a_sync_cost_is_cached_shown_and_predicts_the_next_runs_sync_phase(tmp_path, monkeypatch):
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph = build_graph(spec_from_dict(spin_workflow(4, 2, cpus=4, mode="hybrid", stages=2)))
     cluster = Cluster.from_spec(graph.spec.cluster)
@@ -494,3 +493,8 @@ def test_what_each_replica_of_a_sync_cost_is_cached_and_predicts_the_next_runs_s
     only_first = [load_weights(0, it, 0.4) for it in range(1, 4)]  # a run that traced no other replica
     remember(graph, cluster, only_first, Running(plan, since=0), run="a run that saw one replica")
     assert profile_of(graph, cluster).replica_shares["policy.load_weights"] == (2.0, 0.0)
+    console = Console(record=True, width=200)
+    console.print(
+        cached_costs_table({"policy.load_weights": cached_fits(graph, {"policy": "cpu"})["policy.load_weights"]})
+    )
+    assert "2.00/0.00" in next(line for line in console.export_text().splitlines() if "policy.load_weights" in line)
