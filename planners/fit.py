@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Collection
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from m2flow.cluster import DeviceId
@@ -22,6 +22,8 @@ from m2flow.errors import PlanError
 from m2flow.spec import PortCost
 
 Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, seconds), ...]
+ReplicaPoints = dict[str, dict[int, list[tuple[float, float]]]]  # "worker.port" -> replica -> [(items, seconds)]
+ReplicaShares = dict[int, tuple[float, ...]]  # a replica count -> each replica's share of a call's cost there
 
 SKIP_CATEGORIES = {"phase", "iteration"}  # controller rows: not a worker's port
 WORK_CATEGORIES = {"loop", "call"}  # calls that compute; a weight sync or swap may wait on its peer instead
@@ -33,8 +35,32 @@ def points_from_trace(trace: dict, skip_iterations: int = 1, warmups: Collection
     calls compile, capture and allocate, and a replica's first call at a batch size its port had not run
     before, after it ran at others (merged slices: a CUDA graph captured for the new shape). Calls that
     shared a core count their own work (module doc)."""
-    tasks = _port_tasks(trace)
     points: Points = defaultdict(list)
+    for task, items, seconds in _measured_calls(trace, skip_iterations, warmups):
+        points[_port(task)].append((items, seconds))
+    return dict(points)
+
+
+def replica_points(
+    trace: dict, replicas: dict[str, int], skip_iterations: int = 1, warmups: Collection[int] = ()
+) -> ReplicaPoints:
+    """Per port called outside the loop, each replica's (items, seconds of work) of the calls `points_from_trace`
+    keeps, where every one of its worker's `replicas[worker]` replicas (two or more) was seen. Inside the loop
+    replicas step alike (the simulation copies one replica's steps to its peers)."""
+    seen: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for task, items, seconds in _measured_calls(trace, skip_iterations, warmups):
+        if task.get("cat") != "loop":
+            seen[_port(task)][_replica(task)].append((items, seconds))
+    return {
+        port: dict(by_replica)
+        for port, by_replica in seen.items()
+        if set(by_replica) == set(range(replicas.get(port.split(".")[0], 0))) and len(by_replica) > 1
+    }
+
+
+def _measured_calls(trace: dict, skip_iterations: int, warmups: Collection[int]) -> Iterator[tuple[dict, float, float]]:
+    """(task, items, seconds of work) of each traced call a fit reads (`points_from_trace`), in time order."""
+    tasks = _port_tasks(trace)
     sizes_run: dict[tuple[str, str], set[float]] = defaultdict(set)  # (replica, port) -> batch sizes it ran
     for task, seconds in sorted(zip(tasks, _work_s(tasks), strict=True), key=lambda pair: pair[0].get("ts", 0)):
         args = task["args"]
@@ -43,35 +69,8 @@ def points_from_trace(trace: dict, skip_iterations: int = 1, warmups: Collection
         new_shape = bool(run) and items not in run
         run.add(items)
         iteration = args.get("iteration", skip_iterations)
-        if iteration < skip_iterations or iteration in warmups or new_shape:
-            continue
-        points[_port(task)].append((items, seconds))
-    return dict(points)
-
-
-def replica_shares(
-    trace: dict, skip_iterations: int = 1, warmups: Collection[int] = ()
-) -> dict[str, tuple[float, ...]]:
-    """Per port called outside the loop by two replicas or more, each replica's mean work over the replicas' mean
-    (`(2.0, 0.0)`: the first replica does all of it, as an evaluation on replica 0 alone), from the calls
-    `points_from_trace` keeps; a port whose replicas were not all seen is left out. Inside the loop replicas step
-    alike (the simulation copies one replica's steps to its peers)."""
-    tasks = _port_tasks(trace)
-    seconds: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for task, work in zip(tasks, _work_s(tasks), strict=True):
-        iteration = task["args"].get("iteration", skip_iterations)
-        if task.get("cat") == "loop" or iteration < skip_iterations or iteration in warmups:
-            continue
-        seconds[_port(task)][_replica(task)].append(work)
-    shares = {}
-    for port, by_replica in seconds.items():
-        if len(by_replica) < 2 or sorted(by_replica) != list(range(len(by_replica))):
-            continue
-        means = [sum(by_replica[r]) / len(by_replica[r]) for r in range(len(by_replica))]
-        overall = sum(means) / len(means)
-        if overall > 0:
-            shares[port] = tuple(mean / overall for mean in means)
-    return shares
+        if not (iteration < skip_iterations or iteration in warmups or new_shape):
+            yield task, items, seconds
 
 
 def _replica(task: dict) -> int:
@@ -203,9 +202,10 @@ class SizeMean:
 class PortFit:
     """A port's cost `fixed_s + per_item_s * items` fitted to `calls` measured calls at `batch_sizes`, its mean at
     each (`by_size`, the smallest first) and how far what it was fitted to scatters around it (`residual`: the calls,
-    or in the cost cache the kept runs' means). A port called outside the loop keeps what each replica's calls cost
-    against the replicas' mean (`replica_shares`, one per replica of the run that measured it: `replica_shares`
-    above). On disk: a JSON object with these keys, `by_size` as `[items, mean_s, calls]` rows."""
+    or in the cost cache the kept runs' means). A port called outside the loop keeps, per replica count it was
+    measured at, what each replica's calls cost against the line (`replica_shares`: `(2.0, 0.0)` at 2 replicas, the
+    first does all of it, as an evaluation on replica 0 alone). On disk: a JSON object with these keys, `by_size`
+    as `[items, mean_s, calls]` rows, `replica_shares` as `{"2": [2.0, 0.0]}`."""
 
     fixed_s: float
     per_item_s: float
@@ -213,7 +213,7 @@ class PortFit:
     batch_sizes: tuple[int, ...] = ()
     by_size: tuple[SizeMean, ...] = ()
     residual: float = 0.0
-    replica_shares: tuple[float, ...] = ()
+    replica_shares: ReplicaShares = field(default_factory=dict)
 
     @property
     def cost(self) -> PortCost:
@@ -228,7 +228,7 @@ class PortFit:
             "batch_sizes": list(self.batch_sizes),
             "by_size": [[row.items, row.mean_s, row.calls] for row in self.by_size],
             "residual": self.residual,
-            "replica_shares": list(self.replica_shares),
+            "replica_shares": {str(count): list(shares) for count, shares in self.replica_shares.items()},
         }
 
     @classmethod
@@ -245,7 +245,10 @@ class PortFit:
                 SizeMean(float(items), float(mean_s), int(calls)) for items, mean_s, calls in data.get("by_size", [])
             ),
             residual=float(data.get("residual", 0.0)),
-            replica_shares=tuple(float(share) for share in data.get("replica_shares", [])),
+            replica_shares={
+                int(count): tuple(float(share) for share in shares)
+                for count, shares in data.get("replica_shares", {}).items()
+            },
         )
 
 
@@ -304,13 +307,10 @@ def residual(points: list[tuple[float, float]], line: PortCost) -> float:
 
 
 def fit_points(
-    points: Points,
-    source: str,
-    priors: dict[str, float] | None = None,
-    shares: dict[str, tuple[float, ...]] | None = None,
+    points: Points, source: str, priors: dict[str, float] | None = None, by_replica: ReplicaPoints | None = None
 ) -> dict:
     """`{"source": source, "ports": {port: PortFit}}`; `priors[port]` is its per-call fraction when it was seen at
-    one batch size only, `shares[port]` its replicas' shares of its cost (`replica_shares`)."""
+    one batch size only; `by_replica[port]`, its calls replica by replica (`replica_points`), gives its shares."""
     ports = {}
     for port, samples in sorted(points.items()):
         line = fit_line(samples, (priors or {}).get(port, 0.0))
@@ -321,9 +321,20 @@ def fit_points(
             batch_sizes=tuple(sorted({int(x) for x, _ in samples})),
             by_size=by_size(samples),
             residual=residual(samples, line),
-            replica_shares=(shares or {}).get(port, ()),
+            replica_shares=shares_of((by_replica or {}).get(port, {}), line),
         )
     return {"source": source, "ports": ports}
+
+
+def shares_of(by_replica: dict[int, list[tuple[float, float]]], line: PortCost) -> ReplicaShares:
+    """Each replica's work over what `line` gives its calls (1.0: as the line; the items each call carried are the
+    line's to count, not the share's), at the replica count seen; none where no replica was seen."""
+    shares = []
+    for replica in range(len(by_replica)):
+        calls = by_replica[replica]
+        expected = sum(line.fixed_s + line.per_item_s * items for items, _ in calls)
+        shares.append(sum(seconds for _, seconds in calls) / expected if expected > 0 else 1.0)
+    return {len(shares): tuple(shares)} if shares else {}
 
 
 def by_size(points: list[tuple[float, float]]) -> tuple[SizeMean, ...]:
@@ -358,9 +369,10 @@ def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
     )
 
 
-def latest_shares(earlier: PortFit | None, fit: PortFit) -> tuple[float, ...]:
-    """The replicas' shares of a port's cost as the latest fit that measured them has them."""
-    return fit.replica_shares or (earlier.replica_shares if earlier else ())
+def latest_shares(earlier: PortFit | None, fit: PortFit) -> ReplicaShares:
+    """The replicas' shares of a port's cost at each replica count, as the latest fit that measured them there has
+    them."""
+    return {**(earlier.replica_shares if earlier else {}), **fit.replica_shares}
 
 
 def fit_trace_file(path: str | Path) -> dict:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.planners.fit import PortFit
+from m2flow.planners.fit import PortFit, ReplicaShares
 from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE, ReplicaId
 from m2flow.spec import PortCost
 
@@ -43,8 +43,8 @@ class Profile:
     memory_advice: dict[str, str] = field(default_factory=dict)  # per worker: what lowers its memory (its class's)
     source: dict[str, str] = field(default_factory=dict)
     prior: dict[str, PortCost] = field(default_factory=dict)  # what a port is assumed to cost, knowing nothing
-    # per port called outside the loop, each replica's share of its cost as measured (`PortFit.replica_shares`)
-    replica_shares: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # per port called outside the loop, each replica's share of its cost at the replica counts measured
+    replica_shares: dict[str, ReplicaShares] = field(default_factory=dict)
     hop_s: float = CHANNEL_HOP_S  # a loop message between processes, whatever it carries
     hop_item_s: float = HOP_ITEM_S  # and per item it carries: a message of a slice of fewer envs costs less
     controller_s: float = CONTROLLER_S  # measured by a run's calibration: its iterations minus their tasks
@@ -80,8 +80,8 @@ class Profile:
     def replica_call_s(self, replica: ReplicaId, port: str, items: float, replicas: int) -> float:
         """A call of `replica`'s port outside the loop, one of `replicas`: its share of the port's cost where a run
         of as many replicas measured the shares (an evaluation on the first replica alone), an even one otherwise."""
-        shares = self.replica_shares.get(f"{replica.worker}.{port}", ())
-        share = shares[replica.replica] if len(shares) == replicas else 1.0
+        shares = self.replica_shares.get(f"{replica.worker}.{port}", {}).get(replicas)
+        share = shares[replica.replica] if shares else 1.0
         return share * self.call_s(replica.worker, port, items)
 
     def message_s(self, items: float) -> float:

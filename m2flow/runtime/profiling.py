@@ -16,7 +16,7 @@ from collections import defaultdict
 
 from m2flow.config import spec_from_dict
 from m2flow.graph import MacroGraph, build_graph
-from m2flow.planners.fit import fit_line, fit_points, hop_from_trace, points_from_trace, replica_shares
+from m2flow.planners.fit import ReplicaPoints, fit_line, fit_points, hop_from_trace, points_from_trace, replica_points
 from m2flow.runtime.executor import execute
 from m2flow.spec import WorkflowSpec
 
@@ -40,18 +40,19 @@ def measure_profile(spec: WorkflowSpec) -> dict:
     graph = build_graph(spec)
     chain = [str(p) for p in graph.loop.ports] if graph.loop else []
     sizes = batch_sizes(graph)
-    shares: dict[str, tuple[float, ...]] = {}
+    by_replica: ReplicaPoints = {}
+    replicas = {name: info.replicas for name, info in graph.info.items()}
     with tempfile.TemporaryDirectory(prefix="m2flow-profile-") as out:
         for size in sizes:
             run = execute(_profiling_spec(graph, size, out))
             trace = json.loads((run.run_dir / "trace.json").read_text())
             for port, samples in points_from_trace(trace, skip_iterations=1).items():
                 points[port] += samples
-            shares |= replica_shares(trace, skip_iterations=1)  # the largest size's last: the workflow's own
+            by_replica |= replica_points(trace, replicas, skip_iterations=1)  # the largest size's last: the workflow's
             hop = hop_from_trace(trace, chain) if chain else None
             if hop is not None:
                 hops.append((size, hop))
-    profile = fit_points(points, f"measured by m2flow profile at {sizes} items per replica", shares=shares)
+    profile = fit_points(points, f"measured by m2flow profile at {sizes} items per replica", by_replica=by_replica)
     profile["workflow"] = spec.name
     return profile | message_cost(hops)
 

@@ -37,9 +37,10 @@ from m2flow.planners.fit import (
     PortFit,
     controller_seconds,
     fit_points,
+    latest_shares,
     merged,
     points_from_trace,
-    replica_shares,
+    replica_points,
 )
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile
@@ -86,15 +87,22 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     points = points_from_trace(trace, skip_iterations=1, warmups=warmups)
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
     priors = {port: _per_call_fraction(profile, port, samples, cached.get(port)) for port, samples in points.items()}
-    shares = replica_shares(trace, skip_iterations=1, warmups=warmups)
-    fitted = fit_points(points, "online", priors, shares)["ports"]  # this run's alone: the hop is calibrated on it
+    by_replica = replica_points(trace, _replica_counts(graph, running), skip_iterations=1, warmups=warmups)
+    fitted = fit_points(points, "online", priors, by_replica)["ports"]  # this run's alone: the hop is calibrated on it
     unsplit = _unsplit(graph, profile, fitted, cached)
     for port, fit in fitted.items():
-        if port in profile.costs:
-            profile.set_fit(port, fit)
+        if port in profile.costs:  # the shares at other replica counts earlier runs measured stay
+            profile.set_fit(port, replace(fit, replica_shares=latest_shares(cached.get(port), fit)))
             profile.source[port] = "measured (this run)"
     calibrated = calibrate_run(graph, running, profile, trace) if running is not None else {}
     return Refit(profile, fitted, unsplit, calibrated)
+
+
+def _replica_counts(graph: MacroGraph, running: Running | None) -> dict[str, int]:
+    """How many replicas of each worker ran: as the running plan placed them, else as the workflow has them."""
+    if running is None:
+        return {name: info.replicas for name, info in graph.info.items()}
+    return {name: len(placement.replica_devices) for name, placement in running.plan.placements.items()}
 
 
 def _per_call_fraction(

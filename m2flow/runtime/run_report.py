@@ -68,8 +68,9 @@ class Compared:
 class RunReport:
     """The end-of-run table as data, over `iterations` measured iterations: seconds per iteration, per phase and
     per port, and each device's busy share, predicted beside measured (a port or device the plan did not
-    predict reads 0 there; a port run once in k iterations predicted for the runs it had in them, `sparse_runs`); `median_iteration_s`, the measured iterations' median (work done once in k
-    iterations, an evaluation, lengthens a few of them and the mean)."""
+    predict reads 0 there; a port run once in k iterations is predicted for the runs it had in them,
+    `sparse_runs`); `median_iteration_s`, the measured iterations' median (work done once in k iterations, an
+    evaluation, lengthens a few of them and the mean)."""
 
     iterations: int
     iteration_s: Compared

@@ -154,8 +154,8 @@ def comparison_table(
 def cached_costs_table(fits: dict[str, CachedFit]) -> Table:
     """The port costs the cache holds after this run, for the next runs and `m2flow plan`: `fixed_s + per_item_s *
     items`, the batch sizes and runs it was fitted across, its residual (how far the measured means or calls
-    scatter around it) and, for a port called outside the loop, each replica's share of it ("even" where none was
-    measured)."""
+    scatter around it) and, for a port called outside the loop, each replica's share of it at each replica count
+    measured (`2: 2.00/0.00`; "even" where none was)."""
     table = Table(title="port costs cached for the next runs and `m2flow plan`")
     for column in ("port", "per call", "per item", "batch sizes", "runs", "residual", "replicas' shares"):
         table.add_column(column, justify="left" if column == "port" else "right")
@@ -170,7 +170,11 @@ def cached_costs_table(fits: dict[str, CachedFit]) -> Table:
             sizes,
             str(runs),
             f"{fit.residual:.0%}",
-            "/".join(f"{share:.2f}" for share in fit.replica_shares) or "even",
+            "; ".join(
+                f"{count}: " + "/".join(f"{share:.2f}" for share in shares)
+                for count, shares in sorted(fit.replica_shares.items())
+            )
+            or "even",
         )
     return table
 

@@ -16,7 +16,7 @@ from m2flow.planners.fit import (
     load_profile,
     merged,
     points_from_trace,
-    replica_shares,
+    replica_points,
     save_profile,
     work_share,
 )
@@ -248,34 +248,37 @@ def test_the_work_share_reads_a_ports_wall_time_as_its_work():
 def test_a_port_outside_the_loop_keeps_each_replicas_share_of_its_cost_and_a_loop_port_none():
     trace = {
         "traceEvents": [
-            _task("evaluate", "env[0]", "n0/cpu0", 0, 9.0, iteration=0, cat="sync"),  # warm-up: left out
-            _task("evaluate", "env[1]", "n0/cpu1", 0, 9.0, iteration=0, cat="sync"),
-            *[_task("evaluate", "env[0]", "n0/cpu0", 10 * it, 1.4, iteration=it, cat="sync") for it in (1, 2)],
-            *[_task("evaluate", "env[1]", "n0/cpu1", 10 * it, 0.0, iteration=it, cat="sync") for it in (1, 2)],
-            _task("train", "actor[0]", "n0/cpu0", 5, 0.3, cat="call"),
-            _task("train", "actor[1]", "n0/cpu1", 5, 0.1, cat="call"),
-            _task("train", "actor[2]", "n0/cpu2", 5, 0.2, cat="call"),
+            _task("evaluate", "env[0]", "n0/cpu0", 0, 9.0, items=1, iteration=0, cat="sync"),  # warm-up: left out
+            _task("evaluate", "env[1]", "n0/cpu1", 0, 9.0, items=1, iteration=0, cat="sync"),
+            *[_task("evaluate", "env[0]", "n0/cpu0", 10 * it, 1.4, items=1, iteration=it, cat="sync") for it in (1, 2)],
+            *[_task("evaluate", "env[1]", "n0/cpu1", 10 * it, 0.0, items=1, iteration=it, cat="sync") for it in (1, 2)],
+            _task("train", "actor[0]", "n0/cpu0", 5, 0.2, items=200, cat="call"),  # uneven shards, alike per item
+            _task("train", "actor[1]", "n0/cpu1", 5, 0.1, items=100, cat="call"),
             _task("load_weights", "rollout[1]", "n0/cpu1", 6, 0.1, cat="sync"),  # its replica 0 not seen
+            _task("reset", "spare[0]", "n0/cpu0", 6, 0.1, cat="call"),  # its last replica, spare[1], not seen
             _task("step", "env[0]", "n0/cpu0", 7, 0.2),  # in the loop
             _task("step", "env[1]", "n0/cpu1", 7, 0.1),
         ]
     }
-    shares = replica_shares(trace)
-    assert shares == {"env.evaluate": (2.0, 0.0), "actor.train": pytest.approx((1.5, 0.5, 1.0))}
-    points = points_from_trace(trace)
-    fits = fit_points(points, "test", shares=shares)["ports"]
-    assert fits["env.evaluate"].replica_shares == (2.0, 0.0) and fits["env.step"].replica_shares == ()
+    by_replica = replica_points(trace, {"env": 2, "actor": 2, "rollout": 2, "spare": 2})
+    assert set(by_replica) == {"env.evaluate", "actor.train"}
+    fits = fit_points(points_from_trace(trace), "test", by_replica=by_replica)["ports"]
+    assert fits["env.evaluate"].replica_shares == {2: pytest.approx((2.0, 0.0))}
+    assert fits["actor.train"].replica_shares == {2: pytest.approx((1.0, 1.0))}  # the line counts the items
+    assert fits["env.step"].replica_shares == {}
     evaluate = fits["env.evaluate"]
-    assert 2.0 * (evaluate.fixed_s + 4 * evaluate.per_item_s) == pytest.approx(1.4)  # replica 0's own, by its share
+    assert 2.0 * (evaluate.fixed_s + evaluate.per_item_s) == pytest.approx(1.4)  # replica 0's own, by its share
 
 
-def test_a_merged_fit_keeps_the_replica_shares_of_the_latest_fit_that_measured_them():
-    earlier = PortFit(0.1, 0.0, 2, (0,), (SizeMean(0, 0.1, 2),), replica_shares=(2.0, 0.0))
+def test_a_merged_fit_keeps_the_replica_shares_latest_measured_at_each_replica_count():
+    earlier = PortFit(0.1, 0.0, 2, (0,), (SizeMean(0, 0.1, 2),), replica_shares={2: (2.0, 0.0)})
     unmeasured = PortFit(0.2, 0.0, 2, (4,), (SizeMean(4, 0.2, 2),))
-    assert merged(earlier, unmeasured).replica_shares == (2.0, 0.0)
-    assert merged(earlier, PortFit(0.1, 0.0, 2, (0,), (SizeMean(0, 0.1, 2),))).replica_shares == (2.0, 0.0)
-    remeasured = PortFit(0.2, 0.0, 2, (4,), (SizeMean(4, 0.2, 2),), replica_shares=(1.2, 0.8))
-    assert merged(earlier, remeasured).replica_shares == (1.2, 0.8)
+    assert merged(earlier, unmeasured).replica_shares == {2: (2.0, 0.0)}
+    assert merged(earlier, PortFit(0.1, 0.0, 2, (0,), (SizeMean(0, 0.1, 2),))).replica_shares == {2: (2.0, 0.0)}
+    at_three = PortFit(0.2, 0.0, 3, (4,), (SizeMean(4, 0.2, 3),), replica_shares={3: (3.0, 0.0, 0.0)})
+    assert merged(earlier, at_three).replica_shares == {2: (2.0, 0.0), 3: (3.0, 0.0, 0.0)}
+    remeasured = PortFit(0.2, 0.0, 2, (4,), (SizeMean(4, 0.2, 2),), replica_shares={2: (1.2, 0.8)})
+    assert merged(earlier, remeasured).replica_shares == {2: (1.2, 0.8)}
 
 
 def test_a_profile_file_keeps_its_json_format_and_reads_back_as_the_same_fits(tmp_path):

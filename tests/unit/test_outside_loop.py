@@ -164,7 +164,7 @@ def test_a_sync_measured_on_one_replica_alone_is_predicted_at_its_cost_there_whe
     graph, cluster = build_graph(spec), Cluster.from_spec(spec.cluster)
     even = make_plan(graph, cluster)
     profile = profile_of(graph, cluster)
-    profile.replica_shares["policy.load_weights"] = (2.0, 0.0, 0.0)[:measured_replicas]  # replica 0 does it all
+    profile.replica_shares["policy.load_weights"] = {measured_replicas: (2.0, 0.0, 0.0)[:measured_replicas]}
     plan = make_plan(graph, cluster, profile)
     assert plan.layout_key == even.layout_key
     if measured_replicas == 2:  # replica 0 takes twice the mean, the other nothing: the phase waits for the first
