@@ -380,6 +380,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "hop_by_plan_whole": partial(hop_by_plan, "hop_by_plan_whole.json", WHOLE_MESSAGE),
     "hop_by_plan": partial(hop_by_plan, "hop_by_plan.json", PER_ITEM),
     "make_run_table": partial(make_run_table, "make_run_table.json"),
+    "make_run_table_6dcebe7": partial(make_run_table, "make_run_table_6dcebe7/make_run_table.json"),
+    "make_run_table_04ecb42": partial(make_run_table, "make_run_table_04ecb42/make_run_table.json"),
     "make_run_table_before_6dcebe7": partial(make_run_table, "make_run_table_before_6dcebe7/make_run_table.json"),
     "planner_accuracy_cpu_dec06c_main": partial(planner_accuracy, "planner_accuracy_cpu_dec06c_main.json"),
     "cost_cache_quiet": partial(cost_cache, "cost_cache_quiet.json"),
