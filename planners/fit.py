@@ -245,11 +245,16 @@ class PortFit:
                 SizeMean(float(items), float(mean_s), int(calls)) for items, mean_s, calls in data.get("by_size", [])
             ),
             residual=float(data.get("residual", 0.0)),
-            replica_shares={
-                int(count): tuple(float(share) for share in shares)
-                for count, shares in data.get("replica_shares", {}).items()
-            },
+            replica_shares=_shares_read(data.get("replica_shares", {})),
         )
+
+
+def _shares_read(data: dict) -> ReplicaShares:
+    """`replica_shares` as `to_dict` wrote them; ValueError where a count's shares are not that many."""
+    shares = {int(count): tuple(float(share) for share in values) for count, values in data.items()}
+    if any(len(values) != count for count, values in shares.items()):
+        raise ValueError(f"replica_shares {data}: a replica count's shares are not that many")
+    return shares
 
 
 def fit_line(points: list[tuple[float, float]], prior_fixed: float = 0.0) -> PortCost:

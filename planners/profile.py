@@ -80,8 +80,8 @@ class Profile:
     def replica_call_s(self, replica: ReplicaId, port: str, items: float, replicas: int) -> float:
         """A call of `replica`'s port outside the loop, one of `replicas`: its share of the port's cost where a run
         of as many replicas measured the shares (an evaluation on the first replica alone), an even one otherwise."""
-        shares = self.replica_shares.get(f"{replica.worker}.{port}", {}).get(replicas)
-        share = shares[replica.replica] if shares else 1.0
+        shares = self.replica_shares.get(f"{replica.worker}.{port}", {}).get(replicas, ())
+        share = shares[replica.replica] if len(shares) == replicas else 1.0
         return share * self.call_s(replica.worker, port, items)
 
     def message_s(self, items: float) -> float:

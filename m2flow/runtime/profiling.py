@@ -48,7 +48,7 @@ def measure_profile(spec: WorkflowSpec) -> dict:
             trace = json.loads((run.run_dir / "trace.json").read_text())
             for port, samples in points_from_trace(trace, skip_iterations=1).items():
                 points[port] += samples
-            by_replica |= replica_points(trace, replicas, skip_iterations=1)  # the largest size's last: the workflow's
+            by_replica |= replica_points(trace, replicas, skip_iterations=1)  # the largest size's stand
             hop = hop_from_trace(trace, chain) if chain else None
             if hop is not None:
                 hops.append((size, hop))

@@ -100,9 +100,11 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
 
 def _replica_counts(graph: MacroGraph, running: Running | None) -> dict[str, int]:
     """How many replicas of each worker ran: as the running plan placed them, else as the workflow has them."""
-    if running is None:
-        return {name: info.replicas for name, info in graph.info.items()}
-    return {name: len(placement.replica_devices) for name, placement in running.plan.placements.items()}
+    placed = running.plan.placements if running else {}
+    return {
+        name: len(placed[name].replica_devices) if name in placed else info.replicas
+        for name, info in graph.info.items()
+    }
 
 
 def _per_call_fraction(

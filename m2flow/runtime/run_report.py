@@ -8,7 +8,7 @@ import json
 import os
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from m2flow.planners.fit import work_share
@@ -35,8 +35,10 @@ class SparseRuns:
 
 
 def sparse_runs(plan: Plan, iterations: list[int]) -> dict[str, SparseRuns]:
-    """Per port that only phases of one rate below every iteration call, its runs in `iterations` (a port that
-    phases of other rates call too, a weight source for both an every-iteration and a sparse sync, is left out)."""
+    """Per port that only phases of one rate below every iteration call, the runs they are due in `iterations`
+    (a port that phases of other rates call too, a weight source for both an every-iteration and a sparse sync,
+    is left out). Counted as due: an asynchronous flow that drops stale batches may hold a sync back to a later
+    iteration."""
     rates: dict[str, set[int]] = defaultdict(set)
     for phase in plan.phases:
         for edge in phase.edges:
@@ -44,8 +46,7 @@ def sparse_runs(plan: Plan, iterations: list[int]) -> dict[str, SparseRuns]:
                 rates[str(ref)].add(phase.every)
     sparse = {}
     for port, everies in rates.items():
-        every = max(everies)
-        if len(everies) == 1 and every > 1 and iterations:
+        if len(everies) == 1 and (every := next(iter(everies))) > 1 and iterations:
             sparse[port] = SparseRuns(every, sum(1 for i in iterations if i % every == 0), len(iterations))
     return sparse
 
@@ -68,9 +69,10 @@ class Compared:
 class RunReport:
     """The end-of-run table as data, over `iterations` measured iterations: seconds per iteration, per phase and
     per port, and each device's busy share, predicted beside measured (a port or device the plan did not
-    predict reads 0 there; a port run once in k iterations is predicted for the runs it had in them,
-    `sparse_runs`); `median_iteration_s`, the measured iterations' median (work done once in k iterations, an
-    evaluation, lengthens a few of them and the mean)."""
+    predict reads 0 there; a port run once in k iterations is predicted for the runs it had in them, which
+    `sparse` holds, `sparse_runs`: the phases, the iteration and the devices stay at the plan's rate);
+    `median_iteration_s`, the measured iterations' median (work done once in k iterations, an evaluation,
+    lengthens a few of them and the mean)."""
 
     iterations: int
     iteration_s: Compared
@@ -78,6 +80,7 @@ class RunReport:
     phase_s: dict[str, Compared]
     port_s: dict[str, Compared]
     device_busy: dict[str, Compared]
+    sparse: dict[str, SparseRuns] = field(default_factory=dict)
 
     def measured_busy(self) -> dict[str, float]:
         """Each device's measured busy share, of the devices that worked in the measured iterations."""
@@ -94,7 +97,7 @@ def report_run(
     plan: Plan, measured: Measured, events: list[dict], ran: list[dict], replanned: bool, reporter: Reporter
 ) -> RunReport:
     """Print the end-of-run tables for the iterations `ran`, and return their numbers. A port that runs once in k
-    iterations is predicted for the runs it had in them (`sparse_runs`), and the tables say so."""
+    iterations is predicted for the runs it had in them (`sparse_runs`), and a line under the table says so."""
     iterations_s = [h["time/iteration_s"] for h in ran]
     iteration_s = statistics.mean(iterations_s)
     share = work_share({"traceEvents": events})  # as the plan counts a call: its own work
@@ -139,4 +142,5 @@ def report_run(
         }
         if wall_s
         else {},
+        sparse=sparse,
     )

@@ -485,10 +485,14 @@ def test_what_each_replica_of_a_sync_cost_is_cached_shown_and_predicts_the_next_
         return {"ph": "X", "name": "load_weights", "cat": "sync", "ts": 0, "dur": seconds * 1e6, "args": args}
 
     first_alone = [load_weights(r, it, 0.4 if r == 0 else 0.0) for it in range(1, 4) for r in (0, 1)]
+    at_three = PortFit(0.2, 0.0, 3, (1,), (SizeMean(1, 0.2, 3),), replica_shares={3: (3.0, 0.0, 0.0)})
+    save_cached(graph, {"policy": "cpu"}, {"policy.load_weights": at_three}, run="a run of three replicas")
+    refitted = refit(graph, cluster, first_alone, Running(plan, since=0)).profile
+    assert refitted.replica_shares["policy.load_weights"] == {2: pytest.approx((2.0, 0.0)), 3: (3.0, 0.0, 0.0)}
     remember(graph, cluster, first_alone, Running(plan, since=0), run="the first replica loads alone")
     profile = profile_of(graph, cluster)
     assert profile.source["policy.load_weights"] == "cached"
-    assert profile.replica_shares["policy.load_weights"] == {2: pytest.approx((2.0, 0.0))}
+    assert profile.replica_shares["policy.load_weights"] == {2: pytest.approx((2.0, 0.0)), 3: (3.0, 0.0, 0.0)}
     predicted = simulate_plan(graph, plan, profile).prediction
     assert predicted.port_s["policy.load_weights"] == pytest.approx(0.4)  # the port's work: replica 0's alone
     assert 0.4 <= predicted.phase_s["sync"] < 0.41  # the phase waits for replica 0's load, not the mean's 0.2

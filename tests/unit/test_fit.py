@@ -282,8 +282,11 @@ def test_a_merged_fit_keeps_the_replica_shares_latest_measured_at_each_replica_c
 
 
 def test_a_profile_file_keeps_its_json_format_and_reads_back_as_the_same_fits(tmp_path):
-    profile = {**fit_points({"env.step": [(4, 0.010), (8, 0.030), (8, 0.032)]}, "test"), "hop_s": 1e-4}
+    by_replica = {"env.evaluate": {0: [(1, 1.4)], 1: [(1, 0.0)]}}
+    points = {"env.step": [(4, 0.010), (8, 0.030), (8, 0.032)], "env.evaluate": [(1, 1.4), (1, 0.0)]}
+    profile = {**fit_points(points, "test", by_replica=by_replica), "hop_s": 1e-4}
     path = save_profile(profile, tmp_path / "profile.json")
+    assert json.loads(path.read_text())["ports"]["env.evaluate"]["replica_shares"] == {"2": [2.0, 0.0]}
     step = json.loads(path.read_text())["ports"]["env.step"]
     assert list(step) == ["fixed_s", "per_item_s", "calls", "batch_sizes", "by_size", "residual", "replica_shares"]
     assert step["batch_sizes"] == [4, 8] and step["by_size"] == [[4, 0.010, 1], [8, pytest.approx(0.031), 2]]
@@ -301,6 +304,8 @@ def test_a_fit_written_by_hand_with_only_its_cost_reads_as_nothing_measured():
         pytest.param({"fixed": 0.001, "per_item_s": 0.0002}, id="a-misspelt-cost"),
         pytest.param({"fixed_s": 0.001, "per_item_s": 0.0002, "by_size": [[4, 0.002]]}, id="a-short-row"),
         pytest.param({"fixed_s": "fast", "per_item_s": 0.0002}, id="a-cost-that-is-no-number"),
+        pytest.param({"fixed_s": 0.1, "per_item_s": 0.0, "replica_shares": {"2": [2.0]}}, id="shares-not-2-of-them"),
+        pytest.param({"fixed_s": 0.1, "per_item_s": 0.0, "replica_shares": [2.0, 0.0]}, id="shares-not-by-count"),
     ],
 )
 def test_a_damaged_profile_file_is_refused_naming_the_file_and_the_port(tmp_path, fit):

@@ -1,5 +1,5 @@
-"""The end-of-run report: a port that runs once in k iterations is predicted for the runs it had in the measured
-iterations, not at the plan's average rate."""
+"""The end-of-run report covers the iterations the plan predicts; a port that runs once in k iterations is predicted
+for the runs it had in them, not at the plan's average rate."""
 
 from __future__ import annotations
 
@@ -11,8 +11,15 @@ from m2flow.graph import build_graph
 from m2flow.planners import make_plan
 from m2flow.runtime.iteration_metrics import Measured
 from m2flow.runtime.reporting import Reporter
-from m2flow.runtime.run_report import SparseRuns, report_run, sparse_runs
+from m2flow.runtime.run_report import SparseRuns, measured_iterations, report_run, sparse_runs
 from tests.unit.test_symmetry import spin_workflow
+
+
+def test_the_measured_iterations_leave_out_the_first_and_an_asynchronous_segment_s_last_update_alone():
+    history = [{"iteration": i, "time/loop_s": 1.0} for i in range(4)] + [{"iteration": 4}]  # 4: training alone
+    assert [h["iteration"] for h in measured_iterations(history, 0, has_loop=True)] == [1, 2, 3]
+    assert [h["iteration"] for h in measured_iterations(history, 2, has_loop=True)] == [3]
+    assert [h["iteration"] for h in measured_iterations(history, 0, has_loop=False)] == [1, 2, 3, 4]
 
 
 def plan_with_a_sync_every(every: int, other_sync_from_the_same_source: bool = False):
@@ -49,5 +56,6 @@ def test_the_report_predicts_a_sparse_port_for_the_runs_it_had_and_says_so(tmp_p
     every_third = plan.predicted.port_s["policy.load_weights"]  # per iteration at one run in 3
     assert report.port_s["policy.load_weights"].predicted == pytest.approx(every_third * 0.6)
     assert report.port_s["policy.act"].predicted == pytest.approx(plan.predicted.port_s["policy.act"])
+    assert report.sparse["policy.load_weights"] == SparseRuns(3, 1, 5)  # in report.json too
     said = " ".join(capsys.readouterr().err.split())
     assert "policy.load_weights: ran 1 time(s) in the 5 measured iterations, where one in 3 gives 1.67" in said
