@@ -78,11 +78,10 @@ class Profile:
         return cost.fixed_s + cost.per_item_s * items
 
     def replica_call_s(self, replica: ReplicaId, port: str, items: float, replicas: int) -> float:
-        """A call of `replica`'s port outside the loop, one of `replicas`: its share of the port's cost where a run
-        of as many replicas measured the shares (an evaluation on the first replica alone), an even one otherwise."""
-        shares = self.replica_shares.get(f"{replica.worker}.{port}", {}).get(replicas, ())
-        share = shares[replica.replica] if len(shares) == replicas else 1.0
-        return share * self.call_s(replica.worker, port, items)
+        """A call of `replica`'s port outside the loop, one of `replicas`: its share of the port's cost
+        (`replica_share`)."""
+        shares = self.replica_shares.get(f"{replica.worker}.{port}", {})
+        return replica_share(shares, replica.replica, replicas) * self.call_s(replica.worker, port, items)
 
     def message_s(self, items: float) -> float:
         """Receiving one loop message of `items` items from another process."""
@@ -135,6 +134,20 @@ class Profile:
                     profile.costs[key] = profile.prior[key]
                     profile.source[key] = DEFAULT_SOURCE if key in computing else HANDOFF_SOURCE
         return profile
+
+
+def replica_share(measured: ReplicaShares, replica: int, replicas: int) -> float:
+    """Replica `replica`'s share of a port's cost, one of `replicas`: as a run of as many replicas measured it (an
+    evaluation on the first replica alone: 2.0 and 0.0); at a count no run measured, the first replica's share and
+    the others' mean as measured at the nearest count, so that work done on the first replica alone stays its own
+    whatever the count (what rank-zero work does); even where nothing was measured."""
+    if not measured:
+        return 1.0
+    shares = measured.get(replicas) or measured[min(measured, key=lambda count: (abs(count - replicas), count))]
+    if len(shares) == replicas:
+        return shares[replica]
+    others = shares[1:]
+    return shares[0] if replica == 0 else sum(others) / len(others)
 
 
 def _memory(graph: MacroGraph, name: str) -> tuple[float, str]:

@@ -13,7 +13,7 @@ from m2flow.config import load_spec, spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.processes import process_options
-from m2flow.planners.profile import HANDOFF_COST
+from m2flow.planners.profile import HANDOFF_COST, replica_share
 from m2flow.planners.simulate import Shared, simulation
 from m2flow.spec import PortCost
 from tests.unit.test_symmetry import spin_workflow
@@ -154,9 +154,9 @@ def test_a_sync_every_third_iteration_predicts_a_third_of_its_time_port_seconds_
         assert busy_each - busy_third == pytest.approx(sync_work * (1 - 1 / 3))
 
 
-@pytest.mark.parametrize("measured_replicas", [2, 3])
-def test_a_sync_measured_on_one_replica_alone_is_predicted_at_its_cost_there_where_the_replica_count_matches(
-    measured_replicas,
+@pytest.mark.parametrize(("measured", "first_replica_s"), [({2: (2.0, 0.0)}, 0.6), ({3: (3.0, 0.0, 0.0)}, 0.9)])
+def test_a_sync_measured_on_one_replica_alone_is_predicted_at_its_cost_there_at_the_count_measured_or_another(
+    measured, first_replica_s
 ):
     raw = spin_workflow(4, 2, cpus=4, mode="hybrid", stages=2)  # two policy replicas load the weights
     raw["workers"]["policy"]["profile"]["load_weights"] = {"fixed_s": 0.3, "per_item_s": 0.0}  # the replicas' mean
@@ -164,11 +164,18 @@ def test_a_sync_measured_on_one_replica_alone_is_predicted_at_its_cost_there_whe
     graph, cluster = build_graph(spec), Cluster.from_spec(spec.cluster)
     even = make_plan(graph, cluster)
     profile = profile_of(graph, cluster)
-    profile.replica_shares["policy.load_weights"] = {measured_replicas: (2.0, 0.0, 0.0)[:measured_replicas]}
+    profile.replica_shares["policy.load_weights"] = measured  # replica 0 does it all: at 3 replicas, 3 x 0.3 s
     plan = make_plan(graph, cluster, profile)
     assert plan.layout_key == even.layout_key
-    if measured_replicas == 2:  # replica 0 takes twice the mean, the other nothing: the phase waits for the first
-        assert plan.predicted.phase_s["sync"] == pytest.approx(even.predicted.phase_s["sync"] + 0.3)
-    else:  # measured at another replica count: shares that say nothing of this one's, even as before
-        assert plan.predicted.phase_s["sync"] == pytest.approx(even.predicted.phase_s["sync"])
-    assert plan.predicted.port_s["policy.load_weights"] == pytest.approx(2 * 0.3)  # the port's work is the same
+    # the phase waits for the first replica's load, as long as at the count measured, where the mean was measured
+    assert plan.predicted.phase_s["sync"] == pytest.approx(even.predicted.phase_s["sync"] - 0.3 + first_replica_s)
+    assert plan.predicted.port_s["policy.load_weights"] == pytest.approx(first_replica_s)  # the others load nothing
+
+
+def test_a_replicas_share_at_a_count_no_run_measured_keeps_the_first_replicas_work_its_own():
+    measured = {2: (1.5, 0.5), 4: (2.5, 0.5, 0.5, 0.5)}  # replica 0: rank-zero work on top of an even part
+    assert [replica_share(measured, r, 2) for r in range(2)] == [1.5, 0.5]  # as measured at that count
+    assert [replica_share(measured, r, 3) for r in range(3)] == [1.5, 0.5, 0.5]  # the nearest counts: the smaller, 2
+    assert [replica_share(measured, r, 6) for r in range(6)] == [2.5] + [0.5] * 5  # the nearest count's, 4
+    assert replica_share(measured, 0, 1) == 1.5
+    assert [replica_share({}, r, 3) for r in range(3)] == [1.0, 1.0, 1.0]  # nothing measured: even
