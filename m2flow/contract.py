@@ -18,6 +18,9 @@ declarations beside it:
 - `batch_invariant: frozenset[str]`: ports whose output for each row does not depend on which other rows
   share its call (a policy drawing each env's noise from the env's own stream). The loop may then merge
   pipeline slices into one call of them where that is predicted faster (`planners/merging.py`).
+- `rendering_ports: frozenset[str]`: a simulator's ports that render cameras. On a node with a GPU they render
+  there through EGL (`planners/render.py`), and a cost measured at one batch size is split as a GPU's: mostly
+  per call (`planners/profile.py`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from m2flow.config import format_validation_error
 from m2flow.kinds import KINDS
 from m2flow.resolve import ports_of
 from m2flow.spec import Dispatch, WorkerSpec
+
+PORT_SETS = ("batch_invariant", "rendering_ports")  # declarations naming some of a class's ports
 
 
 class WorkerConfig(BaseModel):
@@ -80,6 +85,10 @@ class WorkerInfo:
         """Whether a call of `port` gives each row the same output whatever rows share the call."""
         return port in getattr(self.target, "batch_invariant", frozenset())
 
+    def renders(self, port: str) -> bool:
+        """Whether a call of `port` renders cameras (on the node's GPU, where it has one)."""
+        return port in getattr(self.target, "rendering_ports", frozenset())
+
     def dispatch(self, port: str) -> Dispatch:
         declared = getattr(self.target, "port_dispatch", {})
         return self.spec.dispatch.get(port) or declared.get(port) or KINDS[self.kind].dispatch
@@ -93,7 +102,8 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
     for port in sorted(set(spec.dispatch) - ports):
         problems.append(f"{key}.dispatch.{port}: '{name}' has no port '{port}' (its ports: {', '.join(sorted(ports))})")
     problems += [f"{key}: {problem}" for problem in _check_port_dispatch(target, ports, spec.cls)]
-    problems += [f"{key}: {problem}" for problem in _check_batch_invariant(target, ports, spec.cls)]
+    for declaration in PORT_SETS:
+        problems += [f"{key}: {problem}" for problem in _check_port_set(target, declaration, ports, spec.cls)]
     if problems:
         return None, problems
     data_parallel = spec.count
@@ -120,13 +130,14 @@ def _check_port_dispatch(target: Any, ports: frozenset[str], cls: str) -> list[s
     return problems
 
 
-def _check_batch_invariant(target: Any, ports: frozenset[str], cls: str) -> list[str]:
-    """A class's `batch_invariant` declaration: a set of its own port names."""
-    declared = getattr(target, "batch_invariant", frozenset())
+def _check_port_set(target: Any, declaration: str, ports: frozenset[str], cls: str) -> list[str]:
+    """A class's declaration of some of its ports (`batch_invariant`, `rendering_ports`): a set of its own port
+    names."""
+    declared = getattr(target, declaration, frozenset())
     if not isinstance(declared, (set, frozenset)):
-        return [f"{cls}.batch_invariant: expected a frozenset of port names, got {type(declared).__name__}"]
+        return [f"{cls}.{declaration}: expected a frozenset of port names, got {type(declared).__name__}"]
     return [
-        f"{cls}.batch_invariant: '{port}' is not one of its ports ({', '.join(sorted(ports))})"
+        f"{cls}.{declaration}: '{port}' is not one of its ports ({', '.join(sorted(ports))})"
         for port in sorted(map(str, declared))
         if port not in ports
     ]

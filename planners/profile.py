@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.planners.fit import PortFit, ReplicaShares
-from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE, ReplicaId
+from m2flow.planners.render import render_gpus
+from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE, Plan, ReplicaId
 from m2flow.spec import PortCost
 
 T = TypeVar("T")
@@ -26,6 +27,14 @@ DEFAULT_COST = {
     "training": PortCost(fixed_s=1e-2, per_item_s=2e-5),
     "buffer": PortCost(fixed_s=1e-4, per_item_s=1e-6),
     "function": PortCost(fixed_s=1e-4, per_item_s=0.0),
+}
+# Work on a GPU is flat at small batches (a kernel launch, a frame's readback): where a port's work runs on one,
+# a cost measured at one batch size is split as these are (RESULTS.md; every fit of two sizes or more on the lent
+# H100/H200s: a camera simulator's step, rendered through EGL, 2.3-3.3 ms a call + 0-0.15 ms an env at 4-8 envs; a
+# CNN or ViT policy's act 2.2-2.9 ms a call + 0.005-0.03 ms an env at 32-64). Kinds not named keep DEFAULT_COST.
+ON_GPU_COST = {
+    "simulator": PortCost(fixed_s=2.5e-3, per_item_s=1.5e-4),
+    "inference": PortCost(fixed_s=2e-3, per_item_s=3e-5),
 }
 # Ports that only hand data on (a trajectory, weights): a fixed cost, whatever the worker's kind.
 HANDOFF_COST = PortCost(fixed_s=1e-3, per_item_s=0.0)
@@ -43,6 +52,7 @@ class Profile:
     memory_advice: dict[str, str] = field(default_factory=dict)  # per worker: what lowers its memory (its class's)
     source: dict[str, str] = field(default_factory=dict)
     prior: dict[str, PortCost] = field(default_factory=dict)  # what a port is assumed to cost, knowing nothing
+    prior_on_gpu: dict[str, PortCost] = field(default_factory=dict)  # and where its work runs on a GPU
     # per port called outside the loop, each replica's share of its cost at the replica counts measured
     replica_shares: dict[str, ReplicaShares] = field(default_factory=dict)
     hop_s: float = CHANNEL_HOP_S  # a loop message between processes, whatever it carries
@@ -62,6 +72,7 @@ class Profile:
             memory_advice=dict(self.memory_advice),
             source=dict(self.source),
             prior=dict(self.prior),
+            prior_on_gpu=dict(self.prior_on_gpu),
             replica_shares=dict(self.replica_shares),
         )
 
@@ -93,11 +104,13 @@ class Profile:
             return self.costs[f"{worker}.onload"].fixed_s
         return self.memory_gb.get(worker, 0.0) / HOST_DEVICE_GB_PER_S if device_kind == "gpu" else 0.0
 
-    def per_call_fraction(self, port: str, items: float) -> float:
+    def per_call_fraction(self, port: str, items: float, on_gpu: bool) -> float:
         """What part of a call of `port` at `items` its cost puts in the per-call term — as `m2flow profile`
-        measured it, or else as the default for its worker's kind (not as declared: a declared cost the run
-        measured otherwise is no guide to its split): the prior for a fit that saw one batch size only."""
-        cost = self.costs[port] if self.source.get(port) == "measured" else self.prior.get(port, HANDOFF_COST)
+        measured it, or else as the default for its worker's kind, on a GPU if its work runs on one (`on_gpu`;
+        not as declared: a declared cost the run measured otherwise is no guide to its split): the prior for a
+        fit that saw one batch size only."""
+        priors = self.prior_on_gpu if on_gpu else self.prior
+        cost = self.costs[port] if self.source.get(port) == "measured" else priors.get(port, HANDOFF_COST)
         total = cost.fixed_s + cost.per_item_s * items
         return cost.fixed_s / total if total > 0 else 1.0
 
@@ -122,6 +135,8 @@ class Profile:
             for port in graph.info[name].ports:
                 key = f"{name}.{port}"
                 profile.prior[key] = DEFAULT_COST[worker.kind] if key in computing else HANDOFF_COST
+                on_gpu = ON_GPU_COST.get(worker.kind, DEFAULT_COST[worker.kind])
+                profile.prior_on_gpu[key] = on_gpu if key in computing else HANDOFF_COST
                 if port in worker.profile:
                     profile.costs[key], profile.source[key] = worker.profile[port], "declared"
                 elif key in measured_ports:
@@ -134,6 +149,18 @@ class Profile:
                     profile.costs[key] = profile.prior[key]
                     profile.source[key] = DEFAULT_SOURCE if key in computing else HANDOFF_SOURCE
         return profile
+
+
+def ports_on_gpu(graph: MacroGraph, plan: Plan) -> set[str]:
+    """The ports whose work runs on a GPU under `plan`: every port of a worker placed on GPUs, and the ports that
+    render cameras (`rendering_ports`) of a simulator that renders on one (`planners/render.py`)."""
+    rendering = {replica.worker for replica in render_gpus(graph, plan)}
+    on_gpu = set()
+    for name, placement in plan.placements.items():
+        info = graph.info[name]
+        placed = any(device.kind == "gpu" for device in placement.replica_devices)
+        on_gpu |= {f"{name}.{port}" for port in info.ports if placed or (name in rendering and info.renders(port))}
+    return on_gpu
 
 
 def replica_share(measured: ReplicaShares, replica: int, replicas: int) -> float:

@@ -55,6 +55,12 @@ class Counter:
         return out
 
 
+class RenderingCounter(Counter):
+    """A Counter whose observations are camera images: its `obs` and `step` render (on the node's GPU, if any)."""
+
+    rendering_ports = frozenset({"obs", "step"})
+
+
 class CheckpointedCounter(Counter):
     """A Counter whose counters are checkpointed, with no way to cut them into other slices."""
 

@@ -9,8 +9,9 @@ asynchronous flow from what they measured.
 Between iterations, after the first traced ones (the first warms up), the measured port costs replace
 every other source — declared ones too: what the run measured beats what was written down; a port seen
 at one batch size keeps the split between per-call and per-item cost that earlier runs measured, or else
-its prior's. The planner plans again in the workflow's mode; the run moves to the new plan only if it is
-predicted at least `REPLAN_GAIN` faster than the current one under the same refit profile.
+its prior's: a GPU's (mostly per call) where its work ran on one, a policy placed there or a simulator's cameras
+rendered there (`planners/profile.py`). The planner plans again in the workflow's mode; the run moves to the
+new plan only if it is predicted at least `REPLAN_GAIN` faster than the current one under the same refit profile.
 
 A split no run has measured can decide the plan: a GPU renders half the envs in about the time it renders
 all of them, a core steps them in half the time. Where a plan at other batch sizes would be at least
@@ -43,7 +44,7 @@ from m2flow.planners.fit import (
     replica_points,
 )
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
-from m2flow.planners.profile import Profile
+from m2flow.planners.profile import Profile, ports_on_gpu
 from m2flow.planners.simulate import simulate_plan
 from m2flow.program import build_phases
 from m2flow.schedule import Plan, Prediction, unknown_costs
@@ -86,7 +87,11 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     warmups = running.warmups if running else ()
     points = points_from_trace(trace, skip_iterations=1, warmups=warmups)
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
-    priors = {port: _per_call_fraction(profile, port, samples, cached.get(port)) for port, samples in points.items()}
+    on_gpu = ports_on_gpu(graph, running.plan) if running else set()
+    priors = {
+        port: _per_call_fraction(profile, port, samples, cached.get(port), port in on_gpu)
+        for port, samples in points.items()
+    }
     by_replica = replica_points(trace, _replica_counts(graph, running), skip_iterations=1, warmups=warmups)
     fitted = fit_points(points, "online", priors, by_replica)["ports"]  # this run's alone: the hop is calibrated on it
     unsplit = _unsplit(graph, profile, fitted, cached)
@@ -108,15 +113,15 @@ def _replica_counts(graph: MacroGraph, running: Running | None) -> dict[str, int
 
 
 def _per_call_fraction(
-    profile: Profile, port: str, samples: list[tuple[float, float]], cached: PortFit | None
+    profile: Profile, port: str, samples: list[tuple[float, float]], cached: PortFit | None, on_gpu: bool
 ) -> float:
     """The per-call part of `port`'s cost at this run's mean batch size, should this run see one size only: as
     the line through this run's mean and the sizes earlier runs measured, where they measured another size;
-    otherwise as the profile has it (`Profile.per_call_fraction`)."""
+    otherwise as the profile has it, on a GPU where its work ran on one (`Profile.per_call_fraction`)."""
     items = sum(x for x, _ in samples) / len(samples)
     line = merged(cached, fit_points({port: samples}, "online")["ports"][port])
     if len(line.batch_sizes) < 2:
-        return profile.per_call_fraction(port, items)
+        return profile.per_call_fraction(port, items, on_gpu)
     total = line.fixed_s + line.per_item_s * items
     return line.fixed_s / total if total > 0 else 1.0
 

@@ -70,6 +70,7 @@ class CameraEnvConfig(m2flow.WorkerConfig, Evaluated, ObsNormalization):
 
 class CameraEnv:
     Config = CameraEnvConfig
+    rendering_ports = frozenset({"obs", "step", "evaluate"})  # on the node's GPU where it has one (EGL)
 
     def __init__(self, **args: Any):
         from m2flow.workers.env.failures import NamedFailures

@@ -1,0 +1,94 @@
+"""A cost a run measured at one batch size, split as the hardware has it: work on a GPU (a policy placed there, a
+simulator rendering its cameras there) is flat at small batches, work on a core grows with its envs."""
+
+from __future__ import annotations
+
+import pytest
+
+from m2flow.cluster import Cluster
+from m2flow.config import spec_from_dict
+from m2flow.contract import describe_worker
+from m2flow.graph import build_graph
+from m2flow.planners import make_plan
+from m2flow.planners.profile import DEFAULT_COST, ON_GPU_COST, ports_on_gpu
+from m2flow.runtime.replan import Running, refit
+from m2flow.spec import PortCost, WorkerSpec
+from tests.unit.test_calibration import loop_calls, unmeasured
+
+
+def two_slices(gpus: int, env_class: str):
+    """The loop of 8 envs in two slices of 4, nothing declared of its costs, on 2 cores and `gpus` GPUs."""
+    raw = unmeasured(2)
+    raw["workers"]["env"]["class"] = env_class
+    raw["cluster"]["gpus"] = gpus
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    return graph, make_plan(graph, cluster)
+
+
+def same_at_any_size(envs: int) -> float:
+    return 0.01  # a GPU renders 4 envs' cameras in the time it renders 8
+
+
+def fraction_at(cost: PortCost, items: int) -> float:
+    return cost.fixed_s / (cost.fixed_s + cost.per_item_s * items)
+
+
+def test_the_ports_on_a_gpu_are_a_gpu_workers_and_the_rendering_ports_of_a_simulator_on_a_node_with_one():
+    graph, plan = two_slices(1, "tests.workers_for_tests.RenderingCounter")
+    assert plan.placements["policy"].replica_devices[0].kind == "gpu"
+    assert plan.placements["env"].replica_devices[0].kind == "cpu"
+    on_gpus = {f"{worker}.{port}" for worker in ("policy", "learner") for port in graph.info[worker].ports}
+    assert ports_on_gpu(graph, plan) == on_gpus | {"env.obs", "env.step"}
+    graph, plan = two_slices(1, "tests.workers_for_tests.Counter")  # renders nothing
+    assert ports_on_gpu(graph, plan) == on_gpus
+    graph, plan = two_slices(0, "tests.workers_for_tests.RenderingCounter")  # no GPU to render on
+    assert ports_on_gpu(graph, plan) == set()
+
+
+@pytest.mark.parametrize(
+    ("gpus", "env_class", "step_prior", "act_prior"),
+    [
+        (1, "tests.workers_for_tests.RenderingCounter", ON_GPU_COST["simulator"], ON_GPU_COST["inference"]),
+        (1, "tests.workers_for_tests.Counter", DEFAULT_COST["simulator"], ON_GPU_COST["inference"]),
+        (0, "tests.workers_for_tests.RenderingCounter", DEFAULT_COST["simulator"], DEFAULT_COST["inference"]),
+    ],
+)
+def test_a_cost_measured_at_one_batch_size_splits_by_the_prior_of_the_device_its_work_ran_on(
+    tmp_path, monkeypatch, gpus, env_class, step_prior, act_prior
+):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))  # no earlier run measured another size
+    graph, plan = two_slices(gpus, env_class)
+    events = loop_calls([0, 1, 2], 2, same_at_any_size)  # 4 envs a call
+    costs = refit(graph, plan.cluster, events, Running(plan, 0, warmups=(0,))).profile.costs
+    assert fraction_at(costs["env.step"], 4) == pytest.approx(fraction_at(step_prior, 4))
+    assert fraction_at(costs["policy.act"], 4) == pytest.approx(fraction_at(act_prior, 4))
+    assert costs["env.step"].fixed_s + 4 * costs["env.step"].per_item_s == pytest.approx(0.01)  # the mean measured
+
+
+def test_a_step_rendered_on_a_gpu_is_predicted_near_its_cost_at_twice_the_envs_where_a_cores_split_doubles_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    predicted = {}
+    for gpus in (1, 0):
+        graph, plan = two_slices(gpus, "tests.workers_for_tests.RenderingCounter")
+        events = loop_calls([0, 1, 2], 2, same_at_any_size)
+        step = refit(graph, plan.cluster, events, Running(plan, 0, warmups=(0,))).profile.costs["env.step"]
+        predicted[gpus] = step.fixed_s + 8 * step.per_item_s  # what one stage's slice of 8 envs would cost
+    assert predicted[1] == pytest.approx(0.01, rel=0.2)  # it costs 0.01 s at 8 envs as at 4
+    assert predicted[0] > 1.8 * 0.01  # a core's prior reads nearly all of it per env
+
+
+class DeclaresRendering:
+    rendering_ports = frozenset({"step", "render"})
+
+    def step(self, action):
+        return action
+
+
+def test_a_rendering_port_the_class_lacks_is_refused_naming_the_class_and_its_ports():
+    spec = WorkerSpec.model_validate({"kind": "simulator", "class": "my.DeclaresRendering"})
+    info, problems = describe_worker("env", spec, DeclaresRendering)
+    assert info is None
+    assert problems == ["workers.env: my.DeclaresRendering.rendering_ports: 'render' is not one of its ports (step)"]
