@@ -29,12 +29,14 @@ DEFAULT_COST = {
     "function": PortCost(fixed_s=1e-4, per_item_s=0.0),
 }
 # Work on a GPU is flat at small batches (a kernel launch, a frame's readback): where a port's work runs on one,
-# a cost measured at one batch size is split as these are (RESULTS.md; every fit of two sizes or more on the lent
-# H100/H200s: a camera simulator's step, rendered through EGL, 2.3-3.3 ms a call + 0-0.15 ms an env at 4-8 envs; a
-# CNN or ViT policy's act 2.2-2.9 ms a call + 0.005-0.03 ms an env at 32-64). Kinds not named keep DEFAULT_COST.
+# a cost measured at one batch size is split as these are. They are the medians of the lines the lent H100s and
+# H200s fitted through several sizes (benchmarks/results/gpu28, gpu31, gpu40: the camera-ViT sweep, the only GPU
+# workload measured so): a camera simulator's step rendered through EGL 2.0-2.6 ms a call + 0-0.22 ms an env at
+# 2-8 envs, a ViT policy's act 1.9-2.8 ms a call + 0.015-0.039 ms an env at 16-64. Kinds not named keep
+# DEFAULT_COST.
 ON_GPU_COST = {
-    "simulator": PortCost(fixed_s=2.5e-3, per_item_s=1.5e-4),
-    "inference": PortCost(fixed_s=2e-3, per_item_s=3e-5),
+    "simulator": PortCost(fixed_s=2.4e-3, per_item_s=1.2e-4),
+    "inference": PortCost(fixed_s=2.2e-3, per_item_s=2e-5),
 }
 # Ports that only hand data on (a trajectory, weights): a fixed cost, whatever the worker's kind.
 HANDOFF_COST = PortCost(fixed_s=1e-3, per_item_s=0.0)
