@@ -31,7 +31,7 @@ DEFAULT_COST = {
 # Work on a GPU is flat at small batches (a kernel launch, a frame's readback): where a port's work runs on one,
 # a cost measured at one batch size is split as these are. They are the medians of the lines the lent H100s and
 # H200s fitted through several sizes (benchmarks/results/gpu28, gpu31, gpu40: the camera-ViT sweep, the only GPU
-# workload measured so): a camera simulator's step rendered through EGL 2.0-2.6 ms a call + 0-0.22 ms an env at
+# workload measured so): a camera simulator's step rendered through EGL 1.9-2.6 ms a call + 0-0.22 ms an env at
 # 2-8 envs, a ViT policy's act 1.9-2.8 ms a call + 0.015-0.039 ms an env at 16-64. Kinds not named keep
 # DEFAULT_COST.
 ON_GPU_COST = {
