@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from m2flow.contract import describe_worker
 from m2flow.planners.profile import CHANNEL_HOP_S
 from m2flow.schedule import Plan
-from m2flow.spec import WorkerSpec
 from tests.unit.test_planner import plan_of, workflow
 
 STEP_S = 0.001  # one env stepped
@@ -52,20 +50,6 @@ def test_a_policy_paid_per_row_calls_each_slice_apart_and_the_plan_says_why():
 def test_merge_slices_round_trip_through_the_plan_file():
     plan = four_slices()
     assert Plan.from_dict(plan.to_dict()).merge_slices == ["policy.act"]
-
-
-class Declares:
-    batch_invariant = frozenset({"act", "ack"})
-
-    def act(self, obs):
-        return obs
-
-
-def test_a_batch_invariant_port_the_class_lacks_is_refused_naming_the_class_and_its_ports():
-    spec = WorkerSpec.model_validate({"kind": "inference", "class": "my.Declares"})
-    info, problems = describe_worker("policy", spec, Declares)
-    assert info is None
-    assert problems == ["workers.policy: my.Declares.batch_invariant: 'ack' is not one of its ports (act)"]
 
 
 @pytest.mark.parametrize(("setting", "per_call", "merged"), [(False, True, []), (True, False, ["policy.act"])])

@@ -1,5 +1,6 @@
 """A cost a run measured at one batch size, split as the hardware has it: work on a GPU (a policy placed there, a
-simulator rendering its cameras there) is flat at small batches, work on a core grows with its envs."""
+simulator rendering its cameras there) is flat at small batches, work on a core grows with its envs. A class's
+declarations of some of its ports (`rendering_ports`, `batch_invariant`) name ports it has."""
 
 from __future__ import annotations
 
@@ -80,15 +81,14 @@ def test_a_step_rendered_on_a_gpu_is_predicted_near_its_cost_at_twice_the_envs_w
     assert predicted[0] > 1.8 * 0.01  # a core's prior reads nearly all of it per env
 
 
-class DeclaresRendering:
-    rendering_ports = frozenset({"step", "render"})
-
-    def step(self, action):
-        return action
+def act(self, obs):
+    return obs
 
 
-def test_a_rendering_port_the_class_lacks_is_refused_naming_the_class_and_its_ports():
-    spec = WorkerSpec.model_validate({"kind": "simulator", "class": "my.DeclaresRendering"})
-    info, problems = describe_worker("env", spec, DeclaresRendering)
+@pytest.mark.parametrize("declaration", ["batch_invariant", "rendering_ports"])
+def test_a_declared_port_the_class_lacks_is_refused_naming_the_declaration_the_class_and_its_ports(declaration):
+    declares = type("Declares", (), {declaration: frozenset({"act", "ack"}), "act": act})
+    spec = WorkerSpec.model_validate({"kind": "simulator", "class": "my.Declares"})
+    info, problems = describe_worker("env", spec, declares)
     assert info is None
-    assert problems == ["workers.env: my.DeclaresRendering.rendering_ports: 'render' is not one of its ports (step)"]
+    assert problems == [f"workers.env: my.Declares.{declaration}: 'ack' is not one of its ports (act)"]
