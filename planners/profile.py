@@ -29,11 +29,11 @@ DEFAULT_COST = {
     "function": PortCost(fixed_s=1e-4, per_item_s=0.0),
 }
 # Work on a GPU is flat at small batches (a kernel launch, a frame's readback): where a port's work runs on one,
-# a cost measured at one batch size is split as these are. They are the medians of the lines the lent H100s and
-# H200s fitted through several sizes (benchmarks/results/gpu28, gpu31, gpu40: the camera-ViT sweep, the only GPU
-# workload measured so): a camera simulator's step rendered through EGL 1.9-2.6 ms a call + 0-0.22 ms an env at
-# 2-8 envs, a ViT policy's act 1.9-2.8 ms a call + 0.015-0.039 ms an env at 16-64. Kinds not named keep
-# DEFAULT_COST.
+# a cost measured at one batch size is split as these are: near the medians of the lines the lent H100s and H200s
+# fitted through several sizes, the last line of each of five camera-ViT sweeps (benchmarks/results/gpu28, gpu31,
+# gpu40: the only GPU workload measured so). A camera simulator's step rendered through EGL: 1.93-2.55 ms a call
+# (median 2.39) + 0-0.22 ms an env (median 0.11) at 2-8 envs; a ViT policy's act: 2.03-2.39 ms a call (median
+# 2.09) + 0.020-0.033 ms an env (median 0.022) at 16-64. Kinds not named keep DEFAULT_COST.
 ON_GPU_COST = {
     "simulator": PortCost(fixed_s=2.4e-3, per_item_s=1.2e-4),
     "inference": PortCost(fixed_s=2.2e-3, per_item_s=2e-5),
