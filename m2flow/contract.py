@@ -19,8 +19,8 @@ declarations beside it:
   share its call (a policy drawing each env's noise from the env's own stream). The loop may then merge
   pipeline slices into one call of them where that is predicted faster (`planners/merging.py`).
 - `rendering_ports: frozenset[str]`: a simulator's ports that render cameras. On a node with a GPU they render
-  there through EGL (`planners/render.py`), and a cost measured at one batch size is split as a GPU's: mostly
-  per call (`planners/profile.py`).
+  there (`planners/render.py`), and a cost measured at one batch size is split as a GPU's: mostly per call at the
+  small batches measured (`planners/profile.py`).
 """
 
 from __future__ import annotations
@@ -104,6 +104,11 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
     problems += [f"{key}: {problem}" for problem in _check_port_dispatch(target, ports, spec.cls)]
     for declaration in PORT_SETS:
         problems += [f"{key}: {problem}" for problem in _check_port_set(target, declaration, ports, spec.cls)]
+    if getattr(target, "rendering_ports", frozenset()) and not KINDS[spec.kind].renders:
+        problems.append(
+            f"{key}: {spec.cls}.rendering_ports: only a simulator renders cameras, and this worker's kind is"
+            f" '{spec.kind}'; set workers.{name}.kind: simulator, or remove the declaration"
+        )
     if problems:
         return None, problems
     data_parallel = spec.count

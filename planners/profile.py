@@ -29,7 +29,7 @@ DEFAULT_COST = {
     "function": PortCost(fixed_s=1e-4, per_item_s=0.0),
 }
 # Work on a GPU is flat at small batches (a kernel launch, a frame's readback): where a port's work runs on one,
-# a cost measured at one batch size is split as these are: near the medians of the lines the lent H100s and H200s
+# a cost measured at one batch size is split as these are: near the medians of the lines the lent H100s
 # fitted through several sizes, the last line of each of five camera-ViT sweeps (benchmarks/results/gpu28, gpu31,
 # gpu40: the only GPU workload measured so). A camera simulator's step rendered through EGL: 1.93-2.55 ms a call
 # (median 2.39) + 0-0.22 ms an env (median 0.11) at 2-8 envs; a ViT policy's act: 2.03-2.39 ms a call (median
@@ -55,6 +55,7 @@ class Profile:
     source: dict[str, str] = field(default_factory=dict)
     prior: dict[str, PortCost] = field(default_factory=dict)  # what a port is assumed to cost, knowing nothing
     prior_on_gpu: dict[str, PortCost] = field(default_factory=dict)  # and where its work runs on a GPU
+    split_measured: set[str] = field(default_factory=set)  # ports `m2flow profile` measured at two sizes or more
     # per port called outside the loop, each replica's share of its cost at the replica counts measured
     replica_shares: dict[str, ReplicaShares] = field(default_factory=dict)
     hop_s: float = CHANNEL_HOP_S  # a loop message between processes, whatever it carries
@@ -75,6 +76,7 @@ class Profile:
             source=dict(self.source),
             prior=dict(self.prior),
             prior_on_gpu=dict(self.prior_on_gpu),
+            split_measured=set(self.split_measured),
             replica_shares=dict(self.replica_shares),
         )
 
@@ -108,11 +110,11 @@ class Profile:
 
     def per_call_fraction(self, port: str, items: float, on_gpu: bool) -> float:
         """What part of a call of `port` at `items` its cost puts in the per-call term — as `m2flow profile`
-        measured it, or else as the default for its worker's kind, on a GPU if its work runs on one (`on_gpu`;
-        not as declared: a declared cost the run measured otherwise is no guide to its split): the prior for a
-        fit that saw one batch size only."""
+        measured it at two batch sizes or more, or else as the default for its worker's kind, on a GPU if its work
+        runs on one (`on_gpu`; not as declared: a declared cost the run measured otherwise is no guide to its
+        split): the prior for a fit that saw one batch size only."""
         priors = self.prior_on_gpu if on_gpu else self.prior
-        cost = self.costs[port] if self.source.get(port) == "measured" else priors.get(port, HANDOFF_COST)
+        cost = self.costs[port] if port in self.split_measured else priors.get(port, HANDOFF_COST)
         total = cost.fixed_s + cost.per_item_s * items
         return cost.fixed_s / total if total > 0 else 1.0
 
@@ -144,6 +146,8 @@ class Profile:
                 elif key in measured_ports:
                     profile.set_fit(key, measured_ports[key])
                     profile.source[key] = "measured"
+                    if len(measured_ports[key].batch_sizes) > 1:
+                        profile.split_measured.add(key)
                 elif key in cached:
                     profile.set_fit(key, cached[key])
                     profile.source[key] = "cached"

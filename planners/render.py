@@ -11,6 +11,7 @@ from collections import defaultdict
 
 from m2flow.cluster import DeviceId
 from m2flow.graph import MacroGraph
+from m2flow.kinds import KINDS
 from m2flow.schedule import Plan, ReplicaId
 
 
@@ -20,7 +21,7 @@ def render_gpus(graph: MacroGraph, plan: Plan) -> dict[ReplicaId, DeviceId]:
     turns: dict[int, int] = defaultdict(int)
     chosen = {}
     for name, placement in plan.placements.items():
-        if graph.info[name].kind != "simulator":
+        if not KINDS[graph.info[name].kind].renders:
             continue
         for r, device in enumerate(placement.replica_devices):
             if device.kind == "gpu":

@@ -6,12 +6,12 @@ the ports share devices, and what a trace shows is not a port's own cost. Its fi
 synchronously (staleness 0, within any bound) on the placement the plan chose; the re-plan then plans the
 asynchronous flow from what they measured.
 
-Between iterations, after the first traced ones (the first warms up), the measured port costs replace
-every other source — declared ones too: what the run measured beats what was written down; a port seen
-at one batch size keeps the split between per-call and per-item cost that earlier runs measured, or else
-its prior's: a GPU's (mostly per call) where its work ran on one, a policy placed there or a simulator's cameras
-rendered there (`planners/profile.py`). The planner plans again in the workflow's mode; the run moves to the
-new plan only if it is predicted at least `REPLAN_GAIN` faster than the current one under the same refit profile.
+Between iterations, after the first traced ones (the first warms up), the measured port costs replace every other
+source — declared ones too: what the run measured beats what was written down; a port seen at one batch size keeps
+the split between per-call and per-item cost that earlier runs measured, or else its prior's: a GPU's (mostly per
+call at small batches) where its work ran on one, a policy placed there or a simulator's cameras rendered there
+(`planners/profile.py`). The planner plans again in the workflow's mode; the run moves to the new plan only if it is
+predicted at least `REPLAN_GAIN` faster than the current one under the same refit profile.
 
 A split no run has measured can decide the plan: a GPU renders half the envs in about the time it renders
 all of them, a core steps them in half the time. Where a plan at other batch sizes would be at least
@@ -136,7 +136,7 @@ def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, PortFit], ca
         if port in loop
         and len(fit.batch_sizes) == 1
         and fit.batch_sizes[0] > 0
-        and profile.source.get(port) != "measured"
+        and port not in profile.split_measured
         and (port not in cached or set(cached[port].batch_sizes) <= set(fit.batch_sizes))
     ]
 

@@ -1,6 +1,5 @@
 """A cost a run measured at one batch size, split as the hardware has it: work on a GPU (a policy placed there, a
-simulator rendering its cameras there) is flat at small batches, work on a core grows with its envs. A class's
-declarations of some of its ports (`rendering_ports`, `batch_invariant`) name ports it has."""
+simulator rendering its cameras there) is flat at small batches, work on a core grows with its envs."""
 
 from __future__ import annotations
 
@@ -8,12 +7,12 @@ import pytest
 
 from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
-from m2flow.contract import describe_worker
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
-from m2flow.planners.profile import DEFAULT_COST, ON_GPU_COST, ports_on_gpu
+from m2flow.planners.fit import PortFit
+from m2flow.planners.profile import DEFAULT_COST, ON_GPU_COST, Profile, ports_on_gpu
 from m2flow.runtime.replan import Running, refit
-from m2flow.spec import PortCost, WorkerSpec
+from m2flow.spec import PortCost
 from tests.unit.test_calibration import loop_calls, unmeasured
 
 
@@ -77,18 +76,34 @@ def test_a_step_rendered_on_a_gpu_is_predicted_near_its_cost_at_twice_the_envs_w
         events = loop_calls([0, 1, 2], 2, same_at_any_size)
         step = refit(graph, plan.cluster, events, Running(plan, 0, warmups=(0,))).profile.costs["env.step"]
         predicted[gpus] = step.fixed_s + 8 * step.per_item_s  # what one stage's slice of 8 envs would cost
-    assert predicted[1] == pytest.approx(0.01, rel=0.2)  # it costs 0.01 s at 8 envs as at 4
+    for gpus, prior in ((1, ON_GPU_COST["simulator"]), (0, DEFAULT_COST["simulator"])):
+        assert predicted[gpus] == pytest.approx(0.01 * prior_s(prior, 8) / prior_s(prior, 4))
+    assert predicted[1] < 1.2 * 0.01  # it costs 0.01 s at 8 envs as at 4
     assert predicted[0] > 1.8 * 0.01  # a core's prior reads nearly all of it per env
 
 
-def act(self, obs):
-    return obs
+def prior_s(cost: PortCost, items: int) -> float:
+    return cost.fixed_s + cost.per_item_s * items
 
 
-@pytest.mark.parametrize("declaration", ["batch_invariant", "rendering_ports"])
-def test_a_declared_port_the_class_lacks_is_refused_naming_the_declaration_the_class_and_its_ports(declaration):
-    declares = type("Declares", (), {declaration: frozenset({"act", "ack"}), "act": act})
-    spec = WorkerSpec.model_validate({"kind": "simulator", "class": "my.Declares"})
-    info, problems = describe_worker("env", spec, declares)
-    assert info is None
-    assert problems == [f"workers.env: my.Declares.{declaration}: 'ack' is not one of its ports (act)"]
+def test_a_simulator_placed_on_a_gpu_does_all_its_work_there():
+    raw = unmeasured(2)
+    raw["workers"]["env"]["resources"] = {"device": "gpu"}
+    raw["cluster"]["gpus"] = 2
+    graph = build_graph(spec_from_dict(raw))
+    plan = make_plan(graph, Cluster.from_spec(graph.spec.cluster))
+    assert plan.placements["env"].replica_devices[0].kind == "gpu"
+    assert {f"env.{port}" for port in graph.info["env"].ports} <= ports_on_gpu(graph, plan)  # Counter renders nothing
+
+
+def test_a_split_m2flow_profile_measured_at_one_size_gives_way_to_the_prior_and_one_of_two_sizes_is_kept():
+    graph, _ = two_slices(1, "tests.workers_for_tests.RenderingCounter")
+    one_size = PortFit(fixed_s=0.0, per_item_s=0.0025, calls=3, batch_sizes=(4,))  # all per env: no split seen
+    two_sizes = PortFit(fixed_s=0.009, per_item_s=0.00025, calls=6, batch_sizes=(4, 8))
+    for fit, fraction in (
+        (one_size, fraction_at(ON_GPU_COST["simulator"], 4)),
+        (two_sizes, fraction_at(two_sizes.cost, 4)),
+    ):
+        profile = Profile.from_graph(graph, measured={"ports": {"env.step": fit}})
+        assert profile.source["env.step"] == "measured"
+        assert profile.per_call_fraction("env.step", 4, on_gpu=True) == pytest.approx(fraction)

@@ -115,6 +115,7 @@ def _vector_env(cfg: BehaviorConfig, replica_items: tuple[int, int], stages: int
 
 class BehaviorEnv:
     Config = BehaviorConfig
+    rendering_ports = frozenset({"obs", "step"})  # Isaac Sim renders its sensors on the node's GPU
 
     def __init__(self, **args: Any):
         self.config = BehaviorConfig(**args)
