@@ -85,9 +85,13 @@ class WorkerInfo:
         """Whether a call of `port` gives each row the same output whatever rows share the call."""
         return port in getattr(self.target, "batch_invariant", frozenset())
 
+    @property
+    def rendering_ports(self) -> frozenset[str]:
+        """Its ports that render cameras (on the node's GPU, where it has one): as its class declares them."""
+        return frozenset(getattr(self.target, "rendering_ports", frozenset()))
+
     def renders(self, port: str) -> bool:
-        """Whether a call of `port` renders cameras (on the node's GPU, where it has one)."""
-        return port in getattr(self.target, "rendering_ports", frozenset())
+        return port in self.rendering_ports
 
     def dispatch(self, port: str) -> Dispatch:
         declared = getattr(self.target, "port_dispatch", {})

@@ -37,10 +37,12 @@ def render_gpus(graph: MacroGraph, plan: Plan) -> dict[ReplicaId, DeviceId]:
 
 
 def render_notes(graph: MacroGraph, plan: Plan) -> list[str]:
-    """One line per simulator worker that renders on a GPU: which GPUs, and why those."""
+    """One line per simulator worker with cameras (`rendering_ports`) that renders on a GPU: which GPUs, and why
+    those."""
     by_worker: dict[str, set[str]] = defaultdict(set)
     for replica, gpu in render_gpus(graph, plan).items():
-        by_worker[replica.worker].add(gpu.name)
+        if graph.info[replica.worker].rendering_ports:
+            by_worker[replica.worker].add(gpu.name)
     acting = {d.name for d in _loop_devices(graph, plan)}
     notes = []
     for worker, gpus in sorted(by_worker.items()):

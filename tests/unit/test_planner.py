@@ -388,12 +388,12 @@ def test_gpu_memory_is_the_spec_s_else_the_smallest_local_gpu_s_else_80(tmp_path
     assert gpu_memory_gb(ClusterSpec(gpu_memory_gb=24)) == 24
 
 
-def camera_plan(gpus: int, mode: str):
+def camera_plan(gpus: int, mode: str, config: str = "ppo_camera.yaml"):
     from m2flow.config import load_spec
     from tests.conftest import ROOT
 
     overrides = [f"cluster.gpus={gpus}", "cluster.cpus=8", "cluster.gpu_memory_gb=80", f"placement.mode={mode}"]
-    spec = load_spec(ROOT / "configs/ppo_camera.yaml", [*overrides, "placement.pipeline_stages=1"])
+    spec = load_spec(ROOT / "configs" / config, [*overrides, "placement.pipeline_stages=1"])
     graph = build_graph(spec)
     return graph, make_plan(graph, Cluster.from_spec(spec.cluster))
 
@@ -416,7 +416,7 @@ def test_a_training_worker_that_does_not_fit_is_told_which_of_its_args_lowers_it
     assert make_plan(build_graph(spec), Cluster.from_spec(spec.cluster)).mode == "shared"  # as the advice said
 
 
-def test_simulators_render_on_the_gpus_no_inference_replica_uses_and_the_plan_says_so():
+def test_simulators_render_on_the_gpus_no_inference_replica_uses_and_the_plan_says_so_where_they_have_cameras():
     from m2flow.planners.render import render_gpus
 
     graph, plan = camera_plan(gpus=2, mode="disaggregated")
@@ -432,6 +432,8 @@ def test_simulators_render_on_the_gpus_no_inference_replica_uses_and_the_plan_sa
     assert any("shared with the loop's GPU workers" in note for note in plan.notes)
     graph, plan = camera_plan(gpus=0, mode="shared")  # no GPU: nothing to choose
     assert not render_gpus(graph, plan) and not any(note.startswith("render:") for note in plan.notes)
+    graph, plan = camera_plan(gpus=1, mode="shared", config="ppo_mujoco.yaml")  # a GymEnv: no cameras, no note
+    assert render_gpus(graph, plan) and not any(note.startswith("render:") for note in plan.notes)
 
 
 @pytest.mark.parametrize(
