@@ -79,15 +79,15 @@ class Running:
     tried_from: Plan | None = None  # the plan a trial left (module doc)
 
 
-def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running | None = None) -> Refit:
-    """The profile with every port seen in `events` set to its fitted cost, and — given the plan that ran —
-    what a message between processes costs per item and the controller's own time per iteration (`calibrate_run`)."""
+def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running) -> Refit:
+    """The profile with every port seen in `events` (run by `running`) set to its fitted cost, what a message between
+    processes costs per item and the controller's own time per iteration (`calibrate_run`)."""
     profile = profile_of(graph, cluster)
     trace = {"traceEvents": events}
-    warmups = running.warmups if running else ()
+    warmups = running.warmups
     points = points_from_trace(trace, skip_iterations=1, warmups=warmups)
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
-    on_gpu = ports_on_gpu(graph, running.plan) if running else set()
+    on_gpu = ports_on_gpu(graph, running.plan)
     priors = {
         port: _per_call_fraction(profile, port, samples, cached.get(port), port in on_gpu)
         for port, samples in points.items()
@@ -99,13 +99,13 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
         if port in profile.costs:  # the shares at other replica counts earlier runs measured stay
             profile.set_fit(port, replace(fit, replica_shares=latest_shares(cached.get(port), fit)))
             profile.source[port] = "measured (this run)"
-    calibrated = calibrate_run(graph, running, profile, trace) if running is not None else {}
+    calibrated = calibrate_run(graph, running, profile, trace)
     return Refit(profile, fitted, unsplit, calibrated)
 
 
-def _replica_counts(graph: MacroGraph, running: Running | None) -> dict[str, int]:
+def _replica_counts(graph: MacroGraph, running: Running) -> dict[str, int]:
     """How many replicas of each worker ran: as the running plan placed them, else as the workflow has them."""
-    placed = running.plan.placements if running else {}
+    placed = running.plan.placements
     return {
         name: len(placed[name].replica_devices) if name in placed else info.replicas
         for name, info in graph.info.items()
