@@ -91,6 +91,7 @@ class WorkerInfo:
         return frozenset(getattr(self.target, "rendering_ports", frozenset()))
 
     def renders(self, port: str) -> bool:
+        """Whether a call of `port` renders cameras."""
         return port in self.rendering_ports
 
     def dispatch(self, port: str) -> Dispatch:
@@ -109,9 +110,10 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
     for declaration in PORT_SETS:
         problems += [f"{key}: {problem}" for problem in _check_port_set(target, declaration, ports, spec.cls)]
     if getattr(target, "rendering_ports", frozenset()) and not KINDS[spec.kind].renders:
+        rendering = " or ".join(kind for kind, traits in KINDS.items() if traits.renders)
         problems.append(
-            f"{key}: {spec.cls}.rendering_ports: only a simulator renders cameras, and this worker's kind is"
-            f" '{spec.kind}'; set workers.{name}.kind: simulator, or remove the declaration"
+            f"{key}: {spec.cls}.rendering_ports: only a {rendering} worker renders cameras, and this worker's kind"
+            f" is '{spec.kind}'; set workers.{name}.kind: {rendering}, or remove the declaration"
         )
     if problems:
         return None, problems

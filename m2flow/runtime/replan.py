@@ -8,10 +8,11 @@ asynchronous flow from what they measured.
 
 Between iterations, after the first traced ones (the first warms up), the measured port costs replace every other
 source — declared ones too: what the run measured beats what was written down; a port seen at one batch size keeps
-the split between per-call and per-item cost that earlier runs measured, or else its prior's: a GPU's (mostly per
-call at small batches) where its work ran on one, a policy placed there or a simulator's cameras rendered there
-(`planners/profile.py`). The planner plans again in the workflow's mode; the run moves to the new plan only if it is
-predicted at least `REPLAN_GAIN` faster than the current one under the same refit profile.
+the split between per-call and per-item cost that `m2flow profile` (at two sizes or more) or earlier runs measured,
+or else its prior's: a GPU's (mostly per call at small batches) where its work ran on one, a policy placed there or
+a simulator's cameras rendered there (`planners/profile.py`). The planner plans again in the workflow's mode; the
+run moves to the new plan only if it is predicted at least `REPLAN_GAIN` faster than the current one under the same
+refit profile.
 
 A split no run has measured can decide the plan: a GPU renders half the envs in about the time it renders
 all of them, a core steps them in half the time. Where a plan at other batch sizes would be at least
@@ -99,6 +100,7 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
         if port in profile.costs:  # the shares at other replica counts earlier runs measured stay
             profile.set_fit(port, replace(fit, replica_shares=latest_shares(cached.get(port), fit)))
             profile.source[port] = "measured (this run)"
+            profile.split_measured.discard(port)  # this run's line, whatever `m2flow profile` measured
     calibrated = calibrate_run(graph, running, profile, trace)
     return Refit(profile, fitted, unsplit, calibrated)
 
@@ -127,8 +129,8 @@ def _per_call_fraction(
 
 
 def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, PortFit], cached: dict[str, PortFit]) -> list[str]:
-    """The loop's ports (their batch sizes follow the plan's slices) that this run measured at one batch size,
-    and neither `m2flow profile` nor earlier runs at another."""
+    """The loop's ports (their batch sizes follow the plan's slices) that this run measured at one batch size, and
+    neither `m2flow profile` at two sizes or more nor earlier runs at another."""
     loop = {str(p) for p in graph.loop.ports} if graph.loop else set()
     return [
         port

@@ -28,6 +28,6 @@ def test_rendering_ports_on_a_worker_of_a_kind_that_does_not_render_are_refused_
     info, problems = describe_worker("policy", spec, declares)
     assert info is None
     assert problems == [
-        "workers.policy: my.Declares.rendering_ports: only a simulator renders cameras, and this worker's kind is"
-        " 'inference'; set workers.policy.kind: simulator, or remove the declaration"
+        "workers.policy: my.Declares.rendering_ports: only a simulator worker renders cameras, and this worker's kind"
+        " is 'inference'; set workers.policy.kind: simulator, or remove the declaration"
     ]

@@ -9,7 +9,7 @@ from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
-from m2flow.planners.fit import PortFit
+from m2flow.planners.fit import PortFit, save_profile
 from m2flow.planners.profile import DEFAULT_COST, ON_GPU_COST, Profile, ports_on_gpu
 from m2flow.runtime.replan import Running, refit
 from m2flow.spec import PortCost
@@ -32,6 +32,10 @@ def same_at_any_size(envs: int) -> float:
 
 def fraction_at(cost: PortCost, items: int) -> float:
     return cost.fixed_s / (cost.fixed_s + cost.per_item_s * items)
+
+
+def prior_s(cost: PortCost, items: int) -> float:
+    return cost.fixed_s + cost.per_item_s * items
 
 
 def test_the_ports_on_a_gpu_are_a_gpu_workers_and_the_rendering_ports_of_a_simulator_on_a_node_with_one():
@@ -82,10 +86,6 @@ def test_a_step_rendered_on_a_gpu_is_predicted_near_its_cost_at_twice_the_envs_w
     assert predicted[0] > 1.8 * 0.01  # a core's prior reads nearly all of it per env
 
 
-def prior_s(cost: PortCost, items: int) -> float:
-    return cost.fixed_s + cost.per_item_s * items
-
-
 def test_a_simulator_placed_on_a_gpu_does_all_its_work_there():
     raw = unmeasured(2)
     raw["workers"]["env"]["resources"] = {"device": "gpu"}
@@ -107,3 +107,18 @@ def test_a_split_m2flow_profile_measured_at_one_size_gives_way_to_the_prior_and_
         profile = Profile.from_graph(graph, measured={"ports": {"env.step": fit}})
         assert profile.source["env.step"] == "measured"
         assert profile.per_call_fraction("env.step", 4, on_gpu=True) == pytest.approx(fraction)
+
+
+@pytest.mark.parametrize(("sizes", "unsplit"), [((4,), ["env.step"]), ((4, 8), [])])
+def test_a_loop_port_m2flow_profile_measured_at_one_size_is_still_unsplit_and_one_it_measured_at_two_is_not(
+    tmp_path, monkeypatch, sizes, unsplit
+):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path / "cache"))
+    fit = PortFit(fixed_s=0.009, per_item_s=0.00025, calls=6, batch_sizes=sizes)
+    raw = unmeasured(2)
+    raw["placement"]["profile"] = str(save_profile({"source": "test", "ports": {"env.step": fit}}, tmp_path / "p.json"))
+    graph = build_graph(spec_from_dict(raw))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    measured = refit(graph, cluster, loop_calls([0, 1, 2], 2, same_at_any_size), Running(make_plan(graph, cluster), 0))
+    assert [port for port in measured.unsplit if port == "env.step"] == unsplit
+    assert not measured.profile.split_measured  # this run's line stands now, not the one `m2flow profile` measured
