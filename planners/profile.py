@@ -139,8 +139,8 @@ class Profile:
             for port in graph.info[name].ports:
                 key = f"{name}.{port}"
                 profile.prior[key] = DEFAULT_COST[worker.kind] if key in computing else HANDOFF_COST
-                on_gpu = ON_GPU_COST.get(worker.kind, DEFAULT_COST[worker.kind])
-                profile.prior_on_gpu[key] = on_gpu if key in computing else HANDOFF_COST
+                gpu_prior = ON_GPU_COST.get(worker.kind, DEFAULT_COST[worker.kind])
+                profile.prior_on_gpu[key] = gpu_prior if key in computing else HANDOFF_COST
                 if port in worker.profile:
                     profile.costs[key], profile.source[key] = worker.profile[port], "declared"
                 elif key in measured_ports:
