@@ -49,14 +49,14 @@ def define_worker(
     resources: dict | None = None,
     profile: dict | None = None,
 ) -> WorkerHandle:
-    """Declare a worker from a class (its public methods are ports) or a function (port `call`)."""
+    """Declare a worker from a class (its public methods are ports) or a function (port `call`), given as the
+    object or as its dotted path ("package.module.Name", as YAML's `class:` takes it)."""
     target = cls if cls is not None else func
     if target is None or (cls is not None and func is not None):
         raise SpecError([f"define_worker('{name}'): give exactly one of cls=... or func=..."])
     if func is not None and inspect.isclass(func):
         raise SpecError([f"define_worker('{name}'): func= must be a function; pass classes as cls="])
-    path = dotted_path(target)
-    register_object(path, target)
+    path = target if isinstance(target, str) else _path_of(name, target)
     config: dict[str, Any] = {"kind": kind, "class": path, "replicas": replicas, "args": args or {}}
     for key, value in (("backend", backend), ("resources", resources), ("profile", profile)):
         if value is not None:
@@ -66,12 +66,34 @@ def define_worker(
     return handle
 
 
+def _path_of(name: str, target: Any) -> str:
+    """The dotted path a worker's processes import `target` by (registered, so this process need not)."""
+    if not callable(target):
+        raise SpecError([f"define_worker('{name}'): {target!r} is a {type(target).__name__}, not a class or function"])
+    path = dotted_path(target)
+    if "<" in path:  # a lambda, or a class or function defined inside a function
+        raise SpecError(
+            [f"define_worker('{name}'): '{path}' cannot be imported by name; define it at a module's top level"]
+        )
+    register_object(path, target)
+    return path
+
+
 class Workflow:
     """Workers plus loop / then / sync edges; `spec()` gives the same WorkflowSpec a YAML file does."""
 
     def __init__(self, name: str, workers: list[WorkerHandle]):
         self.name = name
         self.workers = list(workers)
+        for worker in self.workers:
+            if not isinstance(worker, WorkerHandle):
+                raise SpecError(
+                    [f"Workflow('{name}'): {worker!r} is not a worker; list what define_worker(...) returns"]
+                )
+        names = [w.name for w in self.workers]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise SpecError([f"Workflow('{name}'): worker name(s) {', '.join(twice)} given twice; name each once"])
         self._flow: dict[str, Any] = {"then": [], "sync": []}
         self._placement: dict[str, Any] = {}
         self._cluster: dict[str, Any] = {}
@@ -139,6 +161,8 @@ def as_spec(
         return workflow
     if isinstance(workflow, Workflow):
         return workflow.spec()
+    if not isinstance(workflow, str | Path):
+        raise SpecError([f"{workflow!r} is not a workflow: pass a Workflow, a WorkflowSpec or a YAML file's path"])
     return load_spec(workflow, overrides)
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from m2flow.config import load_spec
+from m2flow.durable import output_folder
 from m2flow.errors import M2FlowError, SpecError
 
 console = Console(stderr=True, soft_wrap=True)
@@ -71,8 +72,8 @@ def _plan(args: argparse.Namespace) -> int:
     plan = make_plan(graph, cluster)
     if spec.placement.devices:
         plan = compare_with_auto(graph, cluster, plan)
-    out = Path(args.out) if args.out else Path(spec.run.output_dir) / spec.name / "plan"
-    written = write_dry_run(graph, plan, out, Console())
+    where = ("--out", args.out) if args.out else ("run.output_dir", Path(spec.run.output_dir) / spec.name / "plan")
+    written = write_dry_run(graph, plan, output_folder(where[1], where[0]), Console())
     console.print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
@@ -86,6 +87,8 @@ def _profile(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.file, args.overrides)
     build_graph(spec, args.file)
+    path = Path(args.out or profile_path(spec))
+    output_folder(path.parent, "--out" if args.out else "run.output_dir")  # before measuring, not after
     if args.from_trace:
         profile = fit_trace_file(args.from_trace)
         profile["workflow"] = spec.name
@@ -95,7 +98,7 @@ def _profile(args: argparse.Namespace) -> int:
 
         connect_ray(spec.cluster)
         profile = measure_profile(spec)
-    path = save_profile(profile, args.out or profile_path(spec))
+    save_profile(profile, path)
     table = Table(title=f"profile of {spec.name} ({profile['source']})")
     for column in ("port", "fixed ms", "per item ms", "calls", "batch sizes"):
         table.add_column(column)

@@ -4,6 +4,8 @@ validation errors."""
 from __future__ import annotations
 
 import difflib
+import re
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +55,31 @@ def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """Safe YAML whose mappings refuse a key given twice (YAML says keys are unique; PyYAML would keep the last
+    one silently). Keys merged in by `<<:` are not counted: the mapping's own keys override them."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if key in first:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key '{key}' is given twice (first at line {first[key].line + 1})",
+                    key_node.start_mark,
+                )
+            first[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
-    """Safe YAML load (no object construction); the top level must be a mapping."""
+    """Safe YAML load (no object construction, no key given twice); the top level must be a mapping."""
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -72,6 +95,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...],
     """Set dotted keys as Hydra does: `run.iterations=10 workers.env.replicas=2`, list items by index
     (`flow.sync.1.every=5`); `~key` removes one. Values are parsed as YAML."""
     problems = []
+    workers = raw.get("workers")
+    declared = set(workers) if isinstance(workers, dict) else set()
     for item in overrides:
         if item.startswith("~"):
             _delete(raw, item[1:].split("="), problems, item)
@@ -101,9 +126,24 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...],
                 problems.append(f"override '{item}': '{path[-1]}' is not an index of the list ({len(node)} items)")
             else:
                 node[int(path[-1]) if isinstance(node, list) else path[-1]] = value
+    problems += _misspelled_workers(raw, declared)
     if problems:
         raise SpecError(problems, source)
     return raw
+
+
+def _misspelled_workers(raw: dict[str, Any], declared: set[str]) -> list[str]:
+    """A worker that overrides made, without a class, and named like a declared one: a misspelling of it."""
+    workers = raw.get("workers")
+    made = set(workers) - declared if isinstance(workers, dict) else set()
+    problems = []
+    for name in sorted(made):
+        close = difflib.get_close_matches(name, sorted(declared), n=1)
+        if close and not (isinstance(workers[name], dict) and "class" in workers[name]):
+            problems.append(
+                f"workers.{name}: no such worker; did you mean '{close[0]}'? (a new worker needs workers.{name}.class)"
+            )
+    return problems
 
 
 def _child(node: Any, part: str) -> Any:
@@ -142,7 +182,7 @@ def format_validation_error(
     """One line per problem: the dotted key, what is wrong, and the fix where we can name it. `model` is
     what was validated, `prefix` where it sits in the workflow (e.g. a worker's args)."""
     lines = []
-    for err in exc.errors():
+    for err in _union_members_merged(exc.errors()):
         loc = [str(part) for part in err["loc"] if not str(part).startswith("function-")]
         key = ".".join([*prefix, *loc]) or "<top level>"
         kind = err["type"]
@@ -154,6 +194,30 @@ def format_validation_error(
             message = err["msg"].removeprefix("Value error, ")
             lines.append(f"{key}: {message} (got {_short(err.get('input'))})")
     return lines
+
+
+# how pydantic names the member of a union a value failed to match, in the error's location
+_UNION_MEMBER = re.compile(r"(int|float|str|bool|none|bytes|(literal|list|dict|tuple|set|frozenset)\[.*\])")
+
+
+def _union_members_merged(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A value that matches no member of a union is reported once per member, under the member's name
+    (`placement.pipeline_stages.int`, `placement.pipeline_stages.literal['auto']`): one error at the key instead,
+    saying what the value may be ("should be a valid integer or 'auto'")."""
+    members: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for err in errors:
+        if err["loc"] and _UNION_MEMBER.fullmatch(str(err["loc"][-1])):
+            members[tuple(err["loc"][:-1])].append(err)
+    merged, said = [], set()
+    for err in errors:
+        at = tuple(err["loc"][:-1])
+        if len(members.get(at, ())) < 2 or err not in members[at]:
+            merged.append(err)
+        elif at not in said:
+            said.add(at)
+            may_be = [e["msg"].removeprefix("Input should be ").split(", ")[0] for e in members[at]]
+            merged.append({**err, "loc": at, "type": "union", "msg": f"should be {' or '.join(may_be)}"})
+    return merged
 
 
 def _did_you_mean(model: type[BaseModel], loc: list[str]) -> str:

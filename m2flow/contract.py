@@ -25,6 +25,7 @@ declarations beside it:
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -104,8 +105,12 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
     key = f"workers.{name}"
     config, problems = _validate_args(target, spec.args, (*key.split("."), "args"))
     ports = frozenset(ports_of(target))
-    for port in sorted(set(spec.dispatch) - ports):
-        problems.append(f"{key}.dispatch.{port}: '{name}' has no port '{port}' (its ports: {', '.join(sorted(ports))})")
+    for declared in ("dispatch", "profile"):
+        for port in sorted(set(getattr(spec, declared)) - ports):
+            problems.append(
+                f"{key}.{declared}.{port}: '{name}' has no port '{port}'{_close(port, ports)}"
+                f" (its ports: {', '.join(sorted(ports))})"
+            )
     problems += [f"{key}: {problem}" for problem in _check_port_dispatch(target, ports, spec.cls)]
     for declaration in PORT_SETS:
         problems += [f"{key}: {problem}" for problem in _check_port_set(target, declaration, ports, spec.cls)]
@@ -124,7 +129,15 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
             data_parallel = int(sizer(config, spec.count, spec.backend))
         except ValueError as exc:  # the message names the key within the worker, e.g. "backend: ..."
             return None, [f"{key}.{exc}"]
+        except Exception as exc:  # noqa: BLE001 - the class's own declaration failed: said, not a traceback
+            return None, [f"{key}: {spec.cls}.data_parallel_size failed: {type(exc).__name__}: {exc}"]
     return WorkerInfo(name, spec, target, ports, config, data_parallel), []
+
+
+def _close(name: str, known: frozenset[str]) -> str:
+    """ "; did you mean '<the closest of known>'?" where one is close to `name`."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _check_port_dispatch(target: Any, ports: frozenset[str], cls: str) -> list[str]:
@@ -171,8 +184,6 @@ def _validate_args(target: Any, args: dict[str, Any], prefix: tuple[str, ...]) -
 
 def _check_signature(target: type, args: dict[str, Any], key: str) -> list[str]:
     """For a class without a `Config`: the keys must be arguments its constructor takes."""
-    import difflib
-
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):

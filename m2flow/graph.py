@@ -152,6 +152,7 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
         add(edge, f"flow.then[{i}] '{edge}'", "then")
     for i, sync in enumerate(flow.sync):
         add(sync.edge, f"flow.sync[{i}].edge '{sync.edge}'", "sync", sync.every)
+    problems += _repeated_edges("flow.then", flow.then) + _repeated_edges("flow.sync", [s.edge for s in flow.sync])
 
     then_order = _then_order(flow.then, problems)
     _check_loop_replicas(spec, loop, problems)
@@ -164,6 +165,17 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     if problems:
         raise SpecError(problems, source)
     return macro
+
+
+def _repeated_edges(key: str, edges: list[Edge]) -> list[str]:
+    """An edge given twice in one list: its data would move twice."""
+    first: dict[str, int] = {}
+    problems = []
+    for i, edge in enumerate(edges):
+        if str(edge) in first:
+            problems.append(f"{key}[{i}] '{edge}': the same edge as {key}[{first[str(edge)]}]; give each edge once")
+        first.setdefault(str(edge), i)
+    return problems
 
 
 def _check_dispatch_ports(graph: MacroGraph) -> list[str]:

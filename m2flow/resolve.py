@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import traceback
+from pathlib import Path
 from typing import Any
 
 from m2flow.errors import SpecError
@@ -32,7 +34,11 @@ def resolve(path: str, key: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SpecError([f"{key}: cannot import module '{module_name}' for '{path}': {exc}"]) from None
+        raise SpecError(
+            [f"{key}: cannot import module '{module_name}' for '{path}': {exc}{_search_hint(exc)}"]
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - the module itself failed as it ran: said, with where
+        raise SpecError([f"{key}: importing module '{module_name}' failed: {_where_failed(exc)}"]) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -41,6 +47,22 @@ def resolve(path: str, key: str) -> Any:
     if not callable(obj):
         raise SpecError([f"{key}: '{path}' is a {type(obj).__name__}, expected a class or a function"])
     return obj
+
+
+def _search_hint(exc: ImportError) -> str:
+    """Where a module the user wrote lies in the working directory, which the `m2flow` command does not search."""
+    top = (exc.name or "").split(".")[0]
+    if top and ((Path(top).with_suffix(".py")).is_file() or (Path(top) / "__init__.py").is_file()):
+        return f" ('{top}' is in the working directory, which the m2flow command does not search: set PYTHONPATH=.)"
+    return ""
+
+
+def _where_failed(exc: Exception) -> str:
+    """`exc` as raised by a module as it was imported, with the file and line it was raised at."""
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} ({exc.filename}, line {exc.lineno})"
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{type(exc).__name__}: {exc} ({frame.filename}, line {frame.lineno})"
 
 
 # what a worker class may declare for the planner (m2flow.contract): not ports

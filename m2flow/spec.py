@@ -310,7 +310,7 @@ class TimeoutSpec(_Strict):
 
 class RunSpec(_Strict):
     iterations: int = Field(10, ge=1, le=10_000_000)
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32, description="numpy, torch and gymnasium seeds")
     output_dir: str = "runs"
     checkpoint_every: int = Field(10, ge=0, description="0 saves only at the end")
     resume: bool = False

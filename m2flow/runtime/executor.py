@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from m2flow.config import apply_overrides, dump_spec, spec_from_dict
+from m2flow.durable import output_folder
 from m2flow.errors import PlanError, WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
@@ -64,6 +65,7 @@ def planned_graph(spec: WorkflowSpec, plan: Plan, source: str | None = None) -> 
 
 def execute(spec: WorkflowSpec, source: str | None = None) -> RunResult:
     graph = build_graph(spec, source)
+    output_folder(spec.run.output_dir, "run.output_dir")  # before the cluster starts, not after
     cluster = connect_ray(spec.cluster)
     plan = make_plan(graph, cluster)
     if plan.spec_overrides:  # run exactly what the planner chose

@@ -1,0 +1,186 @@
+"""Mistakes a user makes, each found by an audit of `m2flow validate`/`plan` and the Python API: every one ends in
+an error that names the key (or argument) and what to do — no traceback, nothing silently accepted, and nothing
+measured or started before a folder that cannot be written is found out."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import m2flow as mf
+from m2flow.config import load_spec, parse_yaml, spec_from_dict
+from m2flow.errors import SpecError
+from m2flow.graph import build_graph
+from m2flow.resolve import resolve
+from tests.conftest import ROOT
+
+BASE = {
+    "name": "mistakes",
+    "workers": {
+        "env": {"kind": "simulator", "class": "tests.workers_for_tests.Counter", "args": {"num_envs": 2}},
+        "policy": {"kind": "inference", "class": "tests.workers_for_tests.PlusOne"},
+        "learner": {"kind": "training", "class": "tests.workers_for_tests.Collect"},
+    },
+    "flow": {
+        "loop": {"horizon": 4, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]},
+        "then": ["env.trajectory -> learner.train"],
+    },
+    "cluster": {"cpus": 2, "gpus": 0},
+}
+
+
+def problems_of(raw: dict) -> list[str]:
+    with pytest.raises(SpecError) as caught:
+        build_graph(spec_from_dict(raw))
+    return caught.value.problems
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess; exit code 99 where it left a Ray cluster started."""
+    code = (
+        "import sys; from m2flow.cli import main; rc = main(sys.argv[1:]);"
+        " sys.exit(99 if 'ray' in sys.modules and sys.modules['ray'].is_initialized() else rc)"
+    )
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+@pytest.mark.parametrize("command", ["plan", "profile", "run"])
+def test_an_output_folder_that_cannot_be_made_is_named_before_anything_starts(tmp_path, config_path, command):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    option = {
+        "plan": ["--out", str(blocker / "out")],
+        "profile": ["--out", str(blocker / "out" / "profile.json")],
+        "run": [f"run.output_dir={blocker / 'out'}"],
+    }[command]
+    out = cli(command, str(config_path), *option)
+    assert out.returncode == 2, out.stderr[-2000:]  # 99: a cluster was started first
+    assert "Traceback" not in out.stderr
+    key = "run.output_dir" if command == "run" else "--out"
+    assert f"{key}: cannot make the folder {blocker / 'out'}" in " ".join(out.stderr.split())
+
+
+def test_a_worker_module_that_fails_as_it_is_imported_is_named_with_its_file_and_line(tmp_path, monkeypatch):
+    (tmp_path / "broken_syntax_env.py").write_text("import os\n\ndef step(:\n    pass\n")
+    (tmp_path / "raising_env.py").write_text("import os\n\nraise RuntimeError('no simulator licence')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module, said in (("broken_syntax_env", "SyntaxError"), ("raising_env", "RuntimeError: no simulator licence")):
+        with pytest.raises(SpecError) as caught:
+            resolve(f"{module}.Env", "workers.env.class")
+        (problem,) = caught.value.problems
+        assert problem.startswith(f"workers.env.class: importing module '{module}' failed: {said}")
+        assert f"{module}.py, line 3" in problem
+
+
+def test_a_module_left_in_the_working_directory_is_said_to_need_pythonpath(tmp_path, monkeypatch):
+    (tmp_path / "only_here_env.py").write_text("class Env:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    with pytest.raises(SpecError) as caught:
+        resolve("only_here_env.Env", "workers.env.class")
+    assert "'only_here_env' is in the working directory" in caught.value.problems[0]
+    assert "PYTHONPATH=." in caught.value.problems[0]
+
+
+def test_a_key_given_twice_in_yaml_is_refused_with_both_lines_and_a_merged_key_may_be_overridden():
+    with pytest.raises(SpecError) as caught:
+        parse_yaml("name: a\nworkers:\n  env:\n    replicas: 2\n    replicas: 8\n", "wf.yaml")
+    assert "line 5" in caught.value.problems[0] and "'replicas' is given twice (first at line 4)" in str(caught.value)
+    merged = textwrap.dedent(
+        """
+        policy: &policy {hidden: [64, 64], lr: 1}
+        actor:
+          <<: *policy
+          lr: 2
+        """
+    )
+    assert parse_yaml(merged, "wf.yaml")["actor"] == {"hidden": [64, 64], "lr": 2}
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("placement.pipeline_stages=foo", "placement.pipeline_stages: should be a valid integer or 'auto'"),
+        ("placement.colocate=maybe", "placement.colocate: should be a valid boolean or 'auto'"),
+        ("run.seed=-5", "run.seed: Input should be greater than or equal to 0"),
+        ("workers.enx.replicas=2", "workers.enx: no such worker; did you mean 'env'?"),
+    ],
+)
+def test_a_bad_override_is_one_problem_that_names_its_key(config_path, override, said):
+    with pytest.raises(SpecError) as caught:
+        load_spec(config_path, [override])
+    assert len(caught.value.problems) == 1, caught.value.problems  # one line, not one per member of a union
+    assert caught.value.problems[0].startswith(said), caught.value.problems
+
+
+def test_a_new_worker_given_its_class_by_override_is_not_taken_for_a_misspelling(config_path):
+    spec = load_spec(
+        config_path, ["workers.actor2.class=tests.workers_for_tests.Collect", "workers.actor2.kind=training"]
+    )
+    assert spec.workers["actor2"].cls == "tests.workers_for_tests.Collect"
+
+
+def test_a_cost_declared_for_a_port_the_worker_lacks_is_refused_with_the_closest_port():
+    raw = copy.deepcopy(BASE)
+    raw["workers"]["env"]["profile"] = {"stepp": {"fixed_s": 0.01}}
+    (problem,) = problems_of(raw)
+    assert problem.startswith("workers.env.profile.stepp: 'env' has no port 'stepp'; did you mean 'step'?")
+
+
+@pytest.mark.parametrize(
+    ("flow", "override"),
+    [
+        ("then", "flow.then=[env.trajectory -> actor.train, env.trajectory -> actor.train]"),
+        ("sync", "flow.sync.1.edge=actor.weights -> rollout.load_weights"),
+    ],
+)
+def test_an_edge_given_twice_is_refused(config_path, flow, override):
+    with pytest.raises(SpecError) as caught:
+        build_graph(load_spec(config_path, [override]))
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"flow.{flow}[1] ") and f"the same edge as flow.{flow}[0]; give each edge once" in problem
+
+
+def test_a_data_parallel_declaration_that_raises_is_named_not_a_traceback():
+    raw = copy.deepcopy(BASE)
+    raw["workers"]["learner"]["class"] = "tests.unit.test_user_mistakes.SizerThatRaises"
+    (problem,) = problems_of(raw)
+    assert problem == (
+        "workers.learner: tests.unit.test_user_mistakes.SizerThatRaises.data_parallel_size failed:"
+        " TypeError: unsupported operand"
+    )
+
+
+class SizerThatRaises:
+    @staticmethod
+    def data_parallel_size(config, replicas, backend):
+        raise TypeError("unsupported operand")
+
+    def train(self, trajectories: list[dict]) -> dict:
+        return {}
+
+
+def test_define_worker_takes_a_dotted_path_and_refuses_what_cannot_be_imported_by_name():
+    env = mf.define_worker("env", "tests.workers_for_tests.Counter", kind="simulator", args={"num_envs": 2})
+    policy = mf.define_worker("policy", "tests.workers_for_tests.PlusOne", kind="inference")
+    workflow = mf.Workflow("by-path", [env, policy]).cluster(cpus=2, gpus=0)
+    workflow.loop(env.port("obs") >> policy.port("act"), policy.port("act") >> env.port("step"), horizon=2)
+    assert set(mf.plan(workflow).placements) == {"env", "policy"}
+    with pytest.raises(SpecError, match=r"define_worker\('x'\): 5 is a int, not a class or function"):
+        mf.define_worker("x", 5)
+    with pytest.raises(SpecError, match="define it at a module's top level"):
+        mf.define_worker("x", func=lambda obs: obs)
+
+
+def test_a_workflow_of_something_else_than_workers_or_of_one_name_twice_is_refused():
+    env = mf.define_worker("env", "tests.workers_for_tests.Counter", kind="simulator")
+    with pytest.raises(SpecError, match=r"Workflow\('w'\): 'env' is not a worker; list what define_worker"):
+        mf.Workflow("w", ["env"])
+    with pytest.raises(SpecError, match=r"Workflow\('w'\): worker name\(s\) env given twice"):
+        mf.Workflow("w", [env, env])
+    with pytest.raises(SpecError, match="42 is not a workflow"):
+        mf.plan(42)
