@@ -77,7 +77,8 @@ class _UniqueKeys(yaml.SafeLoader):
 
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
-    """Safe YAML load (no object construction, no key given twice); the top level must be a mapping."""
+    """Safe YAML load (no object construction, no key given twice); the top level must be a mapping. Every alias
+    (`*policy`) is a copy of its own: an override changes the key it names, not each place the anchor went."""
     try:
         raw = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
@@ -88,7 +89,16 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
         raise SpecError(["the file is empty: a workflow needs at least 'name' and 'workers'"], source)
     if not isinstance(raw, dict):
         raise SpecError([f"the top level must be a mapping of keys, got {type(raw).__name__}"], source)
-    return raw
+    return _unshared(raw)
+
+
+def _unshared(value: Any) -> Any:
+    """`value` with every mapping and list copied, each time it occurs (PyYAML gives an alias the anchor's object)."""
+    if isinstance(value, dict):
+        return {key: _unshared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unshared(item) for item in value]
+    return value
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...], source: str) -> dict[str, Any]:

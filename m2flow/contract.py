@@ -4,7 +4,9 @@ declarations beside it:
 
 - `Config`: a pydantic model of its constructor's arguments (`workers.<w>.args`), best derived from
   `m2flow.WorkerConfig` (unknown keys are errors; `items_field` names the field holding the items one
-  replica serves). Without one, the arguments are checked against the constructor's signature.
+  replica serves; `agreeing_fields` the fields a worker joined to it by a loop or sync edge must give the same
+  value where it declares them too: the env a policy acts in, the architecture whose weights move). Without one,
+  the arguments are checked against the constructor's signature.
 - `memory_estimate_gb(config, samples) -> float`: device memory of one replica computing on `samples` at
   once (a training rank's share of an iteration, an inference replica's share of a loop step), for the planner.
 - `memory_advice(config, samples) -> str`: what lowers that memory, in its args' keys; the planner adds it to a
@@ -46,6 +48,8 @@ class WorkerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     items_field: ClassVar[str | None] = None  # the field that holds the items (envs) one replica serves
+    # fields a worker joined to this one by a loop or sync edge must give the same value, where it declares them too
+    agreeing_fields: ClassVar[frozenset[str]] = frozenset()
 
     def items_per_replica(self) -> int:
         return int(getattr(self, self.items_field)) if self.items_field else 1

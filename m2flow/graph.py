@@ -161,10 +161,35 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     if problems:
         raise SpecError(problems, source)
     macro = MacroGraph(spec, graph, loop, list(flow.then), then_order, list(flow.sync), info)
-    problems += _check_shard_splits(macro) + _check_dispatch_ports(macro)
+    problems += _check_shard_splits(macro) + _check_dispatch_ports(macro) + _check_agreement(macro)
     if problems:
         raise SpecError(problems, source)
     return macro
+
+
+def _check_agreement(graph: MacroGraph) -> list[str]:
+    """Workers joined by a loop or sync edge give the same value to each field both declare agreeing
+    (`WorkerConfig.agreeing_fields`): a policy acts in the simulator's env, weights move into the same model."""
+    flow = graph.spec.flow
+    edges = [(f"flow.loop.edges[{i}]", e) for i, e in enumerate(flow.loop.edges)] if flow.loop else []
+    edges += [(f"flow.sync[{i}].edge", s.edge) for i, s in enumerate(flow.sync)]
+    problems, said = [], set()
+    for key, edge in edges:
+        src, dst = graph.info[edge.src.worker], graph.info[edge.dst.worker]
+        for arg in sorted(_agreeing(src) & _agreeing(dst)):
+            ours, theirs = getattr(src.config, arg), getattr(dst.config, arg)
+            if ours != theirs and (frozenset((src.name, dst.name)), arg) not in said:
+                said.add((frozenset((src.name, dst.name)), arg))
+                problems.append(
+                    f"{key} '{edge}': workers '{src.name}' and '{dst.name}' must agree on {arg}: {ours!r} at"
+                    f" workers.{src.name}.args.{arg}, {theirs!r} at workers.{dst.name}.args.{arg}; give both the"
+                    " same (an override changes only the key it names)"
+                )
+    return problems
+
+
+def _agreeing(info: WorkerInfo) -> frozenset[str]:
+    return getattr(info.config, "agreeing_fields", frozenset()) if info.config is not None else frozenset()
 
 
 def _repeated_edges(key: str, edges: list[Edge]) -> list[str]:

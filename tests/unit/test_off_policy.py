@@ -179,9 +179,6 @@ def test_a_sharded_buffer_draws_each_shard_s_share_of_every_minibatch_with_globa
     unequal = {k: v[:3] for k, v in samples[1].items()}
     with pytest.raises(WorkerError, match=r"the replay buffer's shards sampled \[32, 3\] minibatches"):
         sac.train([samples[0], unequal])
-    set_context(WorkerContext(worker="buffer", kind="buffer", replica=1, replicas=2))
-    with pytest.raises(WorkerError, match="batch_size: 5 does not split evenly over 2 buffer shards"):
-        ReplayBuffer(batch_size=5)
 
 
 def test_sac_from_pixels_trains_the_critic_s_cnn_the_policy_reads_on_uint8_frames_with_cut_episodes_final_frame():

@@ -101,6 +101,31 @@ def test_a_key_given_twice_in_yaml_is_refused_with_both_lines_and_a_merged_key_m
     assert parse_yaml(merged, "wf.yaml")["actor"] == {"hidden": [64, 64], "lr": 2}
 
 
+def test_workers_joined_by_an_edge_that_disagree_on_their_env_or_model_are_refused_naming_both_keys(config_path):
+    with pytest.raises(SpecError) as caught:
+        build_graph(
+            load_spec(config_path, ["workers.rollout.args.hidden=[64, 64]", "workers.env.args.env_id=Hopper-v5"])
+        )
+    assert caught.value.problems == [
+        "flow.loop.edges[0] 'env.obs -> rollout.act': workers 'env' and 'rollout' must agree on env_id: 'Hopper-v5' at"
+        " workers.env.args.env_id, 'HalfCheetah-v5' at workers.rollout.args.env_id; give both the same (an override"
+        " changes only the key it names)",
+        "flow.sync[0].edge 'actor.weights -> rollout.load_weights': workers 'actor' and 'rollout' must agree on hidden:"
+        " [256, 256] at workers.actor.args.hidden, [64, 64] at workers.rollout.args.hidden; give both the same (an"
+        " override changes only the key it names)",
+        "flow.sync[1].edge 'actor.weights -> env.evaluate': workers 'actor' and 'env' must agree on env_id:"
+        " 'HalfCheetah-v5' at workers.actor.args.env_id, 'Hopper-v5' at workers.env.args.env_id; give both the same"
+        " (an override changes only the key it names)",
+    ]
+
+
+def test_an_override_of_a_key_an_alias_pasted_changes_that_key_only(config_path):
+    spec = load_spec(config_path, ["workers.rollout.args.hidden=[64, 64]"])  # args: *policy
+    assert spec.workers["rollout"].args["hidden"] == [64, 64]
+    assert spec.workers["env"].args["evaluation"]["policy"]["hidden"] == [256, 256]  # the anchor: policy: &policy
+    assert spec.workers["actor"].args["hidden"] == [256, 256]  # <<: *policy
+
+
 @pytest.mark.parametrize(
     ("override", "said"),
     [
@@ -153,6 +178,25 @@ def test_a_data_parallel_declaration_that_raises_is_named_not_a_traceback():
         "workers.learner: tests.unit.test_user_mistakes.SizerThatRaises.data_parallel_size failed:"
         " TypeError: unsupported operand"
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (
+            ["workers.actor.replicas=2"],
+            "workers.actor.replicas: SAC trains on one rank, not 2; set it to 1",
+        ),
+        (
+            ["workers.buffer.replicas=3", "workers.env.replicas=3"],
+            "workers.buffer.args.batch_size: 256 does not split evenly over 3 buffer shards",
+        ),
+    ],
+)
+def test_replica_counts_sac_and_its_buffer_cannot_run_are_refused_as_the_workflow_is_validated(overrides, said):
+    with pytest.raises(SpecError) as caught:
+        build_graph(load_spec(ROOT / "configs" / "sac_mujoco.yaml", overrides))
+    assert caught.value.problems[0].startswith(said), caught.value.problems
 
 
 class SizerThatRaises:

@@ -53,6 +53,13 @@ class SACConfig(PolicyArgs):
 class SAC:
     Config = SACConfig
 
+    @staticmethod
+    def data_parallel_size(cfg: SACConfig, replicas: int, backend: str | None) -> int:
+        """One rank: SAC's update runs whole in one process (more are refused as the workflow is validated)."""
+        if replicas > 1:
+            raise ValueError(f"replicas: SAC trains on one rank, not {replicas}; set it to 1")
+        return 1
+
     def __init__(self, **args: Any):
         import torch
 
@@ -60,8 +67,6 @@ class SAC:
         from m2flow.workers.models.twin_q import TwinQ
 
         ctx = m2flow.context()
-        if ctx.world_size > 1:
-            raise WorkerError(f"SAC trains on one rank; set workers.{ctx.worker}.replicas: 1")
         self.cfg = cfg = SACConfig(**args)
         torch.manual_seed(ctx.seed)
         self.device = torch.device(ctx.device)

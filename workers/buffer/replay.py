@@ -53,6 +53,17 @@ class ReplayBuffer:
     Config = ReplayBufferConfig
     port_dispatch = {"add": m2flow.Dispatch(split="shard"), "update_priorities": m2flow.Dispatch(split="broadcast")}
 
+    @staticmethod
+    def data_parallel_size(cfg: ReplayBufferConfig, replicas: int, backend: str | None) -> int:
+        """Every replica holds a shard of its own and draws an equal share of every minibatch: `batch_size` must
+        split evenly over them (refused otherwise as the workflow is validated)."""
+        if cfg.batch_size % replicas:
+            raise ValueError(
+                f"args.batch_size: {cfg.batch_size} does not split evenly over {replicas} buffer shards (each draws"
+                f" an equal share of every minibatch); use a multiple of {replicas}"
+            )
+        return replicas
+
     def __init__(self, **args: Any):
         self.cfg = ReplayBufferConfig(**args)
         ctx = m2flow.context()
@@ -60,12 +71,6 @@ class ReplayBuffer:
         self.storage: dict[str, np.ndarray] = {}
         self.shard, self.shards = ctx.replica, ctx.replicas
         self.capacity = -(-self.cfg.capacity // ctx.replicas)  # this shard's
-        if self.cfg.batch_size % ctx.replicas:
-            raise WorkerError(
-                f"workers.{ctx.worker}.args.batch_size: {self.cfg.batch_size} does not split evenly over"
-                f" {ctx.replicas} buffer shards (each draws an equal share of every minibatch); use a multiple"
-                f" of {ctx.replicas}"
-            )
         self.batch_size = self.cfg.batch_size // ctx.replicas  # its share of a minibatch
         self.learning_starts = -(-self.cfg.learning_starts // ctx.replicas)
         self.size = 0  # transitions held

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 class CameraEnvConfig(m2flow.WorkerConfig, Evaluated, ObsNormalization):
     items_field = "num_envs"
+    agreeing_fields = frozenset({"env_id"})  # the policy acting on it reads its sizes from the same env
 
     env_id: Annotated[str, AfterValidator(registered)] = Field(
         description="a registered gymnasium MuJoCo or Meta-World env id"
