@@ -124,6 +124,13 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
             f"{key}: {spec.cls}.rendering_ports: only a {rendering} worker renders cameras, and this worker's kind"
             f" is '{spec.kind}'; set workers.{name}.kind: {rendering}, or remove the declaration"
         )
+    items_field = getattr(config, "items_field", None)
+    if items_field and not KINDS[spec.kind].slices:
+        slicing = " or ".join(kind for kind, traits in KINDS.items() if traits.slices)
+        problems.append(
+            f"{key}.kind: {spec.cls} serves envs (its Config's items_field: {items_field}), which a {slicing} worker"
+            f" does and a '{spec.kind}' worker does not; set workers.{name}.kind: {slicing}"
+        )
     if problems:
         return None, problems
     data_parallel = spec.count

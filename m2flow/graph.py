@@ -13,7 +13,7 @@ from m2flow.contract import WorkerInfo, describe_worker
 from m2flow.dispatch import gather, shards_needed
 from m2flow.errors import SpecError
 from m2flow.resolve import resolve
-from m2flow.spec import Edge, PortRef, SyncSpec, WorkflowSpec
+from m2flow.spec import MAX_REPLICAS, Edge, PortRef, SyncSpec, WorkflowSpec
 
 
 @dataclass(frozen=True)
@@ -219,14 +219,17 @@ def _check_shard_splits(graph: MacroGraph) -> list[str]:
     """A port that shards its input over data-parallel ranks needs at least one input shard per rank."""
     problems = []
     for i, edge in enumerate(graph.then):
-        dst = graph.info[edge.dst.worker]
+        dst, src = graph.info[edge.dst.worker], graph.info[edge.src.worker]
         needed = shards_needed(dst.dispatch(edge.dst.port), dst.data_parallel)
-        given = graph.outputs(edge.src)
+        scaling = src.spec.scaling  # where the planner chooses the source's count: the shards of the most it may
+        most = src.replicas if scaling is None else scaling.max or MAX_REPLICAS
+        given = len(gather(src.dispatch(edge.src.port), list(range(most))))
         if given < needed:
             problems.append(
                 f"flow.then[{i}] '{edge}': {edge.dst.worker} splits its input over {needed} data-parallel ranks but"
-                f" {edge.src} gives {given} shard(s) (one per replica of {edge.src.worker}); raise"
-                f" workers.{edge.src.worker}.replicas to {needed} or lower workers.{edge.dst.worker}.replicas"
+                f" {edge.src} gives {'at most ' if scaling else ''}{given} shard(s) (one per replica of"
+                f" {edge.src.worker}); raise workers.{edge.src.worker}.replicas to {needed} or lower"
+                f" workers.{edge.dst.worker}.replicas"
             )
     return problems
 
@@ -348,11 +351,13 @@ def _check_loop_replicas(spec: WorkflowSpec, loop: LoopChain | None, problems: l
     if loop is None or loop.entry.worker not in spec.workers:
         return
     source = loop.entry.worker
-    shards = spec.workers[source].count
+    scaling = spec.workers[source].scaling  # where the planner chooses the count, the most it may choose
+    shards = spec.workers[source].count if scaling is None else scaling.max or MAX_REPLICAS
     for name in loop.workers:
         if name in spec.workers and spec.workers[name].count > shards:
+            most = "at most " if scaling is not None else ""
             problems.append(
                 f"workers.{name}.replicas: {spec.workers[name].count} replicas, but the loop's batch comes from"
-                f" the {shards} replica(s) of '{source}' (the loop's first port), so the extra ones would idle."
+                f" the {most}{shards} replica(s) of '{source}' (the loop's first port), so the extra ones would idle."
                 f" Set workers.{name}.replicas <= {shards} or raise workers.{source}.replicas"
             )

@@ -228,3 +228,26 @@ def test_a_workflow_of_something_else_than_workers_or_of_one_name_twice_is_refus
         mf.Workflow("w", [env, env])
     with pytest.raises(SpecError, match="42 is not a workflow"):
         mf.plan(42)
+
+
+@pytest.mark.parametrize("kind", ["training", "function"])
+def test_a_simulator_class_declared_as_another_kind_is_refused_naming_the_kind_to_set(config_path, kind):
+    with pytest.raises(SpecError) as caught:
+        build_graph(load_spec(config_path, [f"workers.env.kind={kind}"]))
+    assert caught.value.problems == [
+        f"workers.env.kind: m2flow.workers.env.GymEnv serves envs (its Config's items_field: num_envs), which a"
+        f" simulator worker does and a '{kind}' worker does not; set workers.env.kind: simulator"
+    ]
+
+
+@pytest.mark.parametrize("fixed", ["workers.rollout.replicas=2", "workers.actor.replicas=2"])
+def test_a_count_the_planner_may_still_choose_is_planned_not_refused_as_too_few(config_path, fixed):
+    spec = load_spec(config_path, ["workers.env.replicas=auto", fixed, "cluster.cpus=4", "cluster.gpus=0"])
+    plan = mf.plan(spec)
+    assert len(plan.placements["env"].replica_devices) >= 2  # a shard for each of the two replicas
+
+
+def test_a_count_beyond_what_the_planner_may_choose_is_refused_saying_at_most(config_path):
+    spec = load_spec(config_path, ["workers.env.replicas={min: 1, max: 1}", "workers.rollout.replicas=2"])
+    with pytest.raises(SpecError, match=r"comes from the at most 1 replica\(s\) of 'env'"):
+        build_graph(spec)
