@@ -48,6 +48,7 @@ def define_worker(
     backend: str | None = None,
     resources: dict | None = None,
     profile: dict | None = None,
+    dispatch: dict | None = None,
 ) -> WorkerHandle:
     """Declare a worker from a class (its public methods are ports) or a function (port `call`), given as the
     object or as its dotted path ("package.module.Name", as YAML's `class:` takes it)."""
@@ -58,7 +59,7 @@ def define_worker(
         raise SpecError([f"define_worker('{name}'): func= must be a function; pass classes as cls="])
     path = target if isinstance(target, str) else _path_of(name, target)
     config: dict[str, Any] = {"kind": kind, "class": path, "replicas": replicas, "args": args or {}}
-    for key, value in (("backend", backend), ("resources", resources), ("profile", profile)):
+    for key, value in (("backend", backend), ("resources", resources), ("profile", profile), ("dispatch", dispatch)):
         if value is not None:
             config[key] = value
     handle = WorkerHandle(name, config)

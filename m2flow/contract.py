@@ -146,7 +146,7 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
 
 
 def _close(name: str, known: frozenset[str]) -> str:
-    """ "; did you mean '<the closest of known>'?" where one is close to `name`."""
+    """Where a name in `known` is close to `name`, "; did you mean '<that name>'?"; else nothing."""
     close = difflib.get_close_matches(name, sorted(known), n=1)
     return f"; did you mean '{close[0]}'?" if close else ""
 
@@ -203,10 +203,11 @@ def _check_signature(target: type, args: dict[str, Any], key: str) -> list[str]:
         signature.bind(**args)
     except TypeError as exc:
         names = [p for p in signature.parameters if p != "self"]
+        takes = ", ".join(names) or "no arguments"
         unknown = [a for a in args if a not in signature.parameters]
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], names, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ";"
-            return [f"{key}.{unknown[0]}: unknown argument of {target.__name__}{hint} it takes: {', '.join(names)}"]
-        return [f"{key}: {target.__name__}{signature}: {exc}"]
+        hints = {name: _close(name, frozenset(names)) or ";" for name in unknown}
+        return [
+            f"{key}.{name}: unknown argument of {target.__name__}{hint} it takes: {takes}"
+            for name, hint in hints.items()
+        ] or [f"{key}: {target.__name__}{signature}: {exc}"]
     return []

@@ -307,6 +307,14 @@ class TimeoutSpec(_Strict):
     floor_s: float = Field(60.0, gt=0)
     ceiling_s: float = Field(3600.0, gt=0)
 
+    @model_validator(mode="after")
+    def _floor_under_ceiling(self) -> TimeoutSpec:
+        if self.floor_s > self.ceiling_s:
+            raise ValueError(
+                f"floor_s ({self.floor_s:g}) is above ceiling_s ({self.ceiling_s:g}); lower one or raise the other"
+            )
+        return self
+
 
 class RunSpec(_Strict):
     iterations: int = Field(10, ge=1, le=10_000_000)

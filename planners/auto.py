@@ -24,7 +24,7 @@ class AutoPlanner(Planner):
             except PlanError as exc:
                 rejected.append(Candidate.infeasible(mode, str(exc)))
         if not plans:
-            reasons = "\n".join(f"  - {r.reason}" for r in rejected)
+            reasons = "\n".join(f"  - {reason}" for reason in dict.fromkeys(r.reason for r in rejected))
             raise PlanError(f"placement.mode=auto: no placement fits this cluster:\n{reasons}")
         plans.sort(key=lambda p: p.predicted.iteration_s)
         best = plans[0]

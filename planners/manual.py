@@ -31,6 +31,8 @@ def parse_devices(text: str | int | list[int], available: int, key: str) -> list
                 wanted += list(range(int(first), int(last) + 1)) if sep else [int(first)]
             except ValueError:
                 raise PlanError(f"{key}: '{text}' is not a device list like 0-3, 0,2,5 or all") from None
+            if sep and int(last) < int(first):
+                raise PlanError(f"{key}: the range '{part.strip()}' runs backwards; write {last}-{first}")
     bad = [d for d in wanted if not 0 <= d < available]
     if bad or not wanted:
         raise PlanError(f"{key}: devices {bad or text} do not exist; the cluster has {available} (0-{available - 1})")

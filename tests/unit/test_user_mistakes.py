@@ -251,3 +251,38 @@ def test_a_count_beyond_what_the_planner_may_choose_is_refused_saying_at_most(co
     spec = load_spec(config_path, ["workers.env.replicas={min: 1, max: 1}", "workers.rollout.replicas=2"])
     with pytest.raises(SpecError, match=r"comes from the at most 1 replica\(s\) of 'env'"):
         build_graph(spec)
+
+
+def test_every_unknown_argument_of_a_class_without_a_config_is_named_and_none_taken_is_said():
+    raw = copy.deepcopy(BASE)
+    raw["workers"]["policy"]["args"] = {"temperatur": 1.0, "seed": 3}  # PlusOne() takes no arguments
+    assert problems_of(raw) == [
+        "workers.policy.args.temperatur: unknown argument of PlusOne; it takes: no arguments",
+        "workers.policy.args.seed: unknown argument of PlusOne; it takes: no arguments",
+    ]
+
+
+def test_timeouts_whose_floor_is_above_their_ceiling_are_refused(config_path):
+    with pytest.raises(SpecError, match=r"run.timeouts: floor_s \(100\) is above ceiling_s \(10\)"):
+        load_spec(config_path, ["run.timeouts.floor_s=100", "run.timeouts.ceiling_s=10"])
+
+
+def test_a_device_range_written_backwards_is_named_as_such(config_path):
+    with pytest.raises(mf.PlanError, match=r"placement.devices.env: the range '3-1' runs backwards; write 1-3"):
+        mf.plan(load_spec(config_path, ["placement.devices={env: 3-1, rollout: 0, actor: 0}", "cluster.cpus=4"]))
+
+
+def test_auto_says_each_reason_no_placement_fits_once(config_path):
+    with pytest.raises(mf.PlanError) as caught:
+        mf.plan(load_spec(config_path, ["placement.pipeline_stages=8", "cluster.cpus=2", "cluster.gpus=0"]))
+    reasons = str(caught.value).splitlines()[1:]
+    assert len(reasons) == len(set(reasons)) == 2, reasons  # disaggregated's, and the stages' shared by the others
+
+
+def test_define_worker_takes_the_dispatch_a_yaml_worker_may_declare():
+    env = mf.define_worker("env", "tests.workers_for_tests.Counter", kind="simulator")
+    learner = mf.define_worker(
+        "learner", "tests.workers_for_tests.Collect", kind="training", dispatch={"train": {"split": "broadcast"}}
+    )
+    spec = mf.Workflow("dispatched", [env, learner]).then(env.port("trajectory") >> learner.port("train")).spec()
+    assert spec.workers["learner"].dispatch["train"].split == "broadcast"

@@ -135,8 +135,13 @@ def check_folder(options: HFOptions) -> None:
 
 
 def read_config(folder: str | Path) -> dict[str, Any]:
-    """The folder's config.json as written (sizes its class leaves to defaults are absent)."""
-    return json.loads((Path(folder) / "config.json").read_text())
+    """The folder's config.json as written (sizes its class leaves to defaults are absent); a ValueError naming
+    the file where it is not JSON."""
+    path = Path(folder) / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
 
 
 def exported_settings(options: HFOptions) -> dict[str, Any] | None:
