@@ -3,7 +3,6 @@ validation errors."""
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from m2flow.errors import SpecError
+from m2flow.errors import SpecError, did_you_mean
 from m2flow.spec import WorkflowSpec
 
 
@@ -148,11 +147,9 @@ def _misspelled_workers(raw: dict[str, Any], declared: set[str]) -> list[str]:
     made = set(workers) - declared if isinstance(workers, dict) else set()
     problems = []
     for name in sorted(made):
-        close = difflib.get_close_matches(name, sorted(declared), n=1)
-        if close and not (isinstance(workers[name], dict) and "class" in workers[name]):
-            problems.append(
-                f"workers.{name}: no such worker; did you mean '{close[0]}'? (a new worker needs workers.{name}.class)"
-            )
+        hint = did_you_mean(name, declared)
+        if hint and not (isinstance(workers[name], dict) and "class" in workers[name]):
+            problems.append(f"workers.{name}: no such worker{hint} (a new worker needs workers.{name}.class)")
     return problems
 
 
@@ -197,7 +194,7 @@ def format_validation_error(
         key = ".".join([*prefix, *loc]) or "<top level>"
         kind = err["type"]
         if kind == "extra_forbidden":
-            lines.append(f"{key}: unknown key{_did_you_mean(model, loc)}")
+            lines.append(f"{key}: unknown key{_unknown_key_hint(model, loc)}")
         elif kind == "missing":
             lines.append(f"{key}: required key is missing")
         else:
@@ -230,13 +227,11 @@ def _union_members_merged(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return merged
 
 
-def _did_you_mean(model: type[BaseModel], loc: list[str]) -> str:
+def _unknown_key_hint(model: type[BaseModel], loc: list[str]) -> str:
     known = _fields_at(model, loc[:-1])
     if not known:
         return ""
-    close = difflib.get_close_matches(loc[-1], known, n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else ";"
-    return f"{hint} allowed here: {', '.join(sorted(known))}"
+    return f"{did_you_mean(loc[-1], known) or ';'} allowed here: {', '.join(sorted(known))}"
 
 
 def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:

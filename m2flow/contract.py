@@ -27,7 +27,6 @@ declarations beside it:
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -35,6 +34,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from m2flow.config import format_validation_error
+from m2flow.errors import did_you_mean
 from m2flow.kinds import KINDS
 from m2flow.resolve import ports_of
 from m2flow.spec import Dispatch, WorkerSpec
@@ -112,7 +112,7 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
     for declared in ("dispatch", "profile"):
         for port in sorted(set(getattr(spec, declared)) - ports):
             problems.append(
-                f"{key}.{declared}.{port}: '{name}' has no port '{port}'{_close(port, ports)}"
+                f"{key}.{declared}.{port}: '{name}' has no port '{port}'{did_you_mean(port, ports)}"
                 f" (its ports: {', '.join(sorted(ports))})"
             )
     problems += [f"{key}: {problem}" for problem in _check_port_dispatch(target, ports, spec.cls)]
@@ -143,12 +143,6 @@ def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInf
         except Exception as exc:  # noqa: BLE001 - the class's own declaration failed: said, not a traceback
             return None, [f"{key}: {spec.cls}.data_parallel_size failed: {type(exc).__name__}: {exc}"]
     return WorkerInfo(name, spec, target, ports, config, data_parallel), []
-
-
-def _close(name: str, known: frozenset[str]) -> str:
-    """Where a name in `known` is close to `name`, "; did you mean '<that name>'?"; else nothing."""
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _check_port_dispatch(target: Any, ports: frozenset[str], cls: str) -> list[str]:
@@ -205,7 +199,7 @@ def _check_signature(target: type, args: dict[str, Any], key: str) -> list[str]:
         names = [p for p in signature.parameters if p != "self"]
         takes = ", ".join(names) or "no arguments"
         unknown = [a for a in args if a not in signature.parameters]
-        hints = {name: _close(name, frozenset(names)) or ";" for name in unknown}
+        hints = {name: did_you_mean(name, names) or ";" for name in unknown}
         return [
             f"{key}.{name}: unknown argument of {target.__name__}{hint} it takes: {takes}"
             for name, hint in hints.items()

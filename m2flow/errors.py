@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`"; did you mean '<the closest of known>'?"` where one is close to `name` (a misspelling), else ""."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
 
 class M2FlowError(Exception):
     """Base of every user-facing error: the message names what was wrong, where, and the fix."""

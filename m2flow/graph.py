@@ -11,7 +11,7 @@ import networkx as nx
 
 from m2flow.contract import WorkerInfo, describe_worker
 from m2flow.dispatch import gather, shards_needed
-from m2flow.errors import SpecError
+from m2flow.errors import SpecError, did_you_mean
 from m2flow.resolve import resolve
 from m2flow.spec import MAX_REPLICAS, Edge, PortRef, SyncSpec, WorkflowSpec
 
@@ -158,6 +158,12 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     _check_loop_replicas(spec, loop, problems)
     _check_asynchronous(spec, problems)
     _check_threads(spec, problems)
+    problems += [
+        f"placement.devices.{name}: no worker named '{name}'{did_you_mean(name, spec.workers)}"
+        f" (workers: {', '.join(spec.workers)})"
+        for name in (spec.placement.devices or {})
+        if name not in spec.workers
+    ]
     if problems:
         raise SpecError(problems, source)
     macro = MacroGraph(spec, graph, loop, list(flow.then), then_order, list(flow.sync), info)

@@ -16,6 +16,29 @@ PlacementMode = Literal["auto", "shared", "disaggregated", "hybrid"]
 
 MAX_THREADS = 1024  # cores of one node a replica may compute on
 MAX_REPLICAS = 100_000
+
+
+def device_list(text: str | int | list[int]) -> list[int] | None:
+    """A hand layout's devices as RLinf users write them — `3`, `0-3`, `0,2,5`, `0-1,4` or a list — as indices
+    (None: `all`); a ValueError saying what is wrong with how it is written (which exist, the planner checks)."""
+    if isinstance(text, int):
+        return [text]
+    if isinstance(text, list):
+        return list(text)
+    if text.strip() == "all":
+        return None
+    wanted: list[int] = []
+    for part in text.split(","):
+        first, sep, last = part.strip().partition("-")
+        try:
+            wanted += list(range(int(first), int(last) + 1)) if sep else [int(first)]
+        except ValueError:
+            raise ValueError(f"'{text}' is not a device list like 0-3, 0,2,5 or all") from None
+        if sep and int(last) < int(first):
+            raise ValueError(f"the range '{part.strip()}' runs backwards; write {last}-{first}")
+    return wanted
+
+
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 _WORKER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PORT_REF = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\s*$")
@@ -270,6 +293,16 @@ class PlacementSpec(_Strict):
     devices: dict[str, str | int | list[int]] | None = Field(
         None, description="pin workers by hand, e.g. {env: 0-3, rollout: 4-7, actor: all}; indices per device kind"
     )
+
+    @field_validator("devices")
+    @classmethod
+    def _device_lists(cls, value: dict[str, str | int | list[int]] | None) -> dict[str, str | int | list[int]] | None:
+        for worker, text in (value or {}).items():
+            try:
+                device_list(text)
+            except ValueError as exc:
+                raise ValueError(f"{worker}: {exc}") from None
+        return value
 
     @field_validator("pipeline_stages")
     @classmethod

@@ -13,26 +13,16 @@ from m2flow.graph import MacroGraph
 from m2flow.planners.base import PlacementPlanner, device_kind, spread
 from m2flow.planners.profile import Profile
 from m2flow.schedule import Placement
+from m2flow.spec import device_list
 
 
 def parse_devices(text: str | int | list[int], available: int, key: str) -> list[int]:
     """`all`, `3`, `0-3`, `0,2,5`, `0-1,4` or a list -> sorted device indices, checked against `available`."""
-    if isinstance(text, int):
-        wanted = [text]
-    elif isinstance(text, list):
-        wanted = list(text)
-    elif text.strip() == "all":
-        wanted = list(range(available))
-    else:
-        wanted = []
-        for part in text.split(","):
-            first, sep, last = part.strip().partition("-")
-            try:
-                wanted += list(range(int(first), int(last) + 1)) if sep else [int(first)]
-            except ValueError:
-                raise PlanError(f"{key}: '{text}' is not a device list like 0-3, 0,2,5 or all") from None
-            if sep and int(last) < int(first):
-                raise PlanError(f"{key}: the range '{part.strip()}' runs backwards; write {last}-{first}")
+    try:
+        wanted = device_list(text)
+    except ValueError as exc:
+        raise PlanError(f"{key}: {exc}") from None
+    wanted = list(range(available)) if wanted is None else wanted
     bad = [d for d in wanted if not 0 <= d < available]
     if bad or not wanted:
         raise PlanError(f"{key}: devices {bad or text} do not exist; the cluster has {available} (0-{available - 1})")
@@ -56,12 +46,7 @@ class ManualPlanner(PlacementPlanner):
         return f"manual ({layout_mode(placements)})"
 
     def placements(self, graph: MacroGraph, cluster: Cluster, profile: Profile) -> dict[str, Placement]:
-        wanted = graph.spec.placement.devices or {}
-        unknown = sorted(set(wanted) - set(graph.workers))
-        if unknown:
-            raise PlanError(
-                f"placement.devices.{unknown[0]}: no worker named '{unknown[0]}' (workers: {', '.join(graph.workers)})"
-            )
+        wanted = graph.spec.placement.devices or {}  # names the workers' (`graph.build_graph` checks)
         out = {}
         for name, spec in graph.workers.items():
             kind = device_kind(graph, name, cluster)

@@ -12,7 +12,7 @@ import pytest
 
 from m2flow.cluster import Cluster, DeviceId
 from m2flow.config import spec_from_dict
-from m2flow.errors import PlanError
+from m2flow.errors import PlanError, SpecError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.profile import CHANNEL_HOP_S
@@ -251,7 +251,7 @@ def test_a_manual_layout_is_checked_completed_and_compared_with_auto():
 def test_a_manual_layout_naming_an_unknown_worker_is_refused():
     raw = workflow()
     raw["placement"]["devices"] = {"learnr": "all"}
-    with pytest.raises(PlanError, match="placement.devices.learnr: no worker named 'learnr'"):
+    with pytest.raises(SpecError, match="placement.devices.learnr: no worker named 'learnr'; did you mean 'learner'"):
         plan_of(raw)
 
 

@@ -267,11 +267,6 @@ def test_timeouts_whose_floor_is_above_their_ceiling_are_refused(config_path):
         load_spec(config_path, ["run.timeouts.floor_s=100", "run.timeouts.ceiling_s=10"])
 
 
-def test_a_device_range_written_backwards_is_named_as_such(config_path):
-    with pytest.raises(mf.PlanError, match=r"placement.devices.env: the range '3-1' runs backwards; write 1-3"):
-        mf.plan(load_spec(config_path, ["placement.devices={env: 3-1, rollout: 0, actor: 0}", "cluster.cpus=4"]))
-
-
 def test_auto_says_each_reason_no_placement_fits_once(config_path):
     with pytest.raises(mf.PlanError) as caught:
         mf.plan(load_spec(config_path, ["placement.pipeline_stages=8", "cluster.cpus=2", "cluster.gpus=0"]))
@@ -286,3 +281,12 @@ def test_define_worker_takes_the_dispatch_a_yaml_worker_may_declare():
     )
     spec = mf.Workflow("dispatched", [env, learner]).then(env.port("trajectory") >> learner.port("train")).spec()
     assert spec.workers["learner"].dispatch["train"].split == "broadcast"
+
+
+def test_a_hand_layout_written_wrong_is_refused_as_the_workflow_is_validated(config_path):
+    with pytest.raises(SpecError) as caught:
+        load_spec(config_path, ["placement.devices={env: 3-1, rollout: first}"])
+    (problem,) = caught.value.problems  # the first worker's: the validator stops there
+    assert problem.startswith("placement.devices: env: the range '3-1' runs backwards; write 1-3")
+    with pytest.raises(SpecError, match=r"placement.devices.envv: no worker named 'envv'; did you mean 'env'\?"):
+        build_graph(load_spec(config_path, ["placement.devices={envv: 0-1}"]))
