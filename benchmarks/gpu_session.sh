@@ -172,7 +172,8 @@ fi
 if [ "${1:-all}" = vit ]; then
   vit=(model=vit size=10m patch=12 causal=true)
   args=(configs/ppo_camera.yaml placement.mode=shared run.progress=false run.output_dir="$OUT/runs" run.checkpoint_every=1
-        workers.actor.args.update_epochs=2 workers.actor.args.precision=bf16 "${vit[@]/#/workers.rollout.args.}" "${vit[@]/#/workers.actor.args.}")
+        workers.actor.args.update_epochs=2 workers.actor.args.precision=bf16 "${vit[@]/#/workers.rollout.args.}" "${vit[@]/#/workers.actor.args.}"
+        "${vit[@]/#/workers.env.args.evaluation.policy.}")
   timeout 200 python3 -m m2flow.cli run "${args[@]}" run.iterations=3 workers.actor.backend=megatron 2>&1 \
     | grep -v "WARN\|INFO\|warn" | tail -20 | tee "$OUT/vit_megatron.txt"
   timeout 200 python3 -m m2flow.cli run "${args[@]}" run.iterations=5 run.resume=true workers.actor.backend=fsdp 2>&1 \

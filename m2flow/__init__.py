@@ -3,7 +3,7 @@
 from m2flow.api import Workflow, define_worker, plan, run
 from m2flow.config import dump_spec, load_spec
 from m2flow.context import WorkerContext, context
-from m2flow.contract import WorkerConfig
+from m2flow.contract import Agreed, WorkerConfig
 from m2flow.errors import EnvFailed, M2FlowError, MissingDependency, PlanError, SpecError, WaitTimeout, WorkerError
 from m2flow.spec import Dispatch, WorkflowSpec
 
@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Dispatch",
+    "Agreed",
     "EnvFailed",
     "M2FlowError",
     "MissingDependency",

@@ -70,7 +70,8 @@ def define_worker(
 def _path_of(name: str, target: Any) -> str:
     """The dotted path a worker's processes import `target` by (registered, so this process need not)."""
     if not callable(target):
-        raise SpecError([f"define_worker('{name}'): {target!r} is a {type(target).__name__}, not a class or function"])
+        what = f"{target!r} (of type {type(target).__name__})"
+        raise SpecError([f"define_worker('{name}'): {what} is not a class or function"])
     path = dotted_path(target)
     if "<" in path:  # a lambda, or a class or function defined inside a function
         raise SpecError(

@@ -56,23 +56,25 @@ def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 class _UniqueKeys(yaml.SafeLoader):
     """Safe YAML whose mappings refuse a key given twice (YAML says keys are unique; PyYAML would keep the last
-    one silently). Keys merged in by `<<:` are not counted: the mapping's own keys override them."""
+    one silently), checked as each mapping is read, before merges (`<<:`, whose keys the mapping's own override)
+    are applied."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        first: dict[Any, yaml.Mark] = {}
+    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
+        node = super().compose_mapping_node(anchor)
+        first: dict[tuple[str, str], yaml.Mark] = {}
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)
+            key = (key_node.tag, key_node.value)
             if key in first:
-                raise yaml.constructor.ConstructorError(
+                raise yaml.composer.ComposerError(
                     None,
                     None,
-                    f"the key '{key}' is given twice (first at line {first[key].line + 1})",
+                    f"the key '{key_node.value}' is given twice (first at line {first[key].line + 1})",
                     key_node.start_mark,
                 )
             first[key] = key_node.start_mark
-        return super().construct_mapping(node, deep)
+        return node
 
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:

@@ -4,15 +4,18 @@ declarations beside it:
 
 - `Config`: a pydantic model of its constructor's arguments (`workers.<w>.args`), best derived from
   `m2flow.WorkerConfig` (unknown keys are errors; `items_field` names the field holding the items one
-  replica serves; `agreeing_fields` the fields a worker joined to it by a loop or sync edge must give the same
-  value where it declares them too: the env a policy acts in, the architecture whose weights move). Without one,
-  the arguments are checked against the constructor's signature.
+  replica serves; `agreeing_fields`, by edge phase, the fields a worker joined to it by a loop or sync edge must
+  give the same value where it declares them too: across the loop the env both act in, across a sync the
+  architecture whose weights move; a Config overrides `agreeing(phase, port)` where a port holds other values:
+  a simulator's `evaluate` gets the weights of its evaluation policy). Without one, the arguments are checked
+  against the constructor's signature.
 - `memory_estimate_gb(config, samples) -> float`: device memory of one replica computing on `samples` at
   once (a training rank's share of an iteration, an inference replica's share of a loop step), for the planner.
 - `memory_advice(config, samples) -> str`: what lowers that memory, in its args' keys; the planner adds it to a
   placement that does not fit (`PPO`: more minibatches or activation checkpointing, or offloading its state).
 - `data_parallel_size(config, replicas, backend) -> int`: how many of its ranks hold distinct data
-  (default: all of them; tensor-parallel ranks share theirs); a ValueError reads "<key>: <problem>".
+  (default: all of them; tensor-parallel ranks share theirs); a ValueError reads "<key>: <problem>" and refuses
+  a replica count the class cannot run (SAC on more than one rank), as the workflow is validated.
 - `port_dispatch: dict[str, Dispatch]`: per port, how its calls are split over the replicas and whose
   outputs stand for it, where the class knows better than its kind's default (a sharded replay buffer:
   each replica adds its block of trajectories, every replica hears every priority update). A workflow's
@@ -42,17 +45,30 @@ from m2flow.spec import Dispatch, WorkerSpec
 PORT_SETS = ("batch_invariant", "rendering_ports")  # declarations naming some of a class's ports
 
 
+@dataclass(frozen=True)
+class Agreed:
+    """A value a worker's args give that a worker joined to it by an edge must give too; `key` within its args."""
+
+    key: str
+    value: Any
+
+
 class WorkerConfig(BaseModel):
     """Base of a worker's typed arguments: every key declared, unknown ones rejected by name."""
 
     model_config = ConfigDict(extra="forbid")
 
     items_field: ClassVar[str | None] = None  # the field that holds the items (envs) one replica serves
-    # fields a worker joined to this one by a loop or sync edge must give the same value, where it declares them too
-    agreeing_fields: ClassVar[frozenset[str]] = frozenset()
+    # by edge phase ("loop", "sync"): the fields a worker joined to this one must give the same value, where it
+    # declares them too
+    agreeing_fields: ClassVar[dict[str, frozenset[str]]] = {}
 
     def items_per_replica(self) -> int:
         return int(getattr(self, self.items_field)) if self.items_field else 1
+
+    def agreeing(self, phase: str, port: str) -> dict[str, Agreed]:
+        """What must agree across a `phase` edge at this worker's `port`: by field name."""
+        return {name: Agreed(name, getattr(self, name)) for name in self.agreeing_fields.get(phase, frozenset())}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from m2flow.contract import WorkerInfo, describe_worker
+from m2flow.contract import Agreed, WorkerInfo, describe_worker
 from m2flow.dispatch import gather, shards_needed
 from m2flow.errors import SpecError, did_you_mean
 from m2flow.resolve import resolve
@@ -70,11 +70,6 @@ class MacroGraph:
             return -(-self.loop_steps // max(1, info.data_parallel))
         per_step = self.loop_steps // self.loop.horizon if self.loop else 1
         return -(-per_step // info.replicas)
-
-    def outputs(self, port: PortRef) -> int:
-        """How many outputs a call of `port` hands downstream (one per replica, or the group's one)."""
-        info = self.info[port.worker]
-        return len(gather(info.dispatch(port.port), list(range(info.replicas))))
 
     def then_inputs(self, port: PortRef) -> list[PortRef]:
         return [e.src for e in self.then if e.dst == port]
@@ -155,7 +150,7 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     problems += _repeated_edges("flow.then", flow.then) + _repeated_edges("flow.sync", [s.edge for s in flow.sync])
 
     then_order = _then_order(flow.then, problems)
-    _check_loop_replicas(spec, loop, problems)
+    _check_loop_replicas(spec, loop, info, problems)
     _check_asynchronous(spec, problems)
     _check_threads(spec, problems)
     problems += [
@@ -177,25 +172,27 @@ def _check_agreement(graph: MacroGraph) -> list[str]:
     """Workers joined by a loop or sync edge give the same value to each field both declare agreeing
     (`WorkerConfig.agreeing_fields`): a policy acts in the simulator's env, weights move into the same model."""
     flow = graph.spec.flow
-    edges = [(f"flow.loop.edges[{i}]", e) for i, e in enumerate(flow.loop.edges)] if flow.loop else []
-    edges += [(f"flow.sync[{i}].edge", s.edge) for i, s in enumerate(flow.sync)]
+    edges = [(f"flow.loop.edges[{i}]", "loop", e) for i, e in enumerate(flow.loop.edges)] if flow.loop else []
+    edges += [(f"flow.sync[{i}].edge", "sync", s.edge) for i, s in enumerate(flow.sync)]
     problems, said = [], set()
-    for key, edge in edges:
+    for key, phase, edge in edges:
         src, dst = graph.info[edge.src.worker], graph.info[edge.dst.worker]
-        for arg in sorted(_agreeing(src) & _agreeing(dst)):
-            ours, theirs = getattr(src.config, arg), getattr(dst.config, arg)
-            if ours != theirs and (frozenset((src.name, dst.name)), arg) not in said:
-                said.add((frozenset((src.name, dst.name)), arg))
+        ours, theirs = _agreeing(src, phase, edge.src.port), _agreeing(dst, phase, edge.dst.port)
+        for arg in sorted(ours.keys() & theirs.keys()):
+            mine, other = ours[arg], theirs[arg]
+            if mine.value != other.value and (mine.key, other.key) not in said:
+                said.add((mine.key, other.key))
                 problems.append(
-                    f"{key} '{edge}': workers '{src.name}' and '{dst.name}' must agree on {arg}: {ours!r} at"
-                    f" workers.{src.name}.args.{arg}, {theirs!r} at workers.{dst.name}.args.{arg}; give both the"
-                    " same (an override changes only the key it names)"
+                    f"{key} '{edge}': workers '{src.name}' and '{dst.name}' must agree on {arg}: {mine.value!r} at"
+                    f" workers.{src.name}.args.{mine.key}, {other.value!r} at workers.{dst.name}.args.{other.key};"
+                    " give both the same (an override changes only the key it names)"
                 )
     return problems
 
 
-def _agreeing(info: WorkerInfo) -> frozenset[str]:
-    return getattr(info.config, "agreeing_fields", frozenset()) if info.config is not None else frozenset()
+def _agreeing(info: WorkerInfo, phase: str, port: str) -> dict[str, Agreed]:
+    agreeing = getattr(info.config, "agreeing", None)
+    return agreeing(phase, port) if callable(agreeing) else {}
 
 
 def _repeated_edges(key: str, edges: list[Edge]) -> list[str]:
@@ -228,8 +225,7 @@ def _check_shard_splits(graph: MacroGraph) -> list[str]:
         dst, src = graph.info[edge.dst.worker], graph.info[edge.src.worker]
         needed = shards_needed(dst.dispatch(edge.dst.port), dst.data_parallel)
         scaling = src.spec.scaling  # where the planner chooses the source's count: the shards of the most it may
-        most = src.replicas if scaling is None else scaling.max or MAX_REPLICAS
-        given = len(gather(src.dispatch(edge.src.port), list(range(most))))
+        given = len(gather(src.dispatch(edge.src.port), list(range(_most_replicas(src)[0]))))
         if given < needed:
             problems.append(
                 f"flow.then[{i}] '{edge}': {edge.dst.worker} splits its input over {needed} data-parallel ranks but"
@@ -352,18 +348,33 @@ def _then_order(edges: list[Edge], problems: list[str]) -> list[PortRef]:
     return [PortRef.model_validate(name) for name in order]
 
 
-def _check_loop_replicas(spec: WorkflowSpec, loop: LoopChain | None, problems: list[str]) -> None:
+def _check_loop_replicas(
+    spec: WorkflowSpec, loop: LoopChain | None, info: dict[str, WorkerInfo], problems: list[str]
+) -> None:
     """Loop batches are cut into one shard per replica of the entry worker; others group shards."""
-    if loop is None or loop.entry.worker not in spec.workers:
+    if loop is None or loop.entry.worker not in info:
         return
-    source = loop.entry.worker
-    scaling = spec.workers[source].scaling  # where the planner chooses the count, the most it may choose
-    shards = spec.workers[source].count if scaling is None else scaling.max or MAX_REPLICAS
+    source = info[loop.entry.worker]
+    shards, bound = _most_replicas(source)
     for name in loop.workers:
         if name in spec.workers and spec.workers[name].count > shards:
-            most = "at most " if scaling is not None else ""
             problems.append(
                 f"workers.{name}.replicas: {spec.workers[name].count} replicas, but the loop's batch comes from"
-                f" the {most}{shards} replica(s) of '{source}' (the loop's first port), so the extra ones would idle."
-                f" Set workers.{name}.replicas <= {shards} or raise workers.{source}.replicas"
+                f" {bound}, the loop's first worker, so the extra ones would idle."
+                f" Set workers.{name}.replicas <= {shards} or raise workers.{source.name}.replicas"
+                + (f" (or its args.{source.items_field})" if source.spec.scaling is not None else "")
             )
+
+
+def _most_replicas(info: WorkerInfo) -> tuple[int, str]:
+    """The most replicas `info`'s worker may have — declared, or the most the planner may choose: its `max`, and no
+    more than its envs where it serves envs — and a phrase saying so."""
+    scaling = info.spec.scaling
+    if scaling is None:
+        return info.replicas, f"the {info.replicas} replica(s) of '{info.name}'"
+    chosen = f"'{info.name}', which the planner gives at most"
+    most = scaling.max or MAX_REPLICAS
+    if info.items_field and info.replicas * info.items_per_replica < most:
+        envs = info.replicas * info.items_per_replica
+        return envs, f"{chosen} {envs} replica(s) (one per env of its {envs})"
+    return most, f"{chosen} {most} replica(s) (its replicas.max)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import traceback
 from pathlib import Path
@@ -38,7 +39,8 @@ def resolve(path: str, key: str) -> Any:
             [f"{key}: cannot import module '{module_name}' for '{path}': {exc}{_search_hint(exc)}"]
         ) from None
     except Exception as exc:  # noqa: BLE001 - the module itself failed as it ran: said, with where
-        raise SpecError([f"{key}: importing module '{module_name}' failed: {_where_failed(exc)}"]) from None
+        failed = _where_failed(exc, module_name)
+        raise SpecError([f"{key}: importing module '{module_name}' failed: {failed}"]) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -57,11 +59,17 @@ def _search_hint(exc: ImportError) -> str:
     return ""
 
 
-def _where_failed(exc: Exception) -> str:
-    """`exc` as raised by a module as it was imported, with the file and line it was raised at."""
+def _where_failed(exc: Exception, module_name: str) -> str:
+    """`exc` as raised as `module_name` was imported, with the line of that module's own file it was raised from
+    (where a library it called raised it: the call), else the deepest."""
     if isinstance(exc, SyntaxError):
         return f"SyntaxError: {exc.msg} ({exc.filename}, line {exc.lineno})"
-    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    frames = traceback.extract_tb(exc.__traceback__)
+    try:
+        origin = importlib.util.find_spec(module_name).origin
+    except (ImportError, ValueError, AttributeError):
+        origin = None
+    frame = next((f for f in reversed(frames) if f.filename == origin), frames[-1])
     return f"{type(exc).__name__}: {exc} ({frame.filename}, line {frame.lineno})"
 
 

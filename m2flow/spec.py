@@ -297,11 +297,14 @@ class PlacementSpec(_Strict):
     @field_validator("devices")
     @classmethod
     def _device_lists(cls, value: dict[str, str | int | list[int]] | None) -> dict[str, str | int | list[int]] | None:
+        wrong = []
         for worker, text in (value or {}).items():
             try:
                 device_list(text)
             except ValueError as exc:
-                raise ValueError(f"{worker}: {exc}") from None
+                wrong.append(f"{worker}: {exc}")
+        if wrong:
+            raise ValueError("; ".join(wrong))
         return value
 
     @field_validator("pipeline_stages")

@@ -404,7 +404,8 @@ def test_a_training_worker_that_does_not_fit_is_told_which_of_its_args_lowers_it
 
     vit = ["model=vit", "size=300m", "patch=12", "precision=bf16"]  # session 36's first H100 call: 95 GB wanted
     overrides = ["cluster.gpus=1", "cluster.cpus=16", "cluster.gpu_memory_gb=80", "placement.mode=shared"]
-    overrides += [f"workers.rollout.args.{a}" for a in vit] + [f"workers.actor.args.{a}" for a in vit]
+    policies = ("env.args.evaluation.policy", "rollout.args", "actor.args")  # every worker the weights reach
+    overrides += [f"workers.{key}.{a}" for key in policies for a in vit]
     overrides += ["workers.env.replicas=12", "workers.env.args.num_envs=16", "flow.loop.horizon=64"]
     overrides += ["workers.actor.args.num_minibatches=6"]
     spec = load_spec(ROOT / "configs/ppo_camera.yaml", overrides)

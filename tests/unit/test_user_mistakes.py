@@ -68,7 +68,13 @@ def test_a_worker_module_that_fails_as_it_is_imported_is_named_with_its_file_and
     (tmp_path / "broken_syntax_env.py").write_text("import os\n\ndef step(:\n    pass\n")
     (tmp_path / "raising_env.py").write_text("import os\n\nraise RuntimeError('no simulator licence')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    for module, said in (("broken_syntax_env", "SyntaxError"), ("raising_env", "RuntimeError: no simulator licence")):
+    (tmp_path / "calling_env.py").write_text("import json\n\nSETTINGS = json.loads('{')\n")  # raised inside json
+    failures = (
+        ("broken_syntax_env", "SyntaxError"),
+        ("raising_env", "RuntimeError: no simulator licence"),
+        ("calling_env", "JSONDecodeError"),
+    )
+    for module, said in failures:
         with pytest.raises(SpecError) as caught:
             resolve(f"{module}.Env", "workers.env.class")
         (problem,) = caught.value.problems
@@ -99,24 +105,56 @@ def test_a_key_given_twice_in_yaml_is_refused_with_both_lines_and_a_merged_key_m
         """
     )
     assert parse_yaml(merged, "wf.yaml")["actor"] == {"hidden": [64, 64], "lr": 2}
+    # a merge inside an anchored mapping that a mapping read before it pastes: its own key still overrides once
+    chained = textwrap.dedent(
+        """
+        evaluation:
+          policy: &policy
+            <<: &common {hidden: [64, 64], lr: 1}
+            hidden: [256, 256]
+        actor: {<<: *policy, epochs: 2}
+        rollout: *policy
+        """
+    )
+    assert parse_yaml(chained, "wf.yaml")["rollout"] == {"hidden": [256, 256], "lr": 1}
+
+
+AGREE = "give both the same (an override changes only the key it names)"
 
 
 def test_workers_joined_by_an_edge_that_disagree_on_their_env_or_model_are_refused_naming_both_keys(config_path):
+    hopper = ["workers.env.args.env_id=Hopper-v5", "workers.env.args.evaluation.policy.env_id=Hopper-v5"]
     with pytest.raises(SpecError) as caught:
-        build_graph(
-            load_spec(config_path, ["workers.rollout.args.hidden=[64, 64]", "workers.env.args.env_id=Hopper-v5"])
-        )
+        build_graph(load_spec(config_path, [*hopper, "workers.rollout.args.hidden=[64, 64]"]))
     assert caught.value.problems == [
         "flow.loop.edges[0] 'env.obs -> rollout.act': workers 'env' and 'rollout' must agree on env_id: 'Hopper-v5' at"
-        " workers.env.args.env_id, 'HalfCheetah-v5' at workers.rollout.args.env_id; give both the same (an override"
-        " changes only the key it names)",
+        f" workers.env.args.env_id, 'HalfCheetah-v5' at workers.rollout.args.env_id; {AGREE}",
         "flow.sync[0].edge 'actor.weights -> rollout.load_weights': workers 'actor' and 'rollout' must agree on hidden:"
-        " [256, 256] at workers.actor.args.hidden, [64, 64] at workers.rollout.args.hidden; give both the same (an"
-        " override changes only the key it names)",
+        f" [256, 256] at workers.actor.args.hidden, [64, 64] at workers.rollout.args.hidden; {AGREE}",
         "flow.sync[1].edge 'actor.weights -> env.evaluate': workers 'actor' and 'env' must agree on env_id:"
-        " 'HalfCheetah-v5' at workers.actor.args.env_id, 'Hopper-v5' at workers.env.args.env_id; give both the same"
-        " (an override changes only the key it names)",
+        f" 'HalfCheetah-v5' at workers.actor.args.env_id, 'Hopper-v5' at workers.env.args.evaluation.policy.env_id;"
+        f" {AGREE}",
     ]
+
+
+def test_weights_synced_into_evaluation_must_fit_the_evaluation_policy(config_path):
+    smaller = ["workers.rollout.args.hidden=[64, 64]", "workers.actor.args.hidden=[64, 64]"]
+    with pytest.raises(SpecError) as caught:
+        build_graph(load_spec(config_path, smaller))
+    assert caught.value.problems == [
+        "flow.sync[1].edge 'actor.weights -> env.evaluate': workers 'actor' and 'env' must agree on hidden:"
+        f" [64, 64] at workers.actor.args.hidden, [256, 256] at workers.env.args.evaluation.policy.hidden; {AGREE}"
+    ]
+    build_graph(load_spec(config_path, [*smaller, "workers.env.args.evaluation.policy.hidden=[64, 64]"]))
+
+
+def test_an_evaluation_policy_acting_in_another_env_than_its_simulator_s_is_refused(config_path):
+    with pytest.raises(SpecError) as caught:
+        build_graph(load_spec(config_path, ["workers.env.args.env_id=Hopper-v5"]))
+    assert caught.value.problems[0].startswith(
+        "workers.env.args: evaluation.policy.env_id: the evaluation policy acts in this simulator's env ('Hopper-v5'),"
+        " not in 'HalfCheetah-v5'; give it the same"
+    )
 
 
 def test_an_override_of_a_key_an_alias_pasted_changes_that_key_only(config_path):
@@ -214,7 +252,7 @@ def test_define_worker_takes_a_dotted_path_and_refuses_what_cannot_be_imported_b
     workflow = mf.Workflow("by-path", [env, policy]).cluster(cpus=2, gpus=0)
     workflow.loop(env.port("obs") >> policy.port("act"), policy.port("act") >> env.port("step"), horizon=2)
     assert set(mf.plan(workflow).placements) == {"env", "policy"}
-    with pytest.raises(SpecError, match=r"define_worker\('x'\): 5 is a int, not a class or function"):
+    with pytest.raises(SpecError, match=r"define_worker\('x'\): 5 \(of type int\) is not a class or function"):
         mf.define_worker("x", 5)
     with pytest.raises(SpecError, match="define it at a module's top level"):
         mf.define_worker("x", func=lambda obs: obs)
@@ -249,8 +287,11 @@ def test_a_count_the_planner_may_still_choose_is_planned_not_refused_as_too_few(
 
 def test_a_count_beyond_what_the_planner_may_choose_is_refused_saying_at_most(config_path):
     spec = load_spec(config_path, ["workers.env.replicas={min: 1, max: 1}", "workers.rollout.replicas=2"])
-    with pytest.raises(SpecError, match=r"comes from the at most 1 replica\(s\) of 'env'"):
+    with pytest.raises(SpecError, match=r"comes from 'env', which the planner gives at most 1 replica\(s\) \(its"):
         build_graph(spec)
+    one_env = ["workers.env.replicas=auto", "workers.env.args.num_envs=1", "workers.rollout.replicas=2"]
+    with pytest.raises(SpecError, match=r"at most 1 replica\(s\) \(one per env of its 1\)"):
+        build_graph(load_spec(config_path, one_env))
 
 
 def test_every_unknown_argument_of_a_class_without_a_config_is_named_and_none_taken_is_said():
@@ -286,7 +327,18 @@ def test_define_worker_takes_the_dispatch_a_yaml_worker_may_declare():
 def test_a_hand_layout_written_wrong_is_refused_as_the_workflow_is_validated(config_path):
     with pytest.raises(SpecError) as caught:
         load_spec(config_path, ["placement.devices={env: 3-1, rollout: first}"])
-    (problem,) = caught.value.problems  # the first worker's: the validator stops there
-    assert problem.startswith("placement.devices: env: the range '3-1' runs backwards; write 1-3")
+    (problem,) = caught.value.problems
+    assert problem.startswith(
+        "placement.devices: env: the range '3-1' runs backwards; write 1-3; rollout: 'first' is not a device list"
+    )
     with pytest.raises(SpecError, match=r"placement.devices.envv: no worker named 'envv'; did you mean 'env'\?"):
         build_graph(load_spec(config_path, ["placement.devices={envv: 0-1}"]))
+
+
+def test_policies_chained_in_a_loop_may_differ_in_architecture_where_no_weights_move_between_them(config_path):
+    high = {"class": "m2flow.workers.rollout.TorchPolicy", "kind": "inference"}
+    overrides = [f"workers.high.{key}={value}" for key, value in high.items()]
+    overrides += ["workers.high.args={env_id: HalfCheetah-v5, hidden: [32, 32]}"]
+    overrides += ["flow.loop.edges=[env.obs -> high.act, high.act -> rollout.act, rollout.act -> env.step]"]
+    graph = build_graph(load_spec(config_path, overrides))
+    assert graph.loop.workers == ["env", "high", "rollout"]

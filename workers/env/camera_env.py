@@ -44,9 +44,10 @@ if TYPE_CHECKING:
     import gymnasium as gym
 
 
-class CameraEnvConfig(m2flow.WorkerConfig, Evaluated, ObsNormalization):
+class CameraEnvConfig(Evaluated, m2flow.WorkerConfig, ObsNormalization):
     items_field = "num_envs"
-    agreeing_fields = frozenset({"env_id"})  # the policy acting on it reads its sizes from the same env
+    # the policy acting on it reads its sizes from the same env, emits chunks as long, reads these cameras
+    agreeing_fields = {"loop": frozenset({"env_id", "chunk", "observation"})}
 
     env_id: Annotated[str, AfterValidator(registered)] = Field(
         description="a registered gymnasium MuJoCo or Meta-World env id"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+import m2flow
 from m2flow.workers.env.video import VideoConfig
 
 if TYPE_CHECKING:
@@ -52,6 +53,27 @@ class Evaluated(BaseModel):
 
     evaluation: EvaluationConfig | None = Field(None, description="deterministic episodes for `evaluate`")
     video: VideoConfig = Field(default_factory=VideoConfig, description="film the evaluation episodes")
+
+    def agreeing(self, phase: str, port: str) -> dict[str, m2flow.Agreed]:
+        """At `evaluate`'s sync edge, what the evaluation policy's args give: the weights arrive there. (Before
+        `m2flow.WorkerConfig` among a Config's bases, so that this comes first.)"""
+        if (phase, port) != ("sync", "evaluate") or self.evaluation is None:
+            return super().agreeing(phase, port)
+        from m2flow.workers.rollout.torch_policy import TorchPolicyConfig
+
+        policy = TorchPolicyConfig.model_validate(self.evaluation.policy).agreeing(phase, port)
+        return {name: m2flow.Agreed(f"evaluation.policy.{a.key}", a.value) for name, a in policy.items()}
+
+    @model_validator(mode="after")
+    def _evaluated_in_its_env(self) -> Evaluated:
+        env_id = getattr(self, "env_id", None)  # the simulator's own
+        policy_env = self.evaluation.policy.get("env_id") if self.evaluation is not None else None
+        if env_id is not None and policy_env is not None and policy_env != env_id:
+            raise ValueError(
+                f"evaluation.policy.env_id: the evaluation policy acts in this simulator's env ({env_id!r}), not"
+                f" in {policy_env!r}; give it the same"
+            )
+        return self
 
     @model_validator(mode="after")
     def _video_films_evaluations(self) -> Evaluated:

@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     import gymnasium as gym
 
 
-class GymEnvConfig(m2flow.WorkerConfig, Evaluated, ObsNormalization):
+class GymEnvConfig(Evaluated, m2flow.WorkerConfig, ObsNormalization):
     items_field = "num_envs"
-    agreeing_fields = frozenset({"env_id"})  # the policy acting on it reads its sizes from the same env
+    agreeing_fields = {"loop": frozenset({"env_id"})}  # the policy acting on it reads its sizes from the same env
 
     env_id: Annotated[str, AfterValidator(registered)] = Field(description="a registered gymnasium env id")
     num_envs: int = Field(1, ge=1, description="envs per replica, cut across pipeline slices")

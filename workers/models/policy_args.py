@@ -25,11 +25,13 @@ if TYPE_CHECKING:
 class PolicyArgs(m2flow.WorkerConfig):
     """The policy both inference and training workers build (their `args` share these fields)."""
 
-    # the env its sizes come from and the architecture: what a simulator it acts on and a worker it syncs with share
-    agreeing_fields = frozenset(
-        {"env_id", "model", "hidden", "size", "width", "depth", "heads", "patch", "causal", "activation", "chunk"}
-        | {"observation"}
-    )
+    # across the loop, the env it acts in (its sizes, the actions a call emits, the cameras it reads); across a sync,
+    # that and the architecture whose weights move
+    agreeing_fields = {
+        "loop": frozenset({"env_id", "chunk", "observation"}),
+        "sync": frozenset({"env_id", "chunk", "observation", "model", "hidden", "size", "width", "depth", "heads"})
+        | {"patch", "causal", "activation"},
+    }
 
     env_id: Annotated[str, AfterValidator(registered)] = Field(
         description="the gymnasium env the policy acts in: its observation and action sizes"
