@@ -225,7 +225,7 @@ def _check_shard_splits(graph: MacroGraph) -> list[str]:
         dst, src = graph.info[edge.dst.worker], graph.info[edge.src.worker]
         needed = shards_needed(dst.dispatch(edge.dst.port), dst.data_parallel)
         scaling = src.spec.scaling  # where the planner chooses the source's count: the shards of the most it may
-        given = len(gather(src.dispatch(edge.src.port), list(range(_most_replicas(src)[0]))))
+        given = len(gather(src.dispatch(edge.src.port), list(range(_replica_reach(src).most))))
         if given < needed:
             problems.append(
                 f"flow.then[{i}] '{edge}': {edge.dst.worker} splits its input over {needed} data-parallel ranks but"
@@ -355,26 +355,34 @@ def _check_loop_replicas(
     if loop is None or loop.entry.worker not in info:
         return
     source = info[loop.entry.worker]
-    shards, bound = _most_replicas(source)
+    reach = _replica_reach(source)
     for name in loop.workers:
-        if name in spec.workers and spec.workers[name].count > shards:
+        if name in spec.workers and spec.workers[name].count > reach.most:
             problems.append(
                 f"workers.{name}.replicas: {spec.workers[name].count} replicas, but the loop's batch comes from"
-                f" {bound}, the loop's first worker, so the extra ones would idle."
-                f" Set workers.{name}.replicas <= {shards} or raise workers.{source.name}.replicas"
+                f" {reach.said}, the loop's first worker, so the extra ones would idle."
+                f" Set workers.{name}.replicas <= {reach.most} or raise workers.{source.name}.replicas"
                 + (f" (or its args.{source.items_field})" if source.spec.scaling is not None else "")
             )
 
 
-def _most_replicas(info: WorkerInfo) -> tuple[int, str]:
-    """The most replicas `info`'s worker may have — declared, or the most the planner may choose: its `max`, and no
-    more than its envs where it serves envs — and a phrase saying so."""
+@dataclass(frozen=True)
+class ReplicaReach:
+    """The most replicas a worker may have, and a phrase that says so (for a message)."""
+
+    most: int
+    said: str
+
+
+def _replica_reach(info: WorkerInfo) -> ReplicaReach:
+    """The replicas `info`'s worker has, or the most the planner may give it: its `max`, and no more than its envs
+    where it serves envs."""
     scaling = info.spec.scaling
     if scaling is None:
-        return info.replicas, f"the {info.replicas} replica(s) of '{info.name}'"
+        return ReplicaReach(info.replicas, f"the {info.replicas} replica(s) of '{info.name}'")
     chosen = f"'{info.name}', which the planner gives at most"
     most = scaling.max or MAX_REPLICAS
     if info.items_field and info.replicas * info.items_per_replica < most:
         envs = info.replicas * info.items_per_replica
-        return envs, f"{chosen} {envs} replica(s) (one per env of its {envs})"
-    return most, f"{chosen} {most} replica(s) (its replicas.max)"
+        return ReplicaReach(envs, f"{chosen} {envs} replica(s) (one per env of its {envs})")
+    return ReplicaReach(most, f"{chosen} {most} replica(s) (its replicas.max)")
