@@ -25,7 +25,9 @@ def _parser() -> argparse.ArgumentParser:
         """A subcommand on a workflow file, with `key=value` overrides after it."""
         cmd = sub.add_parser(name, help=help)
         cmd.add_argument("file")
-        cmd.add_argument("overrides", nargs="*", help="key=value, e.g. run.iterations=10 placement.mode=hybrid")
+        cmd.add_argument(
+            "overrides", nargs="*", default=[], help="key=value, e.g. run.iterations=10 placement.mode=hybrid"
+        )
         cmd.set_defaults(handler=handler)
         return cmd
 

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from m2flow.config import format_validation_error
 from m2flow.errors import did_you_mean
 from m2flow.kinds import KINDS
+from m2flow.numbers import NumbersNotBooleans
 from m2flow.resolve import ports_of
 from m2flow.spec import Dispatch, WorkerSpec
 
@@ -53,8 +54,9 @@ class Agreed:
     value: Any
 
 
-class WorkerConfig(BaseModel):
-    """Base of a worker's typed arguments: every key declared, unknown ones rejected by name."""
+class WorkerConfig(NumbersNotBooleans):
+    """Base of a worker's typed arguments: every key declared, unknown ones rejected by name, no boolean taken for
+    a number."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -219,11 +219,13 @@ def _check_dispatch_ports(graph: MacroGraph) -> list[str]:
 
 
 def _check_shard_splits(graph: MacroGraph) -> list[str]:
-    """A port that shards its input over data-parallel ranks needs at least one input shard per rank."""
+    """A port that shards its input over data-parallel ranks needs at least one input shard per rank, and where
+    its dispatch is `even`, as many for every rank."""
     problems = []
     for i, edge in enumerate(graph.then):
         dst, src = graph.info[edge.dst.worker], graph.info[edge.src.worker]
-        needed = shards_needed(dst.dispatch(edge.dst.port), dst.data_parallel)
+        rule = dst.dispatch(edge.dst.port)
+        needed = shards_needed(rule, dst.data_parallel)
         scaling = src.spec.scaling  # where the planner chooses the source's count: the shards of the most it may
         given = len(gather(src.dispatch(edge.src.port), list(range(_replica_reach(src).most))))
         if given < needed:
@@ -232,6 +234,12 @@ def _check_shard_splits(graph: MacroGraph) -> list[str]:
                 f" {edge.src} gives {'at most ' if scaling else ''}{given} shard(s) (one per replica of"
                 f" {edge.src.worker}); raise workers.{edge.src.worker}.replicas to {needed} or lower"
                 f" workers.{edge.dst.worker}.replicas"
+            )
+        elif rule.even and given % needed and not (scaling or dst.spec.scaling):  # the planner keeps even ones
+            problems.append(
+                f"flow.then[{i}] '{edge}': {edge.dst.worker} needs as many input shards on each of its {needed}"
+                f" ranks, but {edge.src} gives {given} (one per replica of {edge.src.worker}); give"
+                f" workers.{edge.src.worker}.replicas a multiple of workers.{edge.dst.worker}.replicas ({needed})"
             )
     return problems
 

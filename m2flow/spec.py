@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_serializer, model_validator
+
+from m2flow.numbers import NumbersNotBooleans
 
 WorkerKind = Literal["simulator", "inference", "training", "buffer", "function"]
 PlacementMode = Literal["auto", "shared", "disaggregated", "hybrid"]
@@ -44,7 +46,7 @@ _WORKER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PORT_REF = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\s*$")
 
 
-class _Strict(BaseModel):
+class _Strict(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
 
 
@@ -117,12 +119,21 @@ class Dispatch(_Strict):
     receives its contiguous block of the input shards; ranks of one model-parallel group receive the same).
     `gather`: `all` (every replica's output, in replica order) or `rank_zero` (the group's output is rank
     0's; the other ranks took part in its collectives).
+    `even` (with `shard`): every rank must receive as many input shards as every other (a replay buffer's shards
+    hold equal env steps); a workflow whose counts cannot split so is refused as it is validated.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     split: Literal["broadcast", "shard"] = "broadcast"
     gather: Literal["all", "rank_zero"] = "all"
+    even: bool = False
+
+    @model_validator(mode="after")
+    def _even_shards(self) -> Dispatch:
+        if self.even and self.split != "shard":
+            raise ValueError("even: only a `shard` split gives each rank its own input shards to count")
+        return self
 
 
 class Resources(_Strict):

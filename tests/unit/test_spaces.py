@@ -1,4 +1,5 @@
-"""The table of known tasks' sizes (what a dry run reads instead of building an env) matches the real envs."""
+"""The table of known tasks' sizes and cameras (what a dry run reads instead of building an env) matches the real
+envs."""
 
 from __future__ import annotations
 
@@ -17,6 +18,17 @@ def test_known_task_sizes_match_the_real_env(task):
             int(np.prod(env.observation_space.shape)),
             int(np.prod(env.action_space.shape)),
         )
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("task", KNOWN_TASKS, ids=lambda t: f"{t.env_id}{t.env_kwargs or ''}")
+def test_known_task_cameras_are_the_named_cameras_of_the_real_model(task):
+    env = make_env(task.env_id, **task.env_kwargs)
+    try:
+        model = env.unwrapped.model
+        named = tuple(model.camera(i).name for i in range(model.ncam) if model.camera(i).name)
+        assert task.cameras == named
     finally:
         env.close()
 

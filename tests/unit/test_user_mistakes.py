@@ -64,6 +64,12 @@ def test_an_output_folder_that_cannot_be_made_is_named_before_anything_starts(tm
     assert f"{key}: cannot make the folder {blocker / 'out'}" in " ".join(out.stderr.split())
 
 
+def test_a_command_without_its_file_asks_for_the_file_only():
+    out = cli("run")
+    assert out.returncode == 2
+    assert out.stderr.strip().endswith("error: the following arguments are required: file")
+
+
 def test_a_worker_module_that_fails_as_it_is_imported_is_named_with_its_file_and_line(tmp_path, monkeypatch):
     (tmp_path / "broken_syntax_env.py").write_text("import os\n\ndef step(:\n    pass\n")
     (tmp_path / "raising_env.py").write_text("import os\n\nraise RuntimeError('no simulator licence')\n")
@@ -229,12 +235,65 @@ def test_a_data_parallel_declaration_that_raises_is_named_not_a_traceback():
             ["workers.buffer.replicas=3", "workers.env.replicas=3"],
             "workers.buffer.args.batch_size: 256 does not split evenly over 3 buffer shards",
         ),
+        (
+            ["workers.buffer.replicas=2", "workers.env.replicas=3"],
+            "flow.then[0] 'env.trajectory -> buffer.add': buffer needs as many input shards on each of its 2 ranks,"
+            " but env.trajectory gives 3 (one per replica of env); give workers.env.replicas a multiple of"
+            " workers.buffer.replicas (2)",
+        ),
     ],
 )
 def test_replica_counts_sac_and_its_buffer_cannot_run_are_refused_as_the_workflow_is_validated(overrides, said):
     with pytest.raises(SpecError) as caught:
         build_graph(load_spec(ROOT / "configs" / "sac_mujoco.yaml", overrides))
     assert caught.value.problems[0].startswith(said), caught.value.problems
+
+
+def test_the_planner_gives_a_sharded_buffer_only_simulator_counts_that_fill_its_shards_evenly():
+    overrides = ["workers.buffer.replicas=2", "workers.env.args.num_envs=6", "workers.env.replicas={min: 1, max: 3}"]
+    plan = mf.plan(load_spec(ROOT / "configs" / "sac_mujoco.yaml", [*overrides, "cluster.cpus=4"]))
+    assert plan.notes[0].startswith("allocation: env 2 x 3")
+    uneven = next(row for row in plan.candidates if row.layout == "env 3 x 2")
+    assert not uneven.feasible and "buffer needs as many input shards on each of its 2 ranks" in uneven.reason
+
+
+def test_an_even_split_is_refused_for_a_port_that_does_not_shard():
+    with pytest.raises(ValueError, match="even: only a `shard` split"):
+        mf.Dispatch(split="broadcast", even=True)
+
+
+def test_a_camera_the_task_s_model_lacks_is_refused_as_the_workflow_is_validated(config_path):
+    views = [f"workers.{w}.args.observation.cameras=[trak]" for w in ("env", "rollout", "actor")]
+    with pytest.raises(SpecError) as caught:
+        build_graph(load_spec(ROOT / "configs" / "ppo_camera.yaml", views))
+    assert (
+        "observation.cameras: HalfCheetah-v5 has no camera 'trak' (its cameras: track); did you mean 'track'?"
+        in (caught.value.problems[0])
+    )
+    filmed = ["workers.env.args.video.save=true", "workers.env.args.video.camera=corner"]
+    with pytest.raises(SpecError, match="video.camera: HalfCheetah-v5 has no camera 'corner' \\(its cameras: track\\)"):
+        build_graph(load_spec(ROOT / "configs" / "ppo_camera.yaml", filmed))
+
+
+def test_a_boolean_written_for_a_number_is_refused_at_every_depth(config_path):
+    with pytest.raises(SpecError, match="cluster.cpus: expected a number, not the boolean true"):
+        load_spec(ROOT / "configs" / "ppo_camera.yaml", ["cluster.cpus=true"])
+    overrides = ["workers.env.args.num_envs=false", "workers.env.args.video.fps=true"]
+    with pytest.raises(SpecError) as caught:
+        build_graph(load_spec(ROOT / "configs" / "ppo_camera.yaml", overrides))
+    said = " ".join(caught.value.problems)
+    for key, value in (("workers.env.args.num_envs", "false"), ("workers.env.args.video.fps", "true")):
+        assert f"{key}: expected a number, not the boolean {value}" in said, said
+
+
+def test_a_field_that_takes_a_boolean_or_no_number_keeps_it():
+    from typing import Any, Literal
+
+    from m2flow.numbers import takes
+
+    assert takes(int | bool, bool) and takes(Literal[True, "auto"], bool) and takes(Any, bool)
+    assert not takes(int | Literal["auto"], bool) and takes(int | Literal["auto"], int)
+    assert not takes(str, int) and not takes(list[int], int)  # only the field's own type: not its items
 
 
 class SizerThatRaises:

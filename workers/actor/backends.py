@@ -17,10 +17,11 @@ import importlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from m2flow.context import WorkerContext
 from m2flow.errors import SpecError
+from m2flow.numbers import NumbersNotBooleans
 from m2flow.workers.models.precision import Precision, compute_in
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ _BACKENDS: dict[str, type[TrainingBackend]] = {}
 BUILT_IN = {"megatron": "m2flow.workers.actor.megatron_backend"}  # registered on import, when first asked for
 
 
-class BackendOptions(BaseModel):
+class BackendOptions(NumbersNotBooleans):
     """How a training backend runs the policy (workers.<name>.args of a training worker)."""
 
     model_config = ConfigDict(extra="forbid")

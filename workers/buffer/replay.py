@@ -19,9 +19,9 @@ the simulators' trajectories (`add` splits by shard) and draws its share of ever
 training worker's minibatch is the R shares side by side; `index` is global (shard r's rows start at
 r x its capacity) and every replica hears every priority update, keeping its own. Prioritised sampling is
 then per shard: a shard draws its share in proportion to its own priorities. The shards must receive
-equal numbers of env steps (give each buffer replica as many simulator replicas), or their minibatch
-counts differ and SAC refuses the batch; `batch_size` must split evenly over them. `buffer/size` is the
-total held (a shard's size times the shards).
+equal numbers of env steps (give each buffer replica as many simulator replicas: `add` is an `even` shard
+split, refused otherwise as the workflow is validated), or their minibatch counts would differ; `batch_size`
+must split evenly over them. `buffer/size` is the total held (a shard's size times the shards).
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ class ReplayBufferConfig(m2flow.WorkerConfig):
 
 class ReplayBuffer:
     Config = ReplayBufferConfig
-    port_dispatch = {"add": m2flow.Dispatch(split="shard"), "update_priorities": m2flow.Dispatch(split="broadcast")}
+    port_dispatch = {
+        "add": m2flow.Dispatch(split="shard", even=True),
+        "update_priorities": m2flow.Dispatch(split="broadcast"),
+    }
 
     @staticmethod
     def data_parallel_size(cfg: ReplayBufferConfig, replicas: int, backend: str | None) -> int:

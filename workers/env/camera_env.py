@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 import m2flow
 from m2flow.errors import SpecError
@@ -38,6 +38,7 @@ from m2flow.workers.env.obs_statistics import (
 )
 from m2flow.workers.env.observation import CameraObservation
 from m2flow.workers.env.recording import Recorder
+from m2flow.workers.env.spaces import camera_refusal
 from m2flow.workers.env.video import EpisodeVideo
 
 if TYPE_CHECKING:
@@ -68,6 +69,12 @@ class CameraEnvConfig(Evaluated, m2flow.WorkerConfig, ObsNormalization):
         " second observation field",
     )
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to the env's constructor")
+
+    @model_validator(mode="after")
+    def _cameras_of_the_model(self) -> CameraEnvConfig:
+        if why := camera_refusal(self.env_id, self.env_kwargs, "observation.cameras", self.observation.cameras):
+            raise ValueError(why)
+        return self
 
 
 class CameraEnv:

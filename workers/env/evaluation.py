@@ -13,9 +13,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import m2flow
+from m2flow.numbers import NumbersNotBooleans
+from m2flow.workers.env.spaces import camera_refusal
 from m2flow.workers.env.video import VideoConfig
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 Observe = Callable[[np.ndarray], dict[str, np.ndarray]]  # the env's observation -> the policy's input (batch of 1)
 
 
-class EvaluationConfig(BaseModel):
+class EvaluationConfig(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid")
 
     policy: dict[str, Any] = Field(description="the policy's args, as the inference worker's (TorchPolicy)")
@@ -48,7 +50,7 @@ class EvaluationConfig(BaseModel):
         return policy
 
 
-class Evaluated(BaseModel):
+class Evaluated(NumbersNotBooleans):
     """A simulator config's evaluation settings: what `evaluate(weights)` plays, and whether it films it."""
 
     evaluation: EvaluationConfig | None = Field(None, description="deterministic episodes for `evaluate`")
@@ -73,6 +75,14 @@ class Evaluated(BaseModel):
                 f"evaluation.policy.env_id: the evaluation policy acts in this simulator's env ({env_id!r}), not"
                 f" in {policy_env!r}; give it the same"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _filmed_by_a_camera_of_the_model(self) -> Evaluated:
+        if self.video.camera is not None and (env_id := getattr(self, "env_id", None)) is not None:
+            env_kwargs = getattr(self, "env_kwargs", {})
+            if why := camera_refusal(env_id, env_kwargs, "video.camera", [self.video.camera]):
+                raise ValueError(why)
         return self
 
     @model_validator(mode="after")

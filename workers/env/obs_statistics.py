@@ -15,7 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
+
+from m2flow.numbers import NumbersNotBooleans
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     import m2flow
 
 
-class ObsNormalization(BaseModel):
+class ObsNormalization(NumbersNotBooleans):
     """A simulator config's observation normalisation settings."""
 
     normalize_obs: bool = Field(

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from m2flow.numbers import NumbersNotBooleans
 
 Pixels = Annotated[int, Field(ge=1, le=8192)]
 ImageSize = tuple[Pixels, Pixels]  # (height, width) of a rendered image, as configs write it
 Modality = Literal["rgb", "depth", "segmentation", "proprio"]
 
 
-class CameraObservation(BaseModel):
+class CameraObservation(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid")
 
     cameras: list[str] = Field(min_length=1)

@@ -10,15 +10,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from m2flow.numbers import NumbersNotBooleans
 from m2flow.workers.env.observation import ImageSize
 
 if TYPE_CHECKING:
     import mujoco
 
 
-class VideoConfig(BaseModel):
+class VideoConfig(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid")
 
     save: bool = False

@@ -9,16 +9,17 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from m2flow.errors import MissingDependency
+from m2flow.numbers import NumbersNotBooleans
 from m2flow.workers.models.precision import Precision
 
 HEADS_FILE = "m2flow_policy.json"  # what `m2flow export` adds beside the backbone: the heads' settings...
 HEADS_WEIGHTS = "m2flow_heads.safetensors"  # ...and their weights
 
 
-class LoraOptions(BaseModel):
+class LoraOptions(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid")
 
     r: int = Field(8, ge=1, description="the adapters' rank")
@@ -36,7 +37,7 @@ class LoraOptions(BaseModel):
         return modules
 
 
-class HFOptions(BaseModel):
+class HFOptions(NumbersNotBooleans):
     """`model: hf` settings of a policy (its args)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -12,16 +12,17 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from torch import nn
 
+from m2flow.numbers import NumbersNotBooleans
 from m2flow.workers.models.gaussian import gaussian_head
 from m2flow.workers.models.host_copy import from_host
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
-class PolicyConfig(BaseModel):
+class PolicyConfig(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid")
 
     obs_dim: int = Field(ge=1)
