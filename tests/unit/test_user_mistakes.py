@@ -154,6 +154,21 @@ def test_weights_synced_into_evaluation_must_fit_the_evaluation_policy(config_pa
     build_graph(load_spec(config_path, [*smaller, "workers.env.args.evaluation.policy.hidden=[64, 64]"]))
 
 
+def test_a_vit_is_compared_as_built_its_preset_width_written_or_not_and_no_field_another_model_reads():
+    vit = ["model=vit", "size=10m"]
+    at = ("workers.rollout.args", "workers.actor.args", "workers.env.args.evaluation.policy")
+    policies = [f"{args}.{setting}" for args in at for setting in vit]
+    camera = ROOT / "configs" / "ppo_camera.yaml"
+    same = [*policies, "workers.actor.args.width=384", "workers.rollout.args.hidden=[32]"]  # 384: the 10m preset's
+    build_graph(load_spec(camera, same))
+    with pytest.raises(SpecError) as caught:
+        build_graph(load_spec(camera, [*policies, "workers.actor.args.width=512"]))
+    assert caught.value.problems[0] == (
+        "flow.sync[0].edge 'actor.weights -> rollout.load_weights': workers 'actor' and 'rollout' must agree on width:"
+        f" 512 at workers.actor.args.width, 384 at workers.rollout.args.size; {AGREE}"
+    )
+
+
 def test_an_evaluation_policy_acting_in_another_env_than_its_simulator_s_is_refused(config_path):
     with pytest.raises(SpecError) as caught:
         build_graph(load_spec(config_path, ["workers.env.args.env_id=Hopper-v5"]))

@@ -22,15 +22,24 @@ if TYPE_CHECKING:
     from torch import nn
 
 
+# by model, the fields that shape its weights (an hf model's are its checkpoint's)
+ARCHITECTURE: dict[str, tuple[str, ...]] = {
+    "mlp": ("hidden", "activation"),
+    "squashed": ("hidden", "activation"),
+    "cnn": ("hidden", "activation"),
+    "vit": ("width", "depth", "heads", "patch", "causal"),
+    "hf": (),
+}
+
+
 class PolicyArgs(m2flow.WorkerConfig):
     """The policy both inference and training workers build (their `args` share these fields)."""
 
     # across the loop, the env it acts in (its sizes, the actions a call emits, the cameras it reads); across a sync,
-    # that and the architecture whose weights move
+    # that and the model whose weights move (its architecture: `agreeing`)
     agreeing_fields = {
         "loop": frozenset({"env_id", "chunk", "observation"}),
-        "sync": frozenset({"env_id", "chunk", "observation", "model", "hidden", "size", "width", "depth", "heads"})
-        | {"patch", "causal", "activation"},
+        "sync": frozenset({"env_id", "chunk", "observation", "model"}),
     }
 
     env_id: Annotated[str, AfterValidator(registered)] = Field(
@@ -65,6 +74,18 @@ class PolicyArgs(m2flow.WorkerConfig):
     )
     hf: HFOptions | None = Field(None, description="hf: the Hugging Face model (a local folder) and its action head")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="passed to gymnasium.make for the sizes")
+
+    def agreeing(self, phase: str, port: str) -> dict[str, m2flow.Agreed]:
+        """Across a sync, also the fields that shape this model's weights, as built: a ViT's width, depth and heads
+        as its preset gives them where not written (said at `size`)."""
+        agreed = super().agreeing(phase, port)
+        if phase == "sync":
+            shape = vit_shape(self.size, self.width, self.depth, self.heads)
+            resolved = dict(zip(("width", "depth", "heads"), shape, strict=True))
+            for name in ARCHITECTURE[self.model]:
+                key = "size" if name in resolved and getattr(self, name) is None else name
+                agreed[name] = m2flow.Agreed(key, resolved.get(name, getattr(self, name)))
+        return agreed
 
     @model_validator(mode="after")
     def _hf_has_its_options(self) -> PolicyArgs:
