@@ -31,15 +31,16 @@ declarations beside it:
 from __future__ import annotations
 
 import inspect
+import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter, ValidationError
 
 from m2flow.config import format_validation_error
 from m2flow.errors import did_you_mean
 from m2flow.kinds import KINDS
-from m2flow.numbers import NumbersNotBooleans
+from m2flow.numbers import NumbersNotBooleans, takes
 from m2flow.resolve import ports_of
 from m2flow.spec import Dispatch, WorkerSpec
 
@@ -206,7 +207,8 @@ def _validate_args(target: Any, args: dict[str, Any], prefix: tuple[str, ...]) -
 
 
 def _check_signature(target: type, args: dict[str, Any], key: str) -> list[str]:
-    """For a class without a `Config`: the keys must be arguments its constructor takes."""
+    """For a class without a `Config`: the keys must be arguments its constructor takes, and each value of the type
+    its annotation gives (where pydantic can check that type)."""
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):
@@ -215,11 +217,42 @@ def _check_signature(target: type, args: dict[str, Any], key: str) -> list[str]:
         signature.bind(**args)
     except TypeError as exc:
         names = [p for p in signature.parameters if p != "self"]
-        takes = ", ".join(names) or "no arguments"
+        taken = ", ".join(names) or "no arguments"
         unknown = [a for a in args if a not in signature.parameters]
         hints = {name: did_you_mean(name, names) or ";" for name in unknown}
         return [
-            f"{key}.{name}: unknown argument of {target.__name__}{hint} it takes: {takes}"
+            f"{key}.{name}: unknown argument of {target.__name__}{hint} it takes: {taken}"
             for name, hint in hints.items()
         ] or [f"{key}: {target.__name__}{signature}: {exc}"]
-    return []
+    annotations = _annotations(target)
+    return [
+        f"{key}.{name}: {problem} ({target.__name__} takes {name}: {_type_name(annotations[name])}; got {value!r})"
+        for name, value in args.items()
+        if name in annotations and (problem := _type_problem(annotations[name], value))
+    ]
+
+
+def _annotations(target: type) -> dict[str, Any]:
+    """The constructor's parameter annotations, resolved; none where one cannot be (a name not importable here)."""
+    try:
+        return typing.get_type_hints(target.__init__)
+    except Exception:  # noqa: BLE001 - annotations are code of the user's module; unresolved, they go unchecked
+        return {}
+
+
+def _type_problem(annotation: Any, value: Any) -> str | None:
+    """Why `value` is not of `annotation`'s type (a number is not a boolean), or None; None also for a type pydantic
+    cannot check."""
+    if isinstance(value, bool) and not takes(annotation, bool) and (takes(annotation, int) or takes(annotation, float)):
+        return f"expected a number, not the boolean {str(value).lower()}"
+    try:
+        TypeAdapter(annotation).validate_python(value)
+    except ValidationError as exc:
+        return exc.errors()[0]["msg"]
+    except PydanticUserError:
+        return None
+    return None
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")

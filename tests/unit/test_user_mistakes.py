@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+from numpy.random import Generator
 
 import m2flow as mf
 from m2flow.config import load_spec, parse_yaml, spec_from_dict
@@ -318,6 +319,32 @@ class SizerThatRaises:
 
     def train(self, trajectories: list[dict]) -> dict:
         return {}
+
+
+class PlainLearner:
+    """A class without a Config: its constructor's annotations type its arguments."""
+
+    def __init__(self, lr: float = 1e-3, layers: list[int] | None = None, ratio: float = 0.5, rng: Generator = None):
+        self.lr, self.layers, self.ratio, self.rng = lr, layers, ratio, rng
+
+    def train(self, trajectories: list[dict]) -> dict:
+        return {}
+
+
+def test_the_arguments_of_a_class_without_a_config_are_checked_against_its_annotations():
+    raw = copy.deepcopy(BASE)
+    raw["workers"]["learner"]["class"] = "tests.unit.test_user_mistakes.PlainLearner"
+    raw["workers"]["learner"]["args"] = {"lr": "fast", "layers": [64, "wide"], "ratio": True, "rng": 7}
+    assert problems_of(raw) == [
+        "workers.learner.args.lr: Input should be a valid number, unable to parse string as a number (PlainLearner"
+        " takes lr: float; got 'fast')",
+        "workers.learner.args.layers: Input should be a valid integer, unable to parse string as an integer"
+        " (PlainLearner takes layers: list[int] | None; got [64, 'wide'])",
+        "workers.learner.args.ratio: expected a number, not the boolean true (PlainLearner takes ratio: float; got"
+        " True)",
+    ]  # rng: a type pydantic cannot check goes unchecked
+    raw["workers"]["learner"]["args"] = {"lr": 3, "layers": [64, 64], "ratio": 0.25}
+    build_graph(spec_from_dict(raw))
 
 
 def test_define_worker_takes_a_dotted_path_and_refuses_what_cannot_be_imported_by_name():
