@@ -4,6 +4,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from m2flow.errors import PlanError
+from m2flow.kinds import KINDS
 from m2flow.planners import auto, disaggregated, hybrid, shared  # noqa: F401  (register the modes)
 from m2flow.planners.allocation import Allocation
 from m2flow.planners.base import Infeasible, Planner, device_kind, get_planner, placement_modes
@@ -38,14 +39,41 @@ def load_measured(spec) -> dict | None:
     return load_profile(path) if path.exists() else None
 
 
+RENDERED_ON_GPU = "cpu, rendering on gpu"  # the costs of a simulator on the cores whose cameras EGL draws on a GPU
+
+
 def device_kinds(graph, cluster) -> dict[str, str]:
-    """The kind of device each worker runs on (GPU or CPU), known before any placement."""
-    return {name: device_kind(graph, name, cluster) for name in graph.workers}
+    """What each worker's costs are measured on, known before any placement: its device kind (GPU or CPU); for a
+    simulator with cameras on the cores of a cluster with GPUs, `RENDERED_ON_GPU` (`planners/render.py`: its frames
+    are drawn there, at another cost than on the cores)."""
+    kinds = {name: device_kind(graph, name, cluster) for name in graph.workers}
+    if cluster.count("gpu"):
+        kinds |= {name: RENDERED_ON_GPU for name, kind in kinds.items() if kind == "cpu" and _renders(graph, name)}
+    return kinds
+
+
+def ports_computing_on_gpu(graph, kinds: dict[str, str]) -> frozenset[str]:
+    """Before any placement: every port of a worker on GPUs, and the ports that draw cameras of a simulator whose
+    frames a GPU draws."""
+    return frozenset(
+        f"{name}.{port}"
+        for name, kind in kinds.items()
+        for port in graph.info[name].ports
+        if kind == "gpu" or (kind == RENDERED_ON_GPU and graph.info[name].renders(port))
+    )
+
+
+def _renders(graph, name: str) -> bool:
+    info = graph.info[name]
+    return KINDS[info.kind].renders and bool(info.rendering_ports)
 
 
 def profile_of(graph, cluster) -> Profile:
-    """Costs from every source: declared, measured by `m2flow profile`, cached by earlier runs, defaults."""
-    profile = Profile.from_graph(graph, load_measured(graph.spec), load_cached(graph, device_kinds(graph, cluster)))
+    """Costs from every source: declared, measured by `m2flow profile`, cached by earlier runs, defaults (as a GPU
+    runs the work where it will: `ports_computing_on_gpu`)."""
+    kinds = device_kinds(graph, cluster)
+    on_gpu = ports_computing_on_gpu(graph, kinds)
+    profile = Profile.from_graph(graph, load_measured(graph.spec), load_cached(graph, kinds), on_gpu)
     calibration = load_calibration(graph)
     profile.hop_item_s = calibration.get("hop_item_s", profile.hop_item_s)
     profile.controller_s = calibration.get("controller_s", profile.controller_s)

@@ -1,7 +1,7 @@
 """Port costs measured by earlier runs, kept for the next ones.
 
-A cost depends on what runs (the worker's class and its args) and on what it runs on (device kind), so
-that is the key; `m2flow run` stores what it measured, and `m2flow plan` and later runs start from it
+A cost depends on what runs (the worker's class and its args) and on what it runs on (device kind; for a
+simulator with cameras on the cores of a cluster with GPUs, that a GPU draws its frames), so that is the key; `m2flow run` stores what it measured, and `m2flow plan` and later runs start from it
 instead of the defaults. A port's costs at each batch size accumulate over runs (a run at another slice
 size adds its size), so that the per-call and per-item parts are fitted apart once two sizes were seen.
 
@@ -112,7 +112,7 @@ def worker_key(graph: MacroGraph, worker: str, device_kind: str) -> str:
     args = _without_knobs(graph, worker, {"args": spec.args})["args"]
     key = {"class": spec.cls, "args": args, "backend": spec.backend, "device": device_kind}
     threads = spec.resources.threads
-    if device_kind == "cpu" and threads != 1 and not threads_refusal(graph.spec, worker):
+    if device_kind != "gpu" and threads != 1 and not threads_refusal(graph.spec, worker):
         key["threads"] = [threads, cpus_per_node(graph.spec.cluster), spec.count]
     return _digest(key)
 

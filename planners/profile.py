@@ -3,8 +3,8 @@
 A call of a port costs `fixed_s + per_item_s * items`; for a simulator, items are the envs stepped.
 Precedence: declared in the workflow (`workers.<w>.profile`, `resources.memory_gb`) > measured
 (`m2flow profile`, a profile.json) > cached (what earlier runs of the same worker measured, `cache.py`) >
-estimated (a worker class's `memory_estimate_gb(config, samples)`) > defaults by worker kind. A port whose cost
-is a default is *unknown*: `m2flow run` measures it in its first iterations and re-plans.
+estimated (a worker class's `memory_estimate_gb(config, samples)`) > defaults by worker kind (a GPU's where the
+port's work will run on one: `ON_GPU_COST`). A port whose cost is a default is *unknown*: `m2flow run` measures it in its first iterations and re-plans.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ DEFAULT_COST = {
     "function": PortCost(fixed_s=1e-4, per_item_s=0.0),
 }
 # Work on a GPU is flat at small batches (a kernel launch, a frame's readback): where a port's work runs on one,
-# a cost measured at one batch size is split as these are: near the medians of the lines the lent H100s
+# nothing measured costs these, and a cost measured at one batch size is split as these are: near the medians of the lines the lent H100s
 # fitted through several sizes, the last line of each of five camera-ViT sweeps (benchmarks/results/gpu28, gpu31,
 # gpu40: the only GPU workload measured so). A camera simulator's step rendered through EGL: 1.93-2.55 ms a call
 # (median 2.39) + 0-0.22 ms an env (median 0.11) at 2-8 envs; a ViT policy's act: 2.03-2.39 ms a call (median
@@ -120,10 +120,15 @@ class Profile:
 
     @classmethod
     def from_graph(
-        cls, graph: MacroGraph, measured: dict[str, Any] | None = None, cached: dict[str, PortFit] | None = None
+        cls,
+        graph: MacroGraph,
+        measured: dict[str, Any] | None = None,
+        cached: dict[str, PortFit] | None = None,
+        on_gpu: frozenset[str] = frozenset(),
     ) -> Profile:
         """Merge the sources; ports that compute (loop body, terminal after-loop ports) default by
-        worker kind, ports that hand data on are assumed to cost a small fixed amount."""
+        worker kind, as a GPU runs it for the ports in `on_gpu` (`ON_GPU_COST`), ports that hand data on are assumed
+        to cost a small fixed amount."""
         measured, cached = measured or {}, cached or {}
         measured_ports = measured.get("ports", {})
         sources = {str(e.src) for e in graph.then} | {str(s.edge.src) for s in graph.sync}
@@ -152,7 +157,7 @@ class Profile:
                     profile.set_fit(key, cached[key])
                     profile.source[key] = "cached"
                 else:
-                    profile.costs[key] = profile.prior[key]
+                    profile.costs[key] = (profile.prior_on_gpu if key in on_gpu else profile.prior)[key]
                     profile.source[key] = DEFAULT_SOURCE if key in computing else HANDOFF_SOURCE
         return profile
 

@@ -415,6 +415,26 @@ def test_a_simulator_whose_saved_state_cannot_follow_other_slices_is_neither_tri
     assert "at 2 stage(s): tests.workers_for_tests.CheckpointedCounter cannot cut its saved state" in kept.why
 
 
+def test_a_camera_simulator_s_costs_cached_where_the_cores_render_are_not_read_where_a_gpu_renders(
+    config_path, tmp_path, monkeypatch
+):
+    from m2flow.config import load_spec
+
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    from m2flow.planners import RENDERED_ON_GPU, device_kinds
+
+    camera = config_path.parent / "ppo_camera.yaml"
+    planned = {}
+    for gpus in (0, 1):
+        graph = build_graph(load_spec(camera, [f"cluster.gpus={gpus}", "cluster.cpus=4"]))
+        planned[gpus] = graph, Cluster.from_spec(graph.spec.cluster)
+    on_cores, on_gpu = (device_kinds(*planned[gpus]) for gpus in (0, 1))
+    assert on_cores["env"] == "cpu" and on_gpu["env"] == RENDERED_ON_GPU and on_gpu["rollout"] == "gpu"
+    save_cached(planned[0][0], on_cores, {"env.step": PortFit(fixed_s=0.002, per_item_s=0.001)})
+    assert profile_of(*planned[0]).source["env.step"] == "cached"
+    assert profile_of(*planned[1]).source["env.step"] == "default"  # drawn through EGL on the GPU: not measured
+
+
 def test_the_cache_keys_leave_out_replicas_and_envs_per_replica_which_the_planner_may_set():
     from m2flow.planners.cache import worker_key, workflow_key
 

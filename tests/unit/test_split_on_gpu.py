@@ -8,7 +8,7 @@ import pytest
 from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
-from m2flow.planners import make_plan
+from m2flow.planners import make_plan, profile_of
 from m2flow.planners.fit import PortFit, save_profile
 from m2flow.planners.profile import DEFAULT_COST, ON_GPU_COST, Profile, ports_on_gpu
 from m2flow.runtime.replan import Running, refit
@@ -48,6 +48,23 @@ def test_the_ports_on_a_gpu_are_a_gpu_workers_and_the_rendering_ports_of_a_simul
     assert ports_on_gpu(graph, plan) == on_gpus
     graph, plan = two_slices(0, "tests.workers_for_tests.RenderingCounter")  # no GPU to render on
     assert ports_on_gpu(graph, plan) == set()
+
+
+@pytest.mark.parametrize(
+    ("gpus", "env_class", "step_cost", "act_cost"),
+    [
+        (1, "tests.workers_for_tests.RenderingCounter", ON_GPU_COST["simulator"], ON_GPU_COST["inference"]),
+        (1, "tests.workers_for_tests.Counter", DEFAULT_COST["simulator"], ON_GPU_COST["inference"]),
+        (0, "tests.workers_for_tests.RenderingCounter", DEFAULT_COST["simulator"], DEFAULT_COST["inference"]),
+    ],
+)
+def test_a_port_nothing_measured_is_first_planned_at_the_default_of_the_device_its_work_will_run_on(
+    gpus, env_class, step_cost, act_cost
+):
+    graph, plan = two_slices(gpus, env_class)
+    profile = profile_of(graph, Cluster.from_spec(graph.spec.cluster))
+    assert profile.source["env.step"] == profile.source["policy.act"] == "default"
+    assert (profile.costs["env.step"], profile.costs["policy.act"]) == (step_cost, act_cost)
 
 
 @pytest.mark.parametrize(
