@@ -1,9 +1,10 @@
 """Port costs measured by earlier runs, kept for the next ones.
 
-A cost depends on what runs (the worker's class and its args) and on what it runs on (device kind; for a
-simulator with cameras on the cores of a cluster with GPUs, that a GPU draws its frames), so that is the key; `m2flow run` stores what it measured, and `m2flow plan` and later runs start from it
-instead of the defaults. A port's costs at each batch size accumulate over runs (a run at another slice
-size adds its size), so that the per-call and per-item parts are fitted apart once two sizes were seen.
+A cost depends on what runs (the worker's class and its args) and on what it runs on (device kind; for a simulator with
+cameras on the cores of a cluster with GPUs, that a GPU draws its frames), so that is the key; `m2flow run` stores what
+it measured, and `m2flow plan` and later runs start from it instead of the defaults. A port's costs at each batch size
+accumulate over runs (a run at another slice size adds its size), so that the per-call and per-item parts are fitted
+apart once two sizes were seen.
 
 A cost measured on a busy machine moves from run to run (the main job's step by 0.7-1.5x on the 2-core
 machine, benchmarks/RESULTS.md), so a size's cost is the median of what the last `RUNS_KEPT` runs that ran

@@ -1,10 +1,10 @@
 """Cost of each worker port and memory of each worker, merged from their sources.
 
-A call of a port costs `fixed_s + per_item_s * items`; for a simulator, items are the envs stepped.
-Precedence: declared in the workflow (`workers.<w>.profile`, `resources.memory_gb`) > measured
-(`m2flow profile`, a profile.json) > cached (what earlier runs of the same worker measured, `cache.py`) >
-estimated (a worker class's `memory_estimate_gb(config, samples)`) > defaults by worker kind (a GPU's where the
-port's work will run on one: `ON_GPU_COST`). A port whose cost is a default is *unknown*: `m2flow run` measures it in its first iterations and re-plans.
+A call of a port costs `fixed_s + per_item_s * items`; for a simulator, items are the envs stepped. Precedence: declared
+in the workflow (`workers.<w>.profile`, `resources.memory_gb`) > measured (`m2flow profile`, a profile.json) > cached
+(what earlier runs of the same worker measured, `cache.py`) > estimated (a worker class's `memory_estimate_gb(config,
+samples)`) > defaults by worker kind (a GPU's where the port's work will run on one: `ON_GPU_COST`). A port whose cost
+is a default is *unknown*: `m2flow run` measures it in its first iterations and re-plans.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ DEFAULT_COST = {
     "buffer": PortCost(fixed_s=1e-4, per_item_s=1e-6),
     "function": PortCost(fixed_s=1e-4, per_item_s=0.0),
 }
-# Work on a GPU is flat at small batches (a kernel launch, a frame's readback): where a port's work runs on one,
-# nothing measured costs these, and a cost measured at one batch size is split as these are: near the medians of the lines the lent H100s
-# fitted through several sizes, the last line of each of five camera-ViT sweeps (benchmarks/results/gpu28, gpu31,
-# gpu40: the only GPU workload measured so). A camera simulator's step rendered through EGL: 1.93-2.55 ms a call
-# (median 2.39) + 0-0.22 ms an env (median 0.11) at 2-8 envs; a ViT policy's act: 2.03-2.39 ms a call (median
-# 2.09) + 0.020-0.033 ms an env (median 0.022) at 16-64. Kinds not named keep DEFAULT_COST.
+# Work on a GPU is flat at small batches (a kernel launch, a frame's readback): where a port's work runs on one, nothing
+# measured costs these, and a cost measured at one batch size is split as these are: near the medians of the lines the
+# lent H100s fitted through several sizes, the last line of each of five camera-ViT sweeps (benchmarks/results/gpu28,
+# gpu31, gpu40: the only GPU workload measured so). A camera simulator's step rendered through EGL: 1.93-2.55 ms a call
+# (median 2.39) + 0-0.22 ms an env (median 0.11) at 2-8 envs; a ViT policy's act: 2.03-2.39 ms a call (median 2.09) +
+# 0.020-0.033 ms an env (median 0.022) at 16-64. Kinds not named keep DEFAULT_COST.
 ON_GPU_COST = {
     "simulator": PortCost(fixed_s=2.4e-3, per_item_s=1.2e-4),
     "inference": PortCost(fixed_s=2.2e-3, per_item_s=2e-5),
