@@ -46,6 +46,7 @@ from tables_planner import (
     make_run_table,
     merging,
     planner_accuracy,
+    planner_accuracy_by_stages,
     planner_hand_layouts,
     planner_scale,
     threads,
@@ -86,6 +87,15 @@ OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
 HF_H200 = "gpu13/hf_policy.json"
 LEARNING, ASYNC_H200 = "learning_halfcheetah.json", "gpu15/async_halfcheetah_h200.json"
 LOCOMOTION = ("hopper", "walker2d", "ant")  # learning_<task>_300k.json: locomotion.sh's runs, merged
+# the camera-ViT sweeps of planner_accuracy.py on the lent H100s since a message's cost per item (gpu40 on)
+GPU_ACCURACY_SWEEPS = [
+    "gpu40/planner_accuracy.json",
+    "gpu40/planner_accuracy_repeat.json",
+    "gpu41/planner_accuracy.json",
+    "gpu41/planner_accuracy_repeat.json",
+    "gpu41/planner_accuracy_third.json",
+    "gpu43/planner_accuracy.json",
+]
 OBS_STATISTICS = "learning_halfcheetah_obs_statistics.json"  # locomotion.sh, HalfCheetah per env vs shared
 ASYNC_CPU_SHARED_FIRST, ASYNC_CPU = "async_halfcheetah_shared_first.json", "async_halfcheetah.json"
 LEARNING_SAC, LEARNING_SAC_100K = "learning_sac_halfcheetah_30k.json", "learning_sac_halfcheetah_100k.json"
@@ -418,6 +428,8 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h100_dec06d": partial(planner_accuracy, "gpu41/planner_accuracy.json"),
     "planner_accuracy_h100_dec06d_repeat": partial(planner_accuracy, "gpu41/planner_accuracy_repeat.json"),
     "planner_accuracy_h100_dec06d_third": partial(planner_accuracy, "gpu41/planner_accuracy_third.json"),
+    "planner_accuracy_h100_dec07": partial(planner_accuracy, "gpu43/planner_accuracy.json"),
+    "planner_accuracy_h100_by_stages": partial(planner_accuracy_by_stages, GPU_ACCURACY_SWEEPS),
     "gpu_training_overlap_h100": partial(training_overlap, "gpu31/gpu_training_overlap.json"),
     "gpu_training_overlap_h100_first": partial(training_overlap, "gpu31/gpu_training_overlap_first.json"),
     "hf_policy_h200": hf_policy,

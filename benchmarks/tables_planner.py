@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from results_io import Results
-from tables_format import Block, count, fixed, pct, table, times
+from tables_format import Block, count, fixed, pct, span, table, times
 
 PLANNER = "planner_scale.json"
 HAND_LAYOUTS = "planner_hand_layouts.json"
@@ -85,6 +85,27 @@ def planner_accuracy(rel: str, res: Results) -> Block:
     header = ["workload", "plan", "predicted s", "measured s", "error"]
     header += ["error by round"] * by_round + ["chosen"]
     return Block([caption, "", *table(header, rows, "llrrr" + "r" * by_round + "l")], [rel])
+
+
+def planner_accuracy_by_stages(files: list[str], res: Results) -> Block:
+    """Sweeps of one workload side by side: each plan's error at one stage and at more (a bias the sweeps share shows
+    as one sign per column), the measured-fastest plan and auto's choice against it."""
+    rows = []
+    for rel in files:
+        data = res.json(rel)
+        for w in data["workloads"]:
+            measured = [r for r in w["rows"] if "measured_s" in r]
+            fastest = min(measured, key=lambda r: r["measured_s"])
+            chosen = next(r for r in measured if r.get("auto"))
+            one = ", ".join(f"{r['mode']} {pct(r['error'])}" for r in measured if r["stages"] == 1)
+            more = [r["error"] for r in measured if r["stages"] > 1]
+            rows.append(
+                [rel.split("/")[0], data["meta"]["commit"], one, span(more, pct)]
+                + [f"{fastest['mode']} S={fastest['stages']}", f"{chosen['mode']} S={chosen['stages']}"]
+                + [pct(chosen["measured_s"] / fastest["measured_s"] - 1)]
+            )
+    header = ["sweep", "commit", "error at S=1", "error at S>1", "fastest", "auto", "auto vs fastest"]
+    return Block(table(header, rows, "llllllr"), files)
 
 
 def _with_rounds(seconds: float, rounds: list[float]) -> str:
