@@ -50,13 +50,18 @@ def test_the_ports_on_a_gpu_are_a_gpu_workers_and_the_rendering_ports_of_a_simul
     assert ports_on_gpu(graph, plan) == set()
 
 
+# (GPUs, the simulator class, the priors of env.step and policy.act): its cameras rendered on a GPU, none to render,
+# no GPU
+PRIORS_BY_DEVICE = [
+    (1, "tests.workers_for_tests.RenderingCounter", ON_GPU_COST["simulator"], ON_GPU_COST["inference"]),
+    (1, "tests.workers_for_tests.Counter", DEFAULT_COST["simulator"], ON_GPU_COST["inference"]),
+    (0, "tests.workers_for_tests.RenderingCounter", DEFAULT_COST["simulator"], DEFAULT_COST["inference"]),
+]
+
+
 @pytest.mark.parametrize(
     ("gpus", "env_class", "step_cost", "act_cost"),
-    [
-        (1, "tests.workers_for_tests.RenderingCounter", ON_GPU_COST["simulator"], ON_GPU_COST["inference"]),
-        (1, "tests.workers_for_tests.Counter", DEFAULT_COST["simulator"], ON_GPU_COST["inference"]),
-        (0, "tests.workers_for_tests.RenderingCounter", DEFAULT_COST["simulator"], DEFAULT_COST["inference"]),
-    ],
+    PRIORS_BY_DEVICE,
 )
 def test_a_port_nothing_measured_is_first_planned_at_the_default_of_the_device_its_work_will_run_on(
     gpus, env_class, step_cost, act_cost
@@ -69,11 +74,7 @@ def test_a_port_nothing_measured_is_first_planned_at_the_default_of_the_device_i
 
 @pytest.mark.parametrize(
     ("gpus", "env_class", "step_prior", "act_prior"),
-    [
-        (1, "tests.workers_for_tests.RenderingCounter", ON_GPU_COST["simulator"], ON_GPU_COST["inference"]),
-        (1, "tests.workers_for_tests.Counter", DEFAULT_COST["simulator"], ON_GPU_COST["inference"]),
-        (0, "tests.workers_for_tests.RenderingCounter", DEFAULT_COST["simulator"], DEFAULT_COST["inference"]),
-    ],
+    PRIORS_BY_DEVICE,
 )
 def test_a_cost_measured_at_one_batch_size_splits_by_the_prior_of_the_device_its_work_ran_on(
     tmp_path, monkeypatch, gpus, env_class, step_prior, act_prior
