@@ -17,6 +17,17 @@ from m2flow.errors import M2FlowError, SpecError
 console = Console(stderr=True, soft_wrap=True)
 
 
+def _positive(text: str) -> int:
+    """An argument that counts something: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="m2flow", description="Declarative macro-to-micro RL workflows on Ray.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     command("validate", _validate, "check the workflow file and print every problem")
     evaluate = sub.add_parser("eval", help="deterministic episodes of a run's latest checkpoint, on fresh seeds")
     evaluate.add_argument("run_dir", help="the run's folder, e.g. runs/ppo-mujoco")
-    evaluate.add_argument("--episodes", type=int, default=10)
+    evaluate.add_argument("--episodes", type=_positive, default=10, help="episodes to play (at least 1)")
     evaluate.add_argument("--video", action="store_true", help="film each episode under <run dir>/eval/videos")
     evaluate.set_defaults(handler=_eval, overrides=[])
     export = sub.add_parser("export", help="write a run's trained policy as a Hugging Face checkpoint (model: hf)")
@@ -88,11 +99,12 @@ def _profile(args: argparse.Namespace) -> int:
     from m2flow.planners.fit import fit_trace_file, save_profile
 
     spec = load_spec(args.file, args.overrides)
-    build_graph(spec, args.file)
+    graph = build_graph(spec, args.file)
     path = Path(args.out or profile_path(spec))
     output_folder(path.parent, "--out" if args.out else "run.output_dir")  # before measuring, not after
     if args.from_trace:
-        profile = fit_trace_file(args.from_trace)
+        ports = {f"{name}.{port}" for name, info in graph.info.items() for port in info.ports}
+        profile = fit_trace_file(args.from_trace, ports)
         profile["workflow"] = spec.name
     else:
         from m2flow.runtime.profiling import measure_profile

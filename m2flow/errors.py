@@ -35,6 +35,10 @@ class WorkerError(M2FlowError):
     """A worker raised, died, or failed to start; names the worker, replica and port."""
 
 
+class CheckpointError(M2FlowError):
+    """A checkpoint cannot be written (a worker's state a weights-only load refuses) or read (a damaged file)."""
+
+
 class WaitTimeout(M2FlowError):
     """A wait ran past its deadline; names what it was waiting for (`stuck`: the replicas still running)."""
 

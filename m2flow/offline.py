@@ -79,6 +79,10 @@ def _finished(run_dir: Path) -> tuple[MacroGraph, Path, dict]:
     """A run's workflow, its latest complete checkpoint and the state saved there."""
     from m2flow.runtime.checkpoint import latest_checkpoint, load_checkpoint
 
+    if not (run_dir / "workflow.yaml").is_file():
+        raise SpecError(
+            [f"{run_dir}: not a run's folder (no workflow.yaml); give <run.output_dir>/<name>: runs/<name>"]
+        )
     graph = build_graph(load_spec(run_dir / "workflow.yaml"), str(run_dir / "workflow.yaml"))
     checkpoint = latest_checkpoint(run_dir / "checkpoints")
     if checkpoint is None:

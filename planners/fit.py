@@ -380,8 +380,24 @@ def latest_shares(earlier: PortFit | None, fit: PortFit) -> ReplicaShares:
     return {**(earlier.replica_shares if earlier else {}), **fit.replica_shares}
 
 
-def fit_trace_file(path: str | Path) -> dict:
-    return fit_points(points_from_trace(json.loads(Path(path).read_text())), f"trace {path}")
+def fit_trace_file(path: str | Path, ports: Collection[str]) -> dict:
+    """The fits of a run's trace.json (`m2flow profile --from-trace`) for `ports` ("worker.port"), the workflow's; a
+    PlanError where the file cannot be read or holds no call of them."""
+    try:
+        trace = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise PlanError(f"--from-trace: cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"--from-trace: {path} is not a trace (not JSON: {exc}); give a run's trace.json") from None
+    try:
+        points = points_from_trace(trace)
+    except (TypeError, KeyError, AttributeError):
+        raise PlanError(f"--from-trace: {path} is JSON but not a trace m2flow wrote; give a run's trace.json") from None
+    if not any(port in ports for port in points):
+        raise PlanError(
+            f"--from-trace: {path} holds no call of this workflow's ports; give the trace of a run of this workflow"
+        )
+    return fit_points(points, f"trace {path}")
 
 
 def save_profile(profile: dict, path: str | Path) -> Path:

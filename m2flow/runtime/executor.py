@@ -19,7 +19,7 @@ from pathlib import Path
 
 from m2flow.config import apply_overrides, dump_spec, spec_from_dict
 from m2flow.durable import output_folder
-from m2flow.errors import PlanError, WaitTimeout, WorkerError
+from m2flow.errors import M2FlowError, PlanError, WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
 from m2flow.planners.cache import CachedFit, new_run
@@ -44,6 +44,7 @@ from m2flow.runtime.replan import (
     with_phases_of,
 )
 from m2flow.runtime.reporting import Reporter
+from m2flow.runtime.resume import resume_failure
 from m2flow.runtime.run_record import RunResult, failure_entry, keep_previous
 from m2flow.runtime.run_report import measured_iterations, report_run
 from m2flow.runtime.snapshots import Replacing, Snapshots
@@ -94,9 +95,10 @@ class Run:
         if not spec.run.resume:
             keep_previous(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "workflow.yaml").write_text(dump_spec(spec))
-        plan.save(self.run_dir / "plan.json")
         self.next_iteration, self.env_steps, self.restore_from = self._latest() if spec.run.resume else (0, 0, None)
+        self.recorded = False  # a resumed run's record (workflow.yaml, plan.json) is the old one until it restored
+        if self.restore_from is None:
+            self._record()
         self.result = RunResult(self.run_dir, plan, self.next_iteration)
         self.trace = Trace(plan)
         self.reporter = Reporter(self.run_dir, spec.run.iterations, self.next_iteration, spec.run.progress)
@@ -115,6 +117,8 @@ class Run:
         self.cache_run = new_run()  # what this run saves to the cost cache, at a re-plan and at the end, counts once
         if self.next_iteration:
             self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
+        elif spec.run.resume:
+            self.reporter.print(f"m2flow: run.resume: no checkpoint in {self.run_dir / 'checkpoints'}; starting anew")
         for line in measuring.says:
             self.reporter.print(line)
         quarantined = read_meta(self.restore_from).get("quarantined", {}) if self.restore_from else {}
@@ -150,8 +154,21 @@ class Run:
         self.warmups.append(self.next_iteration)
         if self.restore_from is not None:
             log.info("restoring %s", self.restore_from)
-            self.snapshots.restore(self.restore_from)
+            try:
+                self.snapshots.restore(self.restore_from)
+            except M2FlowError as exc:
+                if self.recorded:  # a restart within this run: its own settings
+                    raise
+                raise resume_failure(self.restore_from, exc, self.run_dir / "workflow.yaml", self.spec) from None
             self.restore_from = None
+        if not self.recorded:
+            self._record()
+
+    def _record(self) -> None:
+        """The settings and plan this run runs, beside its outputs (`m2flow eval`, `export` and a resume read them)."""
+        (self.run_dir / "workflow.yaml").write_text(dump_spec(self.spec))
+        self.plan.save(self.run_dir / "plan.json")
+        self.recorded = True
 
     def _replacer(self) -> Replacer:
         """What may be replaced in place (`run.on_failure: replace`: loop replicas and training workers; the

@@ -4,9 +4,12 @@ training; and the reduction of the replicas' metric dicts (a mean, or a sum for 
 
 from __future__ import annotations
 
+import numbers
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from m2flow.cluster import DeviceId
 from m2flow.errors import WorkerError
@@ -89,13 +92,25 @@ def sum_of_dicts(items: list[Any], suffix: str) -> dict[str, float]:
 
 
 def mean_of_dicts(items: list[Any]) -> dict[str, float]:
-    """The mean of each numeric key over the dicts among `items` (each key over the dicts that have it)."""
+    """The mean of each numeric key over the dicts among `items` (each key over the dicts that have it): Python and
+    numpy numbers, and arrays of one element."""
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     for item in items:
         if isinstance(item, dict):
             for key, value in item.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    sums[key] += float(value)
+                number = _number(value)
+                if number is not None:
+                    sums[key] += number
                     counts[key] += 1
     return {key: sums[key] / counts[key] for key in sums}
+
+
+def _number(value: Any) -> float | None:
+    """A metric's value as a float: a Python or numpy number, or an array of one; None for anything else."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real | np.ndarray | np.generic):
+        return None
+    array = np.asarray(value)
+    if array.size != 1 or not np.issubdtype(array.dtype, np.number):
+        return None
+    return float(array.reshape(-1)[0])

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 from m2flow.cluster import Cluster, DeviceId, gpu_memory_gb
+from m2flow.errors import SpecError
 from m2flow.runtime.nodes import driver_node
 from m2flow.spec import ClusterSpec
 
 NICENESS = "RAY_worker_niceness"  # how much a Ray worker lowers its priority as it starts
+PROBE_S = 10.0  # how long a cluster's address has to accept a connection
 
 
 def connect_ray(spec: ClusterSpec) -> Cluster:
@@ -25,10 +28,19 @@ def connect_ray(spec: ClusterSpec) -> Cluster:
         # from the environment it inherits: a local Ray's from this process, a cluster's from the job's.
         os.environ.setdefault(NICENESS, "0")
         if spec.address:
+            _answering(spec.address)
             runtime_env = {"env_vars": {NICENESS: os.environ[NICENESS]}}
-            ray.init(
-                address=spec.address, include_dashboard=False, logging_level=logging.WARNING, runtime_env=runtime_env
-            )
+            try:
+                ray.init(
+                    address=spec.address,
+                    include_dashboard=False,
+                    logging_level=logging.WARNING,
+                    runtime_env=runtime_env,
+                )
+            except ConnectionError as exc:
+                raise SpecError(
+                    [f"cluster.address: {spec.address}: {exc}; start Ray there or fix the address"]
+                ) from None
         else:
             local = Cluster.from_spec(spec)
             ray.init(
@@ -42,6 +54,23 @@ def connect_ray(spec: ClusterSpec) -> Cluster:
     if spec.address or spec.gpus is None or spec.cpus is None:
         return cluster_from_ray(spec)
     return Cluster.from_spec(spec)
+
+
+def _answering(address: str) -> None:
+    """A `host:port` address (or `ray://host:port`) must accept a connection within `PROBE_S`: Ray's own join
+    retries for minutes where nothing listens. `auto` is Ray's to find."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=PROBE_S).close()
+    except OSError as exc:
+        raise SpecError(
+            [
+                f"cluster.address: nothing answers at {host}:{port} ({exc.strerror or exc}) within {PROBE_S:g}s;"
+                " start the cluster there (`ray start --head`) or fix the address"
+            ]
+        ) from None
 
 
 def cluster_from_ray(spec: ClusterSpec, without: frozenset[str] = frozenset()) -> Cluster:

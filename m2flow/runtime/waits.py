@@ -132,10 +132,10 @@ def get(ref: Any, replica: Any, what: str) -> Any:
         if getattr(exc, "actor_init_failed", False):
             detail = re.sub(r"\x1b\[[0-9;]*m", "", getattr(exc, "error_msg", "") or str(exc))
             raise WorkerError(f"worker '{replica.worker}' replica {replica.index} failed to start:\n{detail}") from None
+        said = str(exc).splitlines()[0].rstrip(".")
         raise WorkerError(
             f"worker '{replica.worker}' replica {replica.index} died during {what} (process killed, crashed or out of"
-            f" memory): {str(exc).splitlines()[0]}. Its log is under {log_dir()}; a crash's stacks, under the run's"
-            " crashes/ folder"
+            f" memory): {said}. Its log is under {log_dir()}; a crash's stacks, under the run's crashes/ folder"
         ) from None
 
 

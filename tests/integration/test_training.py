@@ -9,6 +9,7 @@ import torch
 
 import m2flow as mf
 from m2flow.config import spec_from_dict
+from m2flow.errors import CheckpointError
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.workers.actor import read_checkpoint
 from tests.workflows import pendulum_ppo
@@ -119,6 +120,22 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert second.last["actor/weights_version"] == 4.0  # two updates before the stop, two after
     lines = [json.loads(line) for line in (second.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["iteration"] for line in lines] == [0, 1, 2, 3]
+
+
+def test_a_resume_whose_checkpoint_does_not_fit_names_the_changed_setting_and_keeps_the_run_s_record(tmp_path):
+    spec = fixed_batch_workflow(tmp_path, 1, "changed")
+    raw = spec.to_dict()
+    raw["run"].update(checkpoint_every=1, iterations=1)
+    first = mf.run(spec_from_dict(raw))
+    record = {name: (first.run_dir / name).read_bytes() for name in ("workflow.yaml", "plan.json")}
+    raw["run"].update(iterations=2, resume=True)
+    raw["workers"]["actor"]["args"]["hidden"] = [16, 16]
+    with pytest.raises(CheckpointError) as caught:
+        mf.run(spec_from_dict(raw))
+    said = " ".join(str(caught.value).split())
+    assert f"run.resume: {latest_checkpoint(first.run_dir / 'checkpoints')} did not load" in said
+    assert "workers.actor.args.hidden: [32, 32] there, [16, 16] here" in said
+    assert {name: (first.run_dir / name).read_bytes() for name in record} == record  # eval still reads the run
 
 
 def test_a_streamed_batch_trains_exactly_like_a_whole_one(tmp_path):

@@ -64,8 +64,9 @@ PRIORS_BY_DEVICE = [
     PRIORS_BY_DEVICE,
 )
 def test_a_port_nothing_measured_is_first_planned_at_the_default_of_the_device_its_work_will_run_on(
-    gpus, env_class, step_cost, act_cost
+    tmp_path, monkeypatch, gpus, env_class, step_cost, act_cost
 ):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))  # no earlier run measured it
     graph, plan = two_slices(gpus, env_class)
     profile = profile_of(graph, Cluster.from_spec(graph.spec.cluster))
     assert profile.source["env.step"] == profile.source["policy.act"] == "default"

@@ -8,6 +8,7 @@ import copy
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from numpy.random import Generator
@@ -69,6 +70,48 @@ def test_a_command_without_its_file_asks_for_the_file_only():
     out = cli("run")
     assert out.returncode == 2
     assert out.stderr.strip().endswith("error: the following arguments are required: file")
+
+
+def test_a_cluster_address_where_nothing_answers_is_named_at_once_not_retried_for_minutes(config_path):
+    started = time.monotonic()
+    out = cli("run", str(config_path), "--address", "127.0.0.1:1")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "cluster.address: nothing answers at 127.0.0.1:1 (Connection refused) within 10s" in out.stderr
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["eval", "{tmp}", "--episodes", "0"], "argument --episodes: expected at least 1, got 0"),
+        (["eval", "{tmp}"], "{tmp}: not a run's folder (no workflow.yaml); give <run.output_dir>/<name>"),
+        (["profile", "{config}", "--from-trace", "{tmp}/none.json"], "--from-trace: cannot read {tmp}/none.json"),
+        (["profile", "{config}", "--from-trace", "{tmp}/bad.json"], "--from-trace: {tmp}/bad.json is not a trace"),
+        (["profile", "{config}", "--from-trace", "{tmp}/other.json"], "holds no call of this workflow's ports"),
+    ],
+    ids=["no episodes", "not a run", "no trace file", "not JSON", "another workflow's trace"],
+)
+def test_eval_and_a_refit_given_what_they_cannot_read_say_so_without_a_traceback(tmp_path, config_path, args, said):
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "other.json").write_text('{"traceEvents": []}')
+    fill = {"tmp": str(tmp_path), "config": str(config_path)}
+    into_tmp = [f"run.output_dir={tmp_path}"] if args[0] == "profile" else []
+    out = cli(*(arg.format(**fill) for arg in args), *into_tmp)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert said.format(**fill) in " ".join(out.stderr.split())
+    assert list(tmp_path.glob("profiles/*.json")) == []  # no profile written
+
+
+def test_metrics_a_worker_returns_as_numpy_numbers_are_averaged_like_python_ones():
+    import numpy as np
+
+    from m2flow.runtime.iteration_metrics import mean_of_dicts
+
+    replicas = [
+        {"loss": np.float32(1.5), "steps": np.int64(4), "kl": np.array([0.25]), "ok": True, "tag": "x", "v": [1, 2]},
+        {"loss": 0.5, "steps": 2, "kl": 0.75},
+    ]
+    assert mean_of_dicts(replicas) == {"loss": 1.0, "steps": 3.0, "kl": 0.5}  # no flag, text or list is a metric
 
 
 def test_a_worker_module_that_fails_as_it_is_imported_is_named_with_its_file_and_line(tmp_path, monkeypatch):
