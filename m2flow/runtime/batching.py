@@ -44,12 +44,24 @@ def _concat(parts: list[Any]) -> Any:
 
 
 def split(value: Any, sizes: list[int]) -> list[Any]:
+    """`value` cut back into the shards it was computed for, `sizes` rows each: every array must have their sum."""
     if len(sizes) == 1:
         return [value]
     if isinstance(value, dict):
-        per_key = {key: split(item, sizes) for key, item in value.items()}
+        per_key = {}
+        for key, item in value.items():
+            try:
+                per_key[key] = split(item, sizes)
+            except BatchingError as exc:
+                raise BatchingError(f"[{key!r}]: {exc}") from None
         return [{key: per_key[key][i] for key in value} for i in range(len(sizes))]
     if isinstance(value, np.ndarray):
+        rows = len(value) if value.ndim else 0
+        if rows != sum(sizes):
+            raise BatchingError(
+                f"{rows} row(s), not the {sum(sizes)} of its input ({' + '.join(map(str, sizes))} by shard):"
+                " one row per row given"
+            )
         return np.split(value, np.cumsum(sizes)[:-1], axis=0)
     raise BatchingError(f"cannot split a {type(value).__name__} across shards; return numpy arrays or dicts of them")
 

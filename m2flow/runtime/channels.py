@@ -30,6 +30,7 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.runtime.batching import BatchingError
 
 PeerId = tuple[str, int]  # (worker, replica)
 BEAT = ("beat",)  # the header of a beat: "alive"; its payload, how long its call in progress has run (None: none)
@@ -162,7 +163,10 @@ class Mailbox:
                     conn.close()
 
     def send(self, peer: PeerId, header: tuple, payload: Any) -> int:
-        data = pickle.dumps((header, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            data = pickle.dumps((header, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:  # what pickle raises for what it cannot
+            raise BatchingError(f"it cannot be sent to another process ({type(exc).__name__}: {exc})") from None
         try:
             with self._sending[peer]:
                 self.outbound[peer].send_bytes(data)

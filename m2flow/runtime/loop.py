@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from m2flow.errors import WaitTimeout, WorkerError
-from m2flow.runtime.batching import concat, split
+from m2flow.runtime.batching import BatchingError, concat, split
 from m2flow.runtime.channels import Mailbox, Patience, PeerId
 from m2flow.runtime.spans import Spans
 from m2flow.runtime.tracing import TaskEvent
@@ -284,7 +284,14 @@ class _LoopRun:
         shards = tuple(self.mine[(m.worker, m.replica)])
         if not shards:
             return Slice(None, (), ())
-        value, sizes = concat([pieces[b] for b in shards])
+        try:
+            value, sizes = concat([pieces[b] for b in shards])
+        except BatchingError as exc:
+            producer = ".".join(prog.ports[upstream])
+            raise WorkerError(
+                f"worker '{m.worker}' replica {m.replica}: the outputs of {producer} for its envs cannot be batched"
+                f" into one call of port '{prog.ports[j][1]}' (iteration {prog.iteration}): {exc}"
+            ) from None
         return Slice(value, shards, tuple(sizes))
 
     def arrived(self, m: Member, j: int, s: int, t: int) -> bool:
@@ -310,8 +317,18 @@ class _LoopRun:
         end = time.time()
         sent = 0
         if after:
-            parts = [out] if len(taken) == 1 else split(out, [piece.rows for piece in taken])
-            for i, (piece, part) in enumerate(zip(taken, parts, strict=True)):
-                sent += self.deliver(m, after.port, s + i, after.step, part, piece)
+            named = f"worker '{m.worker}' replica {m.replica}: port '{port}' (iteration {self.prog.iteration})"
+            consumer = ".".join(self.prog.ports[after.port])
+            if out is None:
+                raise WorkerError(
+                    f"{named} returned None, which the loop hands to {consumer}; return its output: numpy arrays or"
+                    " dicts of them, one row per env it was given"
+                )
+            try:
+                parts = [out] if len(taken) == 1 else split(out, [piece.rows for piece in taken])
+                for i, (piece, part) in enumerate(zip(taken, parts, strict=True)):
+                    sent += self.deliver(m, after.port, s + i, after.step, part, piece)
+            except BatchingError as exc:
+                raise WorkerError(f"{named} returned what cannot be handed on to {consumer}: {exc}") from None
         items = sum(piece.rows for piece in taken) if value is not None else 0
         self.stats[(m.worker, m.replica)].add(port, start, end, items, step, s, sent, self.prog.trace_steps)

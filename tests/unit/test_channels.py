@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.runtime.batching import BatchingError
 from m2flow.runtime.channels import Mailbox, Patience
 
 SIMULATOR, POLICY, SILENT = ("env", 0), ("rollout", 0), ("env", 1)
@@ -211,3 +212,13 @@ def test_a_message_sent_before_its_channel_closed_has_arrived_and_the_receive_af
     assert not mailboxes[POLICY].arrived(SILENT, (0, 1, 1))  # closed: no, and the receive says why
     with pytest.raises(WorkerError, match="closed its channel"):
         mailboxes[POLICY].recv(SILENT, (0, 1, 1), Patience.fixed(5), "obs from env[1]")
+
+
+def test_a_payload_pickle_cannot_send_is_refused_before_the_channel_is_touched():
+    box = Mailbox(SIMULATOR, b"test", ["unix"], beat_every_s=BEAT_EVERY_S)
+    try:
+        with pytest.raises(BatchingError, match=r"cannot be sent to another process \(TypeError: cannot pickle"):
+            box.send(POLICY, (0, 1, 0), {"obs": np.zeros(2), "lock": threading.Lock()})  # POLICY: never connected
+        assert box.sent_bytes == 0
+    finally:
+        box.close()

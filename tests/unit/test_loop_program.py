@@ -177,3 +177,50 @@ def test_a_simulator_dropped_while_a_merged_call_sends_gets_nothing_more_and_the
     assert {(step, s) for peer, step, s, _ in mailbox.sent if peer == 2} == {
         (step, s) for step in range(HORIZON) for s in range(2)
     }
+
+
+@pytest.mark.parametrize(
+    ("returned", "said"),
+    [
+        (
+            lambda obs: obs[:-1],
+            "worker 'rollout' replica 0: port 'act' (iteration 0) returned what cannot be handed on to env.step: 3"
+            " row(s), not the 4 of its input (2 + 2 by shard): one row per row given",
+        ),
+        (
+            lambda obs: {"action": obs, "noise": obs[:1]},
+            "returned what cannot be handed on to env.step: ['noise']: 1 row(s), not the 4 of its input",
+        ),
+        (
+            lambda obs: None,
+            "worker 'rollout' replica 0: port 'act' (iteration 0) returned None, which the loop hands to env.step;"
+            " return its output",
+        ),
+    ],
+    ids=["a row short", "a key a row short", "None"],
+)
+def test_a_policy_output_that_does_not_match_its_envs_is_refused_naming_the_port_not_handed_on_cut_wrong(
+    returned, said
+):
+    mailbox = Mailbox()
+
+    def act(port, stage, obs):
+        return returned(obs)
+
+    with pytest.raises(WorkerError) as caught:
+        run_loop(program(frozenset()), [Member("rollout", 0, act, mailbox)])
+    assert said in str(caught.value)
+    assert mailbox.sent == []  # no simulator was sent a part
+
+
+def test_simulator_outputs_that_cannot_be_batched_are_named_with_the_port_that_made_them():
+    class ListsMailbox(Mailbox):
+        def recv(self, peer, header, patience, waiting_for):
+            return {peer[1]: [0.0] * ENVS_PER_SHARD}  # a list, not an array
+
+    with pytest.raises(WorkerError) as caught:
+        run_loop(program(frozenset()), [rollout(ListsMailbox(), [])])
+    assert str(caught.value).startswith(
+        "worker 'rollout' replica 0: the outputs of env.obs for its envs cannot be batched into one call of port 'act'"
+        " (iteration 0): cannot batch list values from several shards"
+    )
