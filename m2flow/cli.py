@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except M2FlowError as exc:
-        console.print(f"[bold red]error[/]: {escape(str(exc))}", markup=True, highlight=False)
+        said = "\n".join([str(exc), *getattr(exc, "__notes__", [])])  # a note: where to look further
+        console.print(f"[bold red]error[/]: {escape(said)}", markup=True, highlight=False)
         return 2
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import tempfile
 from collections import defaultdict
 
 from m2flow.config import spec_from_dict
+from m2flow.errors import M2FlowError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners.fit import ReplicaPoints, fit_line, fit_points, hop_from_trace, points_from_trace, replica_points
 from m2flow.runtime.executor import execute
@@ -42,7 +44,8 @@ def measure_profile(spec: WorkflowSpec) -> dict:
     sizes = batch_sizes(graph)
     by_replica: ReplicaPoints = {}
     replicas = {name: info.replicas for name, info in graph.info.items()}
-    with tempfile.TemporaryDirectory(prefix="m2flow-profile-") as out:
+    out = tempfile.mkdtemp(prefix="m2flow-profile-")
+    try:
         for size in sizes:
             run = execute(_profiling_spec(graph, size, out))
             trace = json.loads((run.run_dir / "trace.json").read_text())
@@ -52,6 +55,10 @@ def measure_profile(spec: WorkflowSpec) -> dict:
             hop = hop_from_trace(trace, chain) if chain else None
             if hop is not None:
                 hops.append((size, hop))
+    except M2FlowError as exc:  # its runs' folders (logs, crashes/) are what the user reads next: kept
+        exc.add_note(f"m2flow profile: its runs are kept in {out}")
+        raise
+    shutil.rmtree(out, ignore_errors=True)
     profile = fit_points(points, f"measured by m2flow profile at {sizes} items per replica", by_replica=by_replica)
     profile["workflow"] = spec.name
     return profile | message_cost(hops)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 
 from m2flow.cluster import Cluster
 from m2flow.config import load_spec, spec_from_dict
+from m2flow.errors import WorkerError
 from m2flow.graph import build_graph
 from m2flow.planners import Profile, make_plan
 from m2flow.runtime.profiling import measure_profile
@@ -157,3 +160,15 @@ def test_a_run_tries_other_batch_sizes_when_a_cost_split_it_could_not_measure_de
     graph = build_graph(spec)
     cluster = Cluster.from_spec(spec.cluster.model_copy(update={"cpus": 2, "gpus": 0}))
     assert cached_fits(graph, device_kinds(graph, cluster))["env.step"].fit.batch_sizes == (4, 8)
+
+
+def test_a_profile_whose_worker_fails_keeps_its_runs_for_the_user_to_read(tmp_path):
+    crashing = ["workers.policy.class=tests.workers_for_tests.Crashing", "~workers.policy.args", "flow.sync=[]"]
+    overrides = [f"run.output_dir={tmp_path}", "flow.loop.horizon=8", *crashing]
+    with pytest.raises(WorkerError) as caught:
+        measure_profile(load_spec(ROOT / "configs" / "spin_balanced.yaml", overrides))
+    assert "policy exploded on purpose" in str(caught.value)
+    (note,) = caught.value.__notes__
+    kept = Path(note.removeprefix("m2flow profile: its runs are kept in "))
+    assert kept.is_dir() and any(kept.iterdir())
+    shutil.rmtree(kept)
