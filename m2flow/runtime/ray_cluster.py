@@ -22,6 +22,9 @@ def connect_ray(spec: ClusterSpec) -> Cluster:
 
     if not ray.is_initialized():
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+        # a call given up after another failed (a restart, a stop) still ends in an error no one reads: m2flow has
+        # named the failure that mattered, and Ray's late "Unhandled error" dump after it would bury that
+        os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
         # Ray's workers lower their priority by 15 as they start, to keep Ray's own daemons responsive; m2flow's
         # workers are the job: at nice 15 any other busy process on the machine starves them (a training worker
         # took over 180 s to start beside two CPU-bound processes on 2 cores). Each worker reads this variable
