@@ -40,9 +40,9 @@ from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter, Vali
 from m2flow.config import format_validation_error
 from m2flow.errors import did_you_mean
 from m2flow.kinds import KINDS
-from m2flow.numbers import NumbersNotBooleans, takes
 from m2flow.resolve import ports_of
 from m2flow.spec import Dispatch, WorkerSpec
+from m2flow.strict_numbers import NumbersNotBooleans, boolean_for_a_number
 
 PORT_SETS = ("batch_invariant", "rendering_ports")  # declarations naming some of a class's ports
 
@@ -228,7 +228,9 @@ def _check_signature(target: type, args: dict[str, Any], key: str) -> list[str]:
     return [
         f"{key}.{name}: {problem} ({target.__name__} takes {name}: {_type_name(annotations[name])}; got {value!r})"
         for name, value in args.items()
-        if name in annotations and (problem := _type_problem(annotations[name], value))
+        if name in annotations
+        and value != signature.parameters[name].default  # its own default: `seed: int = None` given null
+        and (problem := _type_problem(annotations[name], value))
     ]
 
 
@@ -243,8 +245,8 @@ def _annotations(target: type) -> dict[str, Any]:
 def _type_problem(annotation: Any, value: Any) -> str | None:
     """Why `value` is not of `annotation`'s type (a number is not a boolean), or None; None also for a type pydantic
     cannot check."""
-    if isinstance(value, bool) and not takes(annotation, bool) and (takes(annotation, int) or takes(annotation, float)):
-        return f"expected a number, not the boolean {str(value).lower()}"
+    if why := boolean_for_a_number(annotation, value):
+        return why
     try:
         TypeAdapter(annotation).validate_python(value)
     except ValidationError as exc:
@@ -255,4 +257,7 @@ def _type_problem(annotation: Any, value: Any) -> str | None:
 
 
 def _type_name(annotation: Any) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+    """A type as written: a plain class by its name, anything with arguments (`list[int]`, `Optional[int]`) whole."""
+    if isinstance(annotation, type) and typing.get_origin(annotation) is None:
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")

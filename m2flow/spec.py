@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from m2flow.numbers import NumbersNotBooleans
+from m2flow.strict_numbers import NumbersNotBooleans
 
 WorkerKind = Literal["simulator", "inference", "training", "buffer", "function"]
 PlacementMode = Literal["auto", "shared", "disaggregated", "hybrid"]

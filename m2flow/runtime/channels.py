@@ -30,11 +30,14 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
-from m2flow.runtime.batching import BatchingError
 
 PeerId = tuple[str, int]  # (worker, replica)
 BEAT = ("beat",)  # the header of a beat: "alive"; its payload, how long its call in progress has run (None: none)
 BEAT_EVERY_S = 0.5  # how often a mailbox beats; a silence bound is at least 4x this (run.timeouts.silence_s)
+
+
+class Unsendable(TypeError):
+    """A message pickle cannot write (a lock, an open file, a function of no module)."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ class Mailbox:
         try:
             data = pickle.dumps((header, payload), protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:  # what pickle raises for what it cannot
-            raise BatchingError(f"it cannot be sent to another process ({type(exc).__name__}: {exc})") from None
+            raise Unsendable(f"it cannot be sent to another process ({type(exc).__name__}: {exc})") from None
         try:
             with self._sending[peer]:
                 self.outbound[peer].send_bytes(data)

@@ -5,7 +5,8 @@ Workers may add their own files to the directory before it is renamed (`write_fi
 group's sharded `torch.distributed.checkpoint`; those files must be durable when `write_files` returns.
 The state is loaded back before anything is written: a worker's `state_dict()` holding what a weights-only load
 refuses (an object of its own class, a function) is named then, not when a resume cannot read any checkpoint.
-A checkpoint that replaces one of the same iteration keeps the old one until the new one is in place.
+A checkpoint that replaces one of the same iteration keeps the old one until the new one is in place (set aside as
+`.iter_N.old`, put back where a kill left it there).
 """
 
 from __future__ import annotations
@@ -105,7 +106,12 @@ def latest_checkpoint(root: str | Path) -> Path | None:
 
 
 def _done(root: Path) -> list[Path]:
-    """The checkpoints under `root` that were renamed into place, oldest first."""
+    """The checkpoints under `root` that were renamed into place, oldest first; one a kill left set aside as it was
+    being replaced (`.iter_N.old` without `iter_N`) is put back first."""
+    for old in root.glob(f".{_PREFIX}*.old"):
+        final = root / old.name.removeprefix(".").removesuffix(".old")
+        if not final.exists():
+            os.replace(old, final)
     done = [p for p in root.glob(f"{_PREFIX}*") if (p / "meta.json").exists() and (p / "state.pt").exists()]
     return sorted(done, key=_iteration)
 

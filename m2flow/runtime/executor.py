@@ -118,7 +118,9 @@ class Run:
         if self.next_iteration:
             self.reporter.print(f"m2flow: resuming after the checkpoint of iteration {self.next_iteration - 1}")
         elif spec.run.resume:
-            self.reporter.print(f"m2flow: run.resume: no checkpoint in {self.run_dir / 'checkpoints'}; starting anew")
+            self.reporter.print(
+                f"m2flow: run.resume: no checkpoint in {self.run_dir / 'checkpoints'}; starting from iteration 0 there"
+            )
         for line in measuring.says:
             self.reporter.print(line)
         quarantined = read_meta(self.restore_from).get("quarantined", {}) if self.restore_from else {}
@@ -159,7 +161,9 @@ class Run:
             except M2FlowError as exc:
                 if self.recorded:  # a restart within this run: its own settings
                     raise
-                raise resume_failure(self.restore_from, exc, self.run_dir / "workflow.yaml", self.spec) from None
+                planned = frozenset(override.partition("=")[0] for override in self.plan.spec_overrides)
+                record = self.run_dir / "workflow.yaml"
+                raise resume_failure(self.restore_from, exc, record, self.spec, planned) from None
             self.restore_from = None
         if not self.recorded:
             self._record()

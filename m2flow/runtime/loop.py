@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.runtime.batching import BatchingError, concat, split
-from m2flow.runtime.channels import Mailbox, Patience, PeerId
+from m2flow.runtime.channels import Mailbox, Patience, PeerId, Unsendable
 from m2flow.runtime.spans import Spans
 from m2flow.runtime.tracing import TaskEvent
 from m2flow.sharding import owner, shard_groups
@@ -294,6 +294,12 @@ class _LoopRun:
             ) from None
         return Slice(value, shards, tuple(sizes))
 
+    def _returned(self, m: Member, port: str, after: Target) -> str:
+        """The start of a message on what `m`'s call of `port` returned for the next port, `after`."""
+        consumer = ".".join(self.prog.ports[after.port])
+        iteration = self.prog.iteration
+        return f"worker '{m.worker}' replica {m.replica}: port '{port}' (iteration {iteration}) returned for {consumer}"
+
     def arrived(self, m: Member, j: int, s: int, t: int) -> bool:
         """Whether slice s of port j, step t, is a slice of this step whose every input for `m` is here already."""
         if s >= self.prog.stages or not self.mine[(m.worker, m.replica)]:
@@ -308,7 +314,14 @@ class _LoopRun:
         """Call port j on slices s, s+1, ... (`taken`: several in one call), then deliver each slice's part of the
         output to `after`, if anywhere."""
         port = self.prog.ports[j][1]
-        value = taken[0].value if len(taken) == 1 else concat([piece.value for piece in taken])[0]
+        try:
+            value = taken[0].value if len(taken) == 1 else concat([piece.value for piece in taken])[0]
+        except BatchingError as exc:
+            producer = ".".join(self.prog.ports[self._upstream(j, step)])
+            raise WorkerError(
+                f"worker '{m.worker}' replica {m.replica}: the outputs of {producer} for its slices cannot be merged"
+                f" into one call of port '{port}' (iteration {self.prog.iteration}): {exc}"
+            ) from None
         start = time.time()
         with contextlib.ExitStack() as calling:  # the process is in a call: every replica it hosts says so
             for member in self.members:
@@ -317,18 +330,15 @@ class _LoopRun:
         end = time.time()
         sent = 0
         if after:
-            named = f"worker '{m.worker}' replica {m.replica}: port '{port}' (iteration {self.prog.iteration})"
-            consumer = ".".join(self.prog.ports[after.port])
             if out is None:
                 raise WorkerError(
-                    f"{named} returned None, which the loop hands to {consumer}; return its output: numpy arrays or"
-                    " dicts of them, one row per env it was given"
+                    f"{self._returned(m, port, after)} None; return its output: numpy arrays or dicts of them"
                 )
             try:
                 parts = [out] if len(taken) == 1 else split(out, [piece.rows for piece in taken])
                 for i, (piece, part) in enumerate(zip(taken, parts, strict=True)):
                     sent += self.deliver(m, after.port, s + i, after.step, part, piece)
-            except BatchingError as exc:
-                raise WorkerError(f"{named} returned what cannot be handed on to {consumer}: {exc}") from None
+            except (BatchingError, Unsendable) as exc:
+                raise WorkerError(f"{self._returned(m, port, after)} what cannot be handed on: {exc}") from None
         items = sum(piece.rows for piece in taken) if value is not None else 0
         self.stats[(m.worker, m.replica)].add(port, start, end, items, step, s, sent, self.prog.trace_steps)

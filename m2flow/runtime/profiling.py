@@ -44,7 +44,7 @@ def measure_profile(spec: WorkflowSpec) -> dict:
     sizes = batch_sizes(graph)
     by_replica: ReplicaPoints = {}
     replicas = {name: info.replicas for name, info in graph.info.items()}
-    out = tempfile.mkdtemp(prefix="m2flow-profile-")
+    out, kept = tempfile.mkdtemp(prefix="m2flow-profile-"), False
     try:
         for size in sizes:
             run = execute(_profiling_spec(graph, size, out))
@@ -57,8 +57,11 @@ def measure_profile(spec: WorkflowSpec) -> dict:
                 hops.append((size, hop))
     except M2FlowError as exc:  # its runs' folders (logs, crashes/) are what the user reads next: kept
         exc.add_note(f"m2flow profile: its runs are kept in {out}")
+        kept = True
         raise
-    shutil.rmtree(out, ignore_errors=True)
+    finally:
+        if not kept:
+            shutil.rmtree(out, ignore_errors=True)
     profile = fit_points(points, f"measured by m2flow profile at {sizes} items per replica", by_replica=by_replica)
     profile["workflow"] = spec.name
     return profile | message_cost(hops)

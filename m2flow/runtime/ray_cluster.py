@@ -63,6 +63,7 @@ def _answering(address: str) -> None:
     """A `host:port` address (or `ray://host:port`) must accept a connection within `PROBE_S`: Ray's own join
     retries for minutes where nothing listens. `auto` is Ray's to find."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 host as an address writes it: [::1]:6379
     if not host or not port.isdigit():
         return
     try:
@@ -70,7 +71,7 @@ def _answering(address: str) -> None:
     except OSError as exc:
         raise SpecError(
             [
-                f"cluster.address: nothing answers at {host}:{port} ({exc.strerror or exc}) within {PROBE_S:g}s;"
+                f"cluster.address: nothing answers at {address} ({exc.strerror or exc}) within {PROBE_S:g}s;"
                 " start the cluster there (`ray start --head`) or fix the address"
             ]
         ) from None

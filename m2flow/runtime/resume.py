@@ -8,21 +8,28 @@ from typing import Any
 
 import yaml
 
-from m2flow.errors import CheckpointError, M2FlowError
+from m2flow.errors import CheckpointError, M2FlowError, SpecError
+from m2flow.runtime.host import headline
 from m2flow.spec import WorkflowSpec
 
 
-def resume_failure(checkpoint: Path, failure: M2FlowError, record: Path, spec: WorkflowSpec) -> M2FlowError:
+def resume_failure(
+    checkpoint: Path, failure: M2FlowError, record: Path, spec: WorkflowSpec, planned: frozenset[str]
+) -> M2FlowError:
     """The error to raise where restoring `checkpoint` failed with `failure`: naming each worker setting that differs
-    from the run that wrote it, or `failure` itself where none does."""
+    from the run that wrote it (those in `planned`, keys the planner set, as its choice), or `failure` itself where
+    none does."""
     try:
         before = yaml.safe_load(record.read_text()) or {}
     except (OSError, yaml.YAMLError):
         return failure
-    changed = changed_settings(before.get("workers", {}), spec.to_dict()["workers"], "workers")
+    changed = [
+        f"{line} (the planner's choice: set it to pin it)" if line.partition(":")[0] in planned else line
+        for line in changed_settings(before.get("workers", {}), spec.to_dict()["workers"], "workers")
+    ]
     if not changed:
         return failure
-    said = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
+    said = "; ".join(failure.problems) if isinstance(failure, SpecError) else headline(failure)
     return CheckpointError(
         f"run.resume: {checkpoint} did not load into this run's workers ({said}); this run changed what the run"
         f" that wrote it had ({record}): {'; '.join(changed)}. Resume with that run's settings, or start anew"

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from m2flow.errors import WaitTimeout, WorkerError
-from m2flow.runtime.batching import BatchingError
-from m2flow.runtime.channels import Mailbox, Patience
+from m2flow.runtime.channels import Mailbox, Patience, Unsendable
 
 SIMULATOR, POLICY, SILENT = ("env", 0), ("rollout", 0), ("env", 1)
 BEAT_EVERY_S = 0.1  # the tests' beat, to keep them short (a run's: channels.BEAT_EVERY_S)
@@ -217,7 +216,7 @@ def test_a_message_sent_before_its_channel_closed_has_arrived_and_the_receive_af
 def test_a_payload_pickle_cannot_send_is_refused_before_the_channel_is_touched():
     box = Mailbox(SIMULATOR, b"test", ["unix"], beat_every_s=BEAT_EVERY_S)
     try:
-        with pytest.raises(BatchingError, match=r"cannot be sent to another process \(TypeError: cannot pickle"):
+        with pytest.raises(Unsendable, match=r"cannot be sent to another process \(TypeError: cannot pickle"):
             box.send(POLICY, (0, 1, 0), {"obs": np.zeros(2), "lock": threading.Lock()})  # POLICY: never connected
         assert box.sent_bytes == 0
     finally:

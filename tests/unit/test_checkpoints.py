@@ -4,6 +4,8 @@ replaces the old whole."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -41,6 +43,25 @@ def test_a_damaged_checkpoint_is_named_with_the_one_before_it_to_go_on_from(tmp_
     message = str(caught.value)
     assert message.startswith(f"checkpoint {latest}: its state.pt cannot be read (")
     assert message.endswith("it is damaged; remove that folder to go on from the checkpoint before it (iter_00000000)")
+
+
+def test_a_checkpoint_replaced_by_a_run_killed_between_its_renames_is_found_again_as_it_was(tmp_path, monkeypatch):
+    save_checkpoint(tmp_path, 3, good_state(), {"env_steps": 1})
+    real_replace, renames = os.replace, []
+
+    def killed_after_the_first(src, dst):
+        renames.append((src, dst))
+        if len(renames) == 2:  # the old one set aside, the new one not yet in place
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 3, good_state(), {"env_steps": 2})
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert not (tmp_path / "iter_00000003").exists()
+    found = latest_checkpoint(tmp_path)
+    assert found == tmp_path / "iter_00000003" and load_checkpoint(found)[1]["env_steps"] == 1
 
 
 def test_a_checkpoint_written_again_replaces_the_old_one_whole(tmp_path):

@@ -184,17 +184,16 @@ def test_a_simulator_dropped_while_a_merged_call_sends_gets_nothing_more_and_the
     [
         (
             lambda obs: obs[:-1],
-            "worker 'rollout' replica 0: port 'act' (iteration 0) returned what cannot be handed on to env.step: 3"
+            "worker 'rollout' replica 0: port 'act' (iteration 0) returned for env.step what cannot be handed on: 3"
             " row(s), not the 4 of its input (2 + 2 by shard): one row per row given",
         ),
         (
             lambda obs: {"action": obs, "noise": obs[:1]},
-            "returned what cannot be handed on to env.step: ['noise']: 1 row(s), not the 4 of its input",
+            "returned for env.step what cannot be handed on: ['noise']: 1 row(s), not the 4 of its input",
         ),
         (
             lambda obs: None,
-            "worker 'rollout' replica 0: port 'act' (iteration 0) returned None, which the loop hands to env.step;"
-            " return its output",
+            "worker 'rollout' replica 0: port 'act' (iteration 0) returned for env.step None; return its output",
         ),
     ],
     ids=["a row short", "a key a row short", "None"],

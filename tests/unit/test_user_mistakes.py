@@ -72,9 +72,9 @@ def test_a_command_without_its_file_asks_for_the_file_only():
     assert out.stderr.strip().endswith("error: the following arguments are required: file")
 
 
-def test_a_cluster_address_where_nothing_answers_is_named_at_once_not_retried_for_minutes(config_path):
+def test_a_cluster_address_where_nothing_answers_is_named_at_once_not_retried_for_minutes(config_path, tmp_path):
     started = time.monotonic()
-    out = cli("run", str(config_path), "--address", "127.0.0.1:1")
+    out = cli("run", str(config_path), "--address", "127.0.0.1:1", f"run.output_dir={tmp_path}")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "cluster.address: nothing answers at 127.0.0.1:1 (Connection refused) within 10s" in out.stderr
     assert time.monotonic() - started < 60
@@ -93,7 +93,8 @@ def test_a_cluster_address_where_nothing_answers_is_named_at_once_not_retried_fo
 )
 def test_eval_and_a_refit_given_what_they_cannot_read_say_so_without_a_traceback(tmp_path, config_path, args, said):
     (tmp_path / "bad.json").write_text("{not json")
-    (tmp_path / "other.json").write_text('{"traceEvents": []}')
+    spin_trace = (ROOT / "benchmarks" / "results" / "spin_per_call_shared_s4_cohosted_trace.json").read_text()
+    (tmp_path / "other.json").write_text(spin_trace.replace('"env[', '"sim[').replace('"policy[', '"actor0['))
     fill = {"tmp": str(tmp_path), "config": str(config_path)}
     into_tmp = [f"run.output_dir={tmp_path}"] if args[0] == "profile" else []
     out = cli(*(arg.format(**fill) for arg in args), *into_tmp)
@@ -337,18 +338,23 @@ def test_a_camera_the_task_s_model_lacks_is_refused_as_the_workflow_is_validated
 def test_a_boolean_written_for_a_number_is_refused_at_every_depth(config_path):
     with pytest.raises(SpecError, match="cluster.cpus: expected a number, not the boolean true"):
         load_spec(ROOT / "configs" / "ppo_camera.yaml", ["cluster.cpus=true"])
-    overrides = ["workers.env.args.num_envs=false", "workers.env.args.video.fps=true"]
+    overrides = [
+        "workers.env.args.num_envs=false",
+        "workers.env.args.video.fps=true",
+        "workers.actor.args.hidden=[true]",
+    ]
     with pytest.raises(SpecError) as caught:
         build_graph(load_spec(ROOT / "configs" / "ppo_camera.yaml", overrides))
     said = " ".join(caught.value.problems)
     for key, value in (("workers.env.args.num_envs", "false"), ("workers.env.args.video.fps", "true")):
         assert f"{key}: expected a number, not the boolean {value}" in said, said
+    assert "workers.actor.args.hidden: item 0: expected a number, not the boolean true" in said, said
 
 
 def test_a_field_that_takes_a_boolean_or_no_number_keeps_it():
     from typing import Any, Literal
 
-    from m2flow.numbers import takes
+    from m2flow.strict_numbers import takes
 
     assert takes(int | bool, bool) and takes(Literal[True, "auto"], bool) and takes(Any, bool)
     assert not takes(int | Literal["auto"], bool) and takes(int | Literal["auto"], int)
@@ -367,8 +373,15 @@ class SizerThatRaises:
 class PlainLearner:
     """A class without a Config: its constructor's annotations type its arguments."""
 
-    def __init__(self, lr: float = 1e-3, layers: list[int] | None = None, ratio: float = 0.5, rng: Generator = None):
-        self.lr, self.layers, self.ratio, self.rng = lr, layers, ratio, rng
+    def __init__(
+        self,
+        lr: float = 1e-3,
+        layers: list[int] | None = None,
+        ratio: float = 0.5,
+        rng: Generator = None,
+        seed: int = None,
+    ):
+        self.lr, self.layers, self.ratio, self.rng, self.seed = lr, layers, ratio, rng, seed
 
     def train(self, trajectories: list[dict]) -> dict:
         return {}
@@ -386,7 +399,7 @@ def test_the_arguments_of_a_class_without_a_config_are_checked_against_its_annot
         "workers.learner.args.ratio: expected a number, not the boolean true (PlainLearner takes ratio: float; got"
         " True)",
     ]  # rng: a type pydantic cannot check goes unchecked
-    raw["workers"]["learner"]["args"] = {"lr": 3, "layers": [64, 64], "ratio": 0.25}
+    raw["workers"]["learner"]["args"] = {"lr": 3, "layers": [64, 64], "ratio": 0.25, "seed": None}  # its own default
     build_graph(spec_from_dict(raw))
 
 

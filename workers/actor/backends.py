@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field
 
 from m2flow.context import WorkerContext
 from m2flow.errors import SpecError
-from m2flow.numbers import NumbersNotBooleans
+from m2flow.strict_numbers import NumbersNotBooleans
 from m2flow.workers.models.precision import Precision, compute_in
 
 if TYPE_CHECKING:

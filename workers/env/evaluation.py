@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import m2flow
-from m2flow.numbers import NumbersNotBooleans
+from m2flow.strict_numbers import NumbersNotBooleans
 from m2flow.workers.env.spaces import camera_refusal
 from m2flow.workers.env.video import VideoConfig
 

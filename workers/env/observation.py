@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from m2flow.numbers import NumbersNotBooleans
+from m2flow.strict_numbers import NumbersNotBooleans
 
 Pixels = Annotated[int, Field(ge=1, le=8192)]
 ImageSize = tuple[Pixels, Pixels]  # (height, width) of a rendered image, as configs write it

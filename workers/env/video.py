@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
-from m2flow.numbers import NumbersNotBooleans
+from m2flow.strict_numbers import NumbersNotBooleans
 from m2flow.workers.env.observation import ImageSize
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from m2flow.errors import MissingDependency
-from m2flow.numbers import NumbersNotBooleans
+from m2flow.strict_numbers import NumbersNotBooleans
 from m2flow.workers.models.precision import Precision
 
 HEADS_FILE = "m2flow_policy.json"  # what `m2flow export` adds beside the backbone: the heads' settings...

@@ -15,7 +15,7 @@ import torch
 from pydantic import ConfigDict, Field
 from torch import nn
 
-from m2flow.numbers import NumbersNotBooleans
+from m2flow.strict_numbers import NumbersNotBooleans
 from m2flow.workers.models.gaussian import gaussian_head
 from m2flow.workers.models.host_copy import from_host
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # by model, the fields that shape its weights (an hf model's are its checkpoint's)
 ARCHITECTURE: dict[str, tuple[str, ...]] = {
     "mlp": ("hidden", "activation"),
-    "squashed": ("hidden", "activation"),
+    "squashed": ("hidden",),  # its layers are ReLU whatever `activation` says
     "cnn": ("hidden", "activation"),
     "vit": ("width", "depth", "heads", "patch", "causal"),
     "hf": (),
