@@ -107,6 +107,22 @@ def kept_run(spec: mf.WorkflowSpec, keep: Path, label: str) -> Path:
     return kept
 
 
+TRACE_FILES = ("trace.json", "plan.json", "processes.json")  # what `--keep-traces` keeps of each run
+
+
+def keep_trace(spec: mf.WorkflowSpec, traces: Path | None, label: str) -> None:
+    """Copy the run's trace, plan and processes to `traces/<workflow>-<label>/` (`--keep-traces`: the fit of a
+    contention term needs the calls' times, which the results JSON does not hold)."""
+    if traces is None:
+        return
+    run_dir = Path(spec.run.output_dir) / spec.name
+    kept = traces / f"{run_dir.name}-{label}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for name in TRACE_FILES:
+        if (run_dir / name).exists():
+            shutil.copy2(run_dir / name, kept / name)
+
+
 def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, spec: mf.WorkflowSpec, keep: Path) -> dict:
     """A candidate whose run failed: its error, and where its run folder is kept (`kept_run`)."""
     kept = kept_run(spec, keep, f"{mode}-S{stages}" + ("-co-hosted" if planned.processes else ""))
@@ -147,14 +163,16 @@ def bench(
     out: Path,
     keep: Path,
     rounds: int = 1,
+    traces: Path | None = None,
 ) -> dict:
     """Calibrate `workload`, then run every layout of it `rounds` times, each round in the other order (a drift of
     the machine's speed evens out). Each run is planned as it starts, from the cache as the calibration and the runs
     before it left it, as the run itself plans: a candidate's prediction, label and co-hosting are its first run's;
-    its measured time is the median of its runs."""
+    its measured time is the median of its runs. With `traces`, every run's trace is kept there (`keep_trace`)."""
     calibrating_spec = spec_of(workload, out, f"run.iterations={calibrating}", "placement.mode=auto")
     try:
         calibration = mf.run(calibrating_spec)
+        keep_trace(calibrating_spec, traces, "calibrating")
     except M2FlowError as exc:  # the workload's failure is recorded, not the sweep's end: no candidate ran
         kept = kept_run(calibrating_spec, keep, "calibrating")
         print(f"  {name:14s} calibrating run FAILED: {str(exc).splitlines()[0][:300]}", flush=True)
@@ -180,13 +198,13 @@ def bench(
             continue  # another colocate setting planned a layout already run
         is_auto = planned.layout_key == auto.layout_key
         runs.append(Candidate(mode, stages, planned.label, bool(planned.processes), spec, is_auto, planned.layout_key))
-        run_once(name, runs[-1], planned, keep, 0, rounds)
+        run_once(name, runs[-1], planned, keep, 0, rounds, traces)
     for round_ in range(1, rounds):
         for c in runs[::-1] if round_ % 2 else runs:
             if c.failed is None:
                 planned = make_plan(build_graph(c.spec), cluster)
                 c.relaid |= planned.layout_key != c.layout_key
-                run_once(name, c, planned, keep, round_, rounds)
+                run_once(name, c, planned, keep, round_, rounds, traces)
     rows = []
     for c in runs:
         if c.failed is not None:
@@ -225,7 +243,9 @@ def bench(
     }
 
 
-def run_once(name: str, c: Candidate, planned: Plan, keep: Path, round_: int, rounds: int) -> None:
+def run_once(
+    name: str, c: Candidate, planned: Plan, keep: Path, round_: int, rounds: int, traces: Path | None = None
+) -> None:
     """Run candidate `c` once, as `planned` (its plan as the run starts), and record what it measured or why it
     failed: a failed candidate is not run again, the sweep goes on."""
     c.predicted.append(planned.predicted.iteration_s)
@@ -238,6 +258,7 @@ def run_once(name: str, c: Candidate, planned: Plan, keep: Path, round_: int, ro
         c.failed["failed_round"] = round_ + 1
         print(f"  {name:14s} {c.label:24s}  FAILED{which}: {str(exc).splitlines()[0][:300]}", flush=True)
         return
+    keep_trace(c.spec, traces, f"{c.mode}-S{c.stages}-round{round_ + 1}")
     c.measured.append(measured_iteration_s(run))
     error = c.measured[-1] / c.predicted[-1] - 1
     print(
@@ -274,6 +295,7 @@ def main() -> None:
         default=1,
         help="runs of each candidate, in alternating order: its median is measured",
     )
+    parser.add_argument("--keep-traces", action="store_true", help="keep each run's trace under <out>/traces/")
     parser.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = parser.parse_args()
     keep = Path(args.out or ROOT / "benchmarks" / "results")  # a failed candidate's run folder goes beside it
@@ -289,6 +311,7 @@ def main() -> None:
                 Path(tmp),
                 keep,
                 args.rounds,
+                keep / "traces" if args.keep_traces else None,
             )
             for name in args.workloads
         ]
