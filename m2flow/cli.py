@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -12,9 +15,10 @@ from rich.markup import escape
 
 from m2flow.config import load_spec
 from m2flow.durable import output_folder
-from m2flow.errors import M2FlowError, SpecError
+from m2flow.errors import M2FlowError, SpecError, WaitTimeout
 
 console = Console(stderr=True, soft_wrap=True)
+EVAL_TIMEOUT_S = 1800  # `m2flow eval`'s deadline unless --timeout says otherwise
 
 
 def _positive(text: str) -> int:
@@ -55,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run_dir", help="the run's folder, e.g. runs/ppo-mujoco")
     evaluate.add_argument("--episodes", type=_positive, default=10, help="episodes to play (at least 1)")
     evaluate.add_argument("--video", action="store_true", help="film each episode under <run dir>/eval/videos")
+    evaluate.add_argument(
+        "--timeout", type=_positive, default=EVAL_TIMEOUT_S, help="seconds before a hung evaluation is given up"
+    )
     evaluate.set_defaults(handler=_eval, overrides=[])
     export = sub.add_parser("export", help="write a run's trained policy as a Hugging Face checkpoint (model: hf)")
     export.add_argument("run_dir")
@@ -134,8 +141,27 @@ def _eval(args: argparse.Namespace) -> int:
 
     if args.overrides:
         raise SpecError([f"m2flow eval takes no key=value overrides (got {' '.join(args.overrides)})"])
-    console.print(evaluate_run(args.run_dir, args.episodes, args.video).summary())
+    with _within(args.timeout, f"m2flow eval: {args.episodes} episode(s) of {args.run_dir}", "raise --timeout"):
+        evaluation = evaluate_run(args.run_dir, args.episodes, args.video)
+    console.print(evaluation.summary())
     return 0
+
+
+@contextlib.contextmanager
+def _within(seconds: float, what: str, fix: str) -> Iterator[None]:
+    """Run the block with a deadline of `seconds` (a real-time alarm in this, the main thread): past it a
+    `WaitTimeout` naming `what`, not a hang."""
+
+    def expired(signum, frame) -> None:
+        raise WaitTimeout(f"{what} did not finish within {seconds:g} s; a simulator may be hung, or {fix}")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -112,7 +112,7 @@ class Mailbox:
         self._arrived = threading.Condition()
         # a message `arrived` read before its `recv` (both are called by the loop's one thread only)
         self._early: dict[PeerId, Message] = {}
-        self._call_since: float | None = None  # when the port call in progress began (`calling`)
+        self._call: tuple[str, float] | None = None  # the port call in progress and when it began (`calling`)
         self._closed = threading.Event()
         self._listeners = {k: CHANNEL_KINDS[k].listen(f"{me[0]}-{me[1]}", authkey) for k in kinds}
         for listener in self._listeners.values():
@@ -181,13 +181,13 @@ class Mailbox:
         return len(data)
 
     @contextmanager
-    def calling(self) -> Iterator[None]:
-        """Mark a port call in progress: the beats say for how long."""
-        self._call_since = time.monotonic()
+    def calling(self, port: str) -> Iterator[None]:
+        """Mark a call of `port` ("worker.port") in progress: the beats say which, and for how long."""
+        self._call = (port, time.monotonic())
         try:
             yield
         finally:
-            self._call_since = None
+            self._call = None
 
     def arrived(self, peer: PeerId, header: tuple) -> bool:
         """Whether the message `header` from `peer` has begun to arrive (then it is read whole, as `recv` reads
@@ -217,19 +217,20 @@ class Mailbox:
         conn = self.inbound[peer]
         start = heard = now = time.monotonic()
         call_began: float | None = None  # when the peer's call in progress began, as its newest beat says
+        call_port = ""  # and which port it called
         while True:
             bounds = (heard + patience.silent_s, start + patience.most_s)
             until = min(bounds) if call_began is None else min(*bounds, call_began + patience.call_s)
             if now >= until:
-                in_call_s = None if call_began is None else now - call_began
-                raise self._timeout(peer, header, patience, now - heard, waiting_for, in_call_s)
+                in_call = None if call_began is None else (call_port, now - call_began)
+                raise self._timeout(peer, header, patience, now - heard, waiting_for, in_call)
             if conn.poll(max(0.0, until - now)):
                 while True:
                     got, payload = self._read(conn, peer, waiting_for)
                     if tuple(got) != BEAT:
                         return self._in_order(peer, header, got, payload)
                     heard = time.monotonic()
-                    call_began = None if payload is None else heard - payload
+                    call_port, call_began = ("", None) if payload is None else (payload[0], heard - payload[1])
                     if not conn.poll(0):
                         break
             now = time.monotonic()
@@ -254,8 +255,9 @@ class Mailbox:
         """Tell every peer this replica sends to that it is alive, and how long its call in progress has run.
         Never blocks: a channel busy with data (that says more) or full (its reader stopped) goes without;
         a broken channel is the data's to report."""
-        since = self._call_since
-        data = pickle.dumps((BEAT, None if since is None else time.monotonic() - since), pickle.HIGHEST_PROTOCOL)
+        call = self._call
+        in_call = None if call is None else (call[0], time.monotonic() - call[1])
+        data = pickle.dumps((BEAT, in_call), pickle.HIGHEST_PROTOCOL)
         for peer, conn in list(self.outbound.items()):
             lock = self._sending.get(peer)
             if lock is None or not lock.acquire(blocking=False):
@@ -293,18 +295,19 @@ class Mailbox:
         patience: Patience,
         silent: float,
         waiting_for: str,
-        in_call_s: float | None,
+        in_call: tuple[str, float] | None,
     ) -> WaitTimeout:
+        """`in_call`: the port the peer is calling, as its newest beat says, and for how long."""
         if silent >= patience.silent_s:
             what = (
                 f"no word from {_name(peer)} for {patience.silent_s:g}s (no data, no beat: its process is stopped,"
                 " or stuck in native code that holds the GIL)"
             )
-        elif in_call_s is not None and in_call_s >= patience.call_s:
-            what = f"{_name(peer)} has been in one call for {in_call_s:.1f}s, the most it may take"
+        elif in_call is not None and in_call[1] >= patience.call_s:
+            what = f"{_name(peer)} has been in one call of {in_call[0]} for {in_call[1]:.1f}s, the most it may take"
         else:
             what = f"no data from {_name(peer)} for {patience.most_s:g}s, the most we may wait" + (
-                "" if in_call_s is None else f" (it has been in one call for {in_call_s:.1f}s)"
+                "" if in_call is None else f" (it has been in one call of {in_call[0]} for {in_call[1]:.1f}s)"
             )
         return WaitTimeout(
             f"{_name(self.me)}: {what} while waiting for {waiting_for} (step {header[0]}); is {_name(peer)} hung?"

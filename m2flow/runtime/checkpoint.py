@@ -125,7 +125,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         state = _load(path / "state.pt")
     except Exception as exc:  # noqa: BLE001 - a damaged file fails in the zip reader, the unpickler or torch
-        earlier = [p.name for p in _done(path.parent) if p != path and _iteration(p) < _iteration(path)]
+        earlier = [p.name for p in _done(path.parent) if _iteration(p) < _iteration(path)]
         before = f"the checkpoint before it ({earlier[-1]})" if earlier else "the start (no checkpoint is before it)"
         raise CheckpointError(
             f"checkpoint {path}: its state.pt cannot be read ({_reason(exc)}): it is damaged; remove that folder to go"

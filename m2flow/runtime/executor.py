@@ -101,7 +101,9 @@ class Run:
             self._record()
         self.result = RunResult(self.run_dir, plan, self.next_iteration)
         self.trace = Trace(plan)
-        self.reporter = Reporter(self.run_dir, spec.run.iterations, self.next_iteration, spec.run.progress)
+        self.reporter = Reporter(
+            self.run_dir, spec.run.iterations, self.next_iteration, spec.run.progress, self.env_steps
+        )
         unknown = plan.predicted.unknown_costs
         self.overlapped = spec.flow.asynchronous is not None  # its costs are measured under contention
         measuring = calibration(graph, unknown, spec.run.iterations - self.next_iteration)
@@ -145,7 +147,8 @@ class Run:
         )
         self.launch = Launch(self.graph, self.plan, str(self.run_dir), self.quarantine.times)
         self.launch.start()
-        self._note_processes()
+        if self.recorded:  # a resumed run's, once its checkpoint loaded: a resume that fails leaves the old one
+            self._note_processes()
         self.snapshots = Snapshots(self.graph, self.launch)
         replacer = self._replacer()
         if self.spec.run.spares:
@@ -167,6 +170,7 @@ class Run:
             self.restore_from = None
         if not self.recorded:
             self._record()
+            self._note_processes()
 
     def _record(self) -> None:
         """The settings and plan this run runs, beside its outputs (`m2flow eval`, `export` and a resume read them)."""
@@ -334,6 +338,7 @@ class Run:
         self._leave_lost_nodes(found_lost)
         self.next_iteration, self.env_steps, self.restore_from = self._latest()
         self.result.history = [h for h in self.result.history if h["iteration"] < self.next_iteration]
+        self.reporter.rewind(self.next_iteration, self.env_steps)
         self.reporter.print(
             f"m2flow: restart {restarts}/{self.spec.run.max_restarts}: all workers recreated,"
             f" continuing at iteration {self.next_iteration}"
@@ -450,8 +455,10 @@ class Run:
             self.reporter.print(cached_costs_table(cached))
 
     def close(self) -> None:
-        """Stop the workers (the run's outputs stay); safe to call more than once."""
-        self.trace.write(self.run_dir / "trace.json")
+        """Stop the workers (the run's outputs stay); safe to call more than once. A resume that failed before its
+        checkpoint loaded leaves the trace of the run it went on from."""
+        if self.recorded:
+            self.trace.write(self.run_dir / "trace.json")
         if self.controller is not None:
             self.controller.settle_given_up(SETTLE_S)
         if self.launch is not None:

@@ -125,7 +125,8 @@ class WorkerHost:
                 return target(**args)
             return _FunctionWorker(target)
         except Exception as exc:
-            detail = traceback.format_exc() + out_of_share(ctx, exc)
+            own = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)  # from the worker's code on
+            detail = "".join(own) + out_of_share(ctx, exc)
             raise PortFailed(ctx.worker, ctx.replica, "__init__", "construction", detail) from None
 
     def info(self) -> dict:

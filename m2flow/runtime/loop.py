@@ -325,7 +325,7 @@ class _LoopRun:
         start = time.time()
         with contextlib.ExitStack() as calling:  # the process is in a call: every replica it hosts says so
             for member in self.members:
-                calling.enter_context(member.mailbox.calling())
+                calling.enter_context(member.mailbox.calling(f"{m.worker}.{port}"))
             out = m.call_port(port, s, value)
         end = time.time()
         sent = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -13,11 +14,15 @@ RETURN_KEY = "env/episode_return"
 
 
 class Reporter:
-    def __init__(self, run_dir: Path, total: int, start: int, show_progress: bool):
-        from torch.utils.tensorboard import SummaryWriter
+    """Iterations `start` on, of `total`, logged to the folder `run_dir`. A run that goes on from a checkpoint
+    (resumed, or restarted after a failure: `rewind`) does the iterations after it again: what was logged of them
+    (metrics.jsonl lines, TensorBoard scalars past the checkpoint's `start_env_steps`) goes when the first of them
+    is logged again, that is once the checkpoint has loaded (a resume that fails leaves the logs as they were)."""
 
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"))
-        self.jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+    def __init__(self, run_dir: Path, total: int, start: int, show_progress: bool, start_env_steps: int = 0):
+        self.run_dir, self.start, self.start_env_steps = run_dir, start, start_env_steps
+        self.writer = None  # opened by the first `log`
+        self.jsonl = None
         self.console = Console(stderr=True)
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -33,7 +38,25 @@ class Reporter:
         self.task = self.progress.add_task("iteration", total=total, completed=start, sps="-", ret="-")
         self.progress.start()
 
+    def rewind(self, start: int, start_env_steps: int) -> None:
+        """Go on from iteration `start` (the checkpoint before it counted `start_env_steps`)."""
+        self._close_files()
+        self.start, self.start_env_steps = start, start_env_steps
+        self.progress.update(self.task, completed=start)
+
+    def _open(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        path, tensorboard = self.run_dir / "metrics.jsonl", self.run_dir / "tensorboard"
+        if path.exists():
+            _keep_before(path, self.start)
+        earlier = tensorboard.is_dir() and any(tensorboard.iterdir())
+        self.writer = SummaryWriter(str(tensorboard), purge_step=self.start_env_steps + 1 if earlier else None)
+        self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
     def log(self, iteration: int, env_steps: int, metrics: dict[str, float]) -> None:
+        if self.writer is None:
+            self._open()
         for key, value in metrics.items():
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self.writer.add_scalar(key, value, env_steps)
@@ -55,5 +78,26 @@ class Reporter:
 
     def close(self) -> None:
         self.progress.stop()
-        self.writer.close()
-        self.jsonl.close()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.jsonl.close()
+            self.writer = self.jsonl = None
+
+
+def _keep_before(path: Path, start: int) -> None:
+    """Rewrite metrics.jsonl (atomically) with the lines of the iterations before `start` alone; a line a kill
+    cut short is dropped with them."""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("iteration"), int) and row["iteration"] < start:
+            kept.append(line + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)

@@ -118,6 +118,11 @@ def settle(refs: list[Any], timeout_s: float = 0.0) -> list[Any]:
     return running
 
 
+# the line where Ray's message of a failed task or actor start says "Traceback (most recent call last):": its
+# process title, pid, address and the actor's repr, "ray::m2flow:wf:env:0:WorkerHost.__init__() (pid=1, repr=<...>)"
+RAY_TASK_HEADER = re.compile(r"^[^\n]*?ray::\S+\(\) \(pid=\d+[^\n]*\)\n", re.MULTILINE)
+
+
 def get(ref: Any, replica: Any, what: str) -> Any:
     import ray
 
@@ -131,6 +136,10 @@ def get(ref: Any, replica: Any, what: str) -> Any:
     except ray.exceptions.RayActorError as exc:
         if getattr(exc, "actor_init_failed", False):
             detail = re.sub(r"\x1b\[[0-9;]*m", "", getattr(exc, "error_msg", "") or str(exc))
+            own = detail.find(f"worker '{replica.worker}' replica {replica.index} failed in port '__init__'")
+            if own >= 0:  # the worker's own traceback, without Ray's actor repr and m2flow's host frames
+                detail = detail[own:].split("\n", 1)[-1]
+            detail = RAY_TASK_HEADER.sub("", detail)
             raise WorkerError(f"worker '{replica.worker}' replica {replica.index} failed to start:\n{detail}") from None
         said = str(exc).splitlines()[0].rstrip(".")
         raise WorkerError(

@@ -84,18 +84,19 @@ def test_a_worker_hung_in_a_call_is_reported_at_the_channel_deadline_its_beats_c
     # it sleeps in `act`, its replica beating: hung at the channel deadline, which comes from the plan (a few ms
     # per step, x20) and is held at the 2 s floor, its beats saying it is in a call (by the call's bound, or the
     # wait's own, whichever comes first)
-    in_call = r"policy\[0\] has been in one call for 2\.\ds|no data from policy\[0\] for 2s, the most we may wait \(it"
+    in_call = r"policy\[0\] has been in one call of policy\.act for 2\.\ds|no data from policy\[0\] for 2s, the most we"
     assert re.search(in_call, message), message
     assert "env.step input from policy.act (iteration 0)" in message
 
 
-def test_a_worker_that_cannot_start_shows_its_own_error(tmp_path):
+def test_a_worker_that_cannot_start_shows_its_own_error_without_ray_s_or_m2flow_s_frames(tmp_path):
     spec = counter_workflow(tmp_path, policy="FailsToStart")
     with pytest.raises(WorkerError) as info:
         mf.run(spec)
     message = str(info.value)
     assert re.search(r"worker 'policy' replica 0 failed to start", message)
     assert 'raise RuntimeError("cannot open the simulator, on purpose")' in message  # its own traceback
+    assert "repr=" not in message and "m2flow/runtime/host.py" not in message, message
 
 
 def test_seed_style_function_chain(tmp_path):

@@ -138,12 +138,19 @@ def test_the_camera_and_locomotion_configs_run_an_iteration(config, tmp_path):
     assert ("eval/return" in result.last) == evaluates
 
 
-def test_a_camera_run_evaluates_from_its_checkpoint_and_one_that_normalised_otherwise_is_refused(tmp_path):
+def test_a_camera_run_evaluates_from_its_checkpoint_and_one_that_normalised_otherwise_is_refused_or_hung_named(
+    tmp_path, monkeypatch, capsys
+):
     """`m2flow eval`'s path on the camera preset (its statistics restored and read frozen: test_camera_env.py); a
-    checkpoint whose simulator normalised nothing, evaluated as normalising, is refused naming the key."""
+    checkpoint whose simulator normalised nothing, evaluated as normalising, is refused naming the key; an
+    evaluation that hangs is given up at `--timeout`."""
+    import time
+
     import m2flow as mf
+    from m2flow import cli
     from m2flow.errors import SpecError
     from m2flow.offline import evaluate_run
+    from m2flow.workers.env import CameraEnv
 
     def trained(normalize: bool) -> Path:
         settings = ["run.iterations=2", "flow.loop.horizon=4", "run.checkpoint_every=1", "run.progress=false"]
@@ -155,6 +162,13 @@ def test_a_camera_run_evaluates_from_its_checkpoint_and_one_that_normalised_othe
     run_dir = trained(True)
     evaluation = evaluate_run(run_dir, episodes=2)
     assert evaluation.metrics["eval/length"] == 20 and math.isfinite(evaluation.metrics["eval/return"])
+    monkeypatch.setattr(CameraEnv, "evaluate", lambda self, weights: time.sleep(60))
+    began = time.monotonic()
+    assert cli.main(["eval", str(run_dir), "--episodes", "1", "--timeout", "2"]) == 2
+    assert time.monotonic() - began < 30
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"m2flow eval: 1 episode(s) of {run_dir} did not finish within 2 s" in said and "Traceback" not in said
+    monkeypatch.undo()
     raw = trained(False)
     (raw / "workflow.yaml").write_text((raw / "workflow.yaml").read_text().replace("normalize_obs: false", ""))
     with pytest.raises(SpecError, match=r"normalize_obs: the checkpoint's simulator did not normalise .* false"):

@@ -33,7 +33,7 @@ class Mailbox:
         self.sent.append((peer, header[0], sorted(payload)))
         return 1
 
-    def calling(self):
+    def calling(self, port: str):
         return contextlib.nullcontext()
 
 
@@ -93,7 +93,7 @@ class PolicyMailbox:
     def send(self, peer, header, payload):
         return 1
 
-    def calling(self):
+    def calling(self, port: str):
         return contextlib.nullcontext()
 
 
@@ -141,7 +141,7 @@ class SlicesMailbox:
         self.sent.append((peer[1], header[0], header[2], payload))
         return 1
 
-    def calling(self):
+    def calling(self, port: str):
         return contextlib.nullcontext()
 
 
