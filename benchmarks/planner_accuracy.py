@@ -107,7 +107,9 @@ def kept_run(spec: mf.WorkflowSpec, keep: Path, label: str) -> Path:
     return kept
 
 
-TRACE_FILES = ("trace.json", "plan.json", "processes.json")  # what `--keep-traces` keeps of each run
+# what `--keep-traces` keeps of each run: its calls' times, its plan, where its processes ran, its metrics (a camera
+# simulator's seconds of rendering and of physics, apart) and its end-of-run table
+TRACE_FILES = ("trace.json", "plan.json", "processes.json", "metrics.jsonl", "report.json")
 
 
 def keep_trace(spec: mf.WorkflowSpec, traces: Path | None, label: str) -> None:
