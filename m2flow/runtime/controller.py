@@ -358,7 +358,8 @@ class Controller(Asynchronous, InPlace):
         simulators = sum(1 for r in droppable if r.worker == self.graph.loop.entry.worker)
         waits = simulators + (1 + simulators if len(droppable) > simulators else 0)
         waiting = self.deadlines.phase("loop") + waits * self.deadlines.channel_s
-        return Deadline(waiting, f"{what} (iteration {self._it}); {self.deadlines.explain}")
+        naming = self.launch.processes.watch(self.launch.timeouts.silence_s)
+        return Deadline(waiting, f"{what} (iteration {self._it}); {self.deadlines.explain}", naming=naming)
 
     def _deadline(self, what: str, phase: str, seconds: float | None = None) -> Deadline:
         """A phase's deadline (`seconds`, else its op's); a process on this host silent for

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.runtime import pulse
 from m2flow.runtime.batching import BatchingError, concat, split
 from m2flow.runtime.channels import Mailbox, Patience, PeerId, Unsendable
 from m2flow.runtime.spans import Spans
@@ -324,6 +325,7 @@ class _LoopRun:
             ) from None
         start = time.time()
         with contextlib.ExitStack() as calling:  # the process is in a call: every replica it hosts says so
+            calling.enter_context(pulse.calling(f"{m.worker}.{port}"))
             for member in self.members:
                 calling.enter_context(member.mailbox.calling(f"{m.worker}.{port}"))
             out = m.call_port(port, s, value)

@@ -3,7 +3,9 @@
 hook, a weight sync's publish), tells a process at work from one stopped, or stuck in native code that holds
 the GIL, without waiting out the call's deadline: the second's file stops changing (`Watch`). The driver
 reads the files of the processes on its own host; those on other hosts are left to their deadlines. (In the
-loop, peers tell the same from the beats on their channels: `channels.py`.)
+loop, peers tell the same from the beats on their channels: `channels.py`.) While the process is in a loop
+call (`calling`), its file says which port and since when, so a loop past its deadline names the call each
+process still running is stuck in.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from m2flow.schedule import ReplicaId
 
 BEAT_FILE_EVERY_S = 0.5  # how often a worker process touches its beat file; run.timeouts.silence_s is >= 4x this
 _beating: list[threading.Thread] = []  # this process's beat-file thread, once started
+SILENT_FILE_S = 4 * BEAT_FILE_EVERY_S  # a beat file unchanged this long: its process has stopped beating
+_call: list[str] = [""]  # what the file says: the port this process is calling and since when (wall clock), or ""
 
 
 def beat_file(run_dir: str, address: str, pid: int) -> Path:
@@ -37,13 +41,28 @@ def beat_while_alive(run_dir: str, address: str) -> None:
     path.touch()
 
     def touch() -> None:
+        said = ""
         while True:
             with contextlib.suppress(OSError):
-                os.utime(path)
+                if _call[0] != said:
+                    said = _call[0]
+                    path.write_text(said)
+                else:
+                    os.utime(path)
             time.sleep(BEAT_FILE_EVERY_S)
 
     _beating.append(threading.Thread(target=touch, name="m2flow-beat-file", daemon=True))
     _beating[0].start()
+
+
+@contextlib.contextmanager
+def calling(port: str) -> Iterator[None]:
+    """This process is in a call of `port` ("worker.port") meanwhile: its beat file says so."""
+    _call[0] = f"{port} {time.time()}"
+    try:
+        yield
+    finally:
+        _call[0] = ""
 
 
 @dataclass
@@ -73,6 +92,22 @@ class Watch:
             elif now - since > self.silence_s:
                 out[replica] = now - since
         return out
+
+    def in_call(self, replica: ReplicaId) -> str:
+        """What the beat file of `replica`'s process says of it: in a loop call ("in <port> for <seconds>"), or
+        stopped beating ("no beat for <seconds> ..., last in <port>"); "" where it says neither or is elsewhere."""
+        path, _ = self.files.get(replica, (None, 0))
+        try:
+            if path is None:
+                return ""
+            said, silent_s = path.read_text().split(), time.time() - path.stat().st_mtime
+        except OSError:
+            return ""
+        port, since = said if len(said) == 2 else ("", "")
+        if silent_s > SILENT_FILE_S:
+            stopped = f"no beat for {silent_s:.0f}s: stopped, or stuck in native code that holds the GIL"
+            return stopped + (f"; last in {port}" if port else "")
+        return f"in {port} for {time.time() - float(since):.0f}s" if port else ""
 
 
 def _runs(pid: int) -> bool:

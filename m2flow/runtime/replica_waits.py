@@ -77,7 +77,7 @@ def await_loop(
         if not pending:
             break
         if alone is None and only_simulators_left():
-            alone = Deadline(alone_s, "simulators whose peers finished the loop")
+            alone = Deadline(alone_s, "simulators whose peers finished the loop", naming=deadline.naming)
         waiting = deadline if alone is None or alone.left() > deadline.left() else alone
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, waiting.left()))
         if not ready:
@@ -85,7 +85,7 @@ def await_loop(
             if len(hung) == len(calls) or not all(replaceable(i) for i in hung):  # none done: the loop is slow
                 wait_all([calls[i] for i in hung], deadline)  # raises the usual timeout, naming them
             for i in hung:  # no peer waits on them (their part was done, its result stuck on its way): hung
-                why = _still(calls[i], deadline) if waiting is deadline else _alone(calls[i], alone_s)
+                why = _still(calls[i], deadline) if waiting is deadline else _alone(calls[i], alone)
                 fail(i, Dropped(time.time(), why))
             break
         for ref in ready:
@@ -227,13 +227,18 @@ def await_transfer(
 
 
 def _still(call: Call, deadline: Deadline) -> str:
-    """Why a call still out at its deadline failed: it hangs."""
-    return f"{call[1].id} still in {call[2]} after {deadline.seconds:g}s"
+    """Why a call still out at its deadline failed: it hangs (in the call its process's beat file names)."""
+    return f"{call[1].id} still in {call[2]}{_in_call(call, deadline)} after {deadline.seconds:g}s"
 
 
-def _alone(call: Call, alone_s: float) -> str:
+def _alone(call: Call, alone: Deadline) -> str:
     """Why a simulator's loop still out after its peers finished theirs failed: it hangs."""
-    return f"{call[1].id} still in {call[2]} {alone_s:g}s after its peers finished theirs"
+    return f"{call[1].id} still in {call[2]}{_in_call(call, alone)} {alone.seconds:g}s after its peers finished theirs"
+
+
+def _in_call(call: Call, deadline: Deadline) -> str:
+    in_call = deadline.naming.in_call(call[1].id) if deadline.naming is not None else ""
+    return f" ({in_call})" if in_call else ""
 
 
 def _dropped(exc: WorkerError | WaitTimeout) -> Dropped:

@@ -19,6 +19,7 @@ class Deadline:
     seconds: float
     waiting_for: str
     watch: Watch | None = None  # the beat files of the processes awaited: a silent one is hung before the deadline
+    naming: Watch | None = None  # the beat files read, past the deadline, for the loop call a stuck process is in
     start: float = field(default_factory=time.monotonic)
 
     def left(self) -> float:
@@ -70,9 +71,7 @@ def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]
             for ref in ray.wait(pending, num_returns=len(pending), timeout=grace)[0]:
                 _, replica, what = calls[index[ref]]
                 get(ref, replica, what)
-            stuck = ", ".join(
-                f"{calls[index[r]][1].worker}[{calls[index[r]][1].index}] ({calls[index[r]][2]})" for r in pending[:6]
-            )
+            stuck = ", ".join(_stuck(*calls[index[r]][1:], deadline) for r in pending[:6])
             raise WaitTimeout(
                 f"waited {deadline.seconds:g}s for {deadline.waiting_for}; still running: {stuck}."
                 f" A worker may be hung; its log is under {log_dir()}. Raise run.timeouts if it is just slow",
@@ -82,6 +81,13 @@ def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]
         _, replica, what = calls[index[ref]]
         results[index[ref]] = get(ref, replica, what)
     return results
+
+
+def _stuck(replica: Any, what: str, deadline: Deadline) -> str:
+    """A replica still running past `deadline`, what it was asked, and the call its process is in, where its beat
+    file says: "env[0] (the loop, in env.step for 61s)"."""
+    in_call = deadline.naming.in_call(replica.id) if deadline.naming is not None else ""
+    return f"{replica.worker}[{replica.index}] ({what}{', ' + in_call if in_call else ''})"
 
 
 def finished(ref: Any) -> bool:

@@ -135,7 +135,9 @@ def test_a_simulator_hung_in_its_last_step_where_no_peer_waits_on_it_is_replaced
 
     (failure,) = result.failures  # replaced, not restarted
     assert failure["replaced"] == "env[1]" and failure["iteration"] == 1
-    assert "env[1] still in the loop" in failure["error"] and "after its peers finished theirs" in failure["error"]
+    # its beat file says it stopped beating (SIGSTOP)
+    assert "env[1] still in the loop (no beat for " in failure["error"], failure["error"]
+    assert "after its peers finished theirs" in failure["error"]
     # a channel deadline (floored at FLOOR_S) once the policy finished its loop, not the whole loop's deadline
     # (its phase's plus a channel deadline for each replica its peers may wait out: at least 3 x FLOOR_S here); the
     # deadline starts as the policy finishes its loop, a few ms before env[1] steps and writes the fault's time
