@@ -25,6 +25,9 @@ Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, secon
 ReplicaPoints = dict[str, dict[int, list[tuple[float, float]]]]  # "worker.port" -> replica -> [(items, seconds)]
 ReplicaShares = dict[int, tuple[float, ...]]  # a replica count -> each replica's share of a call's cost there
 
+# a batch size a port runs after it ran others: calls at it left out of a fit (on a GPU the first captures a CUDA
+# graph, the second is that graph's first replay, which uploads it: 19 and 7.7 ms where the next took 3.3, an H100)
+NEW_SHAPE_CALLS = 2
 SKIP_CATEGORIES = {"phase", "iteration"}  # controller rows: not a worker's port
 WORK_CATEGORIES = {"loop", "call"}  # calls that compute; a weight sync or swap may wait on its peer instead
 
@@ -32,9 +35,9 @@ WORK_CATEGORIES = {"loop", "call"}  # calls that compute; a weight sync or swap 
 def points_from_trace(trace: dict, skip_iterations: int = 1, warmups: Collection[int] = ()) -> Points:
     """(items, seconds of work) per worker port from every traced task, leaving out the first `skip_iterations`
     and the `warmups` (the first iteration of workers started again: a plan switched to, a restart), whose
-    calls compile, capture and allocate, and a replica's first call at a batch size its port had not run
-    before, after it ran at others (merged slices: a CUDA graph captured for the new shape). Calls that
-    shared a core count their own work (module doc)."""
+    calls compile, capture and allocate, and a replica's first `NEW_SHAPE_CALLS` calls at a batch size its port
+    had not run before, after it ran at others (merged slices: a CUDA graph captured for the new shape, then
+    uploaded to the GPU by its first replay). Calls that shared a core count their own work (module doc)."""
     points: Points = defaultdict(list)
     for task, items, seconds in _measured_calls(trace, skip_iterations, warmups):
         points[_port(task)].append((items, seconds))
@@ -61,13 +64,16 @@ def replica_points(
 def _measured_calls(trace: dict, skip_iterations: int, warmups: Collection[int]) -> Iterator[tuple[dict, float, float]]:
     """(task, items, seconds of work) of each traced call a fit reads (`points_from_trace`), in time order."""
     tasks = _port_tasks(trace)
-    sizes_run: dict[tuple[str, str], set[float]] = defaultdict(set)  # (replica, port) -> batch sizes it ran
+    # (replica, port) -> calls at each batch size it ran, the first size's as None (it warmed up in its iteration)
+    sizes_run: dict[tuple[str, str], dict[float, int | None]] = defaultdict(dict)
     for task, seconds in sorted(zip(tasks, _work_s(tasks), strict=True), key=lambda pair: pair[0].get("ts", 0)):
         args = task["args"]
         items = float(args.get("items", 0))
         run = sizes_run[(args["worker"], task["name"])]
-        new_shape = bool(run) and items not in run
-        run.add(items)
+        calls = run.setdefault(items, 0 if run else None)
+        if calls is not None:
+            run[items] = calls + 1
+        new_shape = calls is not None and calls < NEW_SHAPE_CALLS
         iteration = args.get("iteration", skip_iterations)
         if not (iteration < skip_iterations or iteration in warmups or new_shape):
             yield task, items, seconds
