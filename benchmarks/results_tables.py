@@ -49,6 +49,7 @@ from tables_planner import (
     planner_accuracy_by_stages,
     planner_hand_layouts,
     planner_scale,
+    replay_calibration,
     threads,
 )
 from tables_recovery import (
@@ -95,6 +96,8 @@ GPU_ACCURACY_SWEEPS = [
     "gpu41/planner_accuracy_repeat.json",
     "gpu41/planner_accuracy_third.json",
     "gpu43/planner_accuracy.json",
+    "gpu44/planner_accuracy.json",
+    "gpu45/planner_accuracy.json",
 ]
 OBS_STATISTICS = "learning_halfcheetah_obs_statistics.json"  # locomotion.sh, HalfCheetah per env vs shared
 ASYNC_CPU_SHARED_FIRST, ASYNC_CPU = "async_halfcheetah_shared_first.json", "async_halfcheetah.json"
@@ -430,6 +433,12 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h100_dec06d_third": partial(planner_accuracy, "gpu41/planner_accuracy_third.json"),
     "planner_accuracy_h100_dec07": partial(planner_accuracy, "gpu43/planner_accuracy.json"),
     "planner_accuracy_h100_by_stages": partial(planner_accuracy_by_stages, GPU_ACCURACY_SWEEPS),
+    "planner_accuracy_h100_dec07b": partial(planner_accuracy, "gpu44/planner_accuracy.json"),
+    "planner_accuracy_h100_dec07c": partial(planner_accuracy, "gpu45/planner_accuracy.json"),
+    **{
+        f"replay_calibration_{sweep}": partial(replay_calibration, f"{sweep}/replay_calibration.json")
+        for sweep in ("gpu44", "gpu45")
+    },
     "gpu_training_overlap_h100": partial(training_overlap, "gpu31/gpu_training_overlap.json"),
     "gpu_training_overlap_h100_first": partial(training_overlap, "gpu31/gpu_training_overlap_first.json"),
     "hf_policy_h200": hf_policy,

@@ -108,6 +108,30 @@ def planner_accuracy_by_stages(files: list[str], res: Results) -> Block:
     return Block(table(header, rows, "llllllr"), files)
 
 
+def replay_calibration(rel: str, res: Results) -> Block:
+    """A sweep replayed (`replay_calibration.py`): each candidate's prediction refit at this commit from the sweep's
+    calibrating trace, the sweep's own prediction and measured time beside it, and auto's choice."""
+    data = res.json(rel)
+    rows = [
+        [
+            f"{r['mode']} S={r['stages']}",
+            fixed(r["sweep_predicted_s"]),
+            fixed(r["predicted_s"]),
+            fixed(r["measured_s"]),
+            pct(r["error"]),
+            "auto" if r["auto"] else "",
+        ]
+        for r in data["rows"]
+    ]
+    caption = (
+        f"*{data['workload']} sweep of {data['sweep']} (code {data['sweep_commit']}) replayed at"
+        f" {data['meta']['commit']}: its calibrating run's trace refit, every candidate planned again on it;"
+        f" measured: the sweep's; `{data['summary']}`*"
+    )
+    header = ["plan", "predicted in the sweep s", "predicted now s", "measured s", "error now", "chosen now"]
+    return Block([caption, "", *table(header, rows, "lrrrrl")], [rel])
+
+
 def _with_rounds(seconds: float, rounds: list[float]) -> str:
     """A candidate's seconds, each round's beside them where there were several."""
     return fixed(seconds) + (f" ({', '.join(fixed(s) for s in rounds)})" if len(rounds) > 1 else "")

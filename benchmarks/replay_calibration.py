@@ -1,0 +1,130 @@
+"""A GPU sweep's calibration replayed on this machine: what the planner at this commit predicts for each candidate
+from the calibrating run's own trace, beside what each candidate measured in that sweep.
+
+`planner_accuracy.py --keep-traces` (`gpu_session.sh accuracy` with TRACES=1) keeps every run's trace; the
+calibrating run's is what auto's choice came from (a fresh cost cache; each candidate's own prediction in the sweep
+also read what the candidates run before it measured). Refitting it here, at another commit, shows what a change of
+the fit or the cost model would have predicted and chosen on the same measurements, without a GPU: the candidates'
+measured times are the sweep's own.
+
+    python benchmarks/replay_calibration.py benchmarks/results/gpu44 [--gpus 1 --cpus 16]
+
+Writes `<sweep>/replay_calibration.json` and ends with
+`replay of gpu44: auto hybrid S=1, +2.3% over the fastest measured; predictions within 10% in 6/6`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from planner_accuracy import NEAR_BEST, WITHIN, WORKLOADS, spec_of
+from results_io import save_result
+
+from m2flow.cluster import Cluster
+from m2flow.graph import build_graph
+from m2flow.planners import make_plan
+from m2flow.runtime.executor import planned_graph
+from m2flow.runtime.replan import Running, refit
+from m2flow.schedule import Plan
+
+CALIBRATING = "calibrating"  # the calibrating run's folder in the traces: <workflow>-calibrating
+
+
+@contextlib.contextmanager
+def _cost_cache(folder: Path) -> Iterator[None]:
+    """Plan with the cost cache in `folder` (empty: knowing nothing but the trace), the caller's set back after."""
+    before = os.environ.get("M2FLOW_COST_CACHE")
+    os.environ["M2FLOW_COST_CACHE"] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["M2FLOW_COST_CACHE"]
+        else:
+            os.environ["M2FLOW_COST_CACHE"] = before
+
+
+def replay(sweep: Path, gpus: int, cpus: int) -> dict:
+    """The sweep's workload planned again on the costs its calibrating run's trace gives at this commit."""
+    accuracy = json.loads((sweep / "planner_accuracy.json").read_text())
+    (measured,) = accuracy["workloads"]
+    workload = WORKLOADS[measured["workload"]]
+    hardware = (f"cluster.gpus={gpus}", f"cluster.cpus={cpus}")
+    with tempfile.TemporaryDirectory(prefix="m2flow-replay-") as tmp, _cost_cache(Path(tmp) / "cost-cache"):
+        with tarfile.open(sweep / "traces.tgz") as archive:
+            archive.extractall(tmp, filter="data")
+        (calibrating,) = Path(tmp, "traces").glob(f"*-{CALIBRATING}")
+        plan = Plan.load(calibrating / "plan.json")
+        spec = spec_of(workload, Path(tmp), "placement.mode=auto", *hardware)
+        graph = planned_graph(spec, plan) if plan.spec_overrides else build_graph(spec)
+        events = json.loads((calibrating / "trace.json").read_text())["traceEvents"]
+        profile = refit(graph, Cluster.from_spec(spec.cluster), events, Running(plan, 0, (0,))).profile
+
+        def planned(*settings: str) -> Plan:
+            candidate = spec_of(workload, Path(tmp), *settings, *hardware)
+            return make_plan(build_graph(candidate), Cluster.from_spec(candidate.cluster), profile)
+
+        auto = planned("placement.pipeline_stages=auto")
+        rows = []
+        for row in measured["rows"]:
+            if "measured_s" not in row:
+                continue
+            again = planned(f"placement.mode={row['mode']}", f"placement.pipeline_stages={row['stages']}")
+            predicted = again.predicted.iteration_s
+            rows.append(
+                {
+                    "mode": row["mode"],
+                    "stages": row["stages"],
+                    "predicted_s": predicted,
+                    "measured_s": row["measured_s"],
+                    "error": row["measured_s"] / predicted - 1,
+                    "sweep_predicted_s": row["predicted_s"],
+                    "auto": again.layout_key == auto.layout_key,
+                }
+            )
+    fastest = min(r["measured_s"] for r in rows)
+    chosen = next((r for r in rows if r["auto"]), None)
+    within = sum(abs(r["error"]) <= WITHIN for r in rows)
+    over = chosen["measured_s"] / fastest - 1 if chosen else None
+    summary = (
+        f"replay of {sweep.name}: auto {auto.label}"
+        + (f", {over:+.1%} over the fastest measured" if chosen else ", a plan the sweep did not measure")
+        + f"; predictions within 10% in {within}/{len(rows)}"
+    )
+    return {
+        "sweep": sweep.name,
+        "sweep_commit": accuracy["meta"]["commit"],
+        "workload": measured["workload"],
+        "rows": rows,
+        "auto": auto.label,
+        "auto_within_5pct": chosen is not None and over <= NEAR_BEST,
+        "summary": summary,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("sweep", type=Path, help="a sweep's results folder holding planner_accuracy.json, traces.tgz")
+    parser.add_argument("--gpus", type=int, default=1, help="the GPUs of the machine the sweep ran on")
+    parser.add_argument("--cpus", type=int, default=16, help="its cores")
+    args = parser.parse_args()
+    result = replay(args.sweep, args.gpus, args.cpus)
+    for row in result["rows"]:
+        print(
+            f"  {row['mode']:8s} S={row['stages']}  predicted {row['predicted_s']:.3f} s (in the sweep"
+            f" {row['sweep_predicted_s']:.3f})  measured {row['measured_s']:.3f} s  ({row['error']:+.1%})"
+            + ("  <- auto" if row["auto"] else "")
+        )
+    save_result("replay_calibration", result, args.sweep)
+    print(result["summary"])
+
+
+if __name__ == "__main__":
+    main()
