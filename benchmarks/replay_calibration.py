@@ -16,14 +16,12 @@ Writes `<sweep>/replay_calibration.json` and ends with
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
+from cost_cache import cache_at
 from planner_accuracy import NEAR_BEST, WITHIN, WORKLOADS, spec_of
 from results_io import save_result
 
@@ -37,27 +35,13 @@ from m2flow.schedule import Plan
 CALIBRATING = "calibrating"  # the calibrating run's folder in the traces: <workflow>-calibrating
 
 
-@contextlib.contextmanager
-def _cost_cache(folder: Path) -> Iterator[None]:
-    """Plan with the cost cache in `folder` (empty: knowing nothing but the trace), the caller's set back after."""
-    before = os.environ.get("M2FLOW_COST_CACHE")
-    os.environ["M2FLOW_COST_CACHE"] = str(folder)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["M2FLOW_COST_CACHE"]
-        else:
-            os.environ["M2FLOW_COST_CACHE"] = before
-
-
 def replay(sweep: Path, gpus: int, cpus: int) -> dict:
     """The sweep's workload planned again on the costs its calibrating run's trace gives at this commit."""
     accuracy = json.loads((sweep / "planner_accuracy.json").read_text())
     (measured,) = accuracy["workloads"]
     workload = WORKLOADS[measured["workload"]]
     hardware = (f"cluster.gpus={gpus}", f"cluster.cpus={cpus}")
-    with tempfile.TemporaryDirectory(prefix="m2flow-replay-") as tmp, _cost_cache(Path(tmp) / "cost-cache"):
+    with tempfile.TemporaryDirectory(prefix="m2flow-replay-") as tmp, cache_at(Path(tmp) / "cost-cache"):  # empty
         with tarfile.open(sweep / "traces.tgz") as archive:
             archive.extractall(tmp, filter="data")
         (calibrating,) = Path(tmp, "traces").glob(f"*-{CALIBRATING}")
