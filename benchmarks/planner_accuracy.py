@@ -113,8 +113,8 @@ TRACE_FILES = ("trace.json", "plan.json", "processes.json", "metrics.jsonl", "re
 
 
 def keep_trace(spec: mf.WorkflowSpec, traces: Path | None, label: str) -> None:
-    """Copy the run's trace, plan and processes to `traces/<workflow>-<label>/` (`--keep-traces`: the fit of a
-    contention term needs the calls' times, which the results JSON does not hold)."""
+    """Copy the run's `TRACE_FILES` to `traces/<workflow>-<label>/` (`--keep-traces`: a refit needs the calls'
+    times, which the results JSON does not hold; `replay_calibration.py`)."""
     if traces is None:
         return
     run_dir = Path(spec.run.output_dir) / spec.name
@@ -260,7 +260,7 @@ def run_once(
         c.failed["failed_round"] = round_ + 1
         print(f"  {name:14s} {c.label:24s}  FAILED{which}: {str(exc).splitlines()[0][:300]}", flush=True)
         return
-    keep_trace(c.spec, traces, f"{c.mode}-S{c.stages}-round{round_ + 1}")
+    keep_trace(c.spec, traces, f"{c.mode}-S{c.stages}{'-co-hosted' if c.co_hosted else ''}-round{round_ + 1}")
     c.measured.append(measured_iteration_s(run))
     error = c.measured[-1] / c.predicted[-1] - 1
     print(

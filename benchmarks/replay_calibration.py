@@ -25,7 +25,6 @@ from cost_cache import cache_at
 from planner_accuracy import NEAR_BEST, WITHIN, WORKLOADS, spec_of
 from results_io import save_result
 
-from m2flow.cluster import Cluster
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
 from m2flow.runtime.executor import planned_graph
@@ -49,11 +48,11 @@ def replay(sweep: Path, gpus: int, cpus: int) -> dict:
         spec = spec_of(workload, Path(tmp), "placement.mode=auto", *hardware)
         graph = planned_graph(spec, plan) if plan.spec_overrides else build_graph(spec)
         events = json.loads((calibrating / "trace.json").read_text())["traceEvents"]
-        profile = refit(graph, Cluster.from_spec(spec.cluster), events, Running(plan, 0, (0,))).profile
+        cluster = plan.cluster  # as the sweep's machine had it (its memory too)
+        profile = refit(graph, cluster, events, Running(plan, 0, (0,))).profile
 
         def planned(*settings: str) -> Plan:
-            candidate = spec_of(workload, Path(tmp), *settings, *hardware)
-            return make_plan(build_graph(candidate), Cluster.from_spec(candidate.cluster), profile)
+            return make_plan(build_graph(spec_of(workload, Path(tmp), *settings, *hardware)), cluster, profile)
 
         auto = planned("placement.pipeline_stages=auto")
         rows = []

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,19 +150,28 @@ def _eval(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _within(seconds: float, what: str, fix: str) -> Iterator[None]:
-    """Run the block with a deadline of `seconds` (a real-time alarm in this, the main thread): past it a
-    `WaitTimeout` naming `what`, not a hang."""
+    """Run the block, in the main thread, with a deadline of `seconds`: past it a watchdog thread interrupts it
+    (SIGINT to the main thread; no timer of the process is touched), and it raises a `WaitTimeout` naming `what`,
+    not a hang. A call in native code that holds the GIL is interrupted once it returns to Python."""
+    expired = threading.Event()
 
-    def expired(signum, frame) -> None:
-        raise WaitTimeout(f"{what} did not finish within {seconds:g} s; a simulator may be hung, or {fix}")
+    main = threading.main_thread().ident
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def expire() -> None:
+        expired.set()
+        signal.pthread_kill(main, signal.SIGINT)  # a real signal: a blocking call in the main thread returns too
+
+    watchdog = threading.Timer(seconds, expire)
+    watchdog.daemon = True
+    watchdog.start()
     try:
         yield
+    except KeyboardInterrupt:
+        if not expired.is_set():
+            raise
+        raise WaitTimeout(f"{what} did not finish within {seconds:g} s; a simulator may be hung, or {fix}") from None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        watchdog.cancel()
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -25,9 +25,10 @@ Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, secon
 ReplicaPoints = dict[str, dict[int, list[tuple[float, float]]]]  # "worker.port" -> replica -> [(items, seconds)]
 ReplicaShares = dict[int, tuple[float, ...]]  # a replica count -> each replica's share of a call's cost there
 
-# a batch size a port runs after it ran others: calls at it left out of a fit (on a GPU the first captures a CUDA
-# graph, the second is that graph's first replay, which uploads it: 19 and 7.7 ms where the next took 3.3, an H100)
-NEW_SHAPE_CALLS = 2
+# a batch size a port runs after it ran others: its first calls at it left out of a fit, the first everywhere (a
+# shape's allocations), the second too on a GPU (the first captured a CUDA graph, the second, that graph's first
+# replay, uploaded it: 19 and 7.7 ms where the next took 3.3, an H100); a size seen once more is fitted
+NEW_SHAPE_CALLS = {"cpu": 1, "gpu": 2}
 SKIP_CATEGORIES = {"phase", "iteration"}  # controller rows: not a worker's port
 WORK_CATEGORIES = {"loop", "call"}  # calls that compute; a weight sync or swap may wait on its peer instead
 
@@ -35,9 +36,9 @@ WORK_CATEGORIES = {"loop", "call"}  # calls that compute; a weight sync or swap 
 def points_from_trace(trace: dict, skip_iterations: int = 1, warmups: Collection[int] = ()) -> Points:
     """(items, seconds of work) per worker port from every traced task, leaving out the first `skip_iterations`
     and the `warmups` (the first iteration of workers started again: a plan switched to, a restart), whose
-    calls compile, capture and allocate, and a replica's first `NEW_SHAPE_CALLS` calls at a batch size its port
-    had not run before, after it ran at others (merged slices: a CUDA graph captured for the new shape, then
-    uploaded to the GPU by its first replay). Calls that shared a core count their own work (module doc)."""
+    calls compile, capture and allocate, and a replica's first calls at a batch size its port had not run before,
+    after it ran at others (`NEW_SHAPE_CALLS`: merged slices, a CUDA graph captured for the new shape, then uploaded
+    to the GPU by its first replay). Calls that shared a core count their own work (module doc)."""
     points: Points = defaultdict(list)
     for task, items, seconds in _measured_calls(trace, skip_iterations, warmups):
         points[_port(task)].append((items, seconds))
@@ -73,7 +74,7 @@ def _measured_calls(trace: dict, skip_iterations: int, warmups: Collection[int])
         calls = run.setdefault(items, 0 if run else None)
         if calls is not None:
             run[items] = calls + 1
-        new_shape = calls is not None and calls < NEW_SHAPE_CALLS
+        new_shape = calls is not None and calls < NEW_SHAPE_CALLS["cpu" if _is_core(args.get("device", "")) else "gpu"]
         iteration = args.get("iteration", skip_iterations)
         if not (iteration < skip_iterations or iteration in warmups or new_shape):
             yield task, items, seconds

@@ -32,7 +32,7 @@ from typing import Any
 from m2flow.errors import WaitTimeout, WorkerError
 
 PeerId = tuple[str, int]  # (worker, replica)
-BEAT = ("beat",)  # the header of a beat: "alive"; its payload, how long its call in progress has run (None: none)
+BEAT = ("beat",)  # a beat's header: "alive"; its payload, the port of its call in progress and how long it has run
 BEAT_EVERY_S = 0.5  # how often a mailbox beats; a silence bound is at least 4x this (run.timeouts.silence_s)
 
 
@@ -252,7 +252,7 @@ class Mailbox:
             ) from None
 
     def beat(self) -> None:
-        """Tell every peer this replica sends to that it is alive, and how long its call in progress has run.
+        """Tell every peer this replica sends to that it is alive, and which call it is in and for how long.
         Never blocks: a channel busy with data (that says more) or full (its reader stopped) goes without;
         a broken channel is the data's to report."""
         call = self._call

@@ -23,8 +23,7 @@ from m2flow.schedule import ReplicaId
 
 BEAT_FILE_EVERY_S = 0.5  # how often a worker process touches its beat file; run.timeouts.silence_s is >= 4x this
 _beating: list[threading.Thread] = []  # this process's beat-file thread, once started
-SILENT_FILE_S = 4 * BEAT_FILE_EVERY_S  # a beat file unchanged this long: its process has stopped beating
-_call: list[str] = [""]  # what the file says: the port this process is calling and since when (wall clock), or ""
+_call: list[tuple[str, float] | None] = [None]  # the loop port this process is calling, since when (wall clock)
 
 
 def beat_file(run_dir: str, address: str, pid: int) -> Path:
@@ -41,12 +40,14 @@ def beat_while_alive(run_dir: str, address: str) -> None:
     path.touch()
 
     def touch() -> None:
-        said = ""
+        said = None
         while True:
             with contextlib.suppress(OSError):
                 if _call[0] != said:
                     said = _call[0]
-                    path.write_text(said)
+                    written = path.with_name(f".{path.name}.tmp")
+                    written.write_text("" if said is None else f"{said[0]} {said[1]}")
+                    os.replace(written, path)  # whole: a reader never sees it half written
                 else:
                     os.utime(path)
             time.sleep(BEAT_FILE_EVERY_S)
@@ -58,11 +59,11 @@ def beat_while_alive(run_dir: str, address: str) -> None:
 @contextlib.contextmanager
 def calling(port: str) -> Iterator[None]:
     """This process is in a call of `port` ("worker.port") meanwhile: its beat file says so."""
-    _call[0] = f"{port} {time.time()}"
+    _call[0] = (port, time.time())
     try:
         yield
     finally:
-        _call[0] = ""
+        _call[0] = None
 
 
 @dataclass
@@ -95,19 +96,18 @@ class Watch:
 
     def in_call(self, replica: ReplicaId) -> str:
         """What the beat file of `replica`'s process says of it: in a loop call ("in <port> for <seconds>"), or
-        stopped beating ("no beat for <seconds> ..., last in <port>"); "" where it says neither or is elsewhere."""
+        silent past `silence_s` ("no beat for <seconds> ...; last in <port>"); "" where it says neither, or is
+        elsewhere."""
         path, _ = self.files.get(replica, (None, 0))
         try:
-            if path is None:
-                return ""
             said, silent_s = path.read_text().split(), time.time() - path.stat().st_mtime
-        except OSError:
+            port, since = (said[0], float(said[1])) if len(said) == 2 else ("", 0.0)
+        except (OSError, AttributeError, ValueError):  # no file here, or none readable
             return ""
-        port, since = said if len(said) == 2 else ("", "")
-        if silent_s > SILENT_FILE_S:
+        if silent_s > self.silence_s:
             stopped = f"no beat for {silent_s:.0f}s: stopped, or stuck in native code that holds the GIL"
             return stopped + (f"; last in {port}" if port else "")
-        return f"in {port} for {time.time() - float(since):.0f}s" if port else ""
+        return f"in {port} for {time.time() - since:.0f}s" if port else ""
 
 
 def _runs(pid: int) -> bool:

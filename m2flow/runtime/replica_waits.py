@@ -237,7 +237,7 @@ def _alone(call: Call, alone: Deadline) -> str:
 
 
 def _in_call(call: Call, deadline: Deadline) -> str:
-    in_call = deadline.naming.in_call(call[1].id) if deadline.naming is not None else ""
+    in_call = deadline.in_call(call[1].id)
     return f" ({in_call})" if in_call else ""
 
 

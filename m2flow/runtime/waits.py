@@ -25,6 +25,10 @@ class Deadline:
     def left(self) -> float:
         return self.seconds - (time.monotonic() - self.start)
 
+    def in_call(self, replica: ReplicaId) -> str:
+        """What `replica`'s process is in, still running past the deadline, as its beat file says ("" unknown)."""
+        return self.naming.in_call(replica) if self.naming is not None else ""
+
 
 def next_ready(pending: list[Any], deadline: Deadline, replica_of: Callable[[Any], Any]) -> tuple[list[Any], dict]:
     """The first of `pending` (object refs) to finish, waiting at most until `deadline`: ([ref], {}); or, the
@@ -86,7 +90,7 @@ def wait_all(calls: list[tuple[Any, Any, str]], deadline: Deadline) -> list[Any]
 def _stuck(replica: Any, what: str, deadline: Deadline) -> str:
     """A replica still running past `deadline`, what it was asked, and the call its process is in, where its beat
     file says: "env[0] (the loop, in env.step for 61s)"."""
-    in_call = deadline.naming.in_call(replica.id) if deadline.naming is not None else ""
+    in_call = deadline.in_call(replica.id)
     return f"{replica.worker}[{replica.index}] ({what}{', ' + in_call if in_call else ''})"
 
 

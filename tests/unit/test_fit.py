@@ -122,7 +122,7 @@ def test_trace_points_skip_warm_up_and_controller_rows():
     assert fit_points(points, "test")["ports"]["env.step"].per_item_s == pytest.approx(0.0005)
 
 
-def test_a_replicas_first_two_calls_at_a_batch_size_new_to_its_port_are_a_warm_up():
+def test_a_replicas_first_two_calls_at_a_batch_size_new_to_its_port_on_a_gpu_are_a_warm_up_its_first_on_a_core():
     # merged slices: the policy acted on 16 rows, then took in slices for a call on 64 rows, whose first call
     # captured a CUDA graph for the new shape (19 ms), whose second was that graph's first replay, uploading it
     # (7.7 ms), and whose third ran as the shape runs (3.3 ms), as on an H100 (benchmarks/results/gpu44)
@@ -136,11 +136,14 @@ def test_a_replicas_first_two_calls_at_a_batch_size_new_to_its_port_are_a_warm_u
             _task("act", "policy[0]", "n0/gpu0", 0.35, 0.002, items=16),  # a size it ran before
             _task("act", "policy[1]", "n0/gpu0", 0.40, 0.0035, items=64),  # another replica's own shapes
             _task("act", "policy[1]", "n0/gpu0", 0.50, 0.0036, items=64),
+            _task("step", "env[0]", "n0/cpu0", 0.10, 0.001, items=4),
+            _task("step", "env[0]", "n0/cpu0", 0.20, 0.004, items=8),  # its first call at 8 envs: left out
+            _task("step", "env[0]", "n0/cpu0", 0.30, 0.002, items=8),  # its second: fitted
         ]
     }
-    assert points_from_trace(trace) == {
-        "policy.act": [(16.0, 0.002), (64.0, 0.0033), (16.0, 0.002), (64.0, 0.0035), (64.0, 0.0036)]
-    }
+    points = points_from_trace(trace)
+    assert points["policy.act"] == [(16.0, 0.002), (64.0, 0.0033), (16.0, 0.002), (64.0, 0.0035), (64.0, 0.0036)]
+    assert points["env.step"] == [(4.0, pytest.approx(0.001)), (8.0, pytest.approx(0.002))]
 
 
 def test_a_message_s_cost_is_the_line_through_the_hops_seen_at_each_size_all_per_message_at_one_size():

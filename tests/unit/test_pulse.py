@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from m2flow.runtime.pulse import BEAT_FILE_EVERY_S, SILENT_FILE_S, Watch, beat_file
+from m2flow.runtime.pulse import BEAT_FILE_EVERY_S, Watch, beat_file
 from m2flow.schedule import ReplicaId
 
 STILL, BEATING, GONE, ELSEWHERE = (ReplicaId(w, 0) for w in ("still", "beating", "gone", "elsewhere"))
@@ -75,11 +75,13 @@ def test_a_beat_file_names_the_loop_call_its_process_is_in_and_that_it_stopped_b
     child = subprocess.Popen([sys.executable, "-c", calling], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "calling"
-        watch = Watch({STILL: (beat_file(str(tmp_path), "here", child.pid), child.pid)}, silence_s=60)
+        watch = Watch(
+            {STILL: (beat_file(str(tmp_path), "here", child.pid), child.pid)}, silence_s=4 * BEAT_FILE_EVERY_S
+        )
         time.sleep(3 * BEAT_FILE_EVERY_S)
         assert re.fullmatch(r"in env\.step for \d+s", watch.in_call(STILL)), watch.in_call(STILL)
         os.kill(child.pid, signal.SIGSTOP)
-        time.sleep(SILENT_FILE_S + 2 * BEAT_FILE_EVERY_S)
+        time.sleep(watch.silence_s + 2 * BEAT_FILE_EVERY_S)
         said = watch.in_call(STILL)
         assert said.startswith("no beat for ") and said.endswith("; last in env.step"), said
         assert watch.in_call(ELSEWHERE) == ""  # no file on this host: nothing said
