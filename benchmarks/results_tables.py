@@ -99,6 +99,7 @@ GPU_ACCURACY_SWEEPS = [
     "gpu44/planner_accuracy.json",
     "gpu45/planner_accuracy.json",
     "gpu46/planner_accuracy.json",
+    "gpu47/planner_accuracy.json",
 ]
 OBS_STATISTICS = "learning_halfcheetah_obs_statistics.json"  # locomotion.sh, HalfCheetah per env vs shared
 ASYNC_CPU_SHARED_FIRST, ASYNC_CPU = "async_halfcheetah_shared_first.json", "async_halfcheetah.json"
@@ -437,9 +438,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h100_dec07b": partial(planner_accuracy, "gpu44/planner_accuracy.json"),
     "planner_accuracy_h100_dec07c": partial(planner_accuracy, "gpu45/planner_accuracy.json"),
     "planner_accuracy_h100_dec07d": partial(planner_accuracy, "gpu46/planner_accuracy.json"),
+    "planner_accuracy_h100_dec07e": partial(planner_accuracy, "gpu47/planner_accuracy.json"),
     **{
         f"replay_calibration_{sweep}": partial(replay_calibration, f"{sweep}/replay_calibration.json")
-        for sweep in ("gpu44", "gpu45", "gpu46")
+        for sweep in ("gpu44", "gpu45", "gpu46", "gpu47")
     },
     "gpu_training_overlap_h100": partial(training_overlap, "gpu31/gpu_training_overlap.json"),
     "gpu_training_overlap_h100_first": partial(training_overlap, "gpu31/gpu_training_overlap_first.json"),
