@@ -153,9 +153,7 @@ def _within(seconds: float, what: str, fix: str) -> Iterator[None]:
     """Run the block, in the main thread, with a deadline of `seconds`: past it a watchdog thread interrupts it
     (SIGINT to the main thread; no timer of the process is touched), and it raises a `WaitTimeout` naming `what`,
     not a hang. A call in native code that holds the GIL is interrupted once it returns to Python."""
-    expired = threading.Event()
-
-    main = threading.main_thread().ident
+    expired, main = threading.Event(), threading.main_thread().ident
 
     def expire() -> None:
         expired.set()

@@ -23,13 +23,12 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.runtime import pulse
 
 PeerId = tuple[str, int]  # (worker, replica)
 BEAT = ("beat",)  # a beat's header: "alive"; its payload, the port of its call in progress and how long it has run
@@ -112,7 +111,6 @@ class Mailbox:
         self._arrived = threading.Condition()
         # a message `arrived` read before its `recv` (both are called by the loop's one thread only)
         self._early: dict[PeerId, Message] = {}
-        self._call: tuple[str, float] | None = None  # the port call in progress and when it began (`calling`)
         self._closed = threading.Event()
         self._listeners = {k: CHANNEL_KINDS[k].listen(f"{me[0]}-{me[1]}", authkey) for k in kinds}
         for listener in self._listeners.values():
@@ -180,15 +178,6 @@ class Mailbox:
         self.sent_bytes += len(data)
         return len(data)
 
-    @contextmanager
-    def calling(self, port: str) -> Iterator[None]:
-        """Mark a call of `port` ("worker.port") in progress: the beats say which, and for how long."""
-        self._call = (port, time.monotonic())
-        try:
-            yield
-        finally:
-            self._call = None
-
     def arrived(self, peer: PeerId, header: tuple) -> bool:
         """Whether the message `header` from `peer` has begun to arrive (then it is read whole, as `recv` reads
         it); waits for none. A message read to see is kept for its `recv`; the beats read past are dropped (the
@@ -252,12 +241,11 @@ class Mailbox:
             ) from None
 
     def beat(self) -> None:
-        """Tell every peer this replica sends to that it is alive, and which call it is in and for how long.
+        """Tell every peer this replica sends to that it is alive, and which call its process is in and for how long
+        (`pulse.calling`).
         Never blocks: a channel busy with data (that says more) or full (its reader stopped) goes without;
         a broken channel is the data's to report."""
-        call = self._call
-        in_call = None if call is None else (call[0], time.monotonic() - call[1])
-        data = pickle.dumps((BEAT, in_call), pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps((BEAT, pulse.current_call()), pickle.HIGHEST_PROTOCOL)
         for peer, conn in list(self.outbound.items()):
             lock = self._sending.get(peer)
             if lock is None or not lock.acquire(blocking=False):

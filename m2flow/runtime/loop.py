@@ -21,7 +21,6 @@ and the controller replaces it with them and redoes their shards.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -324,10 +323,7 @@ class _LoopRun:
                 f" into one call of port '{port}' (iteration {self.prog.iteration}): {exc}"
             ) from None
         start = time.time()
-        with contextlib.ExitStack() as calling:  # the process is in a call: every replica it hosts says so
-            calling.enter_context(pulse.calling(f"{m.worker}.{port}"))
-            for member in self.members:
-                calling.enter_context(member.mailbox.calling(f"{m.worker}.{port}"))
+        with pulse.calling(f"{m.worker}.{port}"):  # the process is in a call: every replica it hosts says so
             out = m.call_port(port, s, value)
         end = time.time()
         sent = 0

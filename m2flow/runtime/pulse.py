@@ -58,12 +58,19 @@ def beat_while_alive(run_dir: str, address: str) -> None:
 
 @contextlib.contextmanager
 def calling(port: str) -> Iterator[None]:
-    """This process is in a call of `port` ("worker.port") meanwhile: its beat file says so."""
+    """This process is in a call of `port` ("worker.port") meanwhile: its beat file says so, and so do the beats of
+    every replica it hosts on their channels (`channels.py`)."""
     _call[0] = (port, time.time())
     try:
         yield
     finally:
         _call[0] = None
+
+
+def current_call() -> tuple[str, float] | None:
+    """The loop port this process is calling and for how many seconds so far (`calling`), or None."""
+    call = _call[0]
+    return None if call is None else (call[0], time.time() - call[1])
 
 
 @dataclass

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.runtime import pulse
 from m2flow.runtime.channels import Mailbox, Patience, Unsendable
 
 SIMULATOR, POLICY, SILENT = ("env", 0), ("rollout", 0), ("env", 1)
@@ -62,7 +63,7 @@ def test_a_peer_that_waits_on_another_keeps_its_waiter_past_the_silence_bound(ma
 
 def test_a_peer_working_in_a_call_within_its_bound_keeps_its_waiter_past_the_silence_bound(mailboxes):
     def policy_acts_then_answers():
-        with mailboxes[POLICY].calling("rollout.act"):
+        with pulse.calling("rollout.act"):
             time.sleep(1.5)
         mailboxes[POLICY].send(SIMULATOR, (0, 2, 0), "action")
 
@@ -75,7 +76,7 @@ def test_a_peer_working_in_a_call_within_its_bound_keeps_its_waiter_past_the_sil
 
 def test_a_peer_whose_beats_say_one_call_ran_past_its_bound_is_hung_then_named_with_its_port(mailboxes):
     def policy_acts_long():
-        with mailboxes[POLICY].calling("rollout.act"):
+        with pulse.calling("rollout.act"):
             time.sleep(3.0)
 
     policy = in_thread(policy_acts_long)
@@ -88,7 +89,7 @@ def test_a_peer_whose_beats_say_one_call_ran_past_its_bound_is_hung_then_named_w
 def test_beats_do_not_stretch_a_wait_past_its_most_and_the_timeout_says_the_peer_is_in_a_call(mailboxes):
     def policy_acts_long():
         time.sleep(0.3)  # its call begins after the wait: the wait's own bound comes first
-        with mailboxes[POLICY].calling("rollout.act"):
+        with pulse.calling("rollout.act"):
             time.sleep(3.0)
 
     policy = in_thread(policy_acts_long)
@@ -142,7 +143,7 @@ def test_patience_refuses_a_silence_or_a_call_longer_than_the_whole_wait(silent_
 
 
 def test_beats_left_unread_are_skipped_by_the_next_receive_even_one_that_said_a_call_ran_long(mailboxes):
-    with mailboxes[POLICY].calling("rollout.act"):
+    with pulse.calling("rollout.act"):
         time.sleep(1.0)  # beats pile up unread, the newest saying the call ran 0.9 s
     time.sleep(0.3)  # then some saying it is in no call
     mailboxes[POLICY].send(SIMULATOR, (1, 2, 0), "next action")

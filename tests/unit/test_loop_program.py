@@ -4,8 +4,6 @@ droppable fails the loop as before; a simulator whose droppable inference peer b
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 
@@ -32,9 +30,6 @@ class Mailbox:
     def send(self, peer, header, payload):
         self.sent.append((peer, header[0], sorted(payload)))
         return 1
-
-    def calling(self, port: str):
-        return contextlib.nullcontext()
 
 
 def program(
@@ -93,9 +88,6 @@ class PolicyMailbox:
     def send(self, peer, header, payload):
         return 1
 
-    def calling(self, port: str):
-        return contextlib.nullcontext()
-
 
 def simulator(stepped: list[int]) -> Member:
     def call(port, stage, value):
@@ -140,9 +132,6 @@ class SlicesMailbox:
             raise WorkerError(f"rollout[0]: channel to env[{peer[1]}] broke; did env[{peer[1]}] die?")
         self.sent.append((peer[1], header[0], header[2], payload))
         return 1
-
-    def calling(self, port: str):
-        return contextlib.nullcontext()
 
 
 def merging_program() -> LoopProgram:
