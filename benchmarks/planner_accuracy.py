@@ -54,6 +54,12 @@ VIT = [
     for key in ("env.args.evaluation.policy", "rollout.args", "actor.args")
     for field in ("model=vit", "size=10m", "patch=12")
 ]
+ON_GPU_CAMERA = (
+    "workers.env.replicas=8",
+    "workers.env.args.num_envs=8",
+    "flow.loop.horizon=64",
+    "workers.env.args.video.save=false",
+)
 WORKLOADS = {
     "main": Workload("ppo_mujoco.yaml", ("flow.loop.horizon=128", *CPU), "nothing"),
     "camera": Workload(
@@ -71,17 +77,9 @@ WORKLOADS = {
         "nothing (the spin workers' true costs are not declared)",
     ),
     # on a GPU machine: camera simulators on the cores, a ViT policy's inference and training on the GPU
-    "camera-vit-gpu": Workload(
-        "ppo_camera.yaml",
-        (
-            "workers.env.replicas=8",
-            "workers.env.args.num_envs=8",
-            "flow.loop.horizon=64",
-            "workers.env.args.video.save=false",
-            *VIT,
-        ),
-        "nothing",
-    ),
+    "camera-vit-gpu": Workload("ppo_camera.yaml", (*ON_GPU_CAMERA, *VIT), "nothing"),
+    # the same with the config's own CNN policy: a model of another family, whose act calls cost little
+    "camera-cnn-gpu": Workload("ppo_camera.yaml", ON_GPU_CAMERA, "nothing"),
 }
 CPU_WORKLOADS = ["main", "camera", "metaworld", "spin-per-call"]
 

@@ -212,3 +212,19 @@ def test_the_gpu44_sweep_replayed_chooses_within_5_percent_of_its_fastest_plan_a
     assert replayed["auto_within_5pct"], replayed["summary"]
     assert all(abs(row["error"]) <= 0.10 for row in replayed["rows"]), replayed["summary"]
     assert len(replayed["rows"]) == 6
+
+
+@pytest.mark.parametrize("name", ["main", "camera", "metaworld", "spin-per-call", "camera-vit-gpu", "camera-cnn-gpu"])
+def test_every_workload_plans_auto_on_the_machine_it_is_for_with_its_policy_where_the_machine_has_a_gpu(
+    benchmarks, tmp_path, name
+):
+    """A workload the sweep runs on a lent GPU machine is planned here as there (1 GPU, 16 cores): a mistyped
+    override would otherwise be found only on the device; the policy's inference goes to the GPU where there is
+    one, and a CPU workload plans on this machine's two cores."""
+    accuracy = benchmarks.accuracy
+    on_gpu = name.endswith("-gpu")
+    machine = ("cluster.gpus=1", "cluster.cpus=16") if on_gpu else ("cluster.cpus=2",)
+    spec = accuracy.spec_of(accuracy.WORKLOADS[name], tmp_path, *machine)
+    plan = accuracy.make_plan(accuracy.build_graph(spec), accuracy.Cluster.from_spec(spec.cluster), mode="auto")
+    policy = next(p for worker, p in plan.placements.items() if worker in ("rollout", "policy"))
+    assert policy.device_kind == ("gpu" if on_gpu else "cpu")
