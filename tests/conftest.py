@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,7 +15,12 @@ SMALL_VIT = ["workers.rollout.args.size=1m", "workers.actor.args.size=1m", "work
 ON_CPU = {"ppo_camera_gpu.yaml": SMALL_VIT, "ppo_camera_gpu_async.yaml": SMALL_VIT}
 os.environ.setdefault("MUJOCO_GL", "egl")
 # runs measure and cache port costs (`planners/cache.py`): the tests never read or write the user's cache
-os.environ["M2FLOW_COST_CACHE"] = tempfile.mkdtemp(prefix="m2flow-test-costs-")
+COST_CACHE = os.environ["M2FLOW_COST_CACHE"] = tempfile.mkdtemp(prefix="m2flow-test-costs-")
+
+
+def pytest_unconfigure(config):
+    """The session's cost cache goes with it."""
+    shutil.rmtree(COST_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,8 +1,8 @@
 """Worker-to-worker channels for the micro flow: per-step data never passes through the driver.
 
 Each worker replica listens on one address per channel kind; a peer connects once per run and the
-connection carries every message from that peer, in program order. Same node: a Unix socket
-(~0.03 ms a hop here); other nodes: TCP. Every receive has a deadline and names what it waits for.
+connection carries every message from that peer, in program order. Same node: a Unix socket at an abstract
+address, no file (~0.03 ms a hop here); other nodes: TCP. Every receive has a deadline and names what it waits for.
 
 For as long as it is open, a replica's mailbox beats to every peer it sends to, from a thread of its own (a
 few bytes every `BEAT_EVERY_S`), saying how long its port call in progress has run (none: it sends, waits
@@ -18,9 +18,9 @@ import contextlib
 import logging
 import os
 import pickle
+import secrets
 import select
 import socket
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -78,8 +78,9 @@ class ChannelKind:
 
     def listen(self, tag: str, authkey: bytes) -> Listener:
         if self.family == "AF_UNIX":
-            path = os.path.join(tempfile.mkdtemp(prefix="m2f-"), f"{tag[:40]}.sock")
-            return Listener(path, family="AF_UNIX", authkey=authkey)
+            # an abstract address (Linux): no socket file, so none is left behind by a process that is killed
+            address = f"\0m2flow-{tag[:40]}-{os.getpid()}-{secrets.token_hex(4)}"
+            return Listener(address, family="AF_UNIX", authkey=authkey)
         return Listener((node_ip(), 0), family="AF_INET", authkey=authkey)
 
 

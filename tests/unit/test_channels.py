@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -100,10 +101,10 @@ def test_beats_do_not_stretch_a_wait_past_its_most_and_the_timeout_says_the_peer
 
 
 PEER = """
-import sys, time
+import ast, sys, time
 from m2flow.runtime.channels import Mailbox
 box = Mailbox(("rollout", 0), b"test", ["unix"], beat_every_s=0.1)
-box.connect(("env", 0), sys.argv[1], timeout_s=10)
+box.connect(("env", 0), ast.literal_eval(sys.argv[1]), timeout_s=10)
 print("connected", flush=True)
 time.sleep(60)
 """
@@ -113,7 +114,8 @@ time.sleep(60)
 def test_a_peer_process_that_is_stopped_is_hung_at_the_silence_bound_and_a_running_one_is_not(stopped):
     """The peer runs in a process of its own, its main thread asleep; stopped (SIGSTOP), it gives no beat."""
     box = Mailbox(SIMULATOR, b"test", ["unix"], beat_every_s=BEAT_EVERY_S)
-    peer = subprocess.Popen([sys.executable, "-c", PEER, box.addresses["unix"]], stdout=subprocess.PIPE, text=True)
+    address = repr(box.addresses["unix"])  # an abstract address starts with a NUL, which argv cannot carry
+    peer = subprocess.Popen([sys.executable, "-c", PEER, address], stdout=subprocess.PIPE, text=True)
     try:
         assert peer.stdout.readline().strip() == "connected"
         box.wait_inbound([POLICY], timeout_s=10)
@@ -223,3 +225,22 @@ def test_a_payload_pickle_cannot_send_is_refused_before_the_channel_is_touched()
         assert box.sent_bytes == 0
     finally:
         box.close()
+
+
+def test_a_unix_channel_leaves_no_file_behind_even_when_its_process_is_killed():
+    """Same-node channels listen at an abstract address: a replica killed without closing its mailbox (as a lost
+    or replaced one is) leaves nothing in the temporary folder, where a socket file and its folder were left once
+    per replica and run."""
+    before = set(os.listdir(tempfile.gettempdir()))
+    box = Mailbox(SIMULATOR, b"test", ["unix"], beat_every_s=BEAT_EVERY_S)
+    address = box.addresses["unix"]
+    peer = subprocess.Popen([sys.executable, "-c", PEER, repr(address)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout.readline().strip() == "connected"
+        box.wait_inbound([POLICY], timeout_s=10)
+    finally:
+        peer.kill()  # the peer's own listener is never closed
+        peer.wait()
+        box.close()
+    assert address.startswith(b"\0m2flow-env-0-")  # what the listener reports: the bytes of an abstract address
+    assert not {name for name in set(os.listdir(tempfile.gettempdir())) - before if name.startswith("m2f")}
