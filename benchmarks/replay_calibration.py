@@ -7,7 +7,12 @@ also read what the candidates run before it measured). Refitting it here, at ano
 the fit or the cost model would have predicted and chosen on the same measurements, without a GPU: the candidates'
 measured times are the sweep's own.
 
-    python benchmarks/replay_calibration.py benchmarks/results/gpu44 [--gpus 1 --cpus 16]
+    python benchmarks/replay_calibration.py benchmarks/results/gpu44 [--gpus 1 --cpus 16] [--trial shared-S1-round1]
+
+`--trial <label>`: another kept run of the sweep replayed after the calibration as a re-plan's trial would have run
+it (its first iteration a warm-up), as if the calibrating run had tried that plan: what the planner predicts once it
+measured both. Each run's loop calls are marked beside rendering as the running plan would have marked them
+(`planners/render.py`; traces from before that mark carry none).
 
 Writes `<sweep>/replay_calibration.json` and ends with
 `replay of gpu44: auto hybrid S=1, +2.3% over the fastest measured; predictions within 10% in 6/6`.
@@ -27,6 +32,7 @@ from results_io import save_result
 
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
+from m2flow.planners.render import beside_rendering
 from m2flow.runtime.executor import planned_graph
 from m2flow.runtime.replan import Running, refit
 from m2flow.schedule import Plan
@@ -34,8 +40,12 @@ from m2flow.schedule import Plan
 CALIBRATING = "calibrating"  # the calibrating run's folder in the traces: <workflow>-calibrating
 
 
-def replay(sweep: Path, gpus: int, cpus: int) -> dict:
-    """The sweep's workload planned again on the costs its calibrating run's trace gives at this commit."""
+TRIAL_START = 1000  # a replayed trial's first iteration: after the calibrating run's
+
+
+def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
+    """The sweep's workload planned again on the costs its calibrating run's trace gives at this commit (and the run
+    labelled `trial`'s after it)."""
     accuracy = json.loads((sweep / "planner_accuracy.json").read_text())
     (measured,) = accuracy["workloads"]
     workload = WORKLOADS[measured["workload"]]
@@ -47,9 +57,15 @@ def replay(sweep: Path, gpus: int, cpus: int) -> dict:
         plan = Plan.load(calibrating / "plan.json")
         spec = spec_of(workload, Path(tmp), "placement.mode=auto", *hardware)
         graph = planned_graph(spec, plan) if plan.spec_overrides else build_graph(spec)
-        events = json.loads((calibrating / "trace.json").read_text())["traceEvents"]
+        events = marked(graph, plan, json.loads((calibrating / "trace.json").read_text())["traceEvents"])
         cluster = plan.cluster  # as the sweep's machine had it (its memory too)
-        profile = refit(graph, cluster, events, Running(plan, 0, (0,))).profile
+        running = Running(plan, 0, (0,))
+        if trial is not None:
+            (tried,) = Path(tmp, "traces").glob(f"*-{trial}")
+            running = Running(Plan.load(tried / "plan.json"), TRIAL_START, (0, TRIAL_START))
+            trace = json.loads((tried / "trace.json").read_text())["traceEvents"]
+            events += [later(event, TRIAL_START) for event in marked(graph, running.plan, trace)]
+        profile = refit(graph, cluster, events, running).profile
 
         def planned(*settings: str) -> Plan:
             return make_plan(build_graph(spec_of(workload, Path(tmp), *settings, *hardware)), cluster, profile)
@@ -77,13 +93,16 @@ def replay(sweep: Path, gpus: int, cpus: int) -> dict:
     within = sum(abs(r["error"]) <= WITHIN for r in rows)
     over = chosen["measured_s"] / fastest - 1 if chosen else None
     summary = (
-        f"replay of {sweep.name}: auto {auto.label}"
+        f"replay of {sweep.name}"
+        + (f" with a trial of {trial}" if trial else "")
+        + f": auto {auto.label}"
         + (f", {over:+.1%} over the fastest measured" if chosen else ", a plan the sweep did not measure")
         + f"; predictions within 10% in {within}/{len(rows)}"
     )
     return {
         "sweep": sweep.name,
         "sweep_commit": accuracy["meta"]["commit"],
+        "trial": trial,
         "workload": measured["workload"],
         "rows": rows,
         "auto": auto.label,
@@ -92,20 +111,43 @@ def replay(sweep: Path, gpus: int, cpus: int) -> dict:
     }
 
 
+def marked(graph, plan: Plan, events: list[dict]) -> list[dict]:
+    """`events` of a run of `plan`, its loop calls beside rendering marked so, as the controller marks them now."""
+    ports = beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster)
+
+    def port(event: dict) -> str:
+        return f"{event['args']['worker'].split('[')[0]}.{event['name']}"
+
+    return [
+        {**event, "args": {**event["args"], "beside_rendering": True}}
+        if event.get("cat") == "loop" and event.get("ph") == "X" and port(event) in ports
+        else event
+        for event in events
+    ]
+
+
+def later(event: dict, iterations: int) -> dict:
+    """`event` as if its run had begun `iterations` iterations later."""
+    if "iteration" not in event.get("args", {}):
+        return event
+    return {**event, "args": {**event["args"], "iteration": event["args"]["iteration"] + iterations}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("sweep", type=Path, help="a sweep's results folder holding planner_accuracy.json, traces.tgz")
     parser.add_argument("--gpus", type=int, default=1, help="the GPUs of the machine the sweep ran on")
     parser.add_argument("--cpus", type=int, default=16, help="its cores")
+    parser.add_argument("--trial", default=None, help="a kept run's label, replayed as a trial after the calibration")
     args = parser.parse_args()
-    result = replay(args.sweep, args.gpus, args.cpus)
+    result = replay(args.sweep, args.gpus, args.cpus, args.trial)
     for row in result["rows"]:
         print(
             f"  {row['mode']:8s} S={row['stages']}  predicted {row['predicted_s']:.3f} s (in the sweep"
             f" {row['sweep_predicted_s']:.3f})  measured {row['measured_s']:.3f} s  ({row['error']:+.1%})"
             + ("  <- auto" if row["auto"] else "")
         )
-    save_result("replay_calibration", result, args.sweep)
+    save_result("replay_calibration" + (f"_trial_{args.trial}" if args.trial else ""), result, args.sweep)
     print(result["summary"])
 
 

@@ -123,9 +123,13 @@ def replay_calibration(rel: str, res: Results) -> Block:
         ]
         for r in data["rows"]
     ]
+    trial = data.get("trial")
+    after = (
+        f" and its {trial} run's after it, as a trial (that plan's own prediction fitted to itself)" if trial else ""
+    )
     caption = (
         f"*{data['workload']} sweep of {data['sweep']} (code {data['sweep_commit']}) replayed at"
-        f" {data['meta']['commit']}: its calibrating run's trace refit, every candidate planned again on it;"
+        f" {data['meta']['commit']}: its calibrating run's trace refit{after}, every candidate planned again on it;"
         f" measured: the sweep's; `{data['summary']}`*"
     )
     header = ["plan", "predicted in the sweep s", "predicted now s", "measured s", "error now", "chosen now"]

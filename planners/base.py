@@ -18,6 +18,7 @@ from m2flow.planners.merging import merge_notes, merge_slices
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swaps
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
+from m2flow.planners.render import beside_rendering
 from m2flow.planners.simulate import Shared, Simulated, simulation
 from m2flow.planners.threads import threads_notes
 from m2flow.program import build_phases, part_port
@@ -76,7 +77,7 @@ class PlacementPlanner(Planner):
         best = self._best_split(graph, cluster, profile, options)
         choice, simulated = best.choice, best.choice.simulated
         prediction, stages = simulated.prediction, simulated.stages
-        prediction.cost_sources = dict(profile.source)
+        prediction.cost_sources = profile.sources_in(beside_rendering(graph, best.placements, stages, cluster))
         plan = Plan(
             workflow=graph.spec.name,
             mode=self.label(best.placements),
@@ -122,7 +123,7 @@ class PlacementPlanner(Planner):
                 reasons.append(str(exc))
                 continue
             phases = with_swaps(build_phases(graph), offloaded)
-            choice = choose_processes(graph, placements, profile, phases)
+            choice = choose_processes(graph, cluster, placements, profile, phases)
             if best is None or choice.iteration_s < best.choice.iteration_s:
                 best = _Split(name, placements, offloaded, phases, choice)
         if best is None:
@@ -239,6 +240,7 @@ class Choice:
 
 def best_stages(
     graph: MacroGraph,
+    cluster: Cluster,
     placements: dict[str, Placement],
     profile: Profile,
     phases: list[Phase],
@@ -248,17 +250,29 @@ def best_stages(
     """The simulation of the stage count predicted fastest (the fewest on a tie); what simulations of these
     placements share comes from `shared`, or is simulated once and kept there."""
     options = stage_options(graph, profile)
-    results = [simulation(graph, placements, s, profile, phases, processes, shared) for s in options]
+    results = [
+        simulation(
+            graph,
+            placements,
+            s,
+            profile,
+            phases,
+            processes,
+            shared,
+            rendering_beside=beside_rendering(graph, placements, s, cluster),
+        )
+        for s in options
+    ]
     return min(results, key=lambda r: (r.prediction.iteration_s, r.stages))
 
 
 def choose_processes(
-    graph: MacroGraph, placements: dict[str, Placement], profile: Profile, phases: list[Phase]
+    graph: MacroGraph, cluster: Cluster, placements: dict[str, Placement], profile: Profile, phases: list[Phase]
 ) -> Choice:
     """The process layout and stage count predicted fastest, co-hosting only for a gain of `COLOCATE_GAIN`."""
     options = process_options(graph, placements)
     shared = Shared()  # each layout's phases outside the loop and loop components: alike for every stage count
-    results = [best_stages(graph, placements, profile, phases, o, shared) for o in options]
+    results = [best_stages(graph, cluster, placements, profile, phases, o, shared) for o in options]
     if len(options) == 1:
         return Choice(options[0], "", results[0])
     apart, together = (r.prediction.iteration_s for r in results)

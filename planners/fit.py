@@ -41,7 +41,7 @@ def points_from_trace(trace: dict, skip_iterations: int = 1, warmups: Collection
     to the GPU by its first replay). Calls that shared a core count their own work (module doc)."""
     points: Points = defaultdict(list)
     for task, items, seconds in _measured_calls(trace, skip_iterations, warmups):
-        points[_port(task)].append((items, seconds))
+        points[_fit_key(task)].append((items, seconds))
     return dict(points)
 
 
@@ -54,7 +54,7 @@ def replica_points(
     seen: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for task, items, seconds in _measured_calls(trace, skip_iterations, warmups):
         if task.get("cat") != "loop":
-            seen[_port(task)][_replica(task)].append((items, seconds))
+            seen[_fit_key(task)][_replica(task)].append((items, seconds))
     return {
         port: dict(by_replica)
         for port, by_replica in seen.items()
@@ -107,6 +107,20 @@ def _port_tasks(trace: dict) -> list[dict]:
         and "worker" in event.get("args", {})
         and not event["name"].endswith("(busy)")
     ]
+
+
+BESIDE = " beside rendering"  # a port's key with this suffix: its cost where it runs beside rendering (render.py)
+
+
+def beside(port: str) -> str:
+    """The key of `port`'s (`worker.port`) cost beside rendering."""
+    return port + BESIDE
+
+
+def _fit_key(task: dict) -> str:
+    """What a traced call's cost is fitted as: its port, or its port beside rendering where the run traced it so
+    (`planners/render.py`)."""
+    return beside(_port(task)) if task["args"].get("beside_rendering") else _port(task)
 
 
 def _port(task: dict) -> str:

@@ -41,7 +41,7 @@ def loop_floor_s(graph: MacroGraph, profile: Profile) -> float:
         ports = [port.port for port in loop.body if port.worker == worker]
         for group in shard_groups(n_shards, graph.workers[worker].count):
             rows = items * len(group)
-            busiest = max(busiest, sum(profile.call_s(worker, port, rows) for port in ports))
+            busiest = max(busiest, sum(profile.least_call_s(worker, port, rows) for port in ports))
     return busiest * loop.horizon
 
 
@@ -65,5 +65,5 @@ def then_floor_s(graph: MacroGraph, profile: Profile) -> float:
             own = [own_items(graph, port.worker, r, "then") for r in range(info.replicas)]
             busiest = max(own)
             passed_on[port] = sum(own) if rule.gather == "all" else own[0]
-        slowest = max(slowest, profile.call_s(port.worker, port.port, busiest))
+        slowest = max(slowest, profile.least_call_s(port.worker, port.port, busiest))
     return slowest

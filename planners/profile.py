@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.planners.fit import PortFit, ReplicaShares
+from m2flow.planners.fit import BESIDE, PortFit, ReplicaShares, beside
 from m2flow.planners.render import render_gpus
-from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE, Plan, ReplicaId
+from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE, Plan, ReplicaId, guessed
 from m2flow.spec import PortCost
 
 T = TypeVar("T")
@@ -88,8 +88,34 @@ class Profile:
         else:
             self.replica_shares.pop(port, None)
 
-    def call_s(self, worker: str, port: str, items: float) -> float:
-        cost = self.costs.get(f"{worker}.{port}", HANDOFF_COST)
+    def set_seen(self, port: str, fit: PortFit, source: str) -> None:
+        """`port` costs what `fit` measured (`source`: by whom); measured beside rendering (its key `beside(...)`),
+        it stands for the port's cost in any plan too until something measures that apart (`stands_in`)."""
+        self.set_fit(port, fit)
+        self.source[port] = source
+        alone = port.removesuffix(BESIDE)
+        if alone != port and (guessed(self.source.get(alone, DEFAULT_SOURCE)) or stands_in(self.source[alone])):
+            self.set_fit(alone, fit)
+            self.source[alone] = standing_in(source)
+
+    def sources_in(self, rendering_beside: frozenset[str]) -> dict[str, str]:
+        """Where each port's cost came from, as a plan whose ports `rendering_beside` run beside rendering costs
+        them (`call_s`)."""
+        sources = {port: source for port, source in self.source.items() if not port.endswith(BESIDE)}
+        for port in rendering_beside:
+            if beside(port) in self.source:
+                sources[port] = standing_in(self.source[beside(port)])
+        return sources
+
+    def least_call_s(self, worker: str, port: str, items: float) -> float:
+        """The least a call of `worker.port` on `items` costs in any plan: beside rendering or not (a floor)."""
+        return min(self.call_s(worker, port, items), self.call_s(worker, port, items, beside_rendering=True))
+
+    def call_s(self, worker: str, port: str, items: float, beside_rendering: bool = False) -> float:
+        """A call of `worker.port` on `items`; `beside_rendering`: in a plan where it runs beside rendering on its
+        GPU (`planners/render.py`), at what a run measured it cost there, if one did."""
+        key = f"{worker}.{port}"
+        cost = self.costs.get(beside(key) if beside_rendering and beside(key) in self.costs else key, HANDOFF_COST)
         return cost.fixed_s + cost.per_item_s * items
 
     def replica_call_s(self, replica: ReplicaId, port: str, items: float, replicas: int) -> float:
@@ -114,7 +140,8 @@ class Profile:
         runs on one (`on_gpu`; not as declared: a declared cost the run measured otherwise is no guide to its
         split): the prior for a fit that saw one batch size only."""
         priors = self.prior_on_gpu if on_gpu else self.prior
-        cost = self.costs[port] if port in self.split_measured else priors.get(port, HANDOFF_COST)
+        alone = port.removesuffix(BESIDE)  # beside rendering too, the split of its kind's work
+        cost = self.costs[alone] if alone in self.split_measured else priors.get(alone, HANDOFF_COST)
         total = cost.fixed_s + cost.per_item_s * items
         return cost.fixed_s / total if total > 0 else 1.0
 
@@ -159,7 +186,21 @@ class Profile:
                 else:
                     profile.costs[key] = (profile.prior_on_gpu if key in on_gpu else profile.prior)[key]
                     profile.source[key] = DEFAULT_SOURCE if key in computing else HANDOFF_SOURCE
+                if beside(key) in cached and profile.source[key] != "declared":
+                    profile.set_seen(beside(key), cached[beside(key)], "cached")
         return profile
+
+
+def stands_in(source: str) -> bool:
+    """Whether a port's cost from `source` is its cost beside rendering, standing for the one nothing measured."""
+    return BESIDE in source
+
+
+def standing_in(source: str) -> str:
+    """The source of a port's cost that its cost beside rendering, from `source`, stands for: "cached" -> "cached
+    beside rendering", "measured (this run)" -> "measured beside rendering (this run)"."""
+    what, bracket, rest = source.partition(" (")
+    return f"{what}{BESIDE}{bracket}{rest}"
 
 
 def ports_on_gpu(graph: MacroGraph, plan: Plan) -> set[str]:

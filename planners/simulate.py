@@ -27,6 +27,7 @@ from m2flow.overlap import Overlap
 from m2flow.planners.merging import merge_slices
 from m2flow.planners.processes import Processes, process_of, same_process
 from m2flow.planners.profile import Profile
+from m2flow.planners.render import beside_rendering
 from m2flow.planners.symmetry import LoopClass, loop_classes
 from m2flow.planners.tasklist import TaskList
 from m2flow.program import own_items, run_phase
@@ -98,14 +99,17 @@ def simulation(
     phases: list[Phase],
     processes: Processes,
     shared: Shared | None = None,
+    *,
+    rendering_beside: frozenset[str] = frozenset(),
 ) -> Simulated:
     """Predict one steady-state iteration of `phases` (the plan's program) on `placements`, the replicas
     in `processes` sharing theirs. Given what the simulations of these placements and phases share, each phase
     outside the loop (but one beside it) is taken from there, or run and recorded there, and so are the loop's
-    components."""
+    components. The loop's ports in `rendering_beside` cost what they cost beside rendering on their GPU
+    (`planners/render.py`), where a run measured that."""
     shared = shared or Shared()
     shared.check((graph, placements, profile, phases))
-    run = _Simulation(graph, placements, stages, profile, processes, shared)
+    run = _Simulation(graph, placements, stages, profile, processes, shared, rendering_beside)
     layout = tuple(tuple(group) for group in processes)
     for index, phase in enumerate(phases):
         if phase.op == "loop" or phase.overlaps:
@@ -119,14 +123,19 @@ def simulation(
     costs = profile.copy()  # as they are now: the tasks are written out later, if at all
 
     def every_task() -> list[Task]:  # the replayed phases' tasks: those of a simulation that runs them all
-        return simulation(graph, placements, stages, costs, phases, processes).tasks()
+        return simulation(
+            graph, placements, stages, costs, phases, processes, rendering_beside=rendering_beside
+        ).tasks()
 
     return Simulated(run.prediction(), stages, every_task)
 
 
 def simulate_plan(graph: MacroGraph, plan: Plan, profile: Profile) -> Simulated:
     """`plan`'s placements, stages, program and processes simulated on `profile`'s costs."""
-    return simulation(graph, plan.placements, plan.pipeline_stages, profile, plan.phases, plan.processes)
+    beside = beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster)
+    return simulation(
+        graph, plan.placements, plan.pipeline_stages, profile, plan.phases, plan.processes, rendering_beside=beside
+    )
 
 
 class _Simulation:
@@ -140,9 +149,10 @@ class _Simulation:
         profile: Profile,
         processes: Processes,
         shared: Shared,
+        rendering_beside: frozenset[str],
     ):
         self.graph, self.placements, self.stages, self.profile = graph, placements, stages, profile
-        self.processes, self.shared = processes, shared
+        self.processes, self.shared, self.rendering_beside = processes, shared, rendering_beside
         self.together = same_process(processes)
         self.devices = {w: p.replica_devices for w, p in placements.items()}
         self.sched = TaskList(self.devices, self.together)
@@ -227,7 +237,7 @@ class _Simulation:
         self.models = {me for loop_class in self.classes for me in loop_class.model.replicas}
         self.copies = {me: len(c.copies) for c in self.classes for me in c.model.replicas}
         self.loop_items, self.steps = _simulate_loop(
-            self.graph, self.stages, self.profile, self.sched, self.together, self.models
+            self.graph, self.stages, self.profile, self.sched, self.together, self.models, self.rendering_beside
         )
         self.loop_tasks = range(self.first, len(self.sched.tasks))
         end_simulated = self.sched.run(self.clock, self.first)
@@ -380,11 +390,12 @@ def _simulate_loop(
     sched: TaskList,
     together: dict[ReplicaId, int],
     models: set[ReplicaId],
+    rendering_beside: frozenset[str],
 ) -> tuple[int, int]:
     """Add the loop's tasks of the replicas in `models` (the others copy them) for the first simulated steps,
     in each process's program order; a message costs a channel hop unless sender and receiver share a process
-    (`together`), growing with the items it carries. Returns the loop's items per step (all replicas') and the
-    steps simulated."""
+    (`together`), growing with the items it carries; a port in `rendering_beside` at its cost beside rendering.
+    Returns the loop's items per step (all replicas') and the steps simulated."""
     loop = graph.loop
     entry = loop.entry.worker
     n_shards = graph.workers[entry].count
@@ -417,10 +428,11 @@ def _simulate_loop(
                 if process in last_of:
                     deps.append(last_of[process])
                 rows = slice_items[s] * len(group)
-                seconds = profile.call_s(port.worker, port.port, rows)
+                beside = str(port) in rendering_beside
+                seconds = profile.call_s(port.worker, port.port, rows, beside)
                 tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s, receiving)
                 if str(port) in merging:
-                    cost = functools.partial(profile.call_s, port.worker, port.port)
+                    cost = functools.partial(profile.call_s, port.worker, port.port, beside_rendering=beside)
                     sched.may_merge(tid, rows, cost, last_of[process] if s > 0 else None)
                 last_of[process] = tid
                 for b in group:

@@ -20,7 +20,9 @@ all of them, a core steps them in half the time. Where a plan at other batch siz
 enough, the run tries that plan for `REPLAN_AFTER` iterations (a *trial*) — the probe that measures the
 split — and its next re-plan, the costs now measured at both sizes, goes back to the plan it tried from if that
 is predicted `BACK_GAIN` faster (another plan needs `REPLAN_GAIN`, as ever). A trial costs its iterations at the
-tried plan's speed and a restart of the workers each way (with a checkpoint).
+tried plan's speed and a restart of the workers each way (with a checkpoint). A plan of one stage is tried so too
+where the running plan measured ports only beside rendering on their GPU (`planners/render.py`), were they
+`CONTENTION_PRIOR` times as fast alone; what decides a trial is in `trials.py`.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from dataclasses import dataclass, field, replace
 from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.kinds import KINDS
 from m2flow.planners import device_kinds, make_plan, profile_of
 from m2flow.planners.cache import CachedFit, cached_fits, save_cached, save_calibration
 from m2flow.planners.fit import (
+    BESIDE,
     PortFit,
     controller_seconds,
     fit_points,
@@ -46,17 +48,18 @@ from m2flow.planners.fit import (
 )
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile, ports_on_gpu
+from m2flow.planners.render import beside_rendering
 from m2flow.planners.simulate import simulate_plan
 from m2flow.program import build_phases
+from m2flow.runtime.trials import best_probe, fixed_slices
 from m2flow.schedule import Plan, Prediction, unknown_costs
-from m2flow.spec import PortCost
 
 REPLAN_GAIN = 0.10
-TRIAL_GAIN = 0.05  # what a plan must be predicted to gain, the split the other way, to be tried
 BACK_GAIN = 0.02  # what the plan a trial left must be predicted to gain over it to go back (a restart)
 REPLAN_AFTER = 3  # iterations traced before re-planning: the first warms up, the others are measured
 TRIAL_LEFT = 2 * REPLAN_AFTER  # iterations a run needs left to try a plan: to measure it, then to use what it learnt
 MAX_REPLANS = 2  # a switch (or a trial) runs other batch sizes: the second re-plan decides on them too
+MEASURED = "measured (this run)"  # the source of a cost this run measured
 MAX_HOP_ITEM_S = 1e-3  # each item of a loop message between processes costs at most this (measured: 20-130 us)
 MAX_BESIDE_SLOWDOWN = 4.0  # work on a device the loop and training share takes at most this much longer
 BESIDE_NOISE = 0.05  # an iteration within this much of its prediction without a slowdown shows none
@@ -90,16 +93,15 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
     on_gpu = ports_on_gpu(graph, running.plan)
     priors = {
-        port: _per_call_fraction(profile, port, samples, cached.get(port), port in on_gpu)
+        port: _per_call_fraction(profile, port, samples, cached.get(port), port.removesuffix(BESIDE) in on_gpu)
         for port, samples in points.items()
     }
     by_replica = replica_points(trace, _replica_counts(graph, running), skip_iterations=1, warmups=warmups)
     fitted = fit_points(points, "online", priors, by_replica)["ports"]  # this run's alone: the hop is calibrated on it
     unsplit = _unsplit(graph, profile, fitted, cached)
     for port, fit in fitted.items():
-        if port in profile.costs:  # the shares at other replica counts earlier runs measured stay
-            profile.set_fit(port, replace(fit, replica_shares=latest_shares(cached.get(port), fit)))
-            profile.source[port] = "measured (this run)"
+        if port.removesuffix(BESIDE) in profile.costs:  # the shares at other replica counts earlier runs measured stay
+            profile.set_seen(port, replace(fit, replica_shares=latest_shares(cached.get(port), fit)), MEASURED)
             profile.split_measured.discard(port)  # this run's line, whatever `m2flow profile` measured
     calibrated = calibrate_run(graph, running, profile, trace)
     return Refit(profile, fitted, unsplit, calibrated)
@@ -135,7 +137,7 @@ def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, PortFit], ca
     return [
         port
         for port, fit in fitted.items()
-        if port in loop
+        if port.removesuffix(BESIDE) in loop
         and len(fit.batch_sizes) == 1
         and fit.batch_sizes[0] > 0
         and port not in profile.split_measured
@@ -199,24 +201,6 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
         profile.controller_s = max(0.0, statistics.median(iterations) - predicted().iteration_s)
         calibrated["controller_s"] = profile.controller_s
     return calibrated
-
-
-def _tryable(graph: MacroGraph, candidate: Plan, current: Plan) -> bool:
-    """Whether running `candidate` would measure the loop's ports at other batch sizes — other slices per replica
-    — on the workers as they are (no knobs the planner sets, e.g. envs per replica, other than theirs: those need
-    the run started again)."""
-    same_workers = not candidate.spec_overrides or candidate.spec_overrides == current.spec_overrides
-    return same_workers and candidate.pipeline_stages != current.pipeline_stages and not _fixed_slices(graph)
-
-
-def _fixed_slices(graph: MacroGraph) -> list[str]:
-    """The classes of sliced workers (a simulator: an instance per pipeline slice) whose saved state cannot follow
-    a switch to other slices: they have a `state_dict` and no `reslice_states` to cut it otherwise."""
-    return [
-        info.spec.cls
-        for info in graph.info.values()
-        if KINDS[info.kind].slices and hasattr(info.target, "state_dict") and not hasattr(info.target, "reslice_states")
-    ]
 
 
 def _same_stages(graph: MacroGraph, stages: int) -> MacroGraph:
@@ -350,9 +334,9 @@ def replan(
     profile = measured.profile
     simulated = simulate_plan(graph, current, profile)
     now, tasks = simulated.prediction, simulated.tasks()
-    now.cost_sources = dict(profile.source)
+    now.cost_sources = profile.sources_in(beside_rendering(graph, current.placements, current.pipeline_stages, cluster))
     merged = _merging_on(graph, current, profile)  # as `now` predicts it, on the measured costs
-    fixed = _fixed_slices(graph)
+    fixed = fixed_slices(graph)
     try:  # a simulator whose saved state cannot follow other slices keeps its stages (it says why below)
         best = make_plan(_same_stages(graph, current.pipeline_stages) if fixed else graph, cluster, profile)
     except PlanError as exc:  # e.g. a sync transport the workflow asks for that the better layout cannot carry
@@ -362,9 +346,14 @@ def replan(
     same = best.layout_key == current.layout_key
     back = running.tried_from is not None and best.layout_key == running.tried_from.layout_key
     if same or new_s > now_s * (1 - (BACK_GAIN if back else REPLAN_GAIN)):
-        trial = _trial(graph, cluster, current, best, measured) if may_try else None
-        if trial is not None:
-            return trial
+        probe = best_probe(graph, cluster, current, best, measured) if may_try else None
+        if probe is not None:
+            why = (
+                f"replan: trying {probe.plan.label} for {REPLAN_AFTER} iterations: {probe.unmeasured},"
+                f" {probe.plan.label} would be {probe.gain:.0%} faster than {current.label}; the next re-plan keeps"
+                " the faster"
+            )
+            return Decision(probe.plan, True, why, trial=True)
         kept = replace(merged, predicted=now, tasks=tasks)
         rival = "still the best plan" if same else f"the best alternative {best.label} {new_s:.3g} s"
         predicted = f"with the measured costs it is predicted {now_s:.3g} s/iteration"
@@ -384,41 +373,3 @@ def _merging_on(graph: MacroGraph, plan: Plan, profile: Profile) -> Plan:
     stages = plan.pipeline_stages
     notes = [note for note in plan.notes if not note.startswith(MERGE_NOTE)] + merge_notes(graph, profile, stages)
     return replace(plan, merge_slices=merge_slices(graph, profile, stages), notes=notes)
-
-
-def _trial(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measured: Refit) -> Decision | None:
-    """The plan at other batch sizes that would gain the most were the unmeasured splits all per call, or all
-    per item, if it would gain at least `TRIAL_GAIN`: run it to measure them (module doc). Not `best`, the plan
-    the measured costs already favour: the re-plan weighed it."""
-    if not measured.unsplit:
-        return None
-    gains = []
-    for per_call in (True, False):
-        profile = _split(measured, per_call)
-        try:
-            candidate = make_plan(graph, cluster, profile)
-        except PlanError:
-            continue
-        if not _tryable(graph, candidate, current) or candidate.layout_key == best.layout_key:
-            continue
-        current_s = simulate_plan(graph, current, profile).prediction.iteration_s
-        gains.append((1 - candidate.predicted.iteration_s / current_s, per_call, candidate))
-    gain, per_call, candidate = max(gains, key=lambda g: g[0], default=(0.0, False, None))
-    if candidate is None or gain < TRIAL_GAIN:
-        return None
-    why = (
-        f"replan: trying {candidate.label} for {REPLAN_AFTER} iterations: {', '.join(measured.unsplit)} measured"
-        f" at one batch size only; were {'their cost per call' if per_call else 'their cost per item'},"
-        f" {candidate.label} would be {gain:.0%} faster than {current.label}; the next re-plan keeps the faster"
-    )
-    return Decision(candidate, True, why, trial=True)
-
-
-def _split(measured: Refit, per_call: bool) -> Profile:
-    """The refit profile with each unsplit port's measured cost all per call, or all per item."""
-    profile = measured.profile.copy()
-    for port in measured.unsplit:
-        size = measured.fitted[port].by_size[0]
-        per_item_s = 0.0 if per_call else size.mean_s / size.items
-        profile.costs[port] = PortCost(fixed_s=size.mean_s - per_item_s * size.items, per_item_s=per_item_s)
-    return profile

@@ -1,0 +1,132 @@
+"""What a re-plan tries to measure (`replan.py`'s module doc: a *trial*): a plan that would be faster under an
+assumption about what no run has measured, run for a few iterations so that the next re-plan knows.
+
+Two things no run may have measured decide between plans of other stage counts: how a loop port's cost splits
+between per call and per env (one batch size cannot say), and what a port that ran beside rendering on its GPU
+costs alone (`planners/render.py`): a plan of two stages or more measures it only so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from m2flow.cluster import Cluster
+from m2flow.errors import PlanError
+from m2flow.graph import MacroGraph
+from m2flow.kinds import KINDS
+from m2flow.planners import make_plan
+from m2flow.planners.fit import BESIDE, beside
+from m2flow.planners.profile import Profile, stands_in
+from m2flow.planners.render import beside_rendering
+from m2flow.planners.simulate import simulate_plan
+from m2flow.schedule import Plan
+from m2flow.spec import PortCost
+
+if TYPE_CHECKING:
+    from m2flow.runtime.replan import Refit
+
+TRIAL_GAIN = 0.05  # what a plan must be predicted to gain, under the assumption, to be tried
+# how much faster a port beside rendering on its GPU is assumed to run alone, until a run measures both: in a probe
+# only (a CNN policy's act of 32 envs beside rendering took about 1.8x what one of 64 took alone, a ViT's about 1.0x;
+# a camera step about 1.3x: benchmarks/results/gpu45, gpu48)
+CONTENTION_PRIOR = 1.5
+
+
+def tryable(graph: MacroGraph, candidate: Plan, current: Plan) -> bool:
+    """Whether running `candidate` would measure the loop's ports at other batch sizes — other slices per replica
+    — on the workers as they are (no knobs the planner sets, e.g. envs per replica, other than theirs: those need
+    the run started again)."""
+    same_workers = not candidate.spec_overrides or candidate.spec_overrides == current.spec_overrides
+    return same_workers and candidate.pipeline_stages != current.pipeline_stages and not fixed_slices(graph)
+
+
+def fixed_slices(graph: MacroGraph) -> list[str]:
+    """The classes of sliced workers (a simulator: an instance per pipeline slice) whose saved state cannot follow
+    a switch to other slices: they have a `state_dict` and no `reslice_states` to cut it otherwise."""
+    return [
+        info.spec.cls
+        for info in graph.info.values()
+        if KINDS[info.kind].slices and hasattr(info.target, "state_dict") and not hasattr(info.target, "reslice_states")
+    ]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A plan to try: what it would gain over the running one under an assumption about what no run measured."""
+
+    gain: float
+    plan: Plan
+    unmeasured: str  # what was not measured, and the assumption, as the note says them
+
+
+def best_probe(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measured: Refit) -> Probe | None:
+    """The plan that would gain the most, if at least `TRIAL_GAIN`, under an assumption about what no run has
+    measured: the unmeasured splits all per call, or all per item (a plan at other batch sizes; not `best`, the
+    plan the measured costs already favour: the re-plan weighed it), or the ports measured beside rendering only
+    `CONTENTION_PRIOR` times as fast alone (a plan of one stage)."""
+    probes = [_split_probe(graph, cluster, current, best, measured, per_call) for per_call in (True, False)]
+    probes.append(_alone_probe(graph, cluster, current, measured))
+    probe = max(filter(None, probes), key=lambda p: p.gain, default=None)
+    return probe if probe is not None and probe.gain >= TRIAL_GAIN else None
+
+
+def _probe(graph: MacroGraph, cluster: Cluster, current: Plan, profile: Profile, unmeasured: str) -> Probe | None:
+    """The best plan on `profile`, and its gain over `current` there, if running it would measure what it assumes."""
+    try:
+        candidate = make_plan(graph, cluster, profile)
+    except PlanError:
+        return None
+    if not tryable(graph, candidate, current):
+        return None
+    current_s = simulate_plan(graph, current, profile).prediction.iteration_s
+    return Probe(1 - candidate.predicted.iteration_s / current_s, candidate, unmeasured)
+
+
+def _split_probe(
+    graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measured: Refit, per_call: bool
+) -> Probe | None:
+    """Were the unmeasured splits all per call (or all per item), the plan to try."""
+    if not measured.unsplit:
+        return None
+    split = "their cost per call" if per_call else "their cost per item"
+    unmeasured = f"{', '.join(measured.unsplit)} measured at one batch size only; were {split}"
+    probe = _probe(graph, cluster, current, _split(measured, per_call), unmeasured)
+    return None if probe is None or probe.plan.layout_key == best.layout_key else probe
+
+
+def _alone_probe(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit) -> Probe | None:
+    """Were the ports the running plan measured beside rendering only `CONTENTION_PRIOR` times faster where they
+    do not run beside it (no run measured them so), the plan of one stage to try (`planners/render.py`)."""
+    running_beside = beside_rendering(graph, current.placements, current.pipeline_stages, cluster)
+    profile = measured.profile.copy()
+    alone = sorted(p for p in running_beside if beside(p) in measured.fitted and stands_in(profile.source[p]))
+    if not alone:
+        return None
+    for port in alone:
+        cost = profile.costs[port]
+        profile.costs[port] = PortCost(
+            fixed_s=cost.fixed_s / CONTENTION_PRIOR, per_item_s=cost.per_item_s / CONTENTION_PRIOR
+        )
+    unmeasured = (
+        f"{', '.join(alone)} measured only beside rendering on their GPU; were they {CONTENTION_PRIOR:g}x as fast"
+        " where they do not run beside it"
+    )
+    probe = _probe(graph, cluster, current, profile, unmeasured)
+    if probe is None or beside_rendering(graph, probe.plan.placements, probe.plan.pipeline_stages, cluster):
+        return None  # the plan to try would measure them beside rendering again
+    return probe
+
+
+def _split(measured: Refit, per_call: bool) -> Profile:
+    """The refit profile with each unsplit port's measured cost all per call, or all per item (where it was measured
+    beside rendering only, the port's cost elsewhere too, which that stands for)."""
+    profile = measured.profile.copy()
+    for port in measured.unsplit:
+        size = measured.fitted[port].by_size[0]
+        per_item_s = 0.0 if per_call else size.mean_s / size.items
+        cost = PortCost(fixed_s=size.mean_s - per_item_s * size.items, per_item_s=per_item_s)
+        alone = port.removesuffix(BESIDE)
+        for key in (port, alone) if stands_in(profile.source[alone]) else (port,):
+            profile.costs[key] = cost
+    return profile
