@@ -442,7 +442,14 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h100_dec07e": partial(planner_accuracy, "gpu47/planner_accuracy.json"),
     **{
         f"replay_calibration_{sweep}": partial(replay_calibration, f"{sweep}/replay_calibration.json")
-        for sweep in ("gpu44", "gpu45", "gpu46", "gpu47")
+        for sweep in ("gpu44", "gpu45", "gpu46", "gpu47", "gpu48")
+    },
+    "planner_accuracy_h100_cnn_dec07": partial(planner_accuracy, "gpu48/planner_accuracy.json"),
+    **{
+        f"replay_calibration_trial_{sweep}": partial(
+            replay_calibration, f"{sweep}/replay_calibration_trial_shared-S1-round1.json"
+        )
+        for sweep in ("gpu44", "gpu45", "gpu46", "gpu47", "gpu48")
     },
     "gpu_training_overlap_h100": partial(training_overlap, "gpu31/gpu_training_overlap.json"),
     "gpu_training_overlap_h100_first": partial(training_overlap, "gpu31/gpu_training_overlap_first.json"),
