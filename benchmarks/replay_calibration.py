@@ -30,12 +30,12 @@ from cost_cache import cache_at
 from planner_accuracy import NEAR_BEST, WITHIN, WORKLOADS, spec_of
 from results_io import save_result
 
-from m2flow.graph import build_graph
+from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
-from m2flow.planners.render import beside_rendering
+from m2flow.planners.render import ReplicaPort, beside_rendering
 from m2flow.runtime.executor import planned_graph
 from m2flow.runtime.replan import Running, refit
-from m2flow.schedule import Plan
+from m2flow.schedule import Plan, ReplicaId
 
 CALIBRATING = "calibrating"  # the calibrating run's folder in the traces: <workflow>-calibrating
 
@@ -111,16 +111,17 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
     }
 
 
-def marked(graph, plan: Plan, events: list[dict]) -> list[dict]:
+def marked(graph: MacroGraph, plan: Plan, events: list[dict]) -> list[dict]:
     """`events` of a run of `plan`, its loop calls beside rendering marked so, as the controller marks them now."""
-    ports = beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster)
+    beside = beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster)
 
-    def port(event: dict) -> str:
-        return f"{event['args']['worker'].split('[')[0]}.{event['name']}"
+    def call(event: dict) -> ReplicaPort:
+        worker, index = event["args"]["worker"].rstrip("]").split("[")
+        return ReplicaPort(ReplicaId(worker, int(index)), event["name"])
 
     return [
         {**event, "args": {**event["args"], "beside_rendering": True}}
-        if event.get("cat") == "loop" and event.get("ph") == "X" and port(event) in ports
+        if event.get("cat") == "loop" and event.get("ph") == "X" and call(event) in beside
         else event
         for event in events
     ]

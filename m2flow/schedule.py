@@ -141,9 +141,20 @@ def guessed(source: str) -> bool:
     return source in (DEFAULT_SOURCE, HANDOFF_SOURCE)
 
 
+# in a port's key, its cost beside rendering on its GPU (`planners/render.py`); in a cost's source, a cost measured only
+# beside rendering, standing for the port's cost where it does not run so
+BESIDE_RENDERING = " beside rendering"
+
+
+def stands_in(source: str) -> bool:
+    """Whether a port's cost from `source` was measured only beside rendering, standing for its cost alone."""
+    return BESIDE_RENDERING in source
+
+
 def unknown_costs(sources: dict[str, str]) -> list[str]:
-    """Of `worker.port` -> where its cost came from, the ports whose cost is a default (no memory estimates)."""
-    return sorted(k for k, s in sources.items() if s == DEFAULT_SOURCE and not k.endswith(".memory"))
+    """Of `worker.port` -> where its cost came from, the ports whose cost is a default, or stands in for one no run
+    measured (a cost measured only beside rendering: a run measures it); no memory estimates."""
+    return sorted(k for k, s in sources.items() if (s == DEFAULT_SOURCE or stands_in(s)) and not k.endswith(".memory"))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from m2flow.planners.merging import merge_notes, merge_slices
 from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swaps
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
-from m2flow.planners.render import beside_rendering
+from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of
 from m2flow.planners.simulate import Shared, Simulated, simulation
 from m2flow.planners.threads import threads_notes
 from m2flow.program import build_phases, part_port
@@ -77,7 +77,8 @@ class PlacementPlanner(Planner):
         best = self._best_split(graph, cluster, profile, options)
         choice, simulated = best.choice, best.choice.simulated
         prediction, stages = simulated.prediction, simulated.stages
-        prediction.cost_sources = profile.sources_in(beside_rendering(graph, best.placements, stages, cluster))
+        beside = beside_rendering(graph, best.placements, stages, cluster)
+        prediction.cost_sources = profile.sources_in(beside)
         plan = Plan(
             workflow=graph.spec.name,
             mode=self.label(best.placements),
@@ -89,7 +90,7 @@ class PlacementPlanner(Planner):
             tasks=MicroSchedule(simulated.tasks),
         )
         plan.processes = choice.processes
-        plan.merge_slices = merge_slices(graph, profile, stages)
+        plan.merge_slices = merge_slices(graph, profile, stages, ports_of(beside))
         memory_notes = []
         if graph.spec.placement.memory_shares:
             plan.memory_shares, memory_notes = memory_shares(
@@ -104,7 +105,7 @@ class PlacementPlanner(Planner):
         plan.notes += streaming_notes(graph, best.phases, prediction)
         if choice.why:
             plan.notes.append(choice.why)
-        plan.notes += merge_notes(graph, profile, stages)
+        plan.notes += merge_notes(graph, profile, stages, ports_of(beside))
         for group in plan.processes:
             plan.notes.append(f"one process: {' + '.join(map(str, group))} (placement.colocate)")
         plan.notes += memory_notes + share_notes(plan) + threads_notes(graph, plan)
@@ -240,15 +241,16 @@ class Choice:
 
 def best_stages(
     graph: MacroGraph,
-    cluster: Cluster,
     placements: dict[str, Placement],
     profile: Profile,
     phases: list[Phase],
     processes: Processes,
     shared: Shared,
+    pipelined_beside: frozenset[ReplicaPort],
 ) -> Simulated:
     """The simulation of the stage count predicted fastest (the fewest on a tie); what simulations of these
-    placements share comes from `shared`, or is simulated once and kept there."""
+    placements share comes from `shared`, or is simulated once and kept there. `pipelined_beside`: what runs beside
+    rendering at two stages or more (`planners/render.py`)."""
     options = stage_options(graph, profile)
     results = [
         simulation(
@@ -259,7 +261,7 @@ def best_stages(
             phases,
             processes,
             shared,
-            rendering_beside=beside_rendering(graph, placements, s, cluster),
+            beside_rendering=pipelined_beside if s > 1 else frozenset(),
         )
         for s in options
     ]
@@ -272,7 +274,8 @@ def choose_processes(
     """The process layout and stage count predicted fastest, co-hosting only for a gain of `COLOCATE_GAIN`."""
     options = process_options(graph, placements)
     shared = Shared()  # each layout's phases outside the loop and loop components: alike for every stage count
-    results = [best_stages(graph, cluster, placements, profile, phases, o, shared) for o in options]
+    pipelined_beside = beside_rendering(graph, placements, 2, cluster)  # alike at any stage count over one
+    results = [best_stages(graph, placements, profile, phases, o, shared, pipelined_beside) for o in options]
     if len(options) == 1:
         return Choice(options[0], "", results[0])
     apart, together = (r.prediction.iteration_s for r in results)

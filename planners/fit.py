@@ -19,6 +19,7 @@ from pathlib import Path
 
 from m2flow.cluster import DeviceId
 from m2flow.errors import PlanError
+from m2flow.schedule import BESIDE_RENDERING
 from m2flow.spec import PortCost
 
 Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, seconds), ...]
@@ -109,18 +110,15 @@ def _port_tasks(trace: dict) -> list[dict]:
     ]
 
 
-BESIDE = " beside rendering"  # a port's key with this suffix: its cost where it runs beside rendering (render.py)
-
-
-def beside(port: str) -> str:
-    """The key of `port`'s (`worker.port`) cost beside rendering."""
-    return port + BESIDE
+def rendering_key(port: str) -> str:
+    """The key of `port`'s (`worker.port`) cost beside rendering on its GPU (`planners/render.py`)."""
+    return port + BESIDE_RENDERING
 
 
 def _fit_key(task: dict) -> str:
     """What a traced call's cost is fitted as: its port, or its port beside rendering where the run traced it so
     (`planners/render.py`)."""
-    return beside(_port(task)) if task["args"].get("beside_rendering") else _port(task)
+    return rendering_key(_port(task)) if task["args"].get("beside_rendering") else _port(task)
 
 
 def _port(task: dict) -> str:

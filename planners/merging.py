@@ -43,10 +43,13 @@ class SliceCall:
         return f"{MERGE_NOTE} {self.port} {how}: {costs} ({self.why})"
 
 
-def slice_calls(graph: MacroGraph, profile: Profile, stages: int) -> list[SliceCall]:
+def slice_calls(
+    graph: MacroGraph, profile: Profile, stages: int, beside_rendering: frozenset[str] = frozenset()
+) -> list[SliceCall]:
     """Each batch-invariant loop port of a worker with one instance a replica (not a simulator, which holds one
-    per slice), its slice's predicted cost, and whether it merges: as `placement.merge_slices` says, and on
-    `auto` where taking a second slice into a call gains that slice at least the time it delays the first's."""
+    per slice), its slice's predicted cost (beside rendering for the ports in `beside_rendering`:
+    `planners/render.py`), and whether it merges: as `placement.merge_slices` says, and on `auto` where taking a
+    second slice into a call gains that slice at least the time it delays the first's."""
     if graph.loop is None or stages < 2:
         return []
     entry = graph.loop.entry.worker
@@ -59,7 +62,8 @@ def slice_calls(graph: MacroGraph, profile: Profile, stages: int) -> list[SliceC
         if KINDS[info.kind].slices or not info.batch_invariant(port.port):
             continue
         rows = slice_rows * max(len(group) for group in shard_groups(shards, info.replicas))
-        one, two = (profile.call_s(port.worker, port.port, n) for n in (rows, 2 * rows))
+        beside = str(port) in beside_rendering
+        one, two = (profile.call_s(port.worker, port.port, n, beside) for n in (rows, 2 * rows))
         if wanted == "auto":
             pays = 2 * two <= 3 * one
             calls.append(SliceCall(str(port), rows, one, two, pays, "mostly per call" if pays else "mostly per row"))
@@ -68,11 +72,15 @@ def slice_calls(graph: MacroGraph, profile: Profile, stages: int) -> list[SliceC
     return calls
 
 
-def merge_slices(graph: MacroGraph, profile: Profile, stages: int) -> list[str]:
+def merge_slices(
+    graph: MacroGraph, profile: Profile, stages: int, beside_rendering: frozenset[str] = frozenset()
+) -> list[str]:
     """The loop's ports (`worker.port`) whose calls take in the later slices arrived, at `stages` stages."""
-    return [call.port for call in slice_calls(graph, profile, stages) if call.merges]
+    return [call.port for call in slice_calls(graph, profile, stages, beside_rendering) if call.merges]
 
 
-def merge_notes(graph: MacroGraph, profile: Profile, stages: int) -> list[str]:
+def merge_notes(
+    graph: MacroGraph, profile: Profile, stages: int, beside_rendering: frozenset[str] = frozenset()
+) -> list[str]:
     """Why each batch-invariant loop port merges slices or not."""
-    return [call.note for call in slice_calls(graph, profile, stages)]
+    return [call.note for call in slice_calls(graph, profile, stages, beside_rendering)]

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.planners.fit import BESIDE, PortFit, ReplicaShares, beside
-from m2flow.planners.render import render_gpus
-from m2flow.schedule import DEFAULT_SOURCE, HANDOFF_SOURCE, Plan, ReplicaId, guessed
+from m2flow.planners.fit import PortFit, ReplicaShares, rendering_key
+from m2flow.planners.render import ReplicaPort, ports_of, render_gpus
+from m2flow.schedule import BESIDE_RENDERING, DEFAULT_SOURCE, HANDOFF_SOURCE, Plan, ReplicaId, guessed, stands_in
 from m2flow.spec import PortCost
 
 T = TypeVar("T")
@@ -89,22 +89,22 @@ class Profile:
             self.replica_shares.pop(port, None)
 
     def set_seen(self, port: str, fit: PortFit, source: str) -> None:
-        """`port` costs what `fit` measured (`source`: by whom); measured beside rendering (its key `beside(...)`),
-        it stands for the port's cost in any plan too until something measures that apart (`stands_in`)."""
+        """`port` costs what `fit` measured (`source`: by whom); measured beside rendering (its key
+        `rendering_key(...)`), it stands for the port's cost alone too until a run measures that (`stands_in`)."""
         self.set_fit(port, fit)
         self.source[port] = source
-        alone = port.removesuffix(BESIDE)
+        alone = port.removesuffix(BESIDE_RENDERING)
         if alone != port and (guessed(self.source.get(alone, DEFAULT_SOURCE)) or stands_in(self.source[alone])):
             self.set_fit(alone, fit)
             self.source[alone] = standing_in(source)
 
-    def sources_in(self, rendering_beside: frozenset[str]) -> dict[str, str]:
-        """Where each port's cost came from, as a plan whose ports `rendering_beside` run beside rendering costs
-        them (`call_s`)."""
-        sources = {port: source for port, source in self.source.items() if not port.endswith(BESIDE)}
-        for port in rendering_beside:
-            if beside(port) in self.source:
-                sources[port] = standing_in(self.source[beside(port)])
+    def sources_in(self, beside_rendering: frozenset[ReplicaPort]) -> dict[str, str]:
+        """Where each port's cost came from, as a plan whose replicas' ports `beside_rendering` run beside rendering
+        costs them (`call_s`): its cost beside rendering, where a run measured one."""
+        sources = {port: source for port, source in self.source.items() if not port.endswith(BESIDE_RENDERING)}
+        for port in ports_of(beside_rendering):
+            if rendering_key(port) in self.source:
+                sources[port] = self.source[rendering_key(port)]
         return sources
 
     def least_call_s(self, worker: str, port: str, items: float) -> float:
@@ -115,7 +115,8 @@ class Profile:
         """A call of `worker.port` on `items`; `beside_rendering`: in a plan where it runs beside rendering on its
         GPU (`planners/render.py`), at what a run measured it cost there, if one did."""
         key = f"{worker}.{port}"
-        cost = self.costs.get(beside(key) if beside_rendering and beside(key) in self.costs else key, HANDOFF_COST)
+        beside = rendering_key(key)
+        cost = self.costs.get(beside if beside_rendering and beside in self.costs else key, HANDOFF_COST)
         return cost.fixed_s + cost.per_item_s * items
 
     def replica_call_s(self, replica: ReplicaId, port: str, items: float, replicas: int) -> float:
@@ -140,7 +141,7 @@ class Profile:
         runs on one (`on_gpu`; not as declared: a declared cost the run measured otherwise is no guide to its
         split): the prior for a fit that saw one batch size only."""
         priors = self.prior_on_gpu if on_gpu else self.prior
-        alone = port.removesuffix(BESIDE)  # beside rendering too, the split of its kind's work
+        alone = port.removesuffix(BESIDE_RENDERING)  # beside rendering too, the split of its kind's work
         cost = self.costs[alone] if alone in self.split_measured else priors.get(alone, HANDOFF_COST)
         total = cost.fixed_s + cost.per_item_s * items
         return cost.fixed_s / total if total > 0 else 1.0
@@ -186,21 +187,19 @@ class Profile:
                 else:
                     profile.costs[key] = (profile.prior_on_gpu if key in on_gpu else profile.prior)[key]
                     profile.source[key] = DEFAULT_SOURCE if key in computing else HANDOFF_SOURCE
-                if beside(key) in cached and profile.source[key] != "declared":
-                    profile.set_seen(beside(key), cached[beside(key)], "cached")
+                beside = rendering_key(key)  # its cost beside rendering, as `m2flow profile` or runs measured it
+                if beside in measured_ports and profile.source[key] != "declared":
+                    profile.set_seen(beside, measured_ports[beside], "measured")
+                elif beside in cached and profile.source[key] != "declared":
+                    profile.set_seen(beside, cached[beside], "cached")
         return profile
-
-
-def stands_in(source: str) -> bool:
-    """Whether a port's cost from `source` is its cost beside rendering, standing for the one nothing measured."""
-    return BESIDE in source
 
 
 def standing_in(source: str) -> str:
     """The source of a port's cost that its cost beside rendering, from `source`, stands for: "cached" -> "cached
-    beside rendering", "measured (this run)" -> "measured beside rendering (this run)"."""
+    beside rendering", "measured (this run)" -> "measured beside rendering (this run)" (`stands_in`)."""
     what, bracket, rest = source.partition(" (")
-    return f"{what}{BESIDE}{bracket}{rest}"
+    return f"{what}{BESIDE_RENDERING}{bracket}{rest}"
 
 
 def ports_on_gpu(graph: MacroGraph, plan: Plan) -> set[str]:

@@ -9,12 +9,14 @@ in one stage the simulators render while the policy waits for their observations
 wait for its actions; with two stages or more, one stage's simulators render while the policy acts for another,
 and the GPU time-slices between them (on an H100, a CNN policy's act of 32 envs took 1.8-2.0 ms so, one of 64 envs
 alone 1.05-1.17 ms: benchmarks/results/gpu48). Such ports are *beside rendering* in a plan of two stages or more
-(`beside_rendering`): what a run measures of them there is kept apart (`fit.beside`), as their cost in such plans.
+(`beside_rendering`, replica by replica): what a run measures of them there is kept apart (`fit.rendering_key`),
+as their cost in such plans.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import NamedTuple
 
 from m2flow.cluster import Cluster, DeviceId
 from m2flow.graph import MacroGraph
@@ -27,34 +29,59 @@ def render_gpus(graph: MacroGraph, plan: Plan) -> dict[ReplicaId, DeviceId]:
     return rendering_on(graph, plan.placements, plan.cluster)
 
 
+class ReplicaPort(NamedTuple):
+    """A port of one replica: `env[2].step`."""
+
+    replica: ReplicaId
+    port: str  # its name on the replica's worker
+
+    @property
+    def key(self) -> str:
+        """The port's key in a profile: `env.step`."""
+        return f"{self.replica.worker}.{self.port}"
+
+
 def beside_rendering(
     graph: MacroGraph, placements: dict[str, Placement], stages: int, cluster: Cluster
-) -> frozenset[str]:
-    """The loop's ports (`worker.port`) that run beside rendering on their GPU (module doc): with two stages or
-    more, every loop port of a worker computing on a GPU where another worker's simulators render, and the
-    rendering ports of those simulators."""
-    if stages < 2 or graph.loop is None:
+) -> frozenset[ReplicaPort]:
+    """The loop's ports of each replica that run beside rendering on their GPU (module doc): with two stages or
+    more, those of a replica computing on a GPU where another worker's simulators render, and the rendering ports
+    of a simulator replica whose GPU another worker computes on."""
+    if stages < 2 or graph.loop is None or not any(_has_cameras(graph, name) for name in graph.loop.workers):
         return frozenset()
-    gpus = {
-        name: {d for d in placements[name].replica_devices if d.kind == "gpu"}
+    computing = {
+        ReplicaId(name, r): device
         for name in graph.loop.workers
         if name in placements
+        for r, device in enumerate(placements[name].replica_devices)
+        if device.kind == "gpu"
     }
-    if not any(gpus.values()) or not any(_has_cameras(graph, name) for name in graph.loop.workers):
+    if not computing:
         return frozenset()
     renders_on = {
         r: gpu for r, gpu in rendering_on(graph, placements, cluster).items() if _has_cameras(graph, r.worker)
     }
-    ports = set()
+    rendered_by: dict[DeviceId, set[str]] = defaultdict(set)  # a GPU -> the workers whose simulators render there
+    for replica, gpu in renders_on.items():
+        rendered_by[gpu].add(replica.worker)
+    computed_by: dict[DeviceId, set[str]] = defaultdict(set)  # a GPU -> the loop workers computing on it
+    for replica, gpu in computing.items():
+        computed_by[gpu].add(replica.worker)
+    beside = set()
     for port in graph.loop.body:
-        others = {gpu for name, used in gpus.items() if name != port.worker for gpu in used}
-        rendered_by_others = {gpu for replica, gpu in renders_on.items() if replica.worker != port.worker}
-        own_renders = {gpu for replica, gpu in renders_on.items() if replica.worker == port.worker}
-        if gpus.get(port.worker, set()) & rendered_by_others:
-            ports.add(str(port))  # computing where others render
-        elif own_renders & others and graph.info[port.worker].renders(port.port):
-            ports.add(str(port))  # rendering where others compute
-    return frozenset(ports)
+        renders = graph.info[port.worker].renders(port.port)
+        for r in range(len(placements[port.worker].replica_devices) if port.worker in placements else 0):
+            me = ReplicaId(port.worker, r)
+            computes_beside = me in computing and rendered_by[computing[me]] - {port.worker}
+            renders_beside = renders and me in renders_on and computed_by[renders_on[me]] - {port.worker}
+            if computes_beside or renders_beside:
+                beside.add(ReplicaPort(me, port.port))
+    return frozenset(beside)
+
+
+def ports_of(calls: frozenset[ReplicaPort]) -> frozenset[str]:
+    """The ports (`worker.port`) some replica of which runs beside rendering."""
+    return frozenset(call.key for call in calls)
 
 
 def rendering_on(graph: MacroGraph, placements: dict[str, Placement], cluster: Cluster) -> dict[ReplicaId, DeviceId]:

@@ -27,7 +27,7 @@ from m2flow.overlap import Overlap
 from m2flow.planners.merging import merge_slices
 from m2flow.planners.processes import Processes, process_of, same_process
 from m2flow.planners.profile import Profile
-from m2flow.planners.render import beside_rendering
+from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of
 from m2flow.planners.symmetry import LoopClass, loop_classes
 from m2flow.planners.tasklist import TaskList
 from m2flow.program import own_items, run_phase
@@ -100,16 +100,16 @@ def simulation(
     processes: Processes,
     shared: Shared | None = None,
     *,
-    rendering_beside: frozenset[str] = frozenset(),
+    beside_rendering: frozenset[ReplicaPort],
 ) -> Simulated:
     """Predict one steady-state iteration of `phases` (the plan's program) on `placements`, the replicas
     in `processes` sharing theirs. Given what the simulations of these placements and phases share, each phase
     outside the loop (but one beside it) is taken from there, or run and recorded there, and so are the loop's
-    components. The loop's ports in `rendering_beside` cost what they cost beside rendering on their GPU
+    components. The replicas' loop ports in `beside_rendering` cost what they cost beside rendering on their GPU
     (`planners/render.py`), where a run measured that."""
     shared = shared or Shared()
     shared.check((graph, placements, profile, phases))
-    run = _Simulation(graph, placements, stages, profile, processes, shared, rendering_beside)
+    run = _Simulation(graph, placements, stages, profile, processes, shared, beside_rendering)
     layout = tuple(tuple(group) for group in processes)
     for index, phase in enumerate(phases):
         if phase.op == "loop" or phase.overlaps:
@@ -124,7 +124,7 @@ def simulation(
 
     def every_task() -> list[Task]:  # the replayed phases' tasks: those of a simulation that runs them all
         return simulation(
-            graph, placements, stages, costs, phases, processes, rendering_beside=rendering_beside
+            graph, placements, stages, costs, phases, processes, beside_rendering=beside_rendering
         ).tasks()
 
     return Simulated(run.prediction(), stages, every_task)
@@ -134,7 +134,7 @@ def simulate_plan(graph: MacroGraph, plan: Plan, profile: Profile) -> Simulated:
     """`plan`'s placements, stages, program and processes simulated on `profile`'s costs."""
     beside = beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster)
     return simulation(
-        graph, plan.placements, plan.pipeline_stages, profile, plan.phases, plan.processes, rendering_beside=beside
+        graph, plan.placements, plan.pipeline_stages, profile, plan.phases, plan.processes, beside_rendering=beside
     )
 
 
@@ -149,10 +149,10 @@ class _Simulation:
         profile: Profile,
         processes: Processes,
         shared: Shared,
-        rendering_beside: frozenset[str],
+        beside_rendering: frozenset[ReplicaPort],
     ):
         self.graph, self.placements, self.stages, self.profile = graph, placements, stages, profile
-        self.processes, self.shared, self.rendering_beside = processes, shared, rendering_beside
+        self.processes, self.shared, self.beside_rendering = processes, shared, beside_rendering
         self.together = same_process(processes)
         self.devices = {w: p.replica_devices for w, p in placements.items()}
         self.sched = TaskList(self.devices, self.together)
@@ -237,7 +237,7 @@ class _Simulation:
         self.models = {me for loop_class in self.classes for me in loop_class.model.replicas}
         self.copies = {me: len(c.copies) for c in self.classes for me in c.model.replicas}
         self.loop_items, self.steps = _simulate_loop(
-            self.graph, self.stages, self.profile, self.sched, self.together, self.models, self.rendering_beside
+            self.graph, self.stages, self.profile, self.sched, self.together, self.models, self.beside_rendering
         )
         self.loop_tasks = range(self.first, len(self.sched.tasks))
         end_simulated = self.sched.run(self.clock, self.first)
@@ -390,11 +390,12 @@ def _simulate_loop(
     sched: TaskList,
     together: dict[ReplicaId, int],
     models: set[ReplicaId],
-    rendering_beside: frozenset[str],
+    beside_rendering: frozenset[ReplicaPort],
 ) -> tuple[int, int]:
     """Add the loop's tasks of the replicas in `models` (the others copy them) for the first simulated steps,
     in each process's program order; a message costs a channel hop unless sender and receiver share a process
-    (`together`), growing with the items it carries; a port in `rendering_beside` at its cost beside rendering.
+    (`together`), growing with the items it carries; a replica's port in `beside_rendering` at its cost beside
+    rendering.
     Returns the loop's items per step (all replicas') and the steps simulated."""
     loop = graph.loop
     entry = loop.entry.worker
@@ -406,7 +407,7 @@ def _simulate_loop(
     # order (`runtime/loop.py`), so each call of a co-hosted replica waits for its process neighbour's before it
     last_of: dict[ReplicaId | int, int] = {}
     produced: dict[tuple[int, int], int] = {}  # (shard, slice) -> task that produced its current data
-    merging = set(merge_slices(graph, profile, stages))
+    merging = set(merge_slices(graph, profile, stages, ports_of(beside_rendering)))
     groups = {w: shard_groups(n_shards, graph.workers[w].count) for w in loop.workers}
     simulated = {w: sorted(me.replica for me in models if me.worker == w) for w in loop.workers}
 
@@ -428,7 +429,7 @@ def _simulate_loop(
                 if process in last_of:
                     deps.append(last_of[process])
                 rows = slice_items[s] * len(group)
-                beside = str(port) in rendering_beside
+                beside = ReplicaPort(ReplicaId(port.worker, r), port.port) in beside_rendering
                 seconds = profile.call_s(port.worker, port.port, rows, beside)
                 tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s, receiving)
                 if str(port) in merging:

@@ -15,7 +15,7 @@ from typing import Any
 from m2flow.dispatch import gather, split
 from m2flow.graph import MacroGraph
 from m2flow.overlap import Overlap
-from m2flow.planners.render import beside_rendering
+from m2flow.planners.render import ReplicaPort, beside_rendering
 from m2flow.program import own_items, part_port, run_phase
 from m2flow.runtime.asynchronous import Asynchronous
 from m2flow.runtime.batches import Backlog, Call
@@ -54,7 +54,7 @@ class Controller(Asynchronous, InPlace):
         self.trace = trace
         self.trace_until = trace_until  # iterations before this one trace every micro task
         self.deadlines = Deadlines.from_plan(plan, graph.spec.run.timeouts)
-        self.rendering_beside = beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster)
+        self.beside_rendering = beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster)
         self.measured = Measured()
         self._it = 0
         self._result = IterationResult()
@@ -310,7 +310,7 @@ class Controller(Asynchronous, InPlace):
             busy[port] += seconds
         self.measured.busy(r.device).update(stats.spans)
         for event in stats.events:  # a call beside rendering says so: its cost is fitted apart (planners/render.py)
-            beside = {"beside_rendering": True} if f"{r.worker}.{event.name}" in self.rendering_beside else {}
+            beside = {"beside_rendering": True} if ReplicaPort(r.id, event.name) in self.beside_rendering else {}
             self.trace.task(str(r.id), r.device, event, iteration=self._it, **beside)
         if not program.trace_steps and stats.seconds:
             busy = sum(stats.seconds.values())

@@ -37,7 +37,6 @@ from m2flow.graph import MacroGraph
 from m2flow.planners import device_kinds, make_plan, profile_of
 from m2flow.planners.cache import CachedFit, cached_fits, save_cached, save_calibration
 from m2flow.planners.fit import (
-    BESIDE,
     PortFit,
     controller_seconds,
     fit_points,
@@ -48,11 +47,11 @@ from m2flow.planners.fit import (
 )
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile, ports_on_gpu
-from m2flow.planners.render import beside_rendering
+from m2flow.planners.render import beside_rendering, ports_of
 from m2flow.planners.simulate import simulate_plan
 from m2flow.program import build_phases
 from m2flow.runtime.trials import best_probe, fixed_slices
-from m2flow.schedule import Plan, Prediction, unknown_costs
+from m2flow.schedule import BESIDE_RENDERING, Plan, Prediction, unknown_costs
 
 REPLAN_GAIN = 0.10
 BACK_GAIN = 0.02  # what the plan a trial left must be predicted to gain over it to go back (a restart)
@@ -93,18 +92,23 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
     on_gpu = ports_on_gpu(graph, running.plan)
     priors = {
-        port: _per_call_fraction(profile, port, samples, cached.get(port), port.removesuffix(BESIDE) in on_gpu)
+        port: _per_call_fraction(profile, port, samples, cached.get(port), _alone(port) in on_gpu)
         for port, samples in points.items()
     }
     by_replica = replica_points(trace, _replica_counts(graph, running), skip_iterations=1, warmups=warmups)
     fitted = fit_points(points, "online", priors, by_replica)["ports"]  # this run's alone: the hop is calibrated on it
     unsplit = _unsplit(graph, profile, fitted, cached)
     for port, fit in fitted.items():
-        if port.removesuffix(BESIDE) in profile.costs:  # the shares at other replica counts earlier runs measured stay
+        if _alone(port) in profile.costs:  # the shares at other replica counts earlier runs measured stay
             profile.set_seen(port, replace(fit, replica_shares=latest_shares(cached.get(port), fit)), MEASURED)
             profile.split_measured.discard(port)  # this run's line, whatever `m2flow profile` measured
     calibrated = calibrate_run(graph, running, profile, trace)
     return Refit(profile, fitted, unsplit, calibrated)
+
+
+def _alone(key: str) -> str:
+    """The port a fit's key is of: `rollout.act beside rendering` -> `rollout.act`."""
+    return key.removesuffix(BESIDE_RENDERING)
 
 
 def _replica_counts(graph: MacroGraph, running: Running) -> dict[str, int]:
@@ -137,10 +141,10 @@ def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, PortFit], ca
     return [
         port
         for port, fit in fitted.items()
-        if port.removesuffix(BESIDE) in loop
+        if _alone(port) in loop
         and len(fit.batch_sizes) == 1
         and fit.batch_sizes[0] > 0
-        and port not in profile.split_measured
+        and _alone(port) not in profile.split_measured
         and (port not in cached or set(cached[port].batch_sizes) <= set(fit.batch_sizes))
     ]
 
@@ -314,7 +318,7 @@ class Decision:
     plan: Plan  # what runs from now on: the better plan, or the current one predicted with the measured costs
     switched: bool
     why: str
-    trial: bool = False  # the plan switched to runs to measure a split (module doc)
+    trial: bool = False  # the plan switched to runs to measure what no run has (`trials.py`)
 
 
 def replan(
@@ -334,8 +338,9 @@ def replan(
     profile = measured.profile
     simulated = simulate_plan(graph, current, profile)
     now, tasks = simulated.prediction, simulated.tasks()
-    now.cost_sources = profile.sources_in(beside_rendering(graph, current.placements, current.pipeline_stages, cluster))
-    merged = _merging_on(graph, current, profile)  # as `now` predicts it, on the measured costs
+    beside = beside_rendering(graph, current.placements, current.pipeline_stages, cluster)
+    now.cost_sources = profile.sources_in(beside)
+    merged = _merging_on(graph, current, profile, ports_of(beside))  # as `now` predicts it, on the measured costs
     fixed = fixed_slices(graph)
     try:  # a simulator whose saved state cannot follow other slices keeps its stages (it says why below)
         best = make_plan(_same_stages(graph, current.pipeline_stages) if fixed else graph, cluster, profile)
@@ -368,8 +373,9 @@ def replan(
     return Decision(best, True, why)
 
 
-def _merging_on(graph: MacroGraph, plan: Plan, profile: Profile) -> Plan:
+def _merging_on(graph: MacroGraph, plan: Plan, profile: Profile, beside: frozenset[str]) -> Plan:
     """`plan` merging the slices `profile`'s costs say to, its notes saying so (`planners/merging.py`)."""
     stages = plan.pipeline_stages
-    notes = [note for note in plan.notes if not note.startswith(MERGE_NOTE)] + merge_notes(graph, profile, stages)
-    return replace(plan, merge_slices=merge_slices(graph, profile, stages), notes=notes)
+    merging = merge_notes(graph, profile, stages, beside)
+    notes = [note for note in plan.notes if not note.startswith(MERGE_NOTE)] + merging
+    return replace(plan, merge_slices=merge_slices(graph, profile, stages, beside), notes=notes)

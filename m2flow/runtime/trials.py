@@ -16,11 +16,11 @@ from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners import make_plan
-from m2flow.planners.fit import BESIDE, beside
-from m2flow.planners.profile import Profile, stands_in
-from m2flow.planners.render import beside_rendering
+from m2flow.planners.fit import rendering_key
+from m2flow.planners.profile import Profile
+from m2flow.planners.render import beside_rendering, ports_of
 from m2flow.planners.simulate import simulate_plan
-from m2flow.schedule import Plan
+from m2flow.schedule import BESIDE_RENDERING, Plan, stands_in
 from m2flow.spec import PortCost
 
 if TYPE_CHECKING:
@@ -97,25 +97,29 @@ def _split_probe(
 
 def _alone_probe(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit) -> Probe | None:
     """Were the ports the running plan measured beside rendering only `CONTENTION_PRIOR` times faster where they
-    do not run beside it (no run measured them so), the plan of one stage to try (`planners/render.py`)."""
-    running_beside = beside_rendering(graph, current.placements, current.pipeline_stages, cluster)
+    do not run beside it (no run measured them so), the plan to try that runs none of them so: of one stage, or
+    rendering on GPUs of their own (`planners/render.py`)."""
+    running_beside = ports_of(beside_rendering(graph, current.placements, current.pipeline_stages, cluster))
     profile = measured.profile.copy()
-    alone = sorted(p for p in running_beside if beside(p) in measured.fitted and stands_in(profile.source[p]))
-    if not alone:
+    only_beside = sorted(
+        port for port in running_beside if rendering_key(port) in measured.fitted and stands_in(profile.source[port])
+    )
+    if not only_beside:
         return None
-    for port in alone:
+    for port in only_beside:
         cost = profile.costs[port]
         profile.costs[port] = PortCost(
             fixed_s=cost.fixed_s / CONTENTION_PRIOR, per_item_s=cost.per_item_s / CONTENTION_PRIOR
         )
     unmeasured = (
-        f"{', '.join(alone)} measured only beside rendering on their GPU; were they {CONTENTION_PRIOR:g}x as fast"
+        f"{', '.join(only_beside)} measured only beside rendering on their GPU; were they {CONTENTION_PRIOR:g}x as fast"
         " where they do not run beside it"
     )
     probe = _probe(graph, cluster, current, profile, unmeasured)
-    if probe is None or beside_rendering(graph, probe.plan.placements, probe.plan.pipeline_stages, cluster):
-        return None  # the plan to try would measure them beside rendering again
-    return probe
+    if probe is None:
+        return None
+    again = ports_of(beside_rendering(graph, probe.plan.placements, probe.plan.pipeline_stages, cluster))
+    return None if again & set(only_beside) else probe  # not one that measures them beside rendering again
 
 
 def _split(measured: Refit, per_call: bool) -> Profile:
@@ -126,7 +130,7 @@ def _split(measured: Refit, per_call: bool) -> Profile:
         size = measured.fitted[port].by_size[0]
         per_item_s = 0.0 if per_call else size.mean_s / size.items
         cost = PortCost(fixed_s=size.mean_s - per_item_s * size.items, per_item_s=per_item_s)
-        alone = port.removesuffix(BESIDE)
+        alone = port.removesuffix(BESIDE_RENDERING)
         for key in (port, alone) if stands_in(profile.source[alone]) else (port,):
             profile.costs[key] = cost
     return profile

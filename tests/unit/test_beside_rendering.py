@@ -12,10 +12,9 @@ from m2flow.config import load_spec
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.cache import save_cached
-from m2flow.planners.fit import PortFit, SizeMean, beside, points_from_trace
-from m2flow.planners.render import beside_rendering
+from m2flow.planners.fit import PortFit, SizeMean, points_from_trace, rendering_key
+from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of
 from m2flow.planners.simulate import simulate_plan
-from m2flow.runtime.replan import Running, replan
 from m2flow.schedule import unknown_costs
 from tests.conftest import ROOT
 
@@ -33,7 +32,7 @@ def camera(gpus: int = 1, cpus: int = 4, stages: int | str = "auto", mode: str =
 
 
 def ports_beside(graph, plan) -> frozenset[str]:
-    return beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster)
+    return ports_of(beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster))
 
 
 @pytest.mark.parametrize("mode", ["shared", "hybrid"])
@@ -76,8 +75,8 @@ def loop_calls(iterations, stages: int, step_s: float, act_s: float, beside_rend
 def test_a_call_traced_beside_rendering_is_fitted_as_the_port_beside_rendering():
     events = loop_calls([1], 2, 0.004, 0.003, True) + loop_calls([2], 1, 0.003, 0.001, False)
     points = points_from_trace({"traceEvents": events}, skip_iterations=1)
-    assert set(points) == {"env.step", "rollout.act", beside("env.step"), beside("rollout.act")}
-    assert {seconds for _, seconds in points[beside("rollout.act")]} == {0.003}
+    assert set(points) == {"env.step", "rollout.act", rendering_key("env.step"), rendering_key("rollout.act")}
+    assert {seconds for _, seconds in points[rendering_key("rollout.act")]} == {0.003}
     assert {seconds for _, seconds in points["rollout.act"]} == {0.001}
 
 
@@ -87,48 +86,60 @@ def fit(seconds: float, items: int) -> PortFit:
     )
 
 
-def test_a_cost_measured_only_beside_rendering_stands_for_the_port_until_a_run_measures_it_alone(tmp_path, monkeypatch):
-    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
-    graph, cluster = camera()
-    kinds = {"rollout": "gpu"}
-    save_cached(graph, kinds, {beside("rollout.act"): fit(0.003, 8)})
-    profile = profile_of(graph, cluster)
-    assert profile.source[beside("rollout.act")] == "cached"
-    assert profile.source["rollout.act"] == "cached beside rendering"  # known: no calibration for want of it
-    assert "rollout.act" not in unknown_costs(profile.source)
-    one, two = (make_plan(camera(stages=s)[0], cluster) for s in (1, 2))
-    act = {s: simulate_plan(graph, plan, profile).prediction.port_s["rollout.act"] for s, plan in ((1, one), (2, two))}
-    assert act[1] == pytest.approx(8 * 0.003) and act[2] == pytest.approx(16 * 0.003)  # per call as measured
-    assert one.predicted.cost_sources["rollout.act"] == two.predicted.cost_sources["rollout.act"]
-    save_cached(graph, kinds, {"rollout.act": fit(0.001, 16)})  # a run of one stage measured it alone
-    profile = profile_of(graph, cluster)
-    assert profile.source["rollout.act"] == "cached"
-    act = {s: simulate_plan(graph, plan, profile).prediction.port_s["rollout.act"] for s, plan in ((1, one), (2, two))}
-    assert act[1] == pytest.approx(8 * 0.001) and act[2] == pytest.approx(16 * 0.003)
-    assert profile.sources_in(ports_beside(graph, two))["rollout.act"] == "cached beside rendering"
-
-
-def test_a_run_that_measured_the_gpu_only_beside_rendering_tries_one_stage_and_keeps_what_ran_faster(
+def test_a_cost_measured_only_beside_rendering_stands_in_for_the_port_as_unknown_until_a_run_measures_it_alone(
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph, cluster = camera()
-    pipelined = make_plan(camera(stages=2)[0], cluster)
-    assert ports_beside(graph, pipelined) == LOOP
-    first = loop_calls([0, 1, 2], 2, 0.004, 0.004, beside_rendering=True)  # 4 ms a step and an act, beside
-    tried = replan(graph, cluster, Running(pipelined, 0, warmups=(0,)), first, may_try=True)
-    assert tried.trial and tried.plan.pipeline_stages == 1, tried.why
-    assert "measured only beside rendering on their GPU; were they 1.5x as fast" in tried.why
-    assert not replan(graph, cluster, Running(pipelined, 0, warmups=(0,)), first).switched  # not without a trial
-    # the trial: one stage, the act and the step alone; its first iteration warms up
-    trial = Running(tried.plan, 3, warmups=(0, 3), tried_from=pipelined)
-    alone = loop_calls([3, 4, 5], 1, 0.002, 0.002, beside_rendering=False)
-    for event in alone:
-        event["ts"] += 100e6
-    kept = replan(graph, cluster, trial, first + alone)
-    assert not kept.switched and kept.plan.pipeline_stages == 1, kept.why
-    slow_alone = loop_calls([3, 4, 5], 1, 0.008, 0.006, beside_rendering=False)  # no faster alone: back
-    for event in slow_alone:
-        event["ts"] += 100e6
-    back = replan(graph, cluster, trial, first + slow_alone)
-    assert back.switched and back.plan.pipeline_stages == 2, back.why
+    kinds = {"rollout": "gpu"}
+    save_cached(graph, kinds, {rendering_key("rollout.act"): fit(0.003, 8)})
+    profile = profile_of(graph, cluster)
+    assert profile.source[rendering_key("rollout.act")] == "cached"
+    assert profile.source["rollout.act"] == "cached beside rendering"
+    one, two = (make_plan(camera(stages=s)[0], cluster) for s in (1, 2))
+    act = {s: simulate_plan(graph, plan, profile).prediction.port_s["rollout.act"] for s, plan in ((1, one), (2, two))}
+    assert act[1] == pytest.approx(8 * 0.003) and act[2] == pytest.approx(16 * 0.003)  # per call as measured
+    # a plan of one stage does not know what it costs there: a run of it measures it (`m2flow run` calibrates)
+    assert "rollout.act" in one.predicted.unknown_costs and "rollout.act" not in two.predicted.unknown_costs
+    assert two.predicted.cost_sources["rollout.act"] == "cached"
+    save_cached(graph, kinds, {"rollout.act": fit(0.001, 16)})  # a run of one stage measured it alone
+    profile = profile_of(graph, cluster)
+    assert profile.source["rollout.act"] == "cached" and "rollout.act" not in unknown_costs(profile.source)
+    act = {s: simulate_plan(graph, plan, profile).prediction.port_s["rollout.act"] for s, plan in ((1, one), (2, two))}
+    assert act[1] == pytest.approx(8 * 0.001) and act[2] == pytest.approx(16 * 0.003)
+
+
+def test_a_profile_file_s_cost_beside_rendering_is_read_as_the_cache_s_is(tmp_path, monkeypatch):
+    """`m2flow profile --from-trace` of a pipelined GPU run writes the ports beside rendering under their own keys."""
+    from m2flow.planners.profile import Profile
+
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph, _ = camera()
+    measured = {"ports": {rendering_key("rollout.act"): fit(0.003, 8)}}
+    profile = Profile.from_graph(graph, measured, {}, frozenset({"rollout.act"}))
+    assert profile.source[rendering_key("rollout.act")] == "measured"
+    assert profile.source["rollout.act"] == "measured beside rendering"
+    assert profile.call_s("rollout", "act", 8, beside_rendering=True) == pytest.approx(0.003)
+
+
+def test_on_two_nodes_only_the_replicas_whose_gpu_the_policy_shares_run_beside_rendering():
+    """Simulators on the second node render on its own GPU, which no policy replica uses: they and their calls
+    run alone, those of the first node beside the policy's acting."""
+    from m2flow.planners.render import render_gpus
+    from m2flow.schedule import Placement, ReplicaId
+
+    graph, _ = camera(gpus=2, cpus=4)
+    cluster = Cluster.from_spec(graph.spec.cluster.model_copy(update={"nodes": 2}))
+    gpu = {d.node: d for d in cluster.of_kind("gpu")}
+    cores = [next(d for d in cluster.of_kind("cpu") if d.node == node) for node in (0, 1)]
+    placements = {
+        "env": Placement("env", cores, cores),
+        "rollout": Placement("rollout", [gpu[0]], [gpu[0]]),
+        "actor": Placement("actor", [gpu[0]], [gpu[0]]),
+    }
+    plan = make_plan(graph, cluster)  # any plan of this cluster, its placements replaced by the ones above
+    plan.placements = placements
+    assert {r.replica: g.name for r, g in render_gpus(graph, plan).items()} == {0: "n0/gpu0", 1: "n1/gpu1"}
+    beside = beside_rendering(graph, placements, 2, cluster)
+    assert beside == {ReplicaPort(ReplicaId("env", 0), "step"), ReplicaPort(ReplicaId("rollout", 0), "act")}
+    assert not beside_rendering(graph, placements, 1, cluster)

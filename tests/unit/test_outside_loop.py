@@ -18,6 +18,8 @@ from m2flow.planners.simulate import Shared, simulation
 from m2flow.spec import PortCost
 from tests.unit.test_symmetry import spin_workflow
 
+NOTHING_BESIDE = frozenset()  # CPU-only plans: no port runs beside rendering (planners/render.py)
+
 
 def swapping() -> dict:
     raw = spin_workflow(4, 2, cpus=4, mode="shared", stages=1)
@@ -67,8 +69,12 @@ def test_simulations_that_share_the_phases_outside_the_loop_predict_and_schedule
     graph, plan, profile, options = each_simulation(CASES[case]())
     reused = Shared()
     for stages, processes in options:
-        alone = simulation(graph, plan.placements, stages, profile, plan.phases, processes)
-        shared = simulation(graph, plan.placements, stages, profile, plan.phases, processes, reused)
+        alone = simulation(
+            graph, plan.placements, stages, profile, plan.phases, processes, beside_rendering=NOTHING_BESIDE
+        )
+        shared = simulation(
+            graph, plan.placements, stages, profile, plan.phases, processes, reused, beside_rendering=NOTHING_BESIDE
+        )
         a, b = alone.prediction, shared.prediction
         assert math.isclose(a.iteration_s, b.iteration_s, rel_tol=1e-12)
         assert a.phase_s.keys() == b.phase_s.keys()
@@ -98,7 +104,9 @@ def test_only_the_first_simulation_of_a_placement_and_process_layout_runs_its_ph
     )
     reused = Shared()
     for stages, processes in options:
-        simulation(graph, plan.placements, stages, profile, plan.phases, processes, reused)
+        simulation(
+            graph, plan.placements, stages, profile, plan.phases, processes, reused, beside_rendering=NOTHING_BESIDE
+        )
     assert any(p.offload or p.onload for p in plan.phases) and len(options) > 1
     seen: set = set()
     expected = []
@@ -114,18 +122,40 @@ def test_what_a_placements_simulations_share_is_refused_to_another_placement():
     graph, plan, profile, options = each_simulation(swapping())
     reused = Shared()
     stages, processes = options[0]
-    simulation(graph, plan.placements, stages, profile, plan.phases, processes, reused)
+    simulation(graph, plan.placements, stages, profile, plan.phases, processes, reused, beside_rendering=NOTHING_BESIDE)
     with pytest.raises(ValueError, match="these inputs are another's"):
-        simulation(graph, dict(plan.placements), stages, profile, plan.phases, processes, reused)
+        simulation(
+            graph,
+            dict(plan.placements),
+            stages,
+            profile,
+            plan.phases,
+            processes,
+            reused,
+            beside_rendering=NOTHING_BESIDE,
+        )
 
 
 def test_a_replayed_plans_tasks_use_the_costs_it_was_predicted_on():
     graph, plan, profile, options = each_simulation(swapping())
     reused = Shared()
     (first_stages, first_processes), (stages, processes) = options[0], options[1]
-    simulation(graph, plan.placements, first_stages, profile, plan.phases, first_processes, reused)
-    replayed = simulation(graph, plan.placements, stages, profile, plan.phases, processes, reused)
-    expected = simulation(graph, plan.placements, stages, profile.copy(), plan.phases, processes).tasks()
+    simulation(
+        graph,
+        plan.placements,
+        first_stages,
+        profile,
+        plan.phases,
+        first_processes,
+        reused,
+        beside_rendering=NOTHING_BESIDE,
+    )
+    replayed = simulation(
+        graph, plan.placements, stages, profile, plan.phases, processes, reused, beside_rendering=NOTHING_BESIDE
+    )
+    expected = simulation(
+        graph, plan.placements, stages, profile.copy(), plan.phases, processes, beside_rendering=NOTHING_BESIDE
+    ).tasks()
     for key in list(profile.costs):  # a refit changes the costs in place, after the prediction
         profile.costs[key] = PortCost(fixed_s=1.0, per_item_s=0.0)
     assert replayed.tasks() == expected

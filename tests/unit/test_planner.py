@@ -19,6 +19,8 @@ from m2flow.planners.profile import CHANNEL_HOP_S
 from m2flow.planners.simulate import simulate_plan
 from m2flow.schedule import Plan
 
+NOTHING_BESIDE = frozenset()  # CPU-only plans: no port runs beside rendering (planners/render.py)
+
 
 def workflow(
     env_s=0.002, policy_s=0.002, cpus=2, stages=1, mode="auto", env_replicas=1, num_envs=4, memory_gb=0.0, horizon=100
@@ -313,7 +315,10 @@ def test_disjoint_modes_try_several_device_splits_and_keep_the_fastest():
     )
     assert len(options) >= 2
     times = {
-        n: simulation(graph, p, 1, profile, build_phases(graph), []).prediction.iteration_s for n, p in options.items()
+        n: simulation(
+            graph, p, 1, profile, build_phases(graph), [], beside_rendering=NOTHING_BESIDE
+        ).prediction.iteration_s
+        for n, p in options.items()
     }
     plan = DisaggregatedPlanner().plan(graph, cluster, profile)
     assert plan.predicted.iteration_s == pytest.approx(min(times.values()))
