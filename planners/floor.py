@@ -4,7 +4,8 @@ Each loop replica's calls run one at a time, in program order, whatever the plac
 process layout (a call that shares its CPU core with other processes' calls takes longer, never less): an
 iteration's loop takes at least the busiest replica's own work over the horizon. A port's cost is a line with
 a non-negative per-call part, so however a step's rows are cut into slices (or merged back), the calls of a
-step cost at least one call on all of them. In a synchronous flow the after-loop ports run once the loop is
+step cost at least one call on all of them; a port with a cost beside rendering too (`planners/render.py`) counts
+the lesser of its two lines. In a synchronous flow the after-loop ports run once the loop is
 done, and take at least as long as the call of one of them on the most rows a replica can be given. The
 allocation search skips a layout whose floor is above the best plan it has found (`planners/allocation.py`).
 """

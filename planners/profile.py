@@ -4,7 +4,9 @@ A call of a port costs `fixed_s + per_item_s * items`; for a simulator, items ar
 in the workflow (`workers.<w>.profile`, `resources.memory_gb`) > measured (`m2flow profile`, a profile.json) > cached
 (what earlier runs of the same worker measured, `cache.py`) > estimated (a worker class's `memory_estimate_gb(config,
 samples)`) > defaults by worker kind (a GPU's where the port's work will run on one: `ON_GPU_COST`). A port whose cost
-is a default is *unknown*: `m2flow run` measures it in its first iterations and re-plans.
+is a default is *unknown*: `m2flow run` measures it in its first iterations and re-plans. A loop port's cost beside
+rendering on its GPU (`planners/render.py`) is kept under its own key (`fit.rendering_key`), for the plans that run
+it so; measured only so, it stands in for the port's own cost, which stays unknown (`schedule.stands_in`).
 """
 
 from __future__ import annotations
