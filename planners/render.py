@@ -124,6 +124,7 @@ def render_notes(graph: MacroGraph, plan: Plan) -> list[str]:
 
 
 def _has_cameras(graph: MacroGraph, worker: str) -> bool:
+    """Whether `worker` declares ports that render (`rendering_ports`): a simulator without cameras draws nothing."""
     return bool(graph.info[worker].rendering_ports)
 
 
