@@ -445,6 +445,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
         for sweep in ("gpu44", "gpu45", "gpu46", "gpu47", "gpu48")
     },
     "planner_accuracy_h100_cnn_dec07": partial(planner_accuracy, "gpu48/planner_accuracy.json"),
+    "planner_accuracy_h100_cnn_dec07b": partial(planner_accuracy, "gpu49/planner_accuracy.json"),
     **{
         f"replay_calibration_trial_{sweep}": partial(
             replay_calibration, f"{sweep}/replay_calibration_trial_shared-S1-round1.json"
