@@ -24,7 +24,10 @@ import argparse
 import json
 import tarfile
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from cost_cache import cache_at
 from planner_accuracy import NEAR_BEST, WITHIN, WORKLOADS, spec_of
@@ -32,15 +35,41 @@ from results_io import save_result
 
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
+from m2flow.planners.fit import traced_replica
 from m2flow.planners.render import ReplicaPort, beside_rendering
 from m2flow.runtime.executor import planned_graph
 from m2flow.runtime.replan import Running, refit
-from m2flow.schedule import Plan, ReplicaId
+from m2flow.schedule import Plan
+from m2flow.spec import WorkflowSpec
 
 CALIBRATING = "calibrating"  # the calibrating run's folder in the traces: <workflow>-calibrating
 
 
 TRIAL_START = 1000  # a replayed trial's first iteration: after the calibrating run's
+
+
+class KeptRun(NamedTuple):
+    """One run of a sweep as its kept trace has it: the plan it ran, that plan's graph, its traced events."""
+
+    plan: Plan
+    graph: MacroGraph
+    events: list[dict]
+
+
+@contextmanager
+def unpacked(sweep: Path) -> Iterator[Path]:
+    """A temporary folder holding the sweep's kept runs under `traces/`, and an empty cost cache in use."""
+    with tempfile.TemporaryDirectory(prefix="m2flow-replay-") as tmp, cache_at(Path(tmp) / "cost-cache"):
+        with tarfile.open(sweep / "traces.tgz") as archive:
+            archive.extractall(tmp, filter="data")
+        yield Path(tmp)
+
+
+def kept_run(folder: Path, spec: WorkflowSpec) -> KeptRun:
+    """The run kept in `folder` (`<workflow>-<label>`) of the workflow `spec` declares."""
+    plan = Plan.load(folder / "plan.json")
+    graph = planned_graph(spec, plan) if plan.spec_overrides else build_graph(spec)
+    return KeptRun(plan, graph, json.loads((folder / "trace.json").read_text())["traceEvents"])
 
 
 def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
@@ -50,25 +79,22 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
     (measured,) = accuracy["workloads"]
     workload = WORKLOADS[measured["workload"]]
     hardware = (f"cluster.gpus={gpus}", f"cluster.cpus={cpus}")
-    with tempfile.TemporaryDirectory(prefix="m2flow-replay-") as tmp, cache_at(Path(tmp) / "cost-cache"):  # empty
-        with tarfile.open(sweep / "traces.tgz") as archive:
-            archive.extractall(tmp, filter="data")
+    with unpacked(sweep) as tmp:
+        spec = spec_of(workload, tmp, "placement.mode=auto", *hardware)
         (calibrating,) = Path(tmp, "traces").glob(f"*-{CALIBRATING}")
-        plan = Plan.load(calibrating / "plan.json")
-        spec = spec_of(workload, Path(tmp), "placement.mode=auto", *hardware)
-        graph = planned_graph(spec, plan) if plan.spec_overrides else build_graph(spec)
-        events = marked(graph, plan, json.loads((calibrating / "trace.json").read_text())["traceEvents"])
-        cluster = plan.cluster  # as the sweep's machine had it (its memory too)
-        running = Running(plan, 0, (0,))
+        first = kept_run(calibrating, spec)
+        events = marked(first)
+        cluster = first.plan.cluster  # as the sweep's machine had it (its memory too)
+        running = Running(first.plan, 0, (0,))
         if trial is not None:
             (tried,) = Path(tmp, "traces").glob(f"*-{trial}")
-            running = Running(Plan.load(tried / "plan.json"), TRIAL_START, (0, TRIAL_START))
-            trace = json.loads((tried / "trace.json").read_text())["traceEvents"]
-            events += [later(event, TRIAL_START) for event in marked(graph, running.plan, trace)]
-        profile = refit(graph, cluster, events, running).profile
+            then = kept_run(tried, spec)
+            running = Running(then.plan, TRIAL_START, (0, TRIAL_START))
+            events += [later(event, TRIAL_START) for event in marked(then)]
+        profile = refit(first.graph, cluster, events, running).profile
 
         def planned(*settings: str) -> Plan:
-            return make_plan(build_graph(spec_of(workload, Path(tmp), *settings, *hardware)), cluster, profile)
+            return make_plan(build_graph(spec_of(workload, tmp, *settings, *hardware)), cluster, profile)
 
         auto = planned("placement.pipeline_stages=auto")
         rows = []
@@ -111,19 +137,16 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
     }
 
 
-def marked(graph: MacroGraph, plan: Plan, events: list[dict]) -> list[dict]:
-    """`events` of a run of `plan`, its loop calls beside rendering marked so, as the controller marks them now."""
-    beside = beside_rendering(graph, plan.placements, plan.pipeline_stages, plan.cluster)
-
-    def call(event: dict) -> ReplicaPort:
-        worker, index = event["args"]["worker"].rstrip("]").split("[")
-        return ReplicaPort(ReplicaId(worker, int(index)), event["name"])
-
+def marked(run: KeptRun) -> list[dict]:
+    """The run's events, its loop calls beside rendering marked so, as the controller marks them now."""
+    beside = beside_rendering(run.graph, run.plan.placements, run.plan.pipeline_stages, run.plan.cluster)
     return [
         {**event, "args": {**event["args"], "beside_rendering": True}}
-        if event.get("cat") == "loop" and event.get("ph") == "X" and call(event) in beside
+        if event.get("cat") == "loop"
+        and event.get("ph") == "X"
+        and ReplicaPort(traced_replica(event), event["name"]) in beside
         else event
-        for event in events
+        for event in run.events
     ]
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from m2flow.cluster import DeviceId
 from m2flow.errors import PlanError
-from m2flow.schedule import BESIDE_RENDERING
+from m2flow.schedule import BESIDE_RENDERING, ReplicaId
 from m2flow.spec import PortCost
 
 Points = dict[str, list[tuple[float, float]]]  # "worker.port" -> [(items, seconds), ...]
@@ -55,7 +55,7 @@ def replica_points(
     seen: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for task, items, seconds in _measured_calls(trace, skip_iterations, warmups):
         if task.get("cat") != "loop":
-            seen[_fit_key(task)][_replica(task)].append((items, seconds))
+            seen[_fit_key(task)][traced_replica(task).replica].append((items, seconds))
     return {
         port: dict(by_replica)
         for port, by_replica in seen.items()
@@ -81,9 +81,10 @@ def _measured_calls(trace: dict, skip_iterations: int, warmups: Collection[int])
             yield task, items, seconds
 
 
-def _replica(task: dict) -> int:
-    """The replica index of a traced task's row (`env[1]` -> 1)."""
-    return int(task["args"]["worker"].split("[")[1].rstrip("]"))
+def traced_replica(task: dict) -> ReplicaId:
+    """The replica a traced task's row is of (`env[1]` -> env's replica 1)."""
+    worker, index = task["args"]["worker"].rstrip("]").split("[")
+    return ReplicaId(worker, int(index))
 
 
 def work_share(trace: dict) -> dict[str, float]:
@@ -115,6 +116,11 @@ def rendering_key(port: str) -> str:
     return port + BESIDE_RENDERING
 
 
+def port_of_key(key: str) -> str:
+    """The port a cost's key is of: `rollout.act beside rendering` -> `rollout.act`."""
+    return key.removesuffix(BESIDE_RENDERING)
+
+
 def _fit_key(task: dict) -> str:
     """What a traced call's cost is fitted as: its port, or its port beside rendering where the run traced it so
     (`planners/render.py`)."""
@@ -122,7 +128,7 @@ def _fit_key(task: dict) -> str:
 
 
 def _port(task: dict) -> str:
-    return f"{task['args']['worker'].split('[')[0]}.{task['name']}"
+    return f"{traced_replica(task).worker}.{task['name']}"
 
 
 def _work_s(tasks: list[dict]) -> list[float]:
@@ -190,7 +196,7 @@ def hop_from_trace(trace: dict, chain: list[str], skip_iterations: int = 1) -> f
             continue
         if args.get("iteration", 0) < skip_iterations:
             continue
-        worker = args["worker"].split("[")[0]
+        worker = traced_replica(event).worker
         key = (f"{worker}.{event['name']}", args["iteration"], args["step"], args["stage"])
         ends[key] = max(ends.get(key, 0.0), (event["ts"] + event["dur"]) / 1e6)
         starts.append((key, event["ts"] / 1e6, worker))

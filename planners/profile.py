@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.planners.fit import PortFit, ReplicaShares, rendering_key
+from m2flow.planners.fit import PortFit, ReplicaShares, port_of_key, rendering_key
 from m2flow.planners.render import ReplicaPort, ports_of, render_gpus
 from m2flow.schedule import BESIDE_RENDERING, DEFAULT_SOURCE, HANDOFF_SOURCE, Plan, ReplicaId, guessed, stands_in
 from m2flow.spec import PortCost
@@ -95,7 +95,7 @@ class Profile:
         `rendering_key(...)`), it stands for the port's cost alone too until a run measures that (`stands_in`)."""
         self.set_fit(port, fit)
         self.source[port] = source
-        alone = port.removesuffix(BESIDE_RENDERING)
+        alone = port_of_key(port)
         if alone != port and (guessed(self.source.get(alone, DEFAULT_SOURCE)) or stands_in(self.source[alone])):
             self.set_fit(alone, fit)
             self.source[alone] = standing_in(source)
@@ -143,7 +143,7 @@ class Profile:
         runs on one (`on_gpu`; not as declared: a declared cost the run measured otherwise is no guide to its
         split): the prior for a fit that saw one batch size only."""
         priors = self.prior_on_gpu if on_gpu else self.prior
-        alone = port.removesuffix(BESIDE_RENDERING)  # beside rendering too, the split of its kind's work
+        alone = port_of_key(port)  # beside rendering too, the split of its kind's work
         cost = self.costs[alone] if alone in self.split_measured else priors.get(alone, HANDOFF_COST)
         total = cost.fixed_s + cost.per_item_s * items
         return cost.fixed_s / total if total > 0 else 1.0

@@ -43,6 +43,7 @@ from m2flow.planners.fit import (
     latest_shares,
     merged,
     points_from_trace,
+    port_of_key,
     replica_points,
 )
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
@@ -51,7 +52,7 @@ from m2flow.planners.render import beside_rendering, ports_of
 from m2flow.planners.simulate import simulate_plan
 from m2flow.program import build_phases
 from m2flow.runtime.trials import best_probe, fixed_slices
-from m2flow.schedule import BESIDE_RENDERING, Plan, Prediction, unknown_costs
+from m2flow.schedule import Plan, Prediction, unknown_costs
 
 REPLAN_GAIN = 0.10
 BACK_GAIN = 0.02  # what the plan a trial left must be predicted to gain over it to go back (a restart)
@@ -92,23 +93,18 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
     on_gpu = ports_on_gpu(graph, running.plan)
     priors = {
-        port: _per_call_fraction(profile, port, samples, cached.get(port), _alone(port) in on_gpu)
+        port: _per_call_fraction(profile, port, samples, cached.get(port), port_of_key(port) in on_gpu)
         for port, samples in points.items()
     }
     by_replica = replica_points(trace, _replica_counts(graph, running), skip_iterations=1, warmups=warmups)
     fitted = fit_points(points, "online", priors, by_replica)["ports"]  # this run's alone: the hop is calibrated on it
     unsplit = _unsplit(graph, profile, fitted, cached)
     for port, fit in fitted.items():
-        if _alone(port) in profile.costs:  # the shares at other replica counts earlier runs measured stay
+        if port_of_key(port) in profile.costs:  # the shares at other replica counts earlier runs measured stay
             profile.set_seen(port, replace(fit, replica_shares=latest_shares(cached.get(port), fit)), MEASURED)
             profile.split_measured.discard(port)  # this run's line, whatever `m2flow profile` measured
     calibrated = calibrate_run(graph, running, profile, trace)
     return Refit(profile, fitted, unsplit, calibrated)
-
-
-def _alone(key: str) -> str:
-    """The port a fit's key is of: `rollout.act beside rendering` -> `rollout.act`."""
-    return key.removesuffix(BESIDE_RENDERING)
 
 
 def _replica_counts(graph: MacroGraph, running: Running) -> dict[str, int]:
@@ -141,10 +137,10 @@ def _unsplit(graph: MacroGraph, profile: Profile, fitted: dict[str, PortFit], ca
     return [
         port
         for port, fit in fitted.items()
-        if _alone(port) in loop
+        if port_of_key(port) in loop
         and len(fit.batch_sizes) == 1
         and fit.batch_sizes[0] > 0
-        and _alone(port) not in profile.split_measured
+        and port_of_key(port) not in profile.split_measured
         and (port not in cached or set(cached[port].batch_sizes) <= set(fit.batch_sizes))
     ]
 

@@ -16,11 +16,11 @@ from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners import make_plan
-from m2flow.planners.fit import rendering_key
+from m2flow.planners.fit import port_of_key, rendering_key
 from m2flow.planners.profile import Profile
 from m2flow.planners.render import beside_rendering, ports_of
 from m2flow.planners.simulate import simulate_plan
-from m2flow.schedule import BESIDE_RENDERING, Plan, stands_in
+from m2flow.schedule import Plan, stands_in
 from m2flow.spec import PortCost
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def _split(measured: Refit, per_call: bool) -> Profile:
         size = measured.fitted[port].by_size[0]
         per_item_s = 0.0 if per_call else size.mean_s / size.items
         cost = PortCost(fixed_s=size.mean_s - per_item_s * size.items, per_item_s=per_item_s)
-        alone = port.removesuffix(BESIDE_RENDERING)
+        alone = port_of_key(port)
         for key in (port, alone) if stands_in(profile.source[alone]) else (port,):
             profile.costs[key] = cost
     return profile

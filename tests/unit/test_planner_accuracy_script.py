@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from m2flow.errors import WaitTimeout, WorkerError
+from m2flow.planners.fit import traced_replica
+from m2flow.planners.render import ReplicaPort, beside_rendering
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -231,6 +233,40 @@ def test_the_cnn_sweep_replayed_with_a_trial_of_one_stage_chooses_within_5_perce
     assert tried["auto_within_5pct"], tried["summary"]
     pipelined = [row for row in tried["rows"] if row["stages"] > 1]
     assert len(pipelined) == 4 and all(abs(row["error"]) <= 0.10 for row in pipelined), tried["summary"]
+
+
+def test_the_gpu49_runs_traced_as_beside_rendering_the_calls_their_plans_run_beside_rendering_and_no_others(
+    benchmarks, monkeypatch
+):
+    """On an H100 (benchmarks/results/gpu49, the camera job with a CNN policy, code a9f41b5) the controller marked a
+    loop call `beside_rendering` where the running plan ran its replica's port beside rendering on one GPU: in each
+    candidate's kept trace the marked calls are those `beside_rendering` names for its plan (every act and step of
+    the two- and four-stage plans, none of the one-stage ones); the calibrating run marked its hybrid S=2 iterations'
+    acts and none after it switched to the one-stage trial."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    replay = importlib.import_module("replay_calibration")
+
+    def traced(events: list[dict], *, beside: bool) -> list[dict]:
+        return [e for e in events if e.get("cat") == "loop" and bool(e["args"].get("beside_rendering")) == beside]
+
+    with replay.unpacked(BENCHMARKS / "results" / "gpu49") as tmp:
+        workload = benchmarks.accuracy.WORKLOADS["camera-cnn-gpu"]
+        spec = benchmarks.accuracy.spec_of(workload, tmp, "cluster.gpus=1", "cluster.cpus=16")
+        stages = {}
+        for folder in sorted((tmp / "traces").glob("*-round1")):
+            run = replay.kept_run(folder, spec)
+            marked = {ReplicaPort(traced_replica(e), e["name"]) for e in traced(run.events, beside=True)}
+            planned = beside_rendering(run.graph, run.plan.placements, run.plan.pipeline_stages, run.plan.cluster)
+            assert marked == planned, folder.name
+            assert {port.port for port in marked} == ({"act", "step"} if run.plan.pipeline_stages > 1 else set())
+            stages[folder.name] = run.plan.pipeline_stages
+        assert sorted(stages.values()) == [1, 1, 2, 2, 4, 4]
+        (calibrating,) = (tmp / "traces").glob("*-calibrating")
+        acts = [e for e in replay.kept_run(calibrating, spec).events if e.get("cat") == "loop" and e["name"] == "act"]
+        switched = min(e["args"]["iteration"] for e in traced(acts, beside=False))
+        assert switched == 3
+        assert all(e["args"]["iteration"] < switched for e in traced(acts, beside=True))
+        assert {e["args"]["iteration"] for e in traced(acts, beside=True)} == {0, 1, 2}
 
 
 @pytest.mark.parametrize("name", ["main", "camera", "metaworld", "spin-per-call", "camera-vit-gpu", "camera-cnn-gpu"])
