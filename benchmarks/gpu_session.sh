@@ -14,7 +14,7 @@
 # SYNC_MODES and ONE_OFF_MODES, SYNC_SECONDS and ONE_OFF_SECONDS the two runs' limits, SUFFIX for the files' names); `ablation` the BEHAVIOR
 # ablation of that family (12 x 16 envs, CHUNKS (8) chunks of 16 actions, a ViT of SIZE acting in bf16; FIRST_ROW, STAGES: a pipeline row for each stage count); `physics`
 # how a core's physics slows with more simulator processes at once (physics_scaling.py) and the cores' topology;
-# `accuracy` planner_accuracy.py's camera-vit-gpu sweep (WORKLOADS: another, SECONDS_LIMIT, CALIBRATING; TRACES=1 keeps each run's trace); `sync` weight_sync.py (100M ViT, the
+# `accuracy` planner_accuracy.py's camera-vit-gpu sweep (WORKLOADS: another, SECONDS_LIMIT, CALIBRATING, ROUNDS; TRACES=1 keeps each run's trace); `sync` weight_sync.py (100M ViT, the
 # source's and destination's part of each sync; first at the commit of .whl/before/, if there) and the CUDA IPC and checksum GPU tests (ITERATIONS);
 # `contention` the act call beside EGL renderers by variant (gpu_contention.py); `overlap` a training update beside the act
 # call in another process, in a thread, and at a lower stream priority (gpu_training_overlap.py); `tests` only the GPU tests (pytest -m gpu) and the
@@ -88,7 +88,7 @@ if [ "${1:-all}" = sync ]; then  # weight sync of the 100M ViT by transport, whe
 fi
 if [ "${1:-all}" = accuracy ]; then  # planner_accuracy.py's GPU workload: no costs declared, every candidate measured
   timeout "${SECONDS_LIMIT:-560}" python3 benchmarks/planner_accuracy.py --workloads ${WORKLOADS:-camera-vit-gpu} --iterations 4 \
-    --calibration-iterations "${CALIBRATING:-9}" ${TRACES:+--keep-traces} --out "$OUT" > "$OUT/accuracy_gpu.log" 2>&1
+    --calibration-iterations "${CALIBRATING:-9}" --rounds "${ROUNDS:-1}" ${TRACES:+--keep-traces} --out "$OUT" > "$OUT/accuracy_gpu.log" 2>&1
   grep -E "predicted .* measured|^planner accuracy|Error" "$OUT/accuracy_gpu.log" | tail -10
   if [ -d "$OUT/traces" ]; then tar czf "$OUT/traces.tgz" -C "$OUT" traces && rm -rf "$OUT/traces"; fi  # 8 files come back at most
   rm -rf "$OUT/tmp"; exit 0

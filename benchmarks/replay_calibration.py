@@ -12,7 +12,9 @@ measured times are the sweep's own.
 `--trial <label>`: another kept run of the sweep replayed after the calibration as a re-plan's trial would have run
 it (its first iteration a warm-up), as if the calibrating run had tried that plan: what the planner predicts once it
 measured both. Each run's loop calls are marked beside rendering as the running plan would have marked them
-(`planners/render.py`; traces from before that mark carry none).
+(`planners/render.py`; traces from before that mark carry none), and where the workers started again (a re-plan's
+switch) is a warm-up, left out of the costs, as the trace marks it (`Trace.started`; traces from before that mark
+have none: gpu49's calibrating run switched at iteration 3 unmarked, so its replay is not its run's refit).
 
 Writes `<sweep>/replay_calibration.json` and ends with
 `replay of gpu44: auto hybrid S=1, +2.3% over the fastest measured; predictions within 10% in 6/6`.
@@ -39,6 +41,7 @@ from m2flow.planners.fit import traced_replica
 from m2flow.planners.render import ReplicaPort, beside_rendering
 from m2flow.runtime.executor import planned_graph
 from m2flow.runtime.replan import Running, refit
+from m2flow.runtime.tracing import started_at
 from m2flow.schedule import Plan
 from m2flow.spec import WorkflowSpec
 
@@ -85,11 +88,12 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
         first = kept_run(calibrating, spec)
         events = marked(first)
         cluster = first.plan.cluster  # as the sweep's machine had it (its memory too)
-        running = Running(first.plan, 0, (0,))
+        starts = [iteration for iteration, _ in started_at(first.events)] or [0]  # a re-plan's switch: its trial
+        running = Running(first.plan, starts[-1], tuple(starts))
         if trial is not None:
             (tried,) = Path(tmp, "traces").glob(f"*-{trial}")
             then = kept_run(tried, spec)
-            running = Running(then.plan, TRIAL_START, (0, TRIAL_START))
+            running = Running(then.plan, TRIAL_START, (*starts, TRIAL_START))
             events += [later(event, TRIAL_START) for event in marked(then)]
         profile = refit(first.graph, cluster, events, running).profile
 
@@ -138,7 +142,11 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
 
 
 def marked(run: KeptRun) -> list[dict]:
-    """The run's events, its loop calls beside rendering marked so, as the controller marks them now."""
+    """The run's events, its loop calls beside rendering marked so, as the controller marks them now: as it marked
+    them, where it marked where the workers started too (`Trace.started`: the plan may have changed since), else as
+    the kept plan runs them."""
+    if started_at(run.events):
+        return run.events
     beside = beside_rendering(run.graph, run.plan.placements, run.plan.pipeline_stages, run.plan.cluster)
     return [
         {**event, "args": {**event["args"], "beside_rendering": True}}

@@ -157,6 +157,7 @@ class Run:
         self.controller = Controller(graph, plan, self.launch, self.trace, self.trace_until, replacer)
         self.measured_since = self.next_iteration
         self.warmups.append(self.next_iteration)
+        self.trace.started(plan, self.next_iteration)
         if self.restore_from is not None:
             log.info("restoring %s", self.restore_from)
             try:

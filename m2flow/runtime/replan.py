@@ -347,7 +347,7 @@ def replan(
     same = best.layout_key == current.layout_key
     back = running.tried_from is not None and best.layout_key == running.tried_from.layout_key
     if same or new_s > now_s * (1 - (BACK_GAIN if back else REPLAN_GAIN)):
-        probe = best_probe(graph, cluster, current, best, measured) if may_try else None
+        probe = best_probe(graph, cluster, current, measured) if may_try else None
         if probe is not None:
             why = (
                 f"replan: trying {probe.plan.label} for {REPLAN_AFTER} iterations: {probe.unmeasured},"

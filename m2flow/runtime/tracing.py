@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -10,6 +11,7 @@ from m2flow.cluster import DeviceId
 from m2flow.schedule import Plan
 
 CONTROLLER = "controller"
+STARTED = "start"  # the category of the marks where workers started (`Trace.started`)
 
 
 class TaskEvent(NamedTuple):
@@ -40,10 +42,7 @@ class Trace:
 
     def task(self, row: str, device: DeviceId | str, event: TaskEvent, **args) -> None:
         device = device.name if isinstance(device, DeviceId) else device
-        pid, tid = self._pid.get(device, 0), self._tid.setdefault(row, len(self._tid) + 1)
-        if (pid, tid) not in self._named:
-            self._named.add((pid, tid))
-            self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": row}})
+        pid, tid = self._row(row, device)
         extra = {"step": event.step, "stage": event.stage} if event.step >= 0 else {}
         self.events.append(
             {
@@ -58,6 +57,31 @@ class Trace:
             }
         )
 
+    def started(self, plan: Plan, iteration: int) -> None:
+        """A mark across every row where the workers started under `plan` (the run's start, a re-plan's switch, a
+        restart), `iteration` their first: a warm-up, left out of the costs (`started_at`)."""
+        pid, tid = self._row(CONTROLLER, CONTROLLER)
+        self.events.append(
+            {
+                "name": f"workers started: {plan.label}",
+                "cat": STARTED,
+                "ph": "i",
+                "s": "g",
+                "pid": pid,
+                "tid": tid,
+                "ts": time.time() * 1e6,
+                "args": {"iteration": iteration, "plan": plan.label},
+            }
+        )
+
+    def _row(self, row: str, device: str) -> tuple[int, int]:
+        """The trace's process and thread of `row` on `device`, named the first time."""
+        pid, tid = self._pid.get(device, 0), self._tid.setdefault(row, len(self._tid) + 1)
+        if (pid, tid) not in self._named:
+            self._named.add((pid, tid))
+            self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": row}})
+        return pid, tid
+
     def write(self, path: str | Path) -> Path:
         path = Path(path)
         names = [
@@ -68,3 +92,8 @@ class Trace:
         tmp.write_text(json.dumps({"traceEvents": names + self.events, "displayTimeUnit": "ms"}))
         tmp.replace(path)
         return path
+
+
+def started_at(events: list[dict]) -> list[tuple[int, str]]:
+    """Where a trace's workers started, in order: (first iteration, plan label) of each `Trace.started` mark."""
+    return [(e["args"]["iteration"], e["args"]["plan"]) for e in events if e.get("cat") == STARTED]

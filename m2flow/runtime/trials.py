@@ -60,12 +60,12 @@ class Probe:
     unmeasured: str  # what was not measured, and the assumption, as the note says them
 
 
-def best_probe(graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measured: Refit) -> Probe | None:
+def best_probe(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit) -> Probe | None:
     """The plan that would gain the most, if at least `TRIAL_GAIN`, under an assumption about what no run has
-    measured: the unmeasured splits all per call, or all per item (a plan at other batch sizes; not `best`, the
-    plan the measured costs already favour: the re-plan weighed it), or the ports measured beside rendering only
-    `CONTENTION_PRIOR` times as fast alone (a plan of one stage)."""
-    probes = [_split_probe(graph, cluster, current, best, measured, per_call) for per_call in (True, False)]
+    measured: the unmeasured splits all per call, or all per item (a plan at other batch sizes, the one the measured
+    costs favour too short of a switch), or the ports measured beside rendering only `CONTENTION_PRIOR` times as fast
+    alone (a plan of one stage)."""
+    probes = [_split_probe(graph, cluster, current, measured, per_call) for per_call in (True, False)]
     probes.append(_alone_probe(graph, cluster, current, measured))
     probe = max(filter(None, probes), key=lambda p: p.gain, default=None)
     return probe if probe is not None and probe.gain >= TRIAL_GAIN else None
@@ -83,16 +83,13 @@ def _probe(graph: MacroGraph, cluster: Cluster, current: Plan, profile: Profile,
     return Probe(1 - candidate.predicted.iteration_s / current_s, candidate, unmeasured)
 
 
-def _split_probe(
-    graph: MacroGraph, cluster: Cluster, current: Plan, best: Plan, measured: Refit, per_call: bool
-) -> Probe | None:
+def _split_probe(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit, per_call: bool) -> Probe | None:
     """Were the unmeasured splits all per call (or all per item), the plan to try."""
     if not measured.unsplit:
         return None
     split = "their cost per call" if per_call else "their cost per item"
     unmeasured = f"{', '.join(measured.unsplit)} measured at one batch size only; were {split}"
-    probe = _probe(graph, cluster, current, _split(measured, per_call), unmeasured)
-    return None if probe is None or probe.plan.layout_key == best.layout_key else probe
+    return _probe(graph, cluster, current, _split(measured, per_call), unmeasured)
 
 
 def _alone_probe(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit) -> Probe | None:

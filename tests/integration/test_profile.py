@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -14,6 +15,8 @@ from m2flow.errors import WorkerError
 from m2flow.graph import build_graph
 from m2flow.planners import Profile, make_plan
 from m2flow.runtime.profiling import measure_profile
+from m2flow.runtime.tracing import started_at
+from m2flow.schedule import Plan
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_cluster")]
@@ -62,6 +65,10 @@ def test_online_replan_moves_to_the_plan_the_measured_costs_favour(tmp_path):
     assert "replan: switching" in result.plan.notes[-1]
     assert [h["iteration"] for h in result.history] == [0, 1, 2, 3]
     assert result.last["trainer/steps"] == 32 * 8
+    events = json.loads((result.run_dir / "trace.json").read_text())["traceEvents"]
+    (first, before), (switched, now) = started_at(events)  # the trace marks where the workers started, by plan
+    assert (first, before) == (0, Plan.load(result.run_dir / "plan.initial.json").label)
+    assert 0 < switched < 4 and now == result.plan.label
 
 
 def test_the_simulator_layout_auto_chooses_is_the_one_that_runs(tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from m2flow.errors import WaitTimeout, WorkerError
 from m2flow.planners.fit import traced_replica
 from m2flow.planners.render import ReplicaPort, beside_rendering
+from m2flow.runtime.tracing import STARTED
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -267,6 +268,38 @@ def test_the_gpu49_runs_traced_as_beside_rendering_the_calls_their_plans_run_bes
         assert switched == 3
         assert all(e["args"]["iteration"] < switched for e in traced(acts, beside=True))
         assert {e["args"]["iteration"] for e in traced(acts, beside=True)} == {0, 1, 2}
+
+
+def test_a_calibrating_run_that_switched_plans_is_replayed_from_where_its_trace_marks_the_switch(monkeypatch):
+    """gpu49's calibrating run ran hybrid S=2 for iterations 0-2, then its re-plan's trial, hybrid S=1, from
+    iteration 3 (a warm-up) on; its trace predates the marks of where workers start. With them added as the run
+    now writes them, the replay refits what the run refitted: shared S=1, the sweep's first candidate after the
+    calibration (its prediction read nothing else), is predicted as the sweep predicted it; unmarked, iteration 3's
+    warm-up counts, and the replay predicts it 14% slower."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    replay = importlib.import_module("replay_calibration")
+    sweep = BENCHMARKS / "results" / "gpu49"
+
+    def shared_s1(result: dict) -> dict:
+        return next(row for row in result["rows"] if (row["mode"], row["stages"]) == ("shared", 1))
+
+    unmarked = shared_s1(replay.replay(sweep, gpus=1, cpus=16))
+    assert unmarked["predicted_s"] > 1.1 * unmarked["sweep_predicted_s"]
+
+    kept_run = replay.kept_run
+
+    def with_starts(folder: Path, spec):
+        run = kept_run(folder, spec)
+        if not folder.name.endswith("-calibrating"):
+            return run
+        starts = [(0, "hybrid S=2"), (3, "hybrid S=1")]
+        marks = [{"cat": STARTED, "ph": "i", "args": {"iteration": i, "plan": plan}} for i, plan in starts]
+        return run._replace(events=marks + run.events)
+
+    monkeypatch.setattr(replay, "kept_run", with_starts)
+    replayed = replay.replay(sweep, gpus=1, cpus=16)
+    assert shared_s1(replayed)["predicted_s"] == pytest.approx(shared_s1(replayed)["sweep_predicted_s"], rel=0.005)
+    assert replayed["auto"] == "hybrid S=1"  # as the sweep's auto chose
 
 
 @pytest.mark.parametrize("name", ["main", "camera", "metaworld", "spin-per-call", "camera-vit-gpu", "camera-cnn-gpu"])
