@@ -100,7 +100,11 @@ GPU_ACCURACY_SWEEPS = [
     "gpu45/planner_accuracy.json",
     "gpu46/planner_accuracy.json",
     "gpu47/planner_accuracy.json",
+    "gpu50/planner_accuracy.json",
+    "gpu52/planner_accuracy.json",
 ]
+# the camera-CNN sweeps (`camera-cnn-gpu`) on the lent H100s
+GPU_CNN_ACCURACY_SWEEPS = [f"gpu{n}/planner_accuracy.json" for n in (48, 49, 51, 53)]
 OBS_STATISTICS = "learning_halfcheetah_obs_statistics.json"  # locomotion.sh, HalfCheetah per env vs shared
 ASYNC_CPU_SHARED_FIRST, ASYNC_CPU = "async_halfcheetah_shared_first.json", "async_halfcheetah.json"
 LEARNING_SAC, LEARNING_SAC_100K = "learning_sac_halfcheetah_30k.json", "learning_sac_halfcheetah_100k.json"
@@ -446,6 +450,11 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     },
     "planner_accuracy_h100_cnn_dec07": partial(planner_accuracy, "gpu48/planner_accuracy.json"),
     "planner_accuracy_h100_cnn_dec07b": partial(planner_accuracy, "gpu49/planner_accuracy.json"),
+    "planner_accuracy_h100_vit_dec07f": partial(planner_accuracy, "gpu50/planner_accuracy.json"),
+    "planner_accuracy_h100_cnn_dec07c": partial(planner_accuracy, "gpu51/planner_accuracy.json"),
+    "planner_accuracy_h100_vit_dec07g": partial(planner_accuracy, "gpu52/planner_accuracy.json"),
+    "planner_accuracy_h100_cnn_dec07d": partial(planner_accuracy, "gpu53/planner_accuracy.json"),
+    "planner_accuracy_h100_cnn_by_stages": partial(planner_accuracy_by_stages, GPU_CNN_ACCURACY_SWEEPS),
     **{
         f"replay_calibration_trial_{sweep}": partial(
             replay_calibration, f"{sweep}/replay_calibration_trial_shared-S1-round1.json"
