@@ -62,9 +62,9 @@ class Probe:
 
 def best_probe(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit) -> Probe | None:
     """The plan that would gain the most, if at least `TRIAL_GAIN`, under an assumption about what no run has
-    measured: the unmeasured splits all per call, or all per item (a plan at other batch sizes, the one the measured
-    costs favour too short of a switch), or the ports measured beside rendering only `CONTENTION_PRIOR` times as fast
-    alone (a plan of one stage)."""
+    measured: the unmeasured splits all per call, or all per item (a plan at other batch sizes: the one the measured
+    costs favour by less than a switch needs among them), or the ports measured beside rendering only
+    `CONTENTION_PRIOR` times as fast alone (a plan of one stage)."""
     probes = [_split_probe(graph, cluster, current, measured, per_call) for per_call in (True, False)]
     probes.append(_alone_probe(graph, cluster, current, measured))
     probe = max(filter(None, probes), key=lambda p: p.gain, default=None)
