@@ -397,6 +397,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_cpu_dec06f": partial(planner_accuracy, "planner_accuracy_cpu_dec06f.json"),
     "planner_accuracy_cpu_dec06g": partial(planner_accuracy, "planner_accuracy_cpu_dec06g.json"),
     "planner_accuracy_cpu_dec07": partial(planner_accuracy, "planner_accuracy_cpu_dec07.json"),
+    "planner_accuracy_cpu_dec07b_main": partial(planner_accuracy, "planner_accuracy_cpu_dec07b_main.json"),
     "hop_by_plan_whole": partial(hop_by_plan, "hop_by_plan_whole.json", WHOLE_MESSAGE),
     "hop_by_plan": partial(hop_by_plan, "hop_by_plan.json", PER_ITEM),
     "make_run_table": partial(make_run_table, "make_run_table.json"),

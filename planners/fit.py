@@ -32,6 +32,7 @@ ReplicaShares = dict[int, tuple[float, ...]]  # a replica count -> each replica'
 NEW_SHAPE_CALLS = {"cpu": 1, "gpu": 2}
 SKIP_CATEGORIES = {"phase", "iteration"}  # controller rows: not a worker's port
 WORK_CATEGORIES = {"loop", "call"}  # calls that compute; a weight sync or swap may wait on its peer instead
+STARTED = "start"  # the category of the marks where a run's workers started (`Trace.started`)
 
 
 def points_from_trace(trace: dict, skip_iterations: int = 1, warmups: Collection[int] = ()) -> Points:
@@ -399,6 +400,11 @@ def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
     )
 
 
+def started_at(events: list[dict]) -> list[tuple[int, str]]:
+    """Where a trace's workers started, in order: (first iteration, plan label) of each `Trace.started` mark."""
+    return [(e["args"]["iteration"], e["args"]["plan"]) for e in events if e.get("cat") == STARTED]
+
+
 def latest_shares(earlier: PortFit | None, fit: PortFit) -> ReplicaShares:
     """The replicas' shares of a port's cost at each replica count, as the latest fit that measured them there has
     them."""
@@ -414,9 +420,9 @@ def fit_trace_file(path: str | Path, ports: Collection[str]) -> dict:
         raise PlanError(f"--from-trace: cannot read {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise PlanError(f"--from-trace: {path} is not a trace (not JSON: {exc}); give a run's trace.json") from None
-    try:
-        points = points_from_trace(trace)
-    except (TypeError, KeyError, AttributeError):
+    try:  # each start of the workers' first iteration warmed up, as the run left it out
+        points = points_from_trace(trace, warmups=[iteration for iteration, _ in started_at(trace["traceEvents"])])
+    except (TypeError, KeyError, AttributeError, ValueError):
         raise PlanError(f"--from-trace: {path} is JSON but not a trace m2flow wrote; give a run's trace.json") from None
     if not any(port in ports for port in points):
         raise PlanError(

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from m2flow.cluster import DeviceId
+from m2flow.planners.fit import STARTED
 from m2flow.schedule import Plan
 
 CONTROLLER = "controller"
-STARTED = "start"  # the category of the marks where workers started (`Trace.started`)
 
 
 class TaskEvent(NamedTuple):
@@ -59,7 +59,7 @@ class Trace:
 
     def started(self, plan: Plan, iteration: int) -> None:
         """A mark across every row where the workers started under `plan` (the run's start, a re-plan's switch, a
-        restart), `iteration` their first: a warm-up, left out of the costs (`started_at`)."""
+        restart), `iteration` their first: a warm-up, which a fit of the trace leaves out (`fit.started_at`)."""
         pid, tid = self._row(CONTROLLER, CONTROLLER)
         self.events.append(
             {
@@ -92,8 +92,3 @@ class Trace:
         tmp.write_text(json.dumps({"traceEvents": names + self.events, "displayTimeUnit": "ms"}))
         tmp.replace(path)
         return path
-
-
-def started_at(events: list[dict]) -> list[tuple[int, str]]:
-    """Where a trace's workers started, in order: (first iteration, plan label) of each `Trace.started` mark."""
-    return [(e["args"]["iteration"], e["args"]["plan"]) for e in events if e.get("cat") == STARTED]

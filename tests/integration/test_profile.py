@@ -14,8 +14,8 @@ from m2flow.config import load_spec, spec_from_dict
 from m2flow.errors import WorkerError
 from m2flow.graph import build_graph
 from m2flow.planners import Profile, make_plan
+from m2flow.planners.fit import started_at
 from m2flow.runtime.profiling import measure_profile
-from m2flow.runtime.tracing import started_at
 from m2flow.schedule import Plan
 from tests.conftest import ROOT
 
@@ -41,7 +41,7 @@ def test_profiling_fits_every_port_at_three_batch_sizes_and_feeds_the_planner(tm
     assert plan.mode == "hybrid" and plan.pipeline_stages >= 2
 
 
-def test_online_replan_moves_to_the_plan_the_measured_costs_favour(tmp_path):
+def test_online_replan_moves_to_the_plan_the_measured_costs_favour_and_the_trace_marks_both_starts(tmp_path):
     # the declared costs say the loop is free, so the first plan is the plain shared one; the real
     # (spinning) costs are balanced, which favours pipelining env and policy on separate cores
     spec = load_spec(

@@ -364,7 +364,7 @@ def test_a_plan_the_measured_costs_favour_short_of_a_switch_is_tried_where_an_un
 ):
     """Two stages measured at one batch size: split as the defaults split them, one stage would be 3% faster (short
     of the 10% a switch needs); all per call, far faster. The re-plan tries it rather than keep a split no run
-    measured, however close the measured costs put the two plans."""
+    measured: the plan the measured costs favour too little to switch to is not left out of the trial."""
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph = build_graph(spec_from_dict(unmeasured("auto")))
     cluster = Cluster.from_spec(graph.spec.cluster)

@@ -8,10 +8,12 @@ import pytest
 
 from m2flow.errors import PlanError
 from m2flow.planners.fit import (
+    STARTED,
     PortFit,
     SizeMean,
     fit_line,
     fit_points,
+    fit_trace_file,
     line_through_means,
     load_profile,
     merged,
@@ -189,6 +191,28 @@ def _task(name, worker, device, start_s, seconds, items=4, iteration=1, cat="loo
         "dur": seconds * 1e6,
         "args": {"worker": worker, "device": device, "iteration": iteration, "items": items},
     }
+
+
+def test_a_trace_refit_leaves_out_the_first_iteration_after_each_start_the_trace_marks(tmp_path):
+    """`m2flow profile --from-trace` of a run that switched plans at iteration 3: that iteration warmed its new
+    workers up (10x slower here), as the trace's start marks say, and is left out as the run left it out."""
+    calls = [_task("step", "env[0]", "n0/cpu0", it, 0.05 if it == 3 else 0.005, iteration=it) for it in range(6)]
+    marks = [
+        {"ph": "i", "cat": STARTED, "name": "workers started", "args": {"iteration": it, "plan": "p"}} for it in (0, 3)
+    ]
+    path = tmp_path / "trace.json"
+    for events, step_s in ((calls, (4 * 0.005 + 0.05) / 5), (marks + calls, 0.005)):
+        path.write_text(json.dumps({"traceEvents": events}))
+        fit = fit_trace_file(path, ["env.step"])["ports"]["env.step"]
+        assert fit.calls == (5 if events is calls else 4)
+        assert fit.cost.per_item_s * 4 == pytest.approx(step_s)
+
+
+def test_a_trace_refit_of_rows_m2flow_does_not_write_is_refused_as_not_its_trace(tmp_path):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": [_task("step", "env", "n0/cpu0", 0.0, 0.005, iteration=1)]}))
+    with pytest.raises(PlanError, match="is JSON but not a trace m2flow wrote"):
+        fit_trace_file(path, ["env.step"])
 
 
 def test_two_calls_that_ran_at_once_on_one_core_each_count_half_of_that_time():

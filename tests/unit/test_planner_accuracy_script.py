@@ -1,6 +1,6 @@
-"""benchmarks/planner_accuracy.py: a candidate whose run fails, or a workload whose calibrating run fails, is
-recorded with its error and run folder, and the sweep's table shows it, rather than the sweep ending with nothing
-saved."""
+"""benchmarks/planner_accuracy.py and replay_calibration.py: a candidate whose run fails, or a workload whose
+calibrating run fails, is recorded with its error and run folder, and the sweep's table shows it, rather than the
+sweep ending with nothing saved; kept GPU sweeps replayed offline, and what their traces marked."""
 
 import dataclasses
 import importlib
@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from m2flow.errors import WaitTimeout, WorkerError
-from m2flow.planners.fit import traced_replica
+from m2flow.planners.fit import STARTED, traced_replica
 from m2flow.planners.render import ReplicaPort, beside_rendering
-from m2flow.runtime.tracing import STARTED
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -237,15 +236,14 @@ def test_the_cnn_sweep_replayed_with_a_trial_of_one_stage_chooses_within_5_perce
 
 
 def test_the_gpu49_runs_traced_as_beside_rendering_the_calls_their_plans_run_beside_rendering_and_no_others(
-    benchmarks, monkeypatch
+    benchmarks,
 ):
     """On an H100 (benchmarks/results/gpu49, the camera job with a CNN policy, code a9f41b5) the controller marked a
     loop call `beside_rendering` where the running plan ran its replica's port beside rendering on one GPU: in each
     candidate's kept trace the marked calls are those `beside_rendering` names for its plan (every act and step of
     the two- and four-stage plans, none of the one-stage ones); the calibrating run marked its hybrid S=2 iterations'
     acts and none after it switched to the one-stage trial."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    replay = importlib.import_module("replay_calibration")
+    replay = importlib.import_module("replay_calibration")  # importable: the `benchmarks` fixture
 
     def traced(events: list[dict], *, beside: bool) -> list[dict]:
         return [e for e in events if e.get("cat") == "loop" and bool(e["args"].get("beside_rendering")) == beside]
