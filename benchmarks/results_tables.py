@@ -33,25 +33,7 @@ from tables_gpu import (
     training_overlap,
 )
 from tables_learning import learning, locomotion
-from tables_planner import (
-    ACCURACY,
-    ACCURACY_H200,
-    ACCURACY_H200_BY_SIZE,
-    ACCURACY_H200_PROCESSOR_SHARING,
-    ACCURACY_H200_TRIAL,
-    PER_ITEM,
-    WHOLE_MESSAGE,
-    cost_cache,
-    hop_by_plan,
-    make_run_table,
-    merging,
-    planner_accuracy,
-    planner_accuracy_by_stages,
-    planner_hand_layouts,
-    planner_scale,
-    replay_calibration,
-    threads,
-)
+from tables_planner import PLANNER_TABLES, cost_cache, make_run_table, merging, threads
 from tables_recovery import (
     CHAOS,
     CHAOS_FINAL,
@@ -88,23 +70,6 @@ OFFLOAD, MULTIGPU = "gpu5/backends_offload.json", "gpu8/multigpu.json"
 HF_H200 = "gpu13/hf_policy.json"
 LEARNING, ASYNC_H200 = "learning_halfcheetah.json", "gpu15/async_halfcheetah_h200.json"
 LOCOMOTION = ("hopper", "walker2d", "ant")  # learning_<task>_300k.json: locomotion.sh's runs, merged
-# the camera-ViT sweeps of planner_accuracy.py on the lent H100s since a message's cost per item (gpu40 on)
-GPU_ACCURACY_SWEEPS = [
-    "gpu40/planner_accuracy.json",
-    "gpu40/planner_accuracy_repeat.json",
-    "gpu41/planner_accuracy.json",
-    "gpu41/planner_accuracy_repeat.json",
-    "gpu41/planner_accuracy_third.json",
-    "gpu43/planner_accuracy.json",
-    "gpu44/planner_accuracy.json",
-    "gpu45/planner_accuracy.json",
-    "gpu46/planner_accuracy.json",
-    "gpu47/planner_accuracy.json",
-    "gpu50/planner_accuracy.json",
-    "gpu52/planner_accuracy.json",
-]
-# the camera-CNN sweeps (`camera-cnn-gpu`) on the lent H100s
-GPU_CNN_ACCURACY_SWEEPS = [f"gpu{n}/planner_accuracy.json" for n in (48, 49, 51, 53)]
 OBS_STATISTICS = "learning_halfcheetah_obs_statistics.json"  # locomotion.sh, HalfCheetah per env vs shared
 ASYNC_CPU_SHARED_FIRST, ASYNC_CPU = "async_halfcheetah_shared_first.json", "async_halfcheetah.json"
 LEARNING_SAC, LEARNING_SAC_100K = "learning_sac_halfcheetah_30k.json", "learning_sac_halfcheetah_100k.json"
@@ -329,12 +294,11 @@ def camera_gpu_pipeline(rel: str, res: Results, calibrated_async: bool = False) 
 
 
 TABLES: dict[str, Callable[[Results], Block]] = {
+    **PLANNER_TABLES,
     "engine_overhead": engine_overhead,
     "modes_spin": partial(modes_table, SPIN),
     "modes_spin_before_hops": partial(modes_table, BEFORE_HOPS),
     "modes_camera_cpu": partial(modes_table, CAMERA_CPU),
-    "planner_scale": planner_scale,
-    "planner_hand_layouts": planner_hand_layouts,
     "faults": faults,
     "chaos_faults": partial(chaos_faults, CHAOS),
     "chaos_summary": partial(chaos_summary, CHAOS),
@@ -378,33 +342,10 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "backends_10m_reruns": backends_10m,
     "multigpu": partial(multigpu, MULTIGPU),
     "modes_camera_x2": partial(modes_table, X2),
-    "planner_accuracy": partial(planner_accuracy, ACCURACY),
-    "planner_accuracy_wall_time": partial(planner_accuracy, "planner_accuracy_wall_time.json"),
-    "planner_accuracy_last_fit": partial(planner_accuracy, "planner_accuracy_last_fit.json"),
-    "planner_accuracy_by_size": partial(planner_accuracy, "planner_accuracy_by_size.json"),
-    "planner_accuracy_cpu_spin": partial(planner_accuracy, "planner_accuracy_cpu_spin.json"),
-    "planner_accuracy_cpu_dec05": partial(planner_accuracy, "planner_accuracy_cpu_dec05.json"),
-    "planner_accuracy_cpu_dec05b": partial(planner_accuracy, "planner_accuracy_cpu_dec05b.json"),
-    "planner_accuracy_cpu_dec05c": partial(planner_accuracy, "planner_accuracy_cpu_dec05c.json"),
-    "planner_accuracy_cpu_colocate": partial(planner_accuracy, "planner_accuracy_cpu_colocate.json"),
-    "planner_accuracy_cpu_dec05d": partial(planner_accuracy, "planner_accuracy_cpu_dec05d.json"),
-    "planner_accuracy_cpu_colocate_dec05": partial(planner_accuracy, "planner_accuracy_cpu_colocate_dec05.json"),
-    "planner_accuracy_cpu_dec06": partial(planner_accuracy, "planner_accuracy_cpu_dec06.json"),
-    "planner_accuracy_cpu_dec06b": partial(planner_accuracy, "planner_accuracy_cpu_dec06b.json"),
-    "planner_accuracy_cpu_dec06c": partial(planner_accuracy, "planner_accuracy_cpu_dec06c.json"),
-    "planner_accuracy_cpu_dec06d": partial(planner_accuracy, "planner_accuracy_cpu_dec06d.json"),
-    "planner_accuracy_cpu_dec06e": partial(planner_accuracy, "planner_accuracy_cpu_dec06e.json"),
-    "planner_accuracy_cpu_dec06f": partial(planner_accuracy, "planner_accuracy_cpu_dec06f.json"),
-    "planner_accuracy_cpu_dec06g": partial(planner_accuracy, "planner_accuracy_cpu_dec06g.json"),
-    "planner_accuracy_cpu_dec07": partial(planner_accuracy, "planner_accuracy_cpu_dec07.json"),
-    "planner_accuracy_cpu_dec07b_main": partial(planner_accuracy, "planner_accuracy_cpu_dec07b_main.json"),
-    "hop_by_plan_whole": partial(hop_by_plan, "hop_by_plan_whole.json", WHOLE_MESSAGE),
-    "hop_by_plan": partial(hop_by_plan, "hop_by_plan.json", PER_ITEM),
     "make_run_table": partial(make_run_table, "make_run_table.json"),
     "make_run_table_6dcebe7": partial(make_run_table, "make_run_table_6dcebe7/make_run_table.json"),
     "make_run_table_04ecb42": partial(make_run_table, "make_run_table_04ecb42/make_run_table.json"),
     "make_run_table_before_6dcebe7": partial(make_run_table, "make_run_table_before_6dcebe7/make_run_table.json"),
-    "planner_accuracy_cpu_dec06c_main": partial(planner_accuracy, "planner_accuracy_cpu_dec06c_main.json"),
     "cost_cache_quiet": partial(cost_cache, "cost_cache_quiet.json"),
     "cost_cache_disturbed": partial(cost_cache, "cost_cache_disturbed.json"),
     "gpu_contention_h200": partial(gpu_contention, CONTENTION),
@@ -426,42 +367,6 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "weight_sync_h200_by_commit": partial(
         weight_sync_by_commit, ["gpu27/weight_sync_a5c72fe.json", "gpu27/weight_sync_4a50f4c.json"]
     ),
-    "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
-    "planner_accuracy_h200_processor_sharing": partial(planner_accuracy, ACCURACY_H200_PROCESSOR_SHARING),
-    "planner_accuracy_h200_by_size": partial(planner_accuracy, ACCURACY_H200_BY_SIZE),
-    "planner_accuracy_h200_trial": partial(planner_accuracy, ACCURACY_H200_TRIAL),
-    "planner_accuracy_h200_dec05": partial(planner_accuracy, "gpu26/planner_accuracy.json"),
-    "planner_accuracy_h100_dec06": partial(planner_accuracy, "gpu28/planner_accuracy.json"),
-    "planner_accuracy_h100_dec06b": partial(planner_accuracy, "gpu31/planner_accuracy.json"),
-    "planner_accuracy_h100_dec06b_repeat": partial(planner_accuracy, "gpu31/planner_accuracy_repeat.json"),
-    "planner_accuracy_h100_dec06c": partial(planner_accuracy, "gpu40/planner_accuracy.json"),
-    "planner_accuracy_h100_dec06c_repeat": partial(planner_accuracy, "gpu40/planner_accuracy_repeat.json"),
-    "planner_accuracy_h100_dec06d": partial(planner_accuracy, "gpu41/planner_accuracy.json"),
-    "planner_accuracy_h100_dec06d_repeat": partial(planner_accuracy, "gpu41/planner_accuracy_repeat.json"),
-    "planner_accuracy_h100_dec06d_third": partial(planner_accuracy, "gpu41/planner_accuracy_third.json"),
-    "planner_accuracy_h100_dec07": partial(planner_accuracy, "gpu43/planner_accuracy.json"),
-    "planner_accuracy_h100_by_stages": partial(planner_accuracy_by_stages, GPU_ACCURACY_SWEEPS),
-    "planner_accuracy_h100_dec07b": partial(planner_accuracy, "gpu44/planner_accuracy.json"),
-    "planner_accuracy_h100_dec07c": partial(planner_accuracy, "gpu45/planner_accuracy.json"),
-    "planner_accuracy_h100_dec07d": partial(planner_accuracy, "gpu46/planner_accuracy.json"),
-    "planner_accuracy_h100_dec07e": partial(planner_accuracy, "gpu47/planner_accuracy.json"),
-    **{
-        f"replay_calibration_{sweep}": partial(replay_calibration, f"{sweep}/replay_calibration.json")
-        for sweep in ("gpu44", "gpu45", "gpu46", "gpu47", "gpu48")
-    },
-    "planner_accuracy_h100_cnn_dec07": partial(planner_accuracy, "gpu48/planner_accuracy.json"),
-    "planner_accuracy_h100_cnn_dec07b": partial(planner_accuracy, "gpu49/planner_accuracy.json"),
-    "planner_accuracy_h100_vit_dec07f": partial(planner_accuracy, "gpu50/planner_accuracy.json"),
-    "planner_accuracy_h100_cnn_dec07c": partial(planner_accuracy, "gpu51/planner_accuracy.json"),
-    "planner_accuracy_h100_vit_dec07g": partial(planner_accuracy, "gpu52/planner_accuracy.json"),
-    "planner_accuracy_h100_cnn_dec07d": partial(planner_accuracy, "gpu53/planner_accuracy.json"),
-    "planner_accuracy_h100_cnn_by_stages": partial(planner_accuracy_by_stages, GPU_CNN_ACCURACY_SWEEPS),
-    **{
-        f"replay_calibration_trial_{sweep}": partial(
-            replay_calibration, f"{sweep}/replay_calibration_trial_shared-S1-round1.json"
-        )
-        for sweep in ("gpu44", "gpu45", "gpu46", "gpu47", "gpu48")
-    },
     "gpu_training_overlap_h100": partial(training_overlap, "gpu31/gpu_training_overlap.json"),
     "gpu_training_overlap_h100_first": partial(training_overlap, "gpu31/gpu_training_overlap_first.json"),
     "hf_policy_h200": hf_policy,

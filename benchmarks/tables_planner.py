@@ -4,7 +4,9 @@ merged slices against slice-by-slice calls."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from results_io import Results
 from tables_format import Block, count, fixed, pct, span, table, times
@@ -302,3 +304,87 @@ def threads(rel: str, res: Results) -> Block:
     )
     header = ["workload", "round", "actor cores", "iteration s", "training s", "loop s"]
     return Block([caption, "", *table(header, rows, "llrrrr")], [rel])
+
+
+# the camera-ViT sweeps of planner_accuracy.py on the lent H100s since a message's cost per item (gpu40 on)
+GPU_ACCURACY_SWEEPS = [
+    "gpu40/planner_accuracy.json",
+    "gpu40/planner_accuracy_repeat.json",
+    "gpu41/planner_accuracy.json",
+    "gpu41/planner_accuracy_repeat.json",
+    "gpu41/planner_accuracy_third.json",
+    "gpu43/planner_accuracy.json",
+    "gpu44/planner_accuracy.json",
+    "gpu45/planner_accuracy.json",
+    "gpu46/planner_accuracy.json",
+    "gpu47/planner_accuracy.json",
+    "gpu50/planner_accuracy.json",
+    "gpu52/planner_accuracy.json",
+]
+# the camera-CNN sweeps (`camera-cnn-gpu`) on the lent H100s
+GPU_CNN_ACCURACY_SWEEPS = [f"gpu{n}/planner_accuracy.json" for n in (48, 49, 51, 53)]
+
+# the planner's tables in RESULTS.md (`results_tables.TABLES` holds them with the others)
+PLANNER_TABLES: dict[str, Callable[[Results], Block]] = {
+    "planner_scale": planner_scale,
+    "planner_hand_layouts": planner_hand_layouts,
+    "planner_accuracy": partial(planner_accuracy, ACCURACY),
+    "planner_accuracy_wall_time": partial(planner_accuracy, "planner_accuracy_wall_time.json"),
+    "planner_accuracy_last_fit": partial(planner_accuracy, "planner_accuracy_last_fit.json"),
+    "planner_accuracy_by_size": partial(planner_accuracy, "planner_accuracy_by_size.json"),
+    "planner_accuracy_cpu_spin": partial(planner_accuracy, "planner_accuracy_cpu_spin.json"),
+    "planner_accuracy_cpu_dec05": partial(planner_accuracy, "planner_accuracy_cpu_dec05.json"),
+    "planner_accuracy_cpu_dec05b": partial(planner_accuracy, "planner_accuracy_cpu_dec05b.json"),
+    "planner_accuracy_cpu_dec05c": partial(planner_accuracy, "planner_accuracy_cpu_dec05c.json"),
+    "planner_accuracy_cpu_colocate": partial(planner_accuracy, "planner_accuracy_cpu_colocate.json"),
+    "planner_accuracy_cpu_dec05d": partial(planner_accuracy, "planner_accuracy_cpu_dec05d.json"),
+    "planner_accuracy_cpu_colocate_dec05": partial(planner_accuracy, "planner_accuracy_cpu_colocate_dec05.json"),
+    "planner_accuracy_cpu_dec06": partial(planner_accuracy, "planner_accuracy_cpu_dec06.json"),
+    "planner_accuracy_cpu_dec06b": partial(planner_accuracy, "planner_accuracy_cpu_dec06b.json"),
+    "planner_accuracy_cpu_dec06c": partial(planner_accuracy, "planner_accuracy_cpu_dec06c.json"),
+    "planner_accuracy_cpu_dec06d": partial(planner_accuracy, "planner_accuracy_cpu_dec06d.json"),
+    "planner_accuracy_cpu_dec06e": partial(planner_accuracy, "planner_accuracy_cpu_dec06e.json"),
+    "planner_accuracy_cpu_dec06f": partial(planner_accuracy, "planner_accuracy_cpu_dec06f.json"),
+    "planner_accuracy_cpu_dec06g": partial(planner_accuracy, "planner_accuracy_cpu_dec06g.json"),
+    "planner_accuracy_cpu_dec07": partial(planner_accuracy, "planner_accuracy_cpu_dec07.json"),
+    "planner_accuracy_cpu_dec07b_main": partial(planner_accuracy, "planner_accuracy_cpu_dec07b_main.json"),
+    "hop_by_plan_whole": partial(hop_by_plan, "hop_by_plan_whole.json", WHOLE_MESSAGE),
+    "hop_by_plan": partial(hop_by_plan, "hop_by_plan.json", PER_ITEM),
+    "planner_accuracy_cpu_dec06c_main": partial(planner_accuracy, "planner_accuracy_cpu_dec06c_main.json"),
+    "planner_accuracy_h200": partial(planner_accuracy, ACCURACY_H200),
+    "planner_accuracy_h200_processor_sharing": partial(planner_accuracy, ACCURACY_H200_PROCESSOR_SHARING),
+    "planner_accuracy_h200_by_size": partial(planner_accuracy, ACCURACY_H200_BY_SIZE),
+    "planner_accuracy_h200_trial": partial(planner_accuracy, ACCURACY_H200_TRIAL),
+    "planner_accuracy_h200_dec05": partial(planner_accuracy, "gpu26/planner_accuracy.json"),
+    "planner_accuracy_h100_dec06": partial(planner_accuracy, "gpu28/planner_accuracy.json"),
+    "planner_accuracy_h100_dec06b": partial(planner_accuracy, "gpu31/planner_accuracy.json"),
+    "planner_accuracy_h100_dec06b_repeat": partial(planner_accuracy, "gpu31/planner_accuracy_repeat.json"),
+    "planner_accuracy_h100_dec06c": partial(planner_accuracy, "gpu40/planner_accuracy.json"),
+    "planner_accuracy_h100_dec06c_repeat": partial(planner_accuracy, "gpu40/planner_accuracy_repeat.json"),
+    "planner_accuracy_h100_dec06d": partial(planner_accuracy, "gpu41/planner_accuracy.json"),
+    "planner_accuracy_h100_dec06d_repeat": partial(planner_accuracy, "gpu41/planner_accuracy_repeat.json"),
+    "planner_accuracy_h100_dec06d_third": partial(planner_accuracy, "gpu41/planner_accuracy_third.json"),
+    "planner_accuracy_h100_dec07": partial(planner_accuracy, "gpu43/planner_accuracy.json"),
+    "planner_accuracy_h100_by_stages": partial(planner_accuracy_by_stages, GPU_ACCURACY_SWEEPS),
+    "planner_accuracy_h100_dec07b": partial(planner_accuracy, "gpu44/planner_accuracy.json"),
+    "planner_accuracy_h100_dec07c": partial(planner_accuracy, "gpu45/planner_accuracy.json"),
+    "planner_accuracy_h100_dec07d": partial(planner_accuracy, "gpu46/planner_accuracy.json"),
+    "planner_accuracy_h100_dec07e": partial(planner_accuracy, "gpu47/planner_accuracy.json"),
+    **{
+        f"replay_calibration_{sweep}": partial(replay_calibration, f"{sweep}/replay_calibration.json")
+        for sweep in ("gpu44", "gpu45", "gpu46", "gpu47", "gpu48")
+    },
+    "planner_accuracy_h100_cnn_dec07": partial(planner_accuracy, "gpu48/planner_accuracy.json"),
+    "planner_accuracy_h100_cnn_dec07b": partial(planner_accuracy, "gpu49/planner_accuracy.json"),
+    "planner_accuracy_h100_vit_dec07f": partial(planner_accuracy, "gpu50/planner_accuracy.json"),
+    "planner_accuracy_h100_cnn_dec07c": partial(planner_accuracy, "gpu51/planner_accuracy.json"),
+    "planner_accuracy_h100_vit_dec07g": partial(planner_accuracy, "gpu52/planner_accuracy.json"),
+    "planner_accuracy_h100_cnn_dec07d": partial(planner_accuracy, "gpu53/planner_accuracy.json"),
+    "planner_accuracy_h100_cnn_by_stages": partial(planner_accuracy_by_stages, GPU_CNN_ACCURACY_SWEEPS),
+    **{
+        f"replay_calibration_trial_{sweep}": partial(
+            replay_calibration, f"{sweep}/replay_calibration_trial_shared-S1-round1.json"
+        )
+        for sweep in ("gpu44", "gpu45", "gpu46", "gpu47", "gpu48")
+    },
+}
