@@ -20,7 +20,6 @@ run within 10% in B/N (Y%)`.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ import tempfile
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from planner_accuracy import WITHIN, WORKLOADS, measured_iteration_s, spec_of
+from planner_accuracy import WITHIN, WORKLOADS, cache_at, measured_iteration_s, spec_of
 from results_io import save_result
 
 import m2flow as mf
@@ -40,20 +39,6 @@ from m2flow.planners.simulate import simulate_plan
 from m2flow.runtime.executor import planned_graph
 
 POLICIES = {"median": cost_cache.RUNS_KEPT, "last run": 1}  # runs kept per batch size
-
-
-@contextmanager
-def cache_at(folder: Path):
-    """Point the cost cache at `folder` for the calls inside."""
-    before = os.environ.get("M2FLOW_COST_CACHE")
-    os.environ["M2FLOW_COST_CACHE"] = str(folder)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["M2FLOW_COST_CACHE"]
-        else:
-            os.environ["M2FLOW_COST_CACHE"] = before
 
 
 @contextmanager

@@ -31,8 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from cost_cache import cache_at
-from planner_accuracy import NEAR_BEST, WITHIN, WORKLOADS, spec_of
+from planner_accuracy import NEAR_BEST, WITHIN, WORKLOADS, cache_at, spec_of
 from results_io import save_result
 
 from m2flow.graph import MacroGraph, build_graph
@@ -82,7 +81,7 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
     workload = WORKLOADS[measured["workload"]]
     hardware = (f"cluster.gpus={gpus}", f"cluster.cpus={cpus}")
     with unpacked(sweep) as tmp:
-        spec = spec_of(workload, tmp, "placement.mode=auto", *hardware)
+        spec = spec_of(workload, tmp, "placement.mode=auto", "placement.pipeline_stages=auto", *hardware)
         (calibrating,) = Path(tmp, "traces").glob(f"*-{CALIBRATING}")
         first = kept_run(calibrating, spec)
         events = marked(first)

@@ -25,6 +25,17 @@ class ReplicaId(NamedTuple):
         return f"{self.worker}[{self.replica}]"
 
 
+def execution_name(placements: dict[str, Placement], stages: int, processes: Sequence[Sequence[ReplicaId]]) -> str:
+    """How a plan runs, whatever its mode is called: its stages, each replica's device and the replicas sharing a
+    process (`S=2 actor[0]@n0/cpu1 env[0]@n0/cpu0 env[1]@n0/cpu1 rollout[0]@n0/cpu0 | env[0]+rollout[0]`): the
+    cost cache keeps what a run of it measured of its loop's messages under this name."""
+    replicas = sorted(
+        f"{ReplicaId(name, r)}@{d.name}" for name, p in placements.items() for r, d in enumerate(p.replica_devices)
+    )
+    together = " ".join("+".join(str(replica) for replica in group) for group in processes)
+    return " ".join([f"S={stages}", *replicas]) + (f" | {together}" if together else "")
+
+
 @dataclass
 class Placement:
     """Where one worker runs: the devices it may use, and the device of each replica."""
@@ -279,6 +290,11 @@ class Plan:
         """What a switch to another plan would change: the mode, the stages, where replicas run and which share a
         process."""
         return self.mode, self.pipeline_stages, self.placements, self.processes
+
+    @property
+    def execution(self) -> str:
+        """How the plan runs, as the cost cache names it (`execution_name`)."""
+        return execution_name(self.placements, self.pipeline_stages, self.processes)
 
     @property
     def label(self) -> str:

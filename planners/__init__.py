@@ -39,6 +39,9 @@ def load_measured(spec) -> dict | None:
     return load_profile(path) if path.exists() else None
 
 
+# a calibration value's key: what each item of a loop message cost in a run of one execution (`execution_name`)
+EXECUTION_HOP = "hop_item_s of "
+
 RENDERED_ON_GPU = "cpu, rendering on gpu"  # the costs of a simulator on the cores whose cameras EGL draws on a GPU
 
 
@@ -75,7 +78,10 @@ def profile_of(graph, cluster) -> Profile:
     on_gpu = ports_computing_on_gpu(graph, kinds)
     profile = Profile.from_graph(graph, load_measured(graph.spec), load_cached(graph, kinds), on_gpu)
     calibration = load_calibration(graph)
-    profile.hop_item_s = calibration.get("hop_item_s", profile.hop_item_s)
+    profile.hop_item_s = calibration.get("hop_item_s", profile.hop_item_s)  # an execution no run measured
+    profile.execution_hops = {
+        key.removeprefix(EXECUTION_HOP): value for key, value in calibration.items() if key.startswith(EXECUTION_HOP)
+    }
     profile.controller_s = calibration.get("controller_s", profile.controller_s)
     profile.beside_slowdown = calibration.get("beside_slowdown", profile.beside_slowdown)
     return profile

@@ -31,7 +31,7 @@ from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of
 from m2flow.planners.symmetry import LoopClass, loop_classes
 from m2flow.planners.tasklist import TaskList
 from m2flow.program import own_items, run_phase
-from m2flow.schedule import Phase, Placement, Plan, Prediction, ReplicaId, Task
+from m2flow.schedule import Phase, Placement, Plan, Prediction, ReplicaId, Task, execution_name
 from m2flow.sharding import shard_groups, slice_sizes
 from m2flow.spec import PortRef
 
@@ -154,6 +154,7 @@ class _Simulation:
         self.graph, self.placements, self.stages, self.profile = graph, placements, stages, profile
         self.processes, self.shared, self.beside_rendering = processes, shared, beside_rendering
         self.together = same_process(processes)
+        self.execution = execution_name(placements, stages, processes)  # what its loop's messages cost: the hop's
         self.devices = {w: p.replica_devices for w, p in placements.items()}
         self.sched = TaskList(self.devices, self.together)
         self.items: dict[int, float] = {}  # task id -> items (env steps) its output carries
@@ -237,7 +238,14 @@ class _Simulation:
         self.models = {me for loop_class in self.classes for me in loop_class.model.replicas}
         self.copies = {me: len(c.copies) for c in self.classes for me in c.model.replicas}
         self.loop_items, self.steps = _simulate_loop(
-            self.graph, self.stages, self.profile, self.sched, self.together, self.models, self.beside_rendering
+            self.graph,
+            self.stages,
+            self.profile,
+            self.sched,
+            self.together,
+            self.models,
+            self.beside_rendering,
+            self.execution,
         )
         self.loop_tasks = range(self.first, len(self.sched.tasks))
         end_simulated = self.sched.run(self.clock, self.first)
@@ -391,11 +399,12 @@ def _simulate_loop(
     together: dict[ReplicaId, int],
     models: set[ReplicaId],
     beside_rendering: frozenset[ReplicaPort],
+    execution: str,
 ) -> tuple[int, int]:
     """Add the loop's tasks of the replicas in `models` (the others copy them) for the first simulated steps,
     in each process's program order; a message costs a channel hop unless sender and receiver share a process
-    (`together`), growing with the items it carries; a replica's port in `beside_rendering` at its cost beside
-    rendering.
+    (`together`), growing with the items it carries as a run of the plan's `execution` measured, if one did; a
+    replica's port in `beside_rendering` at its cost beside rendering.
     Returns the loop's items per step (all replicas') and the steps simulated."""
     loop = graph.loop
     entry = loop.entry.worker
@@ -425,7 +434,7 @@ def _simulate_loop(
                     if sched.tasks[d].worker != port.worker
                     and process_of(together, ReplicaId(sched.tasks[d].worker, sched.tasks[d].replica)) != process
                 )
-                receiving = sum(profile.message_s(slice_items[s] * shards) for shards in shards_from.values())
+                receiving = sum(profile.message_s(slice_items[s] * n, execution) for n in shards_from.values())
                 if process in last_of:
                     deps.append(last_of[process])
                 rows = slice_items[s] * len(group)

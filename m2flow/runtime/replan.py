@@ -22,19 +22,20 @@ split — and its next re-plan, the costs now measured at both sizes, goes back 
 is predicted `BACK_GAIN` faster (another plan needs `REPLAN_GAIN`, as ever). A trial costs its iterations at the
 tried plan's speed and a restart of the workers each way (with a checkpoint). A plan of one stage is tried so too
 where the running plan measured ports only beside rendering on their GPU (`planners/render.py`), were they
-`CONTENTION_PRIOR` times as fast alone; what decides a trial is in `trials.py`.
+`CONTENTION_PRIOR` times as fast alone; and a plan predicted within `TIE` of the running one where no run measured
+what its loop's messages cost (the hop `calibrate_run` fits, kept per execution: `schedule.execution_name`); what
+decides a trial is in `trials.py`.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.planners import device_kinds, make_plan, profile_of
+from m2flow.planners import EXECUTION_HOP, device_kinds, make_plan, profile_of
 from m2flow.planners.cache import CachedFit, cached_fits, save_cached, save_calibration
 from m2flow.planners.fit import (
     PortFit,
@@ -177,24 +178,33 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
     predicted loop match the measured one), and the controller's own time per iteration. Sets them in `profile`
     and returns those the trace could say (no hop where the loop sends no message between processes, where it
     took less than its messages' per-message hops alone predict or more than any cost per item explains, or where
-    no loop was traced)."""
-
+    no loop was traced). The hop is the plan's execution's (`execution_name`: plans run otherwise measured
+    other hops, benchmarks/RESULTS.md, hop_by_plan) and every other's until a run of that one measures its own."""
     plan = running.plan
+    hops, execution = profile.execution_hops, plan.execution
+    prior = hops.pop(execution, None)
 
     def predicted() -> Prediction:
         return simulate_plan(graph, plan, profile).prediction
 
+    def loop_s(hop_item_s: float) -> float:
+        hops[execution] = hop_item_s
+        return predicted().phase_s["loop"]
+
     calibrated = {}
     loops = controller_seconds(trace, "loop", running.since + 1)
-    if graph.loop is not None and loops and _has_hops(profile, predicted):
-        measured, low, high, prior = statistics.median(loops), 0.0, MAX_HOP_ITEM_S, profile.hop_item_s
+    # co-hosted replicas send no message between processes: a loop's time then says nothing of a hop
+    if graph.loop is not None and loops and loop_s(MAX_HOP_ITEM_S) > loop_s(0.0):
+        measured, low, high = statistics.median(loops), 0.0, MAX_HOP_ITEM_S
         for _ in range(24):  # the loop's predicted time grows with the hop's cost: bisect to the measured one
-            middle = profile.hop_item_s = (low + high) / 2
-            low, high = (middle, high) if predicted().phase_s["loop"] < measured else (low, middle)
+            middle = (low + high) / 2
+            low, high = (middle, high) if loop_s(middle) < measured else (low, middle)
         if low > 0.0 and high < MAX_HOP_ITEM_S:
-            calibrated["hop_item_s"] = profile.hop_item_s
-        else:  # the loop took less than its messages cost with nothing per item, or more than any such cost explains
-            profile.hop_item_s = prior
+            profile.hop_item_s = calibrated["hop_item_s"] = calibrated[EXECUTION_HOP + execution] = hops[execution]
+    if EXECUTION_HOP + execution not in calibrated:  # it took less than its messages cost with nothing per item,
+        hops.pop(execution, None)  # or more than any such cost explains: as before
+        if prior is not None:
+            hops[execution] = prior
     iterations = controller_seconds(trace, "iteration", running.since + 1)
     if iterations:
         profile.controller_s = 0.0
@@ -207,18 +217,6 @@ def _same_stages(graph: MacroGraph, stages: int) -> MacroGraph:
     """`graph` planned at `stages` only."""
     placement = graph.spec.placement.model_copy(update={"pipeline_stages": stages})
     return replace(graph, spec=graph.spec.model_copy(update={"placement": placement}))
-
-
-def _has_hops(profile: Profile, predicted: Callable[[], Prediction]) -> bool:
-    """Whether the running plan's loop sends messages between processes at all (co-hosted replicas do
-    not): only then does its loop time say what a hop costs; otherwise the hop keeps its prior value."""
-    prior = profile.hop_item_s
-    profile.hop_item_s = 0.0
-    without = predicted().phase_s["loop"]
-    profile.hop_item_s = MAX_HOP_ITEM_S
-    with_hops = predicted().phase_s["loop"]
-    profile.hop_item_s = prior
-    return with_hops > without
 
 
 @dataclass(frozen=True)
@@ -350,9 +348,8 @@ def replan(
         probe = best_probe(graph, cluster, current, measured) if may_try else None
         if probe is not None:
             why = (
-                f"replan: trying {probe.plan.label} for {REPLAN_AFTER} iterations: {probe.unmeasured},"
-                f" {probe.plan.label} would be {probe.gain:.0%} faster than {current.label}; the next re-plan keeps"
-                " the faster"
+                f"replan: trying {probe.plan.label} for {REPLAN_AFTER} iterations: {probe.why}; the next re-plan"
+                " keeps the faster"
             )
             return Decision(probe.plan, True, why, trial=True)
         kept = replace(merged, predicted=now, tasks=tasks)

@@ -4,6 +4,7 @@ sweep ending with nothing saved; kept GPU sweeps replayed offline, and what thei
 
 import dataclasses
 import importlib
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -170,7 +171,9 @@ def test_rounds_run_every_candidate_as_planned_right_before_in_alternating_order
     monkeypatch.setattr(benchmarks.accuracy, "make_plan", make_plan)
     monkeypatch.setattr(benchmarks.accuracy.mf, "run", run)
     workload = benchmarks.accuracy.WORKLOADS["spin-per-call"]
-    result = benchmarks.accuracy.bench("spin", workload, 3, 3, ["auto"], tmp_path / "runs", tmp_path / "keep", rounds=3)
+    result = benchmarks.accuracy.bench(
+        "spin", workload, 3, 3, ["auto"], tmp_path / "runs", tmp_path / "keep", rounds=3, warm_up=False
+    )
     rows, candidates = result["rows"], runs[1 : 1 + len(result["rows"])]  # runs[0]: the calibrating run
     assert len(rows) > 2
     assert runs[1 + len(rows) :] == candidates[::-1] + candidates[1:]  # round 3: the failed first candidate not again
@@ -183,6 +186,27 @@ def test_rounds_run_every_candidate_as_planned_right_before_in_alternating_order
     for k, row in enumerate(measured, start=2):
         assert row["predicted_s"] == float(k) == row["rounds_predicted_s"][0]  # as its first run started
         assert len(row["rounds_s"]) == 3 and row["measured_s"] == sorted(row["rounds_s"])[1] != sum(row["rounds_s"]) / 3
+
+
+def test_a_warm_up_run_caching_apart_comes_before_the_calibrating_run_which_weighs_every_mode_and_stage_count(
+    benchmarks, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path / "cache"))
+    runs = []
+
+    def run(spec):
+        runs.append((spec.run.iterations, spec.placement, os.environ["M2FLOW_COST_CACHE"]))
+        if len(runs) == 2:
+            raise WorkerError("env[0] failed in step")  # the calibrating run: the sweep of this workload ends there
+
+    monkeypatch.setattr(benchmarks.accuracy.mf, "run", run)
+    benchmarks.accuracy.bench(
+        "main", benchmarks.accuracy.WORKLOADS["main"], 2, 9, ["auto"], tmp_path / "runs", tmp_path
+    )
+    (warm_up, warm_up_placement, warm_up_cache), (calibrating, placement, cache) = runs
+    assert warm_up == benchmarks.accuracy.WARM_UP_ITERATIONS and warm_up_placement.replan is False
+    assert warm_up_cache != cache == str(tmp_path / "cache")  # what the warm-up measured is not the calibration's
+    assert calibrating == 9 and (placement.mode, placement.pipeline_stages) == ("auto", "auto")  # the config's: 1
 
 
 def test_no_rounds_is_refused(benchmarks):
