@@ -3,7 +3,8 @@
 A loop message between processes costs a hop per message (`m2flow profile`'s, or 0.1 ms) plus a part per item it
 carries (an env's observation, action, reward). After a run, the re-planner fits the part per item so that the
 loop it predicts from the run's own port costs takes what the loop measured (`replan.calibrate_run`); that value
-then prices the messages of every plan the next runs weigh, at their own slices' sizes. This runs a workload's
+then prices the messages of every plan the next runs weigh that no run measured the messages of (since a3417aa a
+plan run before is priced at its own runs' value), at their own slices' sizes. This runs a workload's
 calibrating run, then each candidate plan (shared and hybrid, 1, 2 and 4 stages, a process per replica and
 co-hosted) from the costs the calibration cached, and reads the per-item hop that candidate's own run calibrated:
 where it differs from plan to plan, plans predicted with the calibrating plan's are off by the difference times

@@ -36,6 +36,7 @@ from results_io import save_result
 
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
+from m2flow.planners.cache import save_calibration
 from m2flow.planners.fit import started_at, traced_replica
 from m2flow.planners.render import ReplicaPort, beside_rendering
 from m2flow.runtime.executor import planned_graph
@@ -91,6 +92,8 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
         starts = [iteration for iteration, _ in started_at(first.events)] or [0]
         running = Running(first.plan, starts[-1], tuple(starts))
         if trial is not None:
+            # what the calibrating run cached of its plan's messages (and the controller), as the trial's run read it
+            save_calibration(first.graph, refit(first.graph, cluster, events, running).calibrated)
             (tried,) = Path(tmp, "traces").glob(f"*-{trial}")
             then = kept_run(tried, spec)
             restarts = [TRIAL_START + iteration for iteration, _ in started_at(then.events)] or [TRIAL_START]

@@ -6,6 +6,7 @@ beside every run (`plan.json`) so a run can be diffed against its prediction.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -25,15 +26,16 @@ class ReplicaId(NamedTuple):
         return f"{self.worker}[{self.replica}]"
 
 
-def execution_name(placements: dict[str, Placement], stages: int, processes: Sequence[Sequence[ReplicaId]]) -> str:
-    """How a plan runs, whatever its mode is called: its stages, each replica's device and the replicas sharing a
-    process (`S=2 actor[0]@n0/cpu1 env[0]@n0/cpu0 env[1]@n0/cpu1 rollout[0]@n0/cpu0 | env[0]+rollout[0]`): the
-    cost cache keeps what a run of it measured of its loop's messages under this name."""
+def execution_id(placements: dict[str, Placement], stages: int, processes: Sequence[Sequence[ReplicaId]]) -> str:
+    """How a plan runs, whatever its mode is called — its stages, each replica's device, the replicas sharing a
+    process — as the cost cache keys what a run of it measured of its loop's messages: `S=2 3f9a0c1d2b4e`, the
+    stages and a digest of the rest."""
     replicas = sorted(
-        f"{ReplicaId(name, r)}@{d.name}" for name, p in placements.items() for r, d in enumerate(p.replica_devices)
+        f"{ReplicaId(name, r)}@{d}" for name, p in placements.items() for r, d in enumerate(p.replica_devices)
     )
-    together = " ".join("+".join(str(replica) for replica in group) for group in processes)
-    return " ".join([f"S={stages}", *replicas]) + (f" | {together}" if together else "")
+    together = sorted("+".join(sorted(str(replica) for replica in group)) for group in processes)
+    layout = " ".join(replicas) + " | " + " ".join(together)
+    return f"S={stages} {hashlib.sha256(layout.encode()).hexdigest()[:12]}"
 
 
 @dataclass
@@ -293,8 +295,8 @@ class Plan:
 
     @property
     def execution(self) -> str:
-        """How the plan runs, as the cost cache names it (`execution_name`)."""
-        return execution_name(self.placements, self.pipeline_stages, self.processes)
+        """How the plan runs, as the cost cache keys it (`execution_id`)."""
+        return execution_id(self.placements, self.pipeline_stages, self.processes)
 
     @property
     def label(self) -> str:

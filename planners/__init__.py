@@ -39,7 +39,7 @@ def load_measured(spec) -> dict | None:
     return load_profile(path) if path.exists() else None
 
 
-# a calibration value's key: what each item of a loop message cost in a run of one execution (`execution_name`)
+# a calibration value's key: what each item of a loop message cost in a run of one execution (`execution_id`)
 EXECUTION_HOP = "hop_item_s of "
 
 RENDERED_ON_GPU = "cpu, rendering on gpu"  # the costs of a simulator on the cores whose cameras EGL draws on a GPU

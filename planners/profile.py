@@ -62,7 +62,7 @@ class Profile:
     replica_shares: dict[str, ReplicaShares] = field(default_factory=dict)
     hop_s: float = CHANNEL_HOP_S  # a loop message between processes, whatever it carries
     hop_item_s: float = HOP_ITEM_S  # and per item it carries: a message of a slice of fewer envs costs less
-    # the same as a run of one execution measured it (`schedule.execution_name`): it differs from plan to plan
+    # the same as a run of one execution measured it (`schedule.execution_id`): it differs from plan to plan
     execution_hops: dict[str, float] = field(default_factory=dict)
     controller_s: float = CONTROLLER_S  # measured by a run's calibration: its iterations minus their tasks
     # how much longer work takes on a device that the loop and a phase beside it (training, under flow.async)
@@ -129,15 +129,6 @@ class Profile:
         (`replica_share`)."""
         shares = self.replica_shares.get(f"{replica.worker}.{port}", {})
         return replica_share(shares, replica.replica, replicas) * self.call_s(replica.worker, port, items)
-
-    def message_s(self, items: float, execution: str = "") -> float:
-        """Receiving one loop message of `items` items from another process, in a plan that runs as `execution`
-        (`schedule.execution_name`): per item, what a run of it measured, if one did."""
-        return self.hop_s + self.item_hop_s(execution) * items
-
-    def item_hop_s(self, execution: str) -> float:
-        """What each item of a loop message costs in a plan that runs as `execution`."""
-        return self.execution_hops.get(execution, self.hop_item_s)
 
     def swap_s(self, worker: str, device_kind: str) -> float:
         """One offload or onload: the worker's measured/declared `onload` cost, else memory over bandwidth."""

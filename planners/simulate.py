@@ -31,7 +31,7 @@ from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of
 from m2flow.planners.symmetry import LoopClass, loop_classes
 from m2flow.planners.tasklist import TaskList
 from m2flow.program import own_items, run_phase
-from m2flow.schedule import Phase, Placement, Plan, Prediction, ReplicaId, Task, execution_name
+from m2flow.schedule import Phase, Placement, Plan, Prediction, ReplicaId, Task, execution_id
 from m2flow.sharding import shard_groups, slice_sizes
 from m2flow.spec import PortRef
 
@@ -138,6 +138,19 @@ def simulate_plan(graph: MacroGraph, plan: Plan, profile: Profile) -> Simulated:
     )
 
 
+def sends_messages(graph: MacroGraph, plan: Plan, profile: Profile) -> bool:
+    """Whether `plan`'s loop sends messages between processes (co-hosted replicas send none to each other): only
+    then does what a message costs change its time, and only then can a run's loop time say what one costs."""
+    if graph.loop is None:
+        return False
+    loops = []
+    for hop_item_s in (0.0, 1e-3):
+        priced = profile.copy()
+        priced.execution_hops = {plan.execution: hop_item_s}
+        loops.append(simulate_plan(graph, plan, priced).prediction.phase_s["loop"])
+    return loops[1] > loops[0]
+
+
 class _Simulation:
     """The program's interpreter that predicts: handles are task ids, each carrying its items."""
 
@@ -154,7 +167,7 @@ class _Simulation:
         self.graph, self.placements, self.stages, self.profile = graph, placements, stages, profile
         self.processes, self.shared, self.beside_rendering = processes, shared, beside_rendering
         self.together = same_process(processes)
-        self.execution = execution_name(placements, stages, processes)  # what its loop's messages cost: the hop's
+        self.hop_item_s = _hop_item_s(profile, placements, stages, processes)
         self.devices = {w: p.replica_devices for w, p in placements.items()}
         self.sched = TaskList(self.devices, self.together)
         self.items: dict[int, float] = {}  # task id -> items (env steps) its output carries
@@ -245,7 +258,7 @@ class _Simulation:
             self.together,
             self.models,
             self.beside_rendering,
-            self.execution,
+            self.hop_item_s,
         )
         self.loop_tasks = range(self.first, len(self.sched.tasks))
         end_simulated = self.sched.run(self.clock, self.first)
@@ -399,12 +412,12 @@ def _simulate_loop(
     together: dict[ReplicaId, int],
     models: set[ReplicaId],
     beside_rendering: frozenset[ReplicaPort],
-    execution: str,
+    hop_item_s: float,
 ) -> tuple[int, int]:
     """Add the loop's tasks of the replicas in `models` (the others copy them) for the first simulated steps,
     in each process's program order; a message costs a channel hop unless sender and receiver share a process
-    (`together`), growing with the items it carries as a run of the plan's `execution` measured, if one did; a
-    replica's port in `beside_rendering` at its cost beside rendering.
+    (`together`), growing by `hop_item_s` with each item it carries; a replica's port in `beside_rendering` at its
+    cost beside rendering.
     Returns the loop's items per step (all replicas') and the steps simulated."""
     loop = graph.loop
     entry = loop.entry.worker
@@ -434,7 +447,7 @@ def _simulate_loop(
                     if sched.tasks[d].worker != port.worker
                     and process_of(together, ReplicaId(sched.tasks[d].worker, sched.tasks[d].replica)) != process
                 )
-                receiving = sum(profile.message_s(slice_items[s] * n, execution) for n in shards_from.values())
+                receiving = sum(profile.hop_s + hop_item_s * slice_items[s] * n for n in shards_from.values())
                 if process in last_of:
                     deps.append(last_of[process])
                 rows = slice_items[s] * len(group)
@@ -453,6 +466,14 @@ def _simulate_loop(
         for port in loop.body:
             call(port, step)
     return items * n_shards, steps
+
+
+def _hop_item_s(profile: Profile, placements: dict[str, Placement], stages: int, processes: Processes) -> float:
+    """What each item of a loop message costs where the replicas run so: what a run of that execution measured, if
+    one did (`execution_id`, worked out only where some run measured one), else the profile's."""
+    if not profile.execution_hops:
+        return profile.hop_item_s
+    return profile.execution_hops.get(execution_id(placements, stages, processes), profile.hop_item_s)
 
 
 def _step_ends(tasks: list[Task], steps: int) -> list[float]:

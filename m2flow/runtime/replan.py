@@ -23,7 +23,7 @@ is predicted `BACK_GAIN` faster (another plan needs `REPLAN_GAIN`, as ever). A t
 tried plan's speed and a restart of the workers each way (with a checkpoint). A plan of one stage is tried so too
 where the running plan measured ports only beside rendering on their GPU (`planners/render.py`), were they
 `CONTENTION_PRIOR` times as fast alone; and a plan predicted within `TIE` of the running one where no run measured
-what its loop's messages cost (the hop `calibrate_run` fits, kept per execution: `schedule.execution_name`); what
+what its loop's messages cost (the hop `calibrate_run` fits, kept per execution: `schedule.execution_id`); what
 decides a trial is in `trials.py`.
 """
 
@@ -50,9 +50,9 @@ from m2flow.planners.fit import (
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile, ports_on_gpu
 from m2flow.planners.render import beside_rendering, ports_of
-from m2flow.planners.simulate import simulate_plan
+from m2flow.planners.simulate import sends_messages, simulate_plan
 from m2flow.program import build_phases
-from m2flow.runtime.trials import best_probe, fixed_slices
+from m2flow.runtime.trials import best_probe, fixed_slices, placed
 from m2flow.schedule import Plan, Prediction, unknown_costs
 
 REPLAN_GAIN = 0.10
@@ -71,7 +71,8 @@ class Refit:
     profile: Profile
     fitted: dict[str, PortFit]  # worker.port -> its fit to this run's calls
     unsplit: list[str] = field(default_factory=list)  # loop ports whose per-call part no run has measured
-    calibrated: dict[str, float] = field(default_factory=dict)  # hop_item_s, controller_s: those the trace could say
+    # hop_item_s (also as the running execution's, `EXECUTION_HOP`), controller_s: those the trace could say
+    calibrated: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
     predicted loop match the measured one), and the controller's own time per iteration. Sets them in `profile`
     and returns those the trace could say (no hop where the loop sends no message between processes, where it
     took less than its messages' per-message hops alone predict or more than any cost per item explains, or where
-    no loop was traced). The hop is the plan's execution's (`execution_name`: plans run otherwise measured
+    no loop was traced). The hop is the plan's execution's (`execution_id`: plans run otherwise measured
     other hops, benchmarks/RESULTS.md, hop_by_plan) and every other's until a run of that one measures its own."""
     plan = running.plan
     hops, execution = profile.execution_hops, plan.execution
@@ -191,32 +192,26 @@ def calibrate_run(graph: MacroGraph, running: Running, profile: Profile, trace: 
         hops[execution] = hop_item_s
         return predicted().phase_s["loop"]
 
-    calibrated = {}
+    calibrated, fitted = {}, None
     loops = controller_seconds(trace, "loop", running.since + 1)
-    # co-hosted replicas send no message between processes: a loop's time then says nothing of a hop
-    if graph.loop is not None and loops and loop_s(MAX_HOP_ITEM_S) > loop_s(0.0):
+    if loops and sends_messages(graph, plan, profile):  # else the loop's time says nothing of a hop
         measured, low, high = statistics.median(loops), 0.0, MAX_HOP_ITEM_S
         for _ in range(24):  # the loop's predicted time grows with the hop's cost: bisect to the measured one
             middle = (low + high) / 2
             low, high = (middle, high) if loop_s(middle) < measured else (low, middle)
-        if low > 0.0 and high < MAX_HOP_ITEM_S:
-            profile.hop_item_s = calibrated["hop_item_s"] = calibrated[EXECUTION_HOP + execution] = hops[execution]
-    if EXECUTION_HOP + execution not in calibrated:  # it took less than its messages cost with nothing per item,
-        hops.pop(execution, None)  # or more than any such cost explains: as before
-        if prior is not None:
-            hops[execution] = prior
+        # not where the loop took less than its messages cost with nothing per item, or more than any such cost
+        fitted = hops[execution] if low > 0.0 and high < MAX_HOP_ITEM_S else None
+    hops.pop(execution, None)
+    if fitted is not None:
+        hops[execution] = profile.hop_item_s = calibrated["hop_item_s"] = calibrated[EXECUTION_HOP + execution] = fitted
+    elif prior is not None:
+        hops[execution] = prior
     iterations = controller_seconds(trace, "iteration", running.since + 1)
     if iterations:
         profile.controller_s = 0.0
         profile.controller_s = max(0.0, statistics.median(iterations) - predicted().iteration_s)
         calibrated["controller_s"] = profile.controller_s
     return calibrated
-
-
-def _same_stages(graph: MacroGraph, stages: int) -> MacroGraph:
-    """`graph` planned at `stages` only."""
-    placement = graph.spec.placement.model_copy(update={"pipeline_stages": stages})
-    return replace(graph, spec=graph.spec.model_copy(update={"placement": placement}))
 
 
 @dataclass(frozen=True)
@@ -337,7 +332,7 @@ def replan(
     merged = _merging_on(graph, current, profile, ports_of(beside))  # as `now` predicts it, on the measured costs
     fixed = fixed_slices(graph)
     try:  # a simulator whose saved state cannot follow other slices keeps its stages (it says why below)
-        best = make_plan(_same_stages(graph, current.pipeline_stages) if fixed else graph, cluster, profile)
+        best = make_plan(placed(graph, pipeline_stages=current.pipeline_stages) if fixed else graph, cluster, profile)
     except PlanError as exc:  # e.g. a sync transport the workflow asks for that the better layout cannot carry
         why = f"replan: keeping {current.label}: the best alternative is refused: {exc}"
         return Decision(replace(merged, predicted=now, tasks=tasks), False, why)

@@ -5,7 +5,7 @@ few iterations so that the next re-plan knows.
 Two things no run may have measured decide between plans of other stage counts: how a loop port's cost splits
 between per call and per env (one batch size cannot say), and what a port that ran beside rendering on its GPU
 costs alone (`planners/render.py`): a plan of two stages or more measures it only so. A third decides between any
-two plans: what the loop's messages cost in each (`execution_name`), which a run measures of its own plan only;
+two plans: what the loop's messages cost in each (`execution_id`), which a run measures of its own plan only;
 where another plan is predicted within `TIE` of the running one, that is the difference between them.
 """
 
@@ -25,7 +25,7 @@ from m2flow.planners.base import placement_modes, stage_options
 from m2flow.planners.fit import port_of_key, rendering_key
 from m2flow.planners.profile import Profile
 from m2flow.planners.render import beside_rendering, ports_of
-from m2flow.planners.simulate import simulate_plan
+from m2flow.planners.simulate import sends_messages, simulate_plan
 from m2flow.schedule import Plan, stands_in
 from m2flow.spec import PortCost
 
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from m2flow.runtime.replan import Refit
 
 TRIAL_GAIN = 0.05  # what a plan must be predicted to gain, under the assumption, to be tried
-# a plan predicted within this of the running one's time is tried where no run measured its loop: on the 2-core
-# machine, plans predicted 0.3% apart measured 9.6% apart (shared S=1 and S=2 co-hosted, benchmarks/RESULTS.md)
+# a plan predicted within this of the running one's time is tried where no run measured its loop's messages: on the
+# 2-core machine two runs of one plan differed by up to 25% (benchmarks/RESULTS.md, dec07b), a prediction by 10% no less
 TIE = 0.10
 # how much faster a port beside rendering on its GPU is assumed to run alone, until a run measures both: in a probe
 # only (a CNN policy's act of 32 envs beside rendering took about 1.8x what one of 64 took alone, a ViT's about 1.0x;
@@ -46,8 +46,16 @@ def tryable(graph: MacroGraph, candidate: Plan, current: Plan) -> bool:
     """Whether running `candidate` would measure the loop's ports at other batch sizes — other slices per replica
     — on the workers as they are (no knobs the planner sets, e.g. envs per replica, other than theirs: those need
     the run started again)."""
-    same_workers = not candidate.spec_overrides or candidate.spec_overrides == current.spec_overrides
-    return same_workers and candidate.pipeline_stages != current.pipeline_stages and not fixed_slices(graph)
+    return (
+        _same_workers(candidate, current)
+        and candidate.pipeline_stages != current.pipeline_stages
+        and not (fixed_slices(graph))
+    )
+
+
+def _same_workers(candidate: Plan, current: Plan) -> bool:
+    """Whether `candidate` runs the workers as `current` has them (no knob the planner sets otherwise)."""
+    return not candidate.spec_overrides or candidate.spec_overrides == current.spec_overrides
 
 
 def fixed_slices(graph: MacroGraph) -> list[str]:
@@ -62,7 +70,8 @@ def fixed_slices(graph: MacroGraph) -> list[str]:
 
 @dataclass(frozen=True)
 class Probe:
-    """A plan to try: what it would gain over the running one under an assumption about what no run measured."""
+    """A plan to try: what it would gain over the running one under an assumption about what no run measured, or as
+    predicted where the prediction cannot tell (`_tie_probe`)."""
 
     gain: float  # under the assumption; negative where it is a tie the other way
     plan: Plan
@@ -95,9 +104,9 @@ def _probe(graph: MacroGraph, cluster: Cluster, current: Plan, profile: Profile,
 
 
 def _tie_probe(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit) -> Probe | None:
-    """The plan predicted nearest the running one, of the modes and stage counts the workflow allows, where it is
-    predicted within `TIE` of its time and runs on the workers as they are, otherwise (`execution_name`) than any
-    run measured its loop's messages."""
+    """The fastest plan, of the modes and stage counts the workflow allows, predicted within `TIE` of the running
+    one and run on the workers as they are, but otherwise (`execution_id`), where its loop sends messages between
+    processes and no run measured what they cost: the hop it is priced at is another execution's."""
     if fixed_slices(graph):
         return None
     profile = measured.profile
@@ -107,8 +116,9 @@ def _tie_probe(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Ref
         for plan in _plans(graph, cluster, profile)
         if plan.execution != current.execution
         and plan.execution not in profile.execution_hops
-        and plan.spec_overrides == current.spec_overrides
-        and plan.predicted.iteration_s <= current_s * (1 + TIE)
+        and _same_workers(plan, current)
+        and abs(plan.predicted.iteration_s / current_s - 1) <= TIE
+        and sends_messages(graph, plan, profile)
     ]
     rival = min(rivals, key=lambda plan: plan.predicted.iteration_s, default=None)
     if rival is None:
@@ -127,12 +137,16 @@ def _plans(graph: MacroGraph, cluster: Cluster, profile: Profile) -> Iterator[Pl
     placement = graph.spec.placement
     modes = placement_modes() if placement.mode == "auto" else [placement.mode]
     for mode, stages in itertools.product(modes, stage_options(graph, profile)):
-        settings = placement.model_copy(update={"mode": mode, "pipeline_stages": stages})
-        planned = replace(graph, spec=graph.spec.model_copy(update={"placement": settings}))
         try:
-            yield make_plan(planned, cluster, profile)
+            yield make_plan(placed(graph, mode=mode, pipeline_stages=stages), cluster, profile)
         except PlanError:
             continue
+
+
+def placed(graph: MacroGraph, **placement: object) -> MacroGraph:
+    """`graph` with these `placement` settings (`mode`, `pipeline_stages`) in place of its own."""
+    settings = graph.spec.placement.model_copy(update=placement)
+    return replace(graph, spec=graph.spec.model_copy(update={"placement": settings}))
 
 
 def _split_probe(graph: MacroGraph, cluster: Cluster, current: Plan, measured: Refit, per_call: bool) -> Probe | None:

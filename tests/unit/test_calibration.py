@@ -23,8 +23,9 @@ from m2flow.planners.cache import (
 )
 from m2flow.planners.fit import PortFit, SizeMean, fit_line, fit_points, residual
 from m2flow.planners.profile import CHANNEL_HOP_S, HOP_ITEM_S
-from m2flow.planners.simulate import simulate_plan
+from m2flow.planners.simulate import sends_messages, simulate_plan
 from m2flow.runtime.replan import Running, calibrate_run, refit, remember, replan
+from m2flow.schedule import Plan
 from m2flow.viz.tables import cached_costs_table
 from tests.unit.test_planner import workflow
 from tests.unit.test_symmetry import spin_workflow
@@ -85,6 +86,20 @@ def test_a_plans_messages_cost_what_a_run_of_its_execution_measured_and_other_pl
     assert after[4] == before[4]  # another execution: the workflow's hop, as before
 
 
+def test_co_hosting_makes_another_execution_a_saved_plan_the_same_one_and_only_messages_between_processes_count():
+    raw = workflow(env_s=1e-4, policy_s=1e-4, cpus=1, mode="shared")
+    raw["placement"]["colocate"] = True
+    hosted_graph = build_graph(spec_from_dict(raw))
+    hosted = make_plan(hosted_graph, Cluster.from_spec(hosted_graph.spec.cluster))
+    raw["placement"]["colocate"] = False
+    alone_graph = build_graph(spec_from_dict(raw))
+    alone = make_plan(alone_graph, Cluster.from_spec(alone_graph.spec.cluster))
+    assert hosted.processes and not alone.processes and hosted.placements == alone.placements
+    assert Plan.from_dict(hosted.to_dict()).execution == hosted.execution != alone.execution
+    assert not sends_messages(hosted_graph, hosted, profile_of(hosted_graph, hosted.cluster))  # one process
+    assert sends_messages(alone_graph, alone, profile_of(alone_graph, alone.cluster))
+
+
 @pytest.mark.parametrize("loop_times_predicted", [0.5, 1e4])
 def test_a_loop_no_cost_per_item_explains_leaves_the_cost_per_item_as_it_was(loop_times_predicted):
     # faster than its messages' per-message hops alone, or slower than any cost per item makes it
@@ -94,6 +109,7 @@ def test_a_loop_no_cost_per_item_explains_leaves_the_cost_per_item_as_it_was(loo
     loop_s = loop_times_predicted * plan.predicted.phase_s["loop"]
     profile = profile_of(graph, cluster)
     profile.hop_item_s = 2e-6
+    profile.execution_hops[plan.execution] = 3e-6  # what an earlier run of this plan measured
     calibrated = calibrate_run(
         graph,
         Running(plan, since=0),
@@ -102,7 +118,7 @@ def test_a_loop_no_cost_per_item_explains_leaves_the_cost_per_item_as_it_was(loo
     )
     assert calibrated == {}  # no hop, and no iteration traced to time the controller by
     assert profile.hop_item_s == 2e-6  # not where the bisection stopped, which the re-plan would plan from
-    assert profile.execution_hops == {}  # nor the plan's own
+    assert profile.execution_hops == {plan.execution: 3e-6}  # nor the plan's own
 
 
 def test_a_co_hosted_loop_says_nothing_about_the_hop_so_the_hop_keeps_its_prior():

@@ -132,7 +132,7 @@ def test_a_workload_whose_calibrating_run_fails_is_recorded_with_its_run_folder_
     monkeypatch.setattr(benchmarks.accuracy.mf, "run", fails)
     keep = tmp_path / "results"
     result = benchmarks.accuracy.bench(
-        "main", benchmarks.accuracy.WORKLOADS["main"], 2, 3, ["auto"], tmp_path / "runs", keep
+        "main", benchmarks.accuracy.WORKLOADS["main"], 2, 3, ["auto"], tmp_path / "runs", keep, warm_up=False
     )
     assert result["rows"] == [] and result["auto_within_5pct"] is False
     assert result["calibration"]["failed"] == "env[0] failed in step: ValueError"
