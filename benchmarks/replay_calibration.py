@@ -89,14 +89,14 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
         cluster = first.plan.cluster  # as the sweep's machine had it (its memory too)
         # each start of the workers (a re-plan's switch to its trial, a restart) warmed up; a synchronous flow's run
         # measures from its last (an asynchronous one's from its re-plan, which no mark says: not replayed here)
-        starts = [iteration for iteration, _ in started_at(first.events)] or [0]
+        starts = [start.iteration for start in started_at(first.events)] or [0]
         running = Running(first.plan, starts[-1], tuple(starts))
         if trial is not None:
             # what the calibrating run cached of its plan's messages (and the controller), as the trial's run read it
             save_calibration(first.graph, refit(first.graph, cluster, events, running).calibrated)
             (tried,) = Path(tmp, "traces").glob(f"*-{trial}")
             then = kept_run(tried, spec)
-            restarts = [TRIAL_START + iteration for iteration, _ in started_at(then.events)] or [TRIAL_START]
+            restarts = [TRIAL_START + start.iteration for start in started_at(then.events)] or [TRIAL_START]
             running = Running(then.plan, restarts[-1], (*starts, *restarts))
             events += [later(event, TRIAL_START) for event in marked(then)]
         profile = refit(first.graph, cluster, events, running).profile

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from m2flow.cluster import DeviceId
 from m2flow.errors import PlanError
@@ -400,9 +401,16 @@ def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
     )
 
 
-def started_at(events: list[dict]) -> list[tuple[int, str]]:
-    """Where a trace's workers started, in order: (first iteration, plan label) of each `Trace.started` mark."""
-    return [(e["args"]["iteration"], e["args"]["plan"]) for e in events if e.get("cat") == STARTED]
+class Start(NamedTuple):
+    """Where a trace's workers started (a `Trace.started` mark): the first iteration they ran, under which plan."""
+
+    iteration: int
+    plan: str
+
+
+def started_at(events: list[dict]) -> list[Start]:
+    """Where a trace's workers started, in order."""
+    return [Start(e["args"]["iteration"], e["args"]["plan"]) for e in events if e.get("cat") == STARTED]
 
 
 def latest_shares(earlier: PortFit | None, fit: PortFit) -> ReplicaShares:
@@ -421,7 +429,7 @@ def fit_trace_file(path: str | Path, ports: Collection[str]) -> dict:
     except json.JSONDecodeError as exc:
         raise PlanError(f"--from-trace: {path} is not a trace (not JSON: {exc}); give a run's trace.json") from None
     try:  # each start of the workers' first iteration warmed up, as the run left it out
-        points = points_from_trace(trace, warmups=[iteration for iteration, _ in started_at(trace["traceEvents"])])
+        points = points_from_trace(trace, warmups=[start.iteration for start in started_at(trace["traceEvents"])])
     except (TypeError, KeyError, AttributeError, ValueError):
         raise PlanError(f"--from-trace: {path} is JSON but not a trace m2flow wrote; give a run's trace.json") from None
     if not any(port in ports for port in points):
