@@ -2,11 +2,11 @@
 
 It interprets the same program the executor runs (`m2flow.program`: phases in order, each op calling
 ports with the same dispatch rules), adding a predicted task for every call instead of a Ray call.
-Inside the loop every replica calls its ports step by step and slice by slice, a process its replicas' calls
-one at a time; a task runs once its inputs exist, in turn on a GPU and sharing a CPU core with the other
-processes there (`planners/tasklist.py`). A port of `merge_slices` takes into a call the next slices of the
-same step whose inputs all exist when its process is free to call, as the executor's loop takes in those whose
-messages have arrived.
+Inside the loop every replica calls its ports step by step and slice by slice (`planners/loop_steps.py`), a
+process its replicas' calls one at a time; a task runs once its inputs exist, in turn on a GPU and sharing a CPU
+core with the other processes there (`planners/tasklist.py`). A port of `merge_slices` takes into a call the next
+slices of the same step whose inputs all exist when its process is free to call, as the executor's loop takes in
+those whose messages have arrived.
 Long loops are compressed: the first steps are simulated and the steady-state step time extrapolates the rest;
 and of the loop's components that are copies of one another only one is simulated (`planners/symmetry.py`).
 A phase outside the loop depends on no stage count, the loop's components on no stage count: the simulations
@@ -15,8 +15,6 @@ of one placement's candidates with one process layout share them (`Shared`).
 
 from __future__ import annotations
 
-import functools
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,18 +22,15 @@ from m2flow.cluster import DeviceId
 from m2flow.dispatch import gather, split
 from m2flow.graph import MacroGraph
 from m2flow.overlap import Overlap
-from m2flow.planners.merging import merge_slices
-from m2flow.planners.processes import Processes, process_of, same_process
+from m2flow.planners.loop_steps import hop_item_s, simulate_loop_steps, steady_step_s
+from m2flow.planners.processes import Processes, same_process
 from m2flow.planners.profile import Profile
-from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of
+from m2flow.planners.render import ReplicaPort, beside_rendering
 from m2flow.planners.symmetry import LoopClass, loop_classes
 from m2flow.planners.tasklist import TaskList
 from m2flow.program import own_items, run_phase
-from m2flow.schedule import Phase, Placement, Plan, Prediction, ReplicaId, Task, execution_id
-from m2flow.sharding import shard_groups, slice_sizes
+from m2flow.schedule import Phase, Placement, Plan, Prediction, ReplicaId, Task
 from m2flow.spec import PortRef
-
-SIMULATED_STEPS = 16
 
 
 @dataclass
@@ -144,9 +139,9 @@ def sends_messages(graph: MacroGraph, plan: Plan, profile: Profile) -> bool:
     if graph.loop is None:
         return False
     loops = []
-    for hop_item_s in (0.0, 1e-3):
+    for item_s in (0.0, 1e-3):
         priced = profile.copy()
-        priced.execution_hops = {plan.execution: hop_item_s}
+        priced.execution_hops = {plan.execution: item_s}
         loops.append(simulate_plan(graph, plan, priced).prediction.phase_s["loop"])
     return loops[1] > loops[0]
 
@@ -167,7 +162,7 @@ class _Simulation:
         self.graph, self.placements, self.stages, self.profile = graph, placements, stages, profile
         self.processes, self.shared, self.beside_rendering = processes, shared, beside_rendering
         self.together = same_process(processes)
-        self.hop_item_s = _hop_item_s(profile, placements, stages, processes)
+        self.hop_item_s = hop_item_s(profile, placements, stages, processes)
         self.devices = {w: p.replica_devices for w, p in placements.items()}
         self.sched = TaskList(self.devices, self.together)
         self.items: dict[int, float] = {}  # task id -> items (env steps) its output carries
@@ -250,7 +245,7 @@ class _Simulation:
         self.classes = self.shared.classes(self.graph, self.devices, self.processes)
         self.models = {me for loop_class in self.classes for me in loop_class.model.replicas}
         self.copies = {me: len(c.copies) for c in self.classes for me in c.model.replicas}
-        self.loop_items, self.steps = _simulate_loop(
+        self.loop_items, self.steps = simulate_loop_steps(
             self.graph,
             self.stages,
             self.profile,
@@ -262,7 +257,7 @@ class _Simulation:
         )
         self.loop_tasks = range(self.first, len(self.sched.tasks))
         end_simulated = self.sched.run(self.clock, self.first)
-        steady_s = _steady_step_s(_step_ends(self.sched.tasks[self.first :], self.steps), self.clock)
+        steady_s = steady_step_s(self.sched.tasks[self.first :], self.steps, self.clock)
         per_step = self.step_s = max(steady_s, self._busiest_device_step_s())
         loop_s = (end_simulated - self.clock) + per_step * (self.graph.loop.horizon - self.steps)
         self.phase_s["loop"] = loop_s
@@ -402,93 +397,3 @@ class _Simulation:
             hidden_s=self.hidden_s,
             trains_one_in=self.trains_one_in,
         )
-
-
-def _simulate_loop(
-    graph: MacroGraph,
-    stages: int,
-    profile: Profile,
-    sched: TaskList,
-    together: dict[ReplicaId, int],
-    models: set[ReplicaId],
-    beside_rendering: frozenset[ReplicaPort],
-    hop_item_s: float,
-) -> tuple[int, int]:
-    """Add the loop's tasks of the replicas in `models` (the others copy them) for the first simulated steps,
-    in each process's program order; a message costs a channel hop unless sender and receiver share a process
-    (`together`), growing by `hop_item_s` with each item it carries; a replica's port in `beside_rendering` at its
-    cost beside rendering.
-    Returns the loop's items per step (all replicas') and the steps simulated."""
-    loop = graph.loop
-    entry = loop.entry.worker
-    n_shards = graph.workers[entry].count
-    items = profile.items_per_replica.get(entry, 1)
-    slice_items = slice_sizes(items, stages)
-    steps = min(loop.horizon, SIMULATED_STEPS)
-    # a process's last task: a process runs its replicas' calls one at a time in the global (step, port, slice)
-    # order (`runtime/loop.py`), so each call of a co-hosted replica waits for its process neighbour's before it
-    last_of: dict[ReplicaId | int, int] = {}
-    produced: dict[tuple[int, int], int] = {}  # (shard, slice) -> task that produced its current data
-    merging = set(merge_slices(graph, profile, stages, ports_of(beside_rendering)))
-    groups = {w: shard_groups(n_shards, graph.workers[w].count) for w in loop.workers}
-    simulated = {w: sorted(me.replica for me in models if me.worker == w) for w in loop.workers}
-
-    def call(port: PortRef, step: int) -> None:
-        for r in simulated[port.worker]:
-            me, group = ReplicaId(port.worker, r), groups[port.worker][r]
-            process = process_of(together, me)
-            for s in range(stages):
-                deps = [produced[(b, s)] for b in group if (b, s) in produced]
-                # a message from each upstream replica of another worker in another process (a channel hop),
-                # carrying the slice of each of its shards in the group
-                shards_from = Counter(
-                    d
-                    for d in deps
-                    if sched.tasks[d].worker != port.worker
-                    and process_of(together, ReplicaId(sched.tasks[d].worker, sched.tasks[d].replica)) != process
-                )
-                receiving = sum(profile.hop_s + hop_item_s * slice_items[s] * n for n in shards_from.values())
-                if process in last_of:
-                    deps.append(last_of[process])
-                rows = slice_items[s] * len(group)
-                beside = ReplicaPort(ReplicaId(port.worker, r), port.port) in beside_rendering
-                seconds = profile.call_s(port.worker, port.port, rows, beside)
-                tid = sched.add(port.worker, r, port.port, seconds, "loop", deps, step, s, receiving)
-                if str(port) in merging:
-                    cost = functools.partial(profile.call_s, port.worker, port.port, beside_rendering=beside)
-                    sched.may_merge(tid, rows, cost, last_of[process] if s > 0 else None)
-                last_of[process] = tid
-                for b in group:
-                    produced[(b, s)] = tid
-
-    call(loop.entry, -1)
-    for step in range(steps):
-        for port in loop.body:
-            call(port, step)
-    return items * n_shards, steps
-
-
-def _hop_item_s(profile: Profile, placements: dict[str, Placement], stages: int, processes: Processes) -> float:
-    """What each item of a loop message costs where the replicas run so: what a run of that execution measured, if
-    one did (`execution_id`, worked out only where some run measured one), else the profile's."""
-    if not profile.execution_hops:
-        return profile.hop_item_s
-    return profile.execution_hops.get(execution_id(placements, stages, processes), profile.hop_item_s)
-
-
-def _step_ends(tasks: list[Task], steps: int) -> list[float]:
-    ends = [0.0] * steps
-    for task in tasks:
-        if 0 <= task.step < steps:
-            ends[task.step] = max(ends[task.step], task.end)
-    return ends
-
-
-def _steady_step_s(step_ends: list[float], start: float) -> float:
-    """Time per step once the pipeline is full: the slope over the second half of the simulated steps."""
-    if not step_ends:
-        return 0.0
-    if len(step_ends) == 1:
-        return step_ends[0] - start
-    half = len(step_ends) // 2
-    return (step_ends[-1] - step_ends[half - 1]) / (len(step_ends) - half) if half else step_ends[-1] - start

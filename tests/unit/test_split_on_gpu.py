@@ -13,7 +13,7 @@ from m2flow.planners.fit import PortFit, save_profile
 from m2flow.planners.profile import DEFAULT_COST, ON_GPU_COST, Profile, ports_on_gpu
 from m2flow.runtime.replan import Running, refit
 from m2flow.spec import PortCost
-from tests.unit.test_calibration import loop_calls, unmeasured
+from tests.unit.test_trials import loop_calls, unmeasured
 
 
 def two_slices(gpus: int, env_class: str):
