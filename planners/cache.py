@@ -121,10 +121,12 @@ def worker_key(graph: MacroGraph, worker: str, device_kind: str) -> str:
 def workflow_key(graph: MacroGraph) -> str:
     """What a run's own overheads depend on: its workers and their dataflow (not its run settings, nor the
     replicas and envs per replica the planner may set: a run on the planner's choice and the next run, which
-    plans again, share it)."""
+    plans again, share it; nor `flow.async`: an asynchronous flow measures on its synchronous twin, whose re-plan
+    reads what the flow's earlier runs cached)."""
     spec = graph.spec.to_dict()
     workers = {name: _without_knobs(graph, name, worker) for name, worker in spec["workers"].items()}
-    return "workflow-" + _digest({"workers": workers, "flow": spec["flow"], "cluster": spec["cluster"]})
+    flow = graph.spec.flow.model_copy(update={"asynchronous": None}).model_dump(mode="json", by_alias=True)
+    return "workflow-" + _digest({"workers": workers, "flow": flow, "cluster": spec["cluster"]})
 
 
 def _without_knobs(graph: MacroGraph, name: str, worker: dict) -> dict:

@@ -227,3 +227,17 @@ def test_an_asynchronous_run_s_iterations_give_the_slowdown_back_and_it_is_cache
     unmeasured["workers"]["learner"].pop("profile")  # its update left to a default: nothing to read it against
     graph = build_graph(spec_from_dict(unmeasured))
     assert beside_slowdown(graph, cluster, make_plan(graph, cluster), measured_s) is None
+
+
+def test_the_synchronous_twin_an_asynchronous_flow_measures_on_reads_what_the_flow_s_earlier_runs_cached(
+    tmp_path, monkeypatch
+):
+    from m2flow.runtime.replan import synchronous_twin
+
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(async_workflow(cpus=1, mode="shared")))
+    save_calibration(graph, {"hop_item_s": 0.001, "controller_s": 0.02, "beside_slowdown": 1.5})  # an earlier run's
+    twin = synchronous_twin(graph)
+    assert load_calibration(twin) == load_calibration(graph)
+    profile = profile_of(twin, Cluster.from_spec(twin.spec.cluster))  # what its re-plan refits from
+    assert (profile.hop_item_s, profile.controller_s) == (0.001, 0.02)
