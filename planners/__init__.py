@@ -8,7 +8,7 @@ from m2flow.kinds import KINDS
 from m2flow.planners import auto, disaggregated, hybrid, shared  # noqa: F401  (register the modes)
 from m2flow.planners.allocation import Allocation
 from m2flow.planners.base import Infeasible, Planner, device_kind, get_planner, placement_modes
-from m2flow.planners.cache import load_cached, load_calibration
+from m2flow.planners.cache import EXECUTION_HOP, load_cached, load_calibration
 from m2flow.planners.fit import load_profile
 from m2flow.planners.manual import ManualPlanner
 from m2flow.planners.profile import Profile
@@ -38,9 +38,6 @@ def load_measured(spec) -> dict | None:
         raise PlanError(f"placement.profile: no file {path}; run `m2flow profile` first or remove the key")
     return load_profile(path) if path.exists() else None
 
-
-# a calibration value's key: what each item of a loop message cost in a run of one execution (`execution_id`)
-EXECUTION_HOP = "hop_item_s of "
 
 RENDERED_ON_GPU = "cpu, rendering on gpu"  # the costs of a simulator on the cores whose cameras EGL draws on a GPU
 

@@ -31,6 +31,9 @@ from m2flow.planners.fit import PortFit, SizeMean, latest_shares, line_through_m
 from m2flow.spec import PortCost
 
 RUNS_KEPT = 5  # a cost is the median of what this many of the latest runs measured
+# a calibration value's key: what each item of a loop message cost in a run of one execution (`execution_id`)
+EXECUTION_HOP = "hop_item_s of "
+EXECUTIONS_KEPT = 32  # the executions whose hops the calibration keeps: those of the latest runs
 
 
 @dataclass(frozen=True)
@@ -158,16 +161,21 @@ def save_calibration(
     graph: MacroGraph, calibration: dict[str, float], run: str | None = None, runs_kept: int = RUNS_KEPT
 ) -> Path:
     """Keep `calibration`, what run `run` (default: a run of its own) measured, beside what earlier runs
-    measured: each value the median of the latest `runs_kept` runs' values."""
+    measured: each value the median of the latest `runs_kept` runs' values; of the executions' hops, those the
+    latest `EXECUTIONS_KEPT` saved (a plan no recent run ran is priced at the workflow's hop again)."""
     run = run or new_run()
     entry = _calibration_entry(graph)
     earlier = entry.get("calibration", {})
     seen = entry.get("seen")
     history = {key: kept for key, rows in seen.items() if (kept := _parsed(rows, []))} if isinstance(seen, dict) else {}
-    for key, value in calibration.items():
-        before = history.get(key) or _parsed([{"run": "", "value": earlier.get(key)}], [])
+    for key, value in calibration.items():  # each moved last: the latest runs' values come last
+        before = history.pop(key, None) or _parsed([{"run": "", "value": earlier.get(key)}], [])
         history[key] = _kept(before, run, [Seen(run, value)], runs_kept)
-    values = {**earlier, **{key: statistics.median(row.value for row in rows) for key, rows in history.items()}}
+    values = {key: value for key, value in earlier.items() if key not in history}
+    values.update({key: statistics.median(row.value for row in rows) for key, rows in history.items()})
+    for key in [key for key in values if key.startswith(EXECUTION_HOP)][:-EXECUTIONS_KEPT]:
+        del values[key]
+        history.pop(key, None)
     seen = {key: [asdict(row) for row in rows] for key, rows in history.items()}
     return _write(
         cache_dir() / f"{workflow_key(graph)}.json", {"workflow": graph.spec.name, "calibration": values, "seen": seen}

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from m2flow.cluster import Cluster
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.planners import EXECUTION_HOP, device_kinds, make_plan, profile_of
-from m2flow.planners.cache import CachedFit, cached_fits, save_cached, save_calibration
+from m2flow.planners import device_kinds, make_plan, profile_of
+from m2flow.planners.cache import EXECUTION_HOP, CachedFit, cached_fits, save_cached, save_calibration
 from m2flow.planners.fit import (
     PortFit,
     controller_seconds,

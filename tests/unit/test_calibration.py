@@ -11,8 +11,10 @@ from rich.console import Console
 from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
-from m2flow.planners import EXECUTION_HOP, make_plan, profile_of
+from m2flow.planners import make_plan, profile_of
 from m2flow.planners.cache import (
+    EXECUTION_HOP,
+    EXECUTIONS_KEPT,
     RUNS_KEPT,
     CachedFit,
     cached_fits,
@@ -320,6 +322,24 @@ def test_the_cached_hop_is_the_median_of_the_runs_that_measured_it(tmp_path, mon
     assert load_calibration(graph) == {"hop_item_s": pytest.approx(0.0002), "controller_s": pytest.approx(0.01)}
     cluster = Cluster.from_spec(graph.spec.cluster)
     assert profile_of(graph, cluster).hop_item_s == pytest.approx(0.0002)
+
+
+def test_the_calibration_keeps_the_hops_of_the_executions_the_latest_runs_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(workflow()))
+    save_calibration(graph, {"hop_item_s": 0.0002, EXECUTION_HOP + "first": 0.0001})
+    for n in range(EXECUTIONS_KEPT - 1):
+        save_calibration(graph, {EXECUTION_HOP + f"plan {n}": 1e-5 * (n + 1)})
+    save_calibration(graph, {EXECUTION_HOP + "first": 0.0003})  # run again: among the latest
+    save_calibration(graph, {EXECUTION_HOP + "another": 0.0004})  # one more than kept: the oldest goes
+    kept = load_calibration(graph)
+    executions = [key.removeprefix(EXECUTION_HOP) for key in kept if key.startswith(EXECUTION_HOP)]
+    assert len(executions) == EXECUTIONS_KEPT and executions[-2:] == ["first", "another"]
+    assert "plan 0" not in executions and "plan 1" in executions
+    assert kept[EXECUTION_HOP + "first"] == pytest.approx(0.0002)  # the median of its two runs' values
+    assert kept["hop_item_s"] == 0.0002  # the workflow's hop stays
+    entry = json.loads(next(tmp_path.glob("workflow-*.json")).read_text())
+    assert EXECUTION_HOP + "plan 0" not in entry["seen"]  # its runs' values go with it
 
 
 def test_a_whole_message_hop_that_earlier_versions_cached_is_not_read_as_a_per_item_one(tmp_path, monkeypatch):

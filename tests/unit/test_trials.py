@@ -8,8 +8,8 @@ import pytest
 from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
-from m2flow.planners import EXECUTION_HOP, make_plan
-from m2flow.planners.cache import save_cached, save_calibration
+from m2flow.planners import make_plan
+from m2flow.planners.cache import EXECUTION_HOP, save_cached, save_calibration
 from m2flow.planners.fit import fit_points
 from m2flow.runtime.replan import Running, refit, replan
 from tests.unit.test_planner import workflow
