@@ -37,8 +37,8 @@ from results_io import save_result
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
 from m2flow.planners.cache import save_calibration
-from m2flow.planners.fit import started_at, traced_replica
 from m2flow.planners.render import ReplicaPort, beside_rendering
+from m2flow.planners.trace_calls import started_at, traced_replica
 from m2flow.runtime.executor import planned_graph
 from m2flow.runtime.replan import Running, refit
 from m2flow.schedule import Plan

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
-from m2flow.planners.fit import PortFit, ReplicaShares, port_of_key, rendering_key
+from m2flow.planners.fit import PortFit, ReplicaShares
 from m2flow.planners.render import ReplicaPort, ports_of, render_gpus
+from m2flow.planners.trace_calls import port_of_key, rendering_key
 from m2flow.schedule import BESIDE_RENDERING, DEFAULT_SOURCE, HANDOFF_SOURCE, Plan, ReplicaId, guessed, stands_in
 from m2flow.spec import PortCost
 

@@ -2,7 +2,7 @@
 
 Each batch size is a short run of the workflow itself (its declared processes, one stage, every task
 traced), so the costs include what processes sharing a machine or a GPU do to each other (but not calls
-that ran at once on one core: each counts its share of that core's time, `planners/fit.py`); the fitted
+that ran at once on one core: each counts its share of that core's time, `planners/trace_calls.py`); the fitted
 `fixed_s + per_item_s * items` per port is written as the workflow's profile, which `m2flow plan` and
 `m2flow run` then use.
 """
@@ -18,7 +18,8 @@ from collections import defaultdict
 from m2flow.config import spec_from_dict
 from m2flow.errors import M2FlowError
 from m2flow.graph import MacroGraph, build_graph
-from m2flow.planners.fit import ReplicaPoints, fit_line, fit_points, hop_from_trace, points_from_trace, replica_points
+from m2flow.planners.fit import fit_line, fit_points
+from m2flow.planners.trace_calls import ReplicaPoints, hop_from_trace, points_from_trace, replica_points
 from m2flow.runtime.executor import execute
 from m2flow.spec import WorkflowSpec
 

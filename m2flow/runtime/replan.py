@@ -37,20 +37,12 @@ from m2flow.errors import PlanError
 from m2flow.graph import MacroGraph
 from m2flow.planners import device_kinds, make_plan, profile_of
 from m2flow.planners.cache import EXECUTION_HOP, CachedFit, cached_fits, save_cached, save_calibration
-from m2flow.planners.fit import (
-    PortFit,
-    controller_seconds,
-    fit_points,
-    latest_shares,
-    merged,
-    points_from_trace,
-    port_of_key,
-    replica_points,
-)
+from m2flow.planners.fit import PortFit, fit_points, latest_shares, merged
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile, ports_on_gpu
 from m2flow.planners.render import beside_rendering, ports_of
 from m2flow.planners.simulate import sends_messages, simulate_plan
+from m2flow.planners.trace_calls import controller_seconds, points_from_trace, port_of_key, replica_points
 from m2flow.program import build_phases
 from m2flow.runtime.trials import best_probe, fixed_slices, placed
 from m2flow.schedule import Plan, Prediction, unknown_costs

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from m2flow.planners.fit import work_share
+from m2flow.planners.trace_calls import work_share
 from m2flow.runtime.iteration_metrics import Measured
 from m2flow.runtime.reporting import Reporter
 from m2flow.schedule import Plan

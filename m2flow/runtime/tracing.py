@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from m2flow.cluster import DeviceId
-from m2flow.planners.fit import STARTED
+from m2flow.planners.trace_calls import STARTED
 from m2flow.schedule import Plan
 
 CONTROLLER = "controller"

@@ -22,10 +22,10 @@ from m2flow.graph import MacroGraph
 from m2flow.kinds import KINDS
 from m2flow.planners import make_plan
 from m2flow.planners.base import placement_modes, stage_options
-from m2flow.planners.fit import port_of_key, rendering_key
 from m2flow.planners.profile import Profile
 from m2flow.planners.render import beside_rendering, ports_of
 from m2flow.planners.simulate import sends_messages, simulate_plan
+from m2flow.planners.trace_calls import port_of_key, rendering_key
 from m2flow.schedule import Plan, stands_in
 from m2flow.spec import PortCost
 

@@ -14,7 +14,7 @@ from m2flow.config import load_spec, spec_from_dict
 from m2flow.errors import WorkerError
 from m2flow.graph import build_graph
 from m2flow.planners import Profile, make_plan
-from m2flow.planners.fit import started_at
+from m2flow.planners.trace_calls import started_at
 from m2flow.runtime.profiling import measure_profile
 from m2flow.schedule import Plan
 from tests.conftest import ROOT

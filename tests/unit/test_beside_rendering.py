@@ -12,9 +12,10 @@ from m2flow.config import load_spec
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.cache import save_cached
-from m2flow.planners.fit import PortFit, SizeMean, points_from_trace, rendering_key
+from m2flow.planners.fit import PortFit, SizeMean
 from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of
 from m2flow.planners.simulate import simulate_plan
+from m2flow.planners.trace_calls import points_from_trace, rendering_key
 from m2flow.schedule import unknown_costs
 from tests.conftest import ROOT
 

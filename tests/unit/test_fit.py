@@ -8,7 +8,6 @@ import pytest
 
 from m2flow.errors import PlanError
 from m2flow.planners.fit import (
-    STARTED,
     PortFit,
     SizeMean,
     fit_line,
@@ -17,11 +16,9 @@ from m2flow.planners.fit import (
     line_through_means,
     load_profile,
     merged,
-    points_from_trace,
-    replica_points,
     save_profile,
-    work_share,
 )
+from m2flow.planners.trace_calls import STARTED, points_from_trace, replica_points, work_share
 from m2flow.spec import PortCost
 
 
@@ -158,7 +155,7 @@ def test_a_message_s_cost_is_the_line_through_the_hops_seen_at_each_size_all_per
 
 
 def test_the_channel_hop_is_the_wait_of_an_idle_consumer():
-    from m2flow.planners.fit import hop_from_trace
+    from m2flow.planners.trace_calls import hop_from_trace
 
     def event(worker, port, step, ts_us, dur_us):
         return {

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from m2flow.errors import WaitTimeout, WorkerError
-from m2flow.planners.fit import STARTED, traced_replica
 from m2flow.planners.render import ReplicaPort, beside_rendering
+from m2flow.planners.trace_calls import STARTED, traced_replica
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
