@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter, ValidationError
 
 from m2flow.config import format_validation_error
+from m2flow.dispatch import state_receivers
 from m2flow.errors import did_you_mean
 from m2flow.kinds import KINDS
 from m2flow.resolve import ports_of
@@ -121,6 +122,10 @@ class WorkerInfo:
     def dispatch(self, port: str) -> Dispatch:
         declared = getattr(self.target, "port_dispatch", {})
         return self.spec.dispatch.get(port) or declared.get(port) or KINDS[self.kind].dispatch
+
+    def state_receivers(self, port: str) -> list[int]:
+        """The replicas a sync edge copies its state to through `port` (`Dispatch.split`: `first`, or every one)."""
+        return state_receivers(self.dispatch(port), self.replicas)
 
 
 def describe_worker(name: str, spec: WorkerSpec, target: Any) -> tuple[WorkerInfo | None, list[str]]:

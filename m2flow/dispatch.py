@@ -24,7 +24,23 @@ def _shard(inputs: Sequence[T], replicas: int, data_parallel: int) -> list[list[
     return [[inputs[i] for i in blocks[r * data_parallel // replicas]] for r in range(replicas)]
 
 
-SPLITS: dict[str, Callable[[Sequence, int, int], list[list]]] = {"broadcast": _broadcast, "shard": _shard}
+def _first(inputs: Sequence[T], replicas: int, data_parallel: int) -> list[list[T]]:
+    return [list(inputs)] + [[] for _ in range(replicas - 1)]
+
+
+SPLITS: dict[str, Callable[[Sequence, int, int], list[list]]] = {
+    "broadcast": _broadcast,
+    "shard": _shard,
+    "first": _first,
+}
+# the replicas a sync edge copies its state to, by its port's split (a state is not cut: a shard split sends it
+# whole); `first` is a state's only (a then-edge's batch is cut for every replica to take its part)
+STATE_RECEIVERS: dict[str, Callable[[int], list[int]]] = {
+    "broadcast": lambda replicas: list(range(replicas)),
+    "shard": lambda replicas: list(range(replicas)),
+    "first": lambda replicas: [0],
+}
+STATE_ONLY_SPLITS = frozenset({"first"})
 GATHERS: dict[str, Callable[[list], list]] = {"all": lambda outputs: outputs, "rank_zero": lambda outputs: outputs[:1]}
 
 
@@ -36,6 +52,11 @@ def split(rule: Dispatch, inputs: Sequence[T], replicas: int, data_parallel: int
 def gather(rule: Dispatch, outputs: list[T]) -> list[T]:
     """The outputs that stand for the worker downstream, one per shard it produced."""
     return GATHERS[rule.gather](outputs)
+
+
+def state_receivers(rule: Dispatch, replicas: int) -> list[int]:
+    """The replicas a sync edge's state goes to, where its destination port's rule is `rule`."""
+    return STATE_RECEIVERS[rule.split](replicas)
 
 
 def shards_needed(rule: Dispatch, data_parallel: int) -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from m2flow.contract import Agreed, WorkerInfo, describe_worker
-from m2flow.dispatch import gather, shards_needed
+from m2flow.dispatch import STATE_ONLY_SPLITS, gather, shards_needed
 from m2flow.errors import SpecError, did_you_mean
 from m2flow.resolve import resolve
 from m2flow.spec import MAX_REPLICAS, Edge, PortRef, SyncSpec, WorkflowSpec
@@ -162,7 +162,8 @@ def build_graph(spec: WorkflowSpec, source: str | None = None) -> MacroGraph:
     if problems:
         raise SpecError(problems, source)
     macro = MacroGraph(spec, graph, loop, list(flow.then), then_order, list(flow.sync), info)
-    problems += _check_shard_splits(macro) + _check_dispatch_ports(macro) + _check_agreement(macro)
+    problems += _check_shard_splits(macro) + _check_dispatch_ports(macro) + _check_state_splits(macro)
+    problems += _check_agreement(macro)
     if problems:
         raise SpecError(problems, source)
     return macro
@@ -215,6 +216,17 @@ def _check_dispatch_ports(graph: MacroGraph) -> list[str]:
         for name, worker in graph.workers.items()
         for port in worker.dispatch
         if PortRef(worker=name, port=port) in loop_ports
+    ]
+
+
+def _check_state_splits(graph: MacroGraph) -> list[str]:
+    """A split that sends a state to some replicas only (`first`) is for ports sync edges copy a state to: a
+    then-edge's batch would reach one replica and leave the others' calls without their part."""
+    return [
+        f"flow.then[{i}] '{edge}': {edge.dst} splits its input '{rule.split}', which is for a port a sync edge copies"
+        f" a state to; give workers.{edge.dst.worker}.dispatch.{edge.dst.port} split: broadcast or shard"
+        for i, edge in enumerate(graph.then)
+        if (rule := graph.info[edge.dst.worker].dispatch(edge.dst.port)).split in STATE_ONLY_SPLITS
     ]
 
 

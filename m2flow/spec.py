@@ -115,8 +115,10 @@ class PortCost(_Strict):
 class Dispatch(_Strict):
     """How a call of a port is split over the worker's replicas and whose outputs stand for the group.
 
-    `split`: `broadcast` (every replica receives every input shard) or `shard` (each data-parallel rank
-    receives its contiguous block of the input shards; ranks of one model-parallel group receive the same).
+    `split`: `broadcast` (every replica receives every input shard), `shard` (each data-parallel rank
+    receives its contiguous block of the input shards; ranks of one model-parallel group receive the same) or,
+    for a port a sync edge copies a state to, `first` (only the first replica receives it: a state one replica
+    reads, such as the weights a simulator's first replica evaluates; the others are not sent it).
     `gather`: `all` (every replica's output, in replica order) or `rank_zero` (the group's output is rank
     0's; the other ranks took part in its collectives).
     `even` (with `shard`): every rank must receive as many input shards as every other (a replay buffer's shards
@@ -125,7 +127,7 @@ class Dispatch(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    split: Literal["broadcast", "shard"] = "broadcast"
+    split: Literal["broadcast", "shard", "first"] = "broadcast"
     gather: Literal["all", "rank_zero"] = "all"
     even: bool = False
 

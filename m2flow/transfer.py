@@ -76,12 +76,12 @@ def choose_transport(
 
 def sync_transports(graph: MacroGraph, plan: Plan) -> dict[str, Transport]:
     """Each sync edge's transport (by the edge as written), from where the plan put the source's first
-    replica (it sends for the group) and every destination replica."""
+    replica (it sends for the group) and every destination replica that receives the state."""
     chosen = {}
     for i, sync in enumerate(graph.sync):
         src, dst = sync.edge.src, sync.edge.dst
         first = ReplicaId(src.worker, 0)
-        targets = [ReplicaId(dst.worker, r) for r in range(len(plan.placements[dst.worker].replica_devices))]
+        targets = [ReplicaId(dst.worker, r) for r in graph.info[dst.worker].state_receivers(dst.port)]
         # a worker syncing itself, or replicas co-hosted with the sender: one process cannot meet itself
         same_process = src.worker == dst.worker or any(
             first in group and any(t in group for t in targets) for group in plan.processes

@@ -236,8 +236,9 @@ class _Simulation:
         return gather(rule, outputs)
 
     def copy_state(self, port: PortRef, state: int, phase: Phase) -> None:
-        replicas = self.graph.info[port.worker].replicas
-        for r in range(replicas):
+        info = self.graph.info[port.worker]
+        replicas = info.replicas
+        for r in info.state_receivers(port.port):
             seconds = self.profile.replica_call_s(ReplicaId(port.worker, r), port.port, 1, replicas)
             self.sched.add(port.worker, r, port.port, seconds, phase.op, [state])
 

@@ -160,9 +160,12 @@ class Controller(Asynchronous, InPlace):
         return gather(rule, outputs)
 
     def copy_state(self, port: PortRef, state: Any, phase: Phase, targets: list[Replica] | None = None) -> None:
-        """Every replica of `port`'s worker (or only `targets`) receives `state`."""
+        """Every replica of `port`'s worker its dispatch sends a state to (`WorkerInfo.state_receivers`; or only
+        those of `targets`) receives `state`."""
         edge, transport = self._sync_edge(phase)
-        for r in self.launch.replicas[port.worker] if targets is None else targets:
+        receivers = set(self.graph.info[port.worker].state_receivers(port.port))
+        candidates = self.launch.replicas[port.worker] if targets is None else targets
+        for r in [r for r in candidates if r.index in receivers]:
             _, event = r.actor.copy_state.options(num_returns=2).remote(str(edge), port.port, self._it, state)
             self._calls.append((event, r, f"sync {port}"))
         if transport.source_sends:  # e.g. a broadcast: it sends while they receive

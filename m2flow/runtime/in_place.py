@@ -170,7 +170,8 @@ class InPlace:
         context switches come first, the phase running `now` gets its own back after."""
         for phase in (p for p in self.plan.phases if p.op == "sync"):
             edge, transport = self._sync_edge(phase)
-            targets = [r for r in replicas if r.worker == edge.dst.worker]
+            receivers = self.graph.info[edge.dst.worker].state_receivers(edge.dst.port)
+            targets = [r for r in replicas if r.worker == edge.dst.worker and r.index in receivers]
             if not targets:
                 continue
             if phase != now:

@@ -277,15 +277,16 @@ class Launch(Respawning):
     def _connect_edge(self, edge: Edge) -> list[tuple[Any, Replica, str]]:
         """The calls that give every replica of sync `edge` its end (a group meets at a new rendezvous): the
         source's first replica publishes (rank 0 of a group), its other replicas' outputs are dropped, every
-        destination replica receives."""
+        destination replica its port's dispatch sends the state to receives (`WorkerInfo.state_receivers`)."""
         transport = self.transports[edge]
-        sources, targets = self.replicas[edge.src.worker], self.replicas[edge.dst.worker]
+        receivers = self.graph.info[edge.dst.worker].state_receivers(edge.dst.port)
+        sources, targets = self.replicas[edge.src.worker], [self.replicas[edge.dst.worker][r] for r in receivers]
         meet = self._rendezvous_at(sources[0].device, f"sync {edge}") if TRANSPORTS[transport].meets else {}
         timeouts = {"timeout_s": 2 * self.deadlines.sync(str(edge)), "meet_s": self.timeouts.start_s}
         keep = mapping_kept(self.plan, edge.src.worker)
         route = partial(Route, transport, world=len(targets) + 1, edge=str(edge), keep_mapping=keep, **timeouts, **meet)
         setup = [(r, "set_source", route(rank=0) if r.index == 0 else None) for r in sources]
-        setup += [(r, "set_target", route(rank=r.index + 1)) for r in targets]
+        setup += [(r, "set_target", route(rank=rank)) for rank, r in enumerate(targets, start=1)]
         calls = []
         for r, method, end in setup:
             self.sync_setup.setdefault(r.id, {})[edge] = (method, end)

@@ -3,6 +3,8 @@ store delivers; a transport the placement cannot carry stops the run before anyt
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import m2flow as mf
@@ -18,7 +20,8 @@ def _workflow(tmp_path, transport: str) -> dict:
     raw["workers"]["env"]["replicas"] = 2
     raw["workers"]["rollout"]["replicas"] = 2  # a group of three: the actor and two inference replicas
     raw["flow"]["sync"][0]["transport"] = transport
-    # a second edge from the same port, as the main job's evaluation: a group of its own (actor + 2 envs)
+    # a second edge from the same port, as the main job's evaluation: a group of its own (the actor and the first
+    # env replica, the one that evaluates: the other is not sent the weights)
     raw["workers"]["env"]["args"]["evaluation"] = {"policy": {"env_id": "InvertedPendulum-v5"}, "max_steps": 50}
     raw["flow"]["sync"].append({"edge": "actor.weights -> env.evaluate", "every": 2, "transport": transport})
     return raw
@@ -38,6 +41,9 @@ def test_weights_broadcast_in_a_gloo_group_train_exactly_as_through_the_object_s
     assert len(evaluated) == 2 and evaluated == [h["eval/return"] for h in store.history if "eval/return" in h]
     assert group.last["actor/weights_version"] == 3.0
     assert group.last["sync/bytes"] >= store.last["sync/bytes"] * 0.9  # the whole state went through the group
+    for run in (store, group):  # the evaluation's weights reached the replica that evaluates, and it alone
+        events = json.loads((run.run_dir / "trace.json").read_text())["traceEvents"]
+        assert {e["args"]["worker"] for e in events if e.get("name") == "evaluate"} == {"env[0]"}
 
 
 def test_a_transport_the_placement_cannot_carry_is_refused_before_anything_starts(tmp_path):

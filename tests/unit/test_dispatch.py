@@ -53,3 +53,28 @@ def test_declarations_for_the_planner_are_not_ports():
     graph = build_graph(spec_from_dict(MAIN))
     assert not {"Config", "memory_estimate_gb", "data_parallel_size"} & graph.info["actor"].ports
     assert {"train", "weights", "export"} <= graph.info["actor"].ports
+
+
+def test_a_state_only_the_first_replica_reads_is_planned_and_sent_to_it_alone():
+    """The main job's evaluation: `env.evaluate` runs on the first simulator replica only (it holds the
+    evaluator), so its sync edge copies the weights to that replica alone; the inference weights go to all."""
+    from m2flow.cluster import Cluster
+    from m2flow.planners import make_plan
+
+    graph = build_graph(spec_from_dict(MAIN))
+    assert graph.info["env"].replicas == 2
+    assert graph.info["env"].state_receivers("evaluate") == [0]
+    assert graph.info["rollout"].state_receivers("load_weights") == [0]  # its one replica
+    assert split(graph.info["env"].dispatch("evaluate"), ["w"], replicas=2, data_parallel=1) == [["w"], []]
+    plan = make_plan(graph, Cluster.from_spec(graph.spec.cluster))
+    assert {(t.worker, t.replica) for t in plan.tasks if t.port == "evaluate"} == {("env", 0)}
+
+
+def test_a_then_edge_to_a_port_that_sends_to_the_first_replica_only_is_refused_naming_the_key():
+    raw = copy.deepcopy(MAIN)
+    raw["workers"]["actor"]["dispatch"] = {"train": {"split": "first"}}
+    with pytest.raises(SpecError) as info:
+        build_graph(spec_from_dict(raw))
+    message = str(info.value)
+    assert "flow.then[0] 'env.trajectory -> actor.train': actor.train splits its input 'first'" in message
+    assert "give workers.actor.dispatch.train split: broadcast or shard" in message

@@ -25,7 +25,7 @@ from pydantic import AfterValidator, Field, model_validator
 import m2flow
 from m2flow.errors import SpecError
 from m2flow.workers.env.env_ids import make_env, registered
-from m2flow.workers.env.evaluation import Evaluated, Evaluator
+from m2flow.workers.env.evaluation import EVALUATE_DISPATCH, Evaluated, Evaluator
 from m2flow.workers.env.obs_statistics import (
     ObsNormalization,
     freeze_at,
@@ -80,6 +80,7 @@ class CameraEnvConfig(Evaluated, m2flow.WorkerConfig, ObsNormalization):
 class CameraEnv:
     Config = CameraEnvConfig
     rendering_ports = frozenset({"obs", "step", "evaluate"})  # on the node's GPU where it has one (EGL)
+    port_dispatch = EVALUATE_DISPATCH
 
     def __init__(self, **args: Any):
         from m2flow.workers.env.failures import NamedFailures

@@ -5,6 +5,9 @@ simulator's `video.save` is on.
 Driven by a sync edge, so it runs every k iterations with the weights of that moment:
 
     sync: [{edge: actor.weights -> env.evaluate, every: 10}]
+
+The simulator's first replica evaluates (on its first slice); the edge sends the weights to it alone
+(`EVALUATE_DISPATCH`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from m2flow.workers.env.video import EpisodeVideo
 
 Observe = Callable[[np.ndarray], dict[str, np.ndarray]]  # the env's observation -> the policy's input (batch of 1)
+EVALUATE_DISPATCH = {"evaluate": m2flow.Dispatch(split="first")}  # a simulator's `port_dispatch`: the first evaluates
 
 
 class EvaluationConfig(NumbersNotBooleans):

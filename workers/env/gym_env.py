@@ -22,7 +22,7 @@ from pydantic import AfterValidator, Field
 
 import m2flow
 from m2flow.workers.env.env_ids import registered
-from m2flow.workers.env.evaluation import Evaluated, Evaluator
+from m2flow.workers.env.evaluation import EVALUATE_DISPATCH, Evaluated, Evaluator
 from m2flow.workers.env.obs_statistics import (
     ObsNormalization,
     freeze_at,
@@ -52,6 +52,7 @@ class GymEnvConfig(Evaluated, m2flow.WorkerConfig, ObsNormalization):
 
 class GymEnv:
     Config = GymEnvConfig
+    port_dispatch = EVALUATE_DISPATCH
 
     def __init__(self, **args: Any):
         import gymnasium as gym
