@@ -221,12 +221,21 @@ def _check_dispatch_ports(graph: MacroGraph) -> list[str]:
 
 def _check_state_splits(graph: MacroGraph) -> list[str]:
     """A split that sends a state to some replicas only (`first`) is for ports sync edges copy a state to: a
-    then-edge's batch would reach one replica and leave the others' calls without their part."""
-    return [
+    then-edge's batch would reach one replica and leave the others' calls without their part; and not for a
+    group's ranks, which all take part in each call."""
+    problems = [
         f"flow.then[{i}] '{edge}': {edge.dst} splits its input '{rule.split}', which is for a port a sync edge copies"
         f" a state to; give workers.{edge.dst.worker}.dispatch.{edge.dst.port} split: broadcast or shard"
         for i, edge in enumerate(graph.then)
         if (rule := graph.info[edge.dst.worker].dispatch(edge.dst.port)).split in STATE_ONLY_SPLITS
+    ]
+    return problems + [
+        f"flow.sync[{i}] '{sync.edge}': {sync.edge.dst} sends the state to some replicas only ('{rule.split}'), but"
+        f" {sync.edge.dst.worker}'s replicas are ranks of one group that all take part in each call; give"
+        f" workers.{sync.edge.dst.worker}.dispatch.{sync.edge.dst.port} split: broadcast"
+        for i, sync in enumerate(graph.sync)
+        if (info := graph.info[sync.edge.dst.worker]).group
+        and (rule := info.dispatch(sync.edge.dst.port)).split in STATE_ONLY_SPLITS
     ]
 
 

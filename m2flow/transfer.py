@@ -1,4 +1,5 @@
-"""How a sync edge's state travels from its source to every destination replica, chosen from the plan.
+"""How a sync edge's state travels from its source to every destination replica that receives it (its port's
+dispatch: `first` sends it to the first alone), chosen from the plan.
 
 - `object_store`: through Ray's object store and host memory (works everywhere; a host round trip).
 - `collective`: one broadcast in a process group of the source's first rank and every destination
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from m2flow.cluster import DeviceId
+from m2flow.dispatch import state_receivers
 from m2flow.errors import PlanError
 from m2flow.schedule import Plan, ReplicaId
 from m2flow.spec import TransportRequest
@@ -81,7 +83,9 @@ def sync_transports(graph: MacroGraph, plan: Plan) -> dict[str, Transport]:
     for i, sync in enumerate(graph.sync):
         src, dst = sync.edge.src, sync.edge.dst
         first = ReplicaId(src.worker, 0)
-        targets = [ReplicaId(dst.worker, r) for r in graph.info[dst.worker].state_receivers(dst.port)]
+        planned = len(plan.placements[dst.worker].replica_devices)  # the plan's count (`replicas: auto` sets it)
+        receivers = state_receivers(graph.info[dst.worker].dispatch(dst.port), planned)
+        targets = [ReplicaId(dst.worker, r) for r in receivers]
         # a worker syncing itself, or replicas co-hosted with the sender: one process cannot meet itself
         same_process = src.worker == dst.worker or any(
             first in group and any(t in group for t in targets) for group in plan.processes

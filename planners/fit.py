@@ -35,7 +35,7 @@ class PortFit:
     each (`by_size`, the smallest first) and how far what it was fitted to scatters around it (`residual`: the calls,
     or in the cost cache the kept runs' means). A port called outside the loop keeps, per replica count it was
     measured at, what each replica's calls cost against the line (`replica_shares`: `(2.0, 0.0)` at 2 replicas, the
-    first does all of it, as an evaluation on replica 0 alone). On disk: a JSON object with these keys, `by_size`
+    first does all of it, as work only replica 0 does). On disk: a JSON object with these keys, `by_size`
     as `[items, mean_s, calls]` rows, `replica_shares` as `{"2": [2.0, 0.0]}`."""
 
     fixed_s: float

@@ -28,11 +28,11 @@ def simulate_loop_steps(
     together: dict[ReplicaId, int],
     models: set[ReplicaId],
     beside_rendering: frozenset[ReplicaPort],
-    hop_item_s: float,
+    item_s: float,
 ) -> tuple[int, int]:
     """Add the loop's tasks of the replicas in `models` (the others copy them) for the first simulated steps,
     in each process's program order; a message costs a channel hop unless sender and receiver share a process
-    (`together`), growing by `hop_item_s` with each item it carries; a replica's port in `beside_rendering` at its
+    (`together`), growing by `item_s` with each item it carries; a replica's port in `beside_rendering` at its
     cost beside rendering.
     Returns the loop's items per step (all replicas') and the steps simulated."""
     loop = graph.loop
@@ -63,7 +63,7 @@ def simulate_loop_steps(
                     if sched.tasks[d].worker != port.worker
                     and process_of(together, ReplicaId(sched.tasks[d].worker, sched.tasks[d].replica)) != process
                 )
-                receiving = sum(profile.hop_s + hop_item_s * slice_items[s] * n for n in shards_from.values())
+                receiving = sum(profile.hop_s + item_s * slice_items[s] * n for n in shards_from.values())
                 if process in last_of:
                     deps.append(last_of[process])
                 rows = slice_items[s] * len(group)

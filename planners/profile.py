@@ -5,8 +5,8 @@ in the workflow (`workers.<w>.profile`, `resources.memory_gb`) > measured (`m2fl
 (what earlier runs of the same worker measured, `cache.py`) > estimated (a worker class's `memory_estimate_gb(config,
 samples)`) > defaults by worker kind (a GPU's where the port's work will run on one: `ON_GPU_COST`). A port whose cost
 is a default is *unknown*: `m2flow run` measures it in its first iterations and re-plans. A loop port's cost beside
-rendering on its GPU (`planners/render.py`) is kept under its own key (`fit.rendering_key`), for the plans that run
-it so; measured only so, it stands in for the port's own cost, which stays unknown (`schedule.stands_in`).
+rendering on its GPU (`planners/render.py`) is kept under its own key (`trace_calls.rendering_key`), for the plans
+that run it so; measured only so, it stands in for the port's own cost, which stays unknown (`schedule.stands_in`).
 """
 
 from __future__ import annotations
@@ -217,8 +217,8 @@ def ports_on_gpu(graph: MacroGraph, plan: Plan) -> set[str]:
 
 
 def replica_share(measured: ReplicaShares, replica: int, replicas: int) -> float:
-    """Replica `replica`'s share of a port's cost, one of `replicas`: as a run of as many replicas measured it (an
-    evaluation on the first replica alone: 2.0 and 0.0); at a count no run measured, the first replica's share and
+    """Replica `replica`'s share of a port's cost, one of `replicas`: as a run of as many replicas measured it (work
+    done on the first replica alone: 2.0 and 0.0); at a count no run measured, the first replica's share and
     the others' mean as measured at the nearest count, so that work done on the first replica alone stays its own
     whatever the count (what rank-zero work does); even where nothing was measured."""
     if not measured:

@@ -9,7 +9,7 @@ in one stage the simulators render while the policy waits for their observations
 wait for its actions; with two stages or more, one stage's simulators render while the policy acts for another,
 and the GPU time-slices between them (on an H100, a CNN policy's act of 32 envs took 1.8-2.0 ms so, one of 64 envs
 alone 1.05-1.17 ms: benchmarks/results/gpu48). Such ports are *beside rendering* in a plan of two stages or more
-(`beside_rendering`, replica by replica): what a run measures of them there is kept apart (`fit.rendering_key`),
+(`beside_rendering`, replica by replica): what a run measures of them there is kept apart (`trace_calls.rendering_key`),
 as their cost in such plans.
 """
 

@@ -237,9 +237,14 @@ class _Simulation:
 
     def copy_state(self, port: PortRef, state: int, phase: Phase) -> None:
         info = self.graph.info[port.worker]
-        replicas = info.replicas
-        for r in info.state_receivers(port.port):
-            seconds = self.profile.replica_call_s(ReplicaId(port.worker, r), port.port, 1, replicas)
+        receivers = info.state_receivers(port.port)
+        for r in receivers:
+            # every replica called: each its measured share of the cost; some only (`first`): a call's whole cost
+            seconds = (
+                self.profile.replica_call_s(ReplicaId(port.worker, r), port.port, 1, info.replicas)
+                if len(receivers) == info.replicas
+                else self.profile.call_s(port.worker, port.port, 1)
+            )
             self.sched.add(port.worker, r, port.port, seconds, phase.op, [state])
 
     def loop(self, phase: Phase) -> None:

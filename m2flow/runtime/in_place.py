@@ -163,11 +163,12 @@ class InPlace:
         return where_out
 
     def _resync(self, replicas: list[Replica], now: Phase | None) -> None:
-        """New processes that receive a sync edge get what its source holds now (a new process starts from
-        its initial state: an inference replica from its initial weights): they alone, or every destination
-        replica where the transport hands each publish to all (a broadcast reaches the whole group that met
-        again; CUDA IPC shares the state once per destination, each share taken). The sync phase's
-        context switches come first, the phase running `now` gets its own back after."""
+        """New processes that receive a sync edge (those its port's dispatch sends a state to) get what its source
+        holds now (a new process starts from its initial state: an inference replica from its initial weights):
+        they alone, or every destination replica that receives it where the transport hands each publish to all
+        (a broadcast reaches the whole group that met again; CUDA IPC shares the state once per destination, each
+        share taken). The sync phase's context switches come first, the phase running `now` gets its own back
+        after."""
         for phase in (p for p in self.plan.phases if p.op == "sync"):
             edge, transport = self._sync_edge(phase)
             receivers = self.graph.info[edge.dst.worker].state_receivers(edge.dst.port)

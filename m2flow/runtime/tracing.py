@@ -59,7 +59,7 @@ class Trace:
 
     def started(self, plan: Plan, iteration: int) -> None:
         """A mark across every row where the workers started under `plan` (the run's start, a re-plan's switch, a
-        restart), `iteration` their first: a warm-up, which a fit of the trace leaves out (`fit.started_at`)."""
+        restart), `iteration` their first: a warm-up, which a fit of the trace leaves out (`trace_calls.started_at`)."""
         pid, tid = self._row(CONTROLLER, CONTROLLER)
         self.events.append(
             {

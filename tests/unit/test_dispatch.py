@@ -64,7 +64,9 @@ def test_a_state_only_the_first_replica_reads_is_planned_and_sent_to_it_alone():
     graph = build_graph(spec_from_dict(MAIN))
     assert graph.info["env"].replicas == 2
     assert graph.info["env"].state_receivers("evaluate") == [0]
-    assert graph.info["rollout"].state_receivers("load_weights") == [0]  # its one replica
+    two = copy.deepcopy(MAIN)
+    two["workers"]["rollout"]["replicas"] = 2
+    assert build_graph(spec_from_dict(two)).info["rollout"].state_receivers("load_weights") == [0, 1]  # broadcast
     assert split(graph.info["env"].dispatch("evaluate"), ["w"], replicas=2, data_parallel=1) == [["w"], []]
     plan = make_plan(graph, Cluster.from_spec(graph.spec.cluster))
     assert {(t.worker, t.replica) for t in plan.tasks if t.port == "evaluate"} == {("env", 0)}
@@ -78,3 +80,48 @@ def test_a_then_edge_to_a_port_that_sends_to_the_first_replica_only_is_refused_n
     message = str(info.value)
     assert "flow.then[0] 'env.trajectory -> actor.train': actor.train splits its input 'first'" in message
     assert "give workers.actor.dispatch.train split: broadcast or shard" in message
+
+
+def test_a_state_sent_to_the_first_replica_alone_costs_it_a_whole_call_whatever_shares_earlier_runs_measured():
+    """Runs that called `evaluate` on both replicas measured the first doing all of it (shares 2.0 and 0.0 against
+    a line of half the cost); called on the first alone, its calls cost the line: no share doubles it."""
+    from m2flow.cluster import Cluster
+    from m2flow.planners import make_plan, profile_of
+    from m2flow.spec import PortCost
+
+    graph = build_graph(spec_from_dict(MAIN))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    profile = profile_of(graph, cluster)
+    profile.costs["env.evaluate"] = PortCost(fixed_s=1.5, per_item_s=0.0)
+    profile.replica_shares["env.evaluate"] = {2: (2.0, 0.0)}
+    plan = make_plan(graph, cluster, profile)
+    (evaluation,) = [t for t in plan.tasks if t.port == "evaluate"]
+    assert evaluation.end - evaluation.start == pytest.approx(1.5)
+
+
+def test_a_state_sent_to_the_first_rank_of_a_training_group_alone_is_refused_naming_the_key():
+    raw = {
+        "name": "group",
+        "workers": {
+            "env": {"kind": "simulator", "class": "tests.workers_for_tests.Counter", "replicas": 2},
+            "policy": {"kind": "inference", "class": "tests.workers_for_tests.PlusOne"},
+            "learner": {
+                "kind": "training",
+                "class": "tests.workers_for_tests.SaveBatch",
+                "replicas": 2,
+                "dispatch": {"load_state_dict": {"split": "first"}},
+            },
+        },
+        "flow": {
+            "loop": {"horizon": 4, "edges": ["env.obs -> policy.act", "policy.act -> env.step"]},
+            "then": ["env.trajectory -> learner.train"],
+            "sync": [{"edge": "learner.state_dict -> learner.load_state_dict"}],
+        },
+        "cluster": {"cpus": 4, "gpus": 0},
+    }
+    with pytest.raises(SpecError) as info:
+        build_graph(spec_from_dict(raw))
+    message = str(info.value)
+    assert "flow.sync[0] 'learner.state_dict -> learner.load_state_dict'" in message
+    assert "learner's replicas are ranks of one group" in message
+    assert "give workers.learner.dispatch.load_state_dict split: broadcast" in message

@@ -1,6 +1,6 @@
 """Mistakes a user makes, each found by an audit of `m2flow validate`/`plan` and the Python API: every one ends in
-an error that names the key (or argument) and what to do — no traceback, nothing silently accepted, and nothing
-measured or started before a folder that cannot be written is found out."""
+an error that names the key (or argument) and what to do — no traceback, nothing silently accepted (the command
+line's own: `test_cli_mistakes.py`)."""
 
 from __future__ import annotations
 

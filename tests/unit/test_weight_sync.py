@@ -163,3 +163,28 @@ def _plan(raw: dict):
 
     spec = spec_from_dict(raw)
     return make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
+
+
+def test_the_transport_weighs_every_replica_the_planner_gives_a_destination_of_replicas_auto():
+    """The inference worker declared `replicas: auto` (one in the graph as written) is planned on both GPUs: the
+    weights cannot go by IPC from the actor's GPU to the second, nor by a group of one rank per GPU (the actor
+    shares the first)."""
+    import copy
+
+    from m2flow.cluster import Cluster
+    from m2flow.config import spec_from_dict
+    from m2flow.graph import build_graph
+    from m2flow.planners import make_plan
+    from tests.unit.test_worker_args import MAIN
+
+    raw = copy.deepcopy(MAIN)
+    raw["cluster"] = {"cpus": 8, "gpus": 2}
+    raw["workers"]["rollout"]["replicas"] = "auto"
+    for worker in ("rollout", "actor"):
+        raw["workers"][worker]["resources"] = {"device": "gpu"}
+    graph = build_graph(spec_from_dict(raw))
+    assert graph.info["rollout"].replicas == 1
+    plan = make_plan(graph, Cluster.from_spec(graph.spec.cluster))
+    assert [str(d) for d in plan.placements["rollout"].replica_devices] == ["n0/gpu0", "n0/gpu1"]
+    assert [str(d) for d in plan.placements["actor"].replica_devices] == ["n0/gpu0"]
+    assert plan.transports["actor.weights -> rollout.load_weights"] == "object_store"
