@@ -1,5 +1,6 @@
 """Calibration from a run's own trace: fits with a prior, the message hop and the controller's time
-recovered from how long the loop and the iterations took, and the cost cache."""
+recovered from how long the loop and the iterations took, and what a run caches of them (the cache's own rules:
+`test_cost_cache.py`)."""
 
 from __future__ import annotations
 
@@ -15,20 +16,19 @@ from m2flow.planners import make_plan, profile_of
 from m2flow.planners.cache import (
     EXECUTION_HOP,
     EXECUTIONS_KEPT,
-    RUNS_KEPT,
-    CachedFit,
     cached_fits,
     load_cached,
     load_calibration,
     save_cached,
     save_calibration,
 )
-from m2flow.planners.fit import PortFit, SizeMean, fit_line, fit_points, residual
+from m2flow.planners.fit import PortFit, SizeMean, fit_line, residual
 from m2flow.planners.profile import CHANNEL_HOP_S, HOP_ITEM_S
 from m2flow.planners.simulate import sends_messages, simulate_plan
 from m2flow.runtime.replan import Running, calibrate_run, refit, remember, replan
 from m2flow.schedule import Plan
 from m2flow.viz.tables import cached_costs_table
+from tests.unit.test_cost_cache import cached_step_fit, save_step_cost
 from tests.unit.test_planner import workflow
 from tests.unit.test_symmetry import spin_workflow
 from tests.unit.test_trials import loop_calls, per_item, unmeasured
@@ -192,128 +192,6 @@ def test_cached_costs_are_used_where_nothing_is_declared():
     assert make_plan(graph, cluster).predicted.cost_sources["env.step"] == "cached"
 
 
-def test_the_cache_keeps_every_batch_size_runs_measured_and_fits_across_them(tmp_path, monkeypatch):
-    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
-    graph = build_graph(spec_from_dict(workflow()))
-    kinds = {"env": "cpu"}
-    for run, items in ((1, 4), (2, 2)):  # a step costs 3 ms a call whatever its slice: a per-call cost
-        save_cached(graph, kinds, fit_points({"env.step": [(items, 0.003)] * 3}, f"run {run}")["ports"])
-    cached = load_cached(graph, kinds)["env.step"]
-    assert cached.fixed_s == pytest.approx(0.003) and cached.per_item_s == 0.0
-
-
-def _save_step_cost(graph, seconds: float, items: int = 4, run: str | None = None) -> None:
-    save_cached(graph, {"env": "cpu"}, fit_points({"env.step": [(items, seconds)] * 3}, "a run")["ports"], run)
-
-
-def _cached_step_s(graph, items: int = 4) -> float:
-    cost = load_cached(graph, {"env": "cpu"})["env.step"].cost
-    return cost.fixed_s + cost.per_item_s * items
-
-
-def _cached_fit(graph) -> CachedFit:
-    return cached_fits(graph, {"env": "cpu"})["env.step"]
-
-
-def test_one_slow_run_moves_no_cached_cost_the_runs_before_it_agree_on(tmp_path, monkeypatch):
-    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
-    graph = build_graph(spec_from_dict(workflow()))
-    for seconds in (0.003, 0.003, 0.003, 0.0045):
-        _save_step_cost(graph, seconds)
-    assert _cached_step_s(graph) == pytest.approx(0.003)
-
-
-def test_a_lasting_change_in_cost_is_followed_once_most_kept_runs_measured_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
-    graph = build_graph(spec_from_dict(workflow()))
-    for seconds in (0.003,) * (RUNS_KEPT + 1) + (0.006,) * (RUNS_KEPT // 2):
-        _save_step_cost(graph, seconds)
-    assert _cached_step_s(graph) < 0.006  # a minority of the kept runs
-    _save_step_cost(graph, 0.006)
-    assert _cached_step_s(graph) == pytest.approx(0.006)
-    seen = _cached_fit(graph).seen
-    assert len(seen) == RUNS_KEPT and [row.value for row in seen][-3:] == [pytest.approx(0.006)] * 3
-
-
-def test_a_run_that_saves_again_replaces_what_it_saved_before(tmp_path, monkeypatch):
-    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
-    graph = build_graph(spec_from_dict(workflow()))
-    for seconds in (0.003, 0.003):
-        _save_step_cost(graph, seconds)
-    for seconds in (0.006, 0.004):  # at its re-plan, then at its end: one run, its last value among three
-        _save_step_cost(graph, seconds, run="this run")
-    seen = _cached_fit(graph).seen
-    assert [(row.run, row.value) for row in seen if row.run == "this run"] == [("this run", 0.004)]
-    assert len(seen) == 3 and _cached_step_s(graph) == pytest.approx(0.003)
-
-
-def test_a_run_saved_at_its_replan_and_again_at_its_end_at_more_sizes_counts_once_at_each(tmp_path, monkeypatch):
-    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
-    graph = build_graph(spec_from_dict(workflow()))
-    _save_step_cost(graph, 0.003, items=4, run="an earlier run")
-    _save_step_cost(graph, 0.0031, items=4, run="this run")  # its re-plan, before a switch to slices of 2 envs
-    points = {"env.step": [(4, 0.0033)] * 3 + [(2, 0.002)] * 3}  # its end: both sizes, from the whole trace
-    save_cached(graph, {"env": "cpu"}, fit_points(points, "this run")["ports"], "this run")
-    seen = sorted((row.run, row.items, row.value) for row in _cached_fit(graph).seen)
-    assert seen == [
-        ("an earlier run", 4, pytest.approx(0.003)),
-        ("this run", 2, 0.002),
-        ("this run", 4, pytest.approx(0.0033)),
-    ]
-
-
-def test_a_cache_entry_from_before_runs_were_kept_or_damaged_counts_as_one_earlier_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
-    graph = build_graph(spec_from_dict(workflow()))
-    _save_step_cost(graph, 0.003)
-    (path,) = tmp_path.glob("*.json")
-    written = json.loads(path.read_text())["ports"]["step"]
-    assert list(written) == [
-        "fixed_s",
-        "per_item_s",
-        "calls",
-        "batch_sizes",
-        "by_size",
-        "residual",
-        "replica_shares",
-        "seen",
-    ]
-    for seen in (None, "damaged"):
-        entry = json.loads(path.read_text())
-        fit = {key: value for key, value in entry["ports"]["step"].items() if key != "seen"}  # as written before
-        if seen is not None:
-            fit["seen"] = seen
-        path.write_text(json.dumps({**entry, "ports": {"step": fit}}))
-        for seconds in (0.003, 0.009):
-            _save_step_cost(graph, seconds)
-        assert [row.value for row in _cached_fit(graph).seen] == pytest.approx([0.003, 0.003, 0.009])
-        assert _cached_step_s(graph) == pytest.approx(0.003)
-
-
-def test_a_cache_entry_whose_fit_is_damaged_reads_as_not_cached_and_is_measured_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
-    graph = build_graph(spec_from_dict(workflow()))
-    _save_step_cost(graph, 0.003)
-    (path,) = tmp_path.glob("*.json")
-    entry = json.loads(path.read_text())
-    step = {**entry["ports"]["step"], "by_size": [[4, "damaged", 3]]}
-    path.write_text(json.dumps({**entry, "ports": {"step": step}}))
-    assert cached_fits(graph, {"env": "cpu"}) == {}
-    _save_step_cost(graph, 0.006)
-    assert [row.value for row in _cached_fit(graph).seen] == [pytest.approx(0.006)]
-
-
-def test_a_slow_run_at_one_batch_size_does_not_tilt_the_line_across_sizes(tmp_path, monkeypatch):
-    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
-    graph = build_graph(spec_from_dict(workflow()))
-    for items in (2, 4, 2, 4, 2):  # a step costs 1 ms a call and 0.5 ms an env
-        _save_step_cost(graph, 0.001 + 0.0005 * items, items)
-    steady = load_cached(graph, {"env": "cpu"})["env.step"].cost
-    assert [steady.fixed_s + steady.per_item_s * n for n in (2, 4)] == pytest.approx([0.002, 0.003], rel=0.05)
-    _save_step_cost(graph, 3 * (0.001 + 0.0005 * 2), 2)  # one run three times slower at the small size
-    assert load_cached(graph, {"env": "cpu"})["env.step"].cost == steady
-
-
 def test_the_cached_hop_is_the_median_of_the_runs_that_measured_it(tmp_path, monkeypatch):
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph = build_graph(spec_from_dict(workflow()))
@@ -382,18 +260,6 @@ def test_a_camera_simulator_s_costs_cached_where_the_cores_render_are_not_read_w
     assert profile_of(*planned[1]).source["env.step"] == "default"  # drawn through EGL on the GPU: not measured
 
 
-def test_the_cache_keys_leave_out_replicas_and_envs_per_replica_which_the_planner_may_set():
-    from m2flow.planners.cache import worker_key, workflow_key
-
-    planned = build_graph(spec_from_dict(workflow(env_replicas=2, num_envs=4)))
-    declared = build_graph(spec_from_dict(workflow(env_s=0.004, policy_s=0.004, env_replicas=1, num_envs=8)))
-    assert worker_key(planned, "env", "cpu") == worker_key(declared, "env", "cpu")
-    assert workflow_key(planned) == workflow_key(declared)  # its hop, controller time and slowdown carry over
-    other = workflow(env_replicas=2, num_envs=4)
-    other["flow"]["loop"]["horizon"] = 50
-    assert workflow_key(build_graph(spec_from_dict(other))) != workflow_key(planned)
-
-
 def test_a_kept_plan_merges_slices_as_the_measured_costs_say_and_its_notes_say_so(tmp_path, monkeypatch):
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph = build_graph(spec_from_dict(unmeasured("auto")))
@@ -418,8 +284,8 @@ def test_the_run_end_table_shows_each_cached_cost_with_the_sizes_runs_and_scatte
     graph = build_graph(spec_from_dict(workflow()))
     measured = ((4, 0.003), (2, 0.002), (4, 0.0032))  # 1 ms a call and 0.5 ms an env, give or take
     for items, seconds in measured:
-        _save_step_cost(graph, seconds, items)
-    cached = _cached_fit(graph)
+        save_step_cost(graph, seconds, items)
+    cached = cached_step_fit(graph)
     fit = cached.fit
     cost = load_cached(graph, {"env": "cpu"})["env.step"].cost
     assert fit.residual == pytest.approx(residual(list(measured), cost)) and fit.residual > 0
