@@ -11,10 +11,9 @@ restarts.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
+from functools import partial
 from pathlib import Path
 
 from m2flow.config import apply_overrides, dump_spec, spec_from_dict
@@ -32,7 +31,7 @@ from m2flow.runtime.launch import Launch
 from m2flow.runtime.nodes import addresses, driver_node, unreachable
 from m2flow.runtime.quarantine import Quarantine
 from m2flow.runtime.ray_cluster import cluster_from_ray, connect_ray
-from m2flow.runtime.replace import Replacement, Replacer, Restore, candidates, training_groups
+from m2flow.runtime.replace import Replacer, Restore, candidates, training_groups
 from m2flow.runtime.replan import (
     REPLAN_AFTER,
     TRIAL_LEFT,
@@ -45,6 +44,7 @@ from m2flow.runtime.replan import (
 )
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.resume import resume_failure
+from m2flow.runtime.run_log import RunLog
 from m2flow.runtime.run_record import RunResult, failure_entry, keep_previous
 from m2flow.runtime.run_report import measured_iterations, report_run
 from m2flow.runtime.snapshots import Replacing, Snapshots
@@ -104,6 +104,7 @@ class Run:
         self.reporter = Reporter(
             self.run_dir, spec.run.iterations, self.next_iteration, spec.run.progress, self.env_steps
         )
+        self.run_log = RunLog(self.result, self.reporter)
         unknown = plan.predicted.unknown_costs
         self.overlapped = spec.flow.asynchronous is not None  # its costs are measured under contention
         measuring = calibration(graph, unknown, spec.run.iterations - self.next_iteration)
@@ -148,7 +149,7 @@ class Run:
         self.launch = Launch(self.graph, self.plan, str(self.run_dir), self.quarantine.times)
         self.launch.start()
         if self.recorded:  # a resumed run's, once its checkpoint loaded: a resume that fails leaves the old one
-            self._note_processes()
+            self.run_log.processes(self.launch)
         self.snapshots = Snapshots(self.graph, self.launch)
         replacer = self._replacer()
         if self.spec.run.spares:
@@ -171,7 +172,7 @@ class Run:
             self.restore_from = None
         if not self.recorded:
             self._record()
-            self._note_processes()
+            self.run_log.processes(self.launch)
 
     def _record(self) -> None:
         """The settings and plan this run runs, beside its outputs (`m2flow eval`, `export` and a resume read them)."""
@@ -191,7 +192,8 @@ class Run:
             for why in why_not:
                 self.reporter.print(f"m2flow: run.on_failure: replace: {why}, so a failure of it restarts")
         restore = Restore(self._restore, self._checkpoint_before, self.snapshots.restore_workers)
-        return Replacer(self.launch, replicas, groups, budget, restore, self.quarantine, self._replaced)
+        replaced = partial(self.run_log.replaced, launch=self.launch)
+        return Replacer(self.launch, replicas, groups, budget, restore, self.quarantine, replaced)
 
     def iterate(self) -> None:
         it = self.next_iteration
@@ -227,53 +229,6 @@ class Run:
         if self.replan_at is not None and self.replan_at > it:
             ends.append(self.replan_at - 1)
         return min(ends)
-
-    def _replaced(self, r: Replacement) -> None:
-        """A replica replaced in place: recorded, printed and noted as it happens."""
-        failure = failure_entry(
-            r.iteration,
-            r.why,
-            r.detected_at,
-            replaced=str(r.replica),
-            steps_redone=r.steps_redone,
-            env=r.env,
-            quarantined=r.quarantined,
-            state=r.state,
-            spare=r.spare,
-            moved=r.moved,
-            seconds=r.seconds,
-        )
-        self._record_failure(failure)
-        named = "" if r.env is None else f" (env {r.env})"
-        self.reporter.print(f"m2flow: {r.replica} failed in iteration {r.iteration}{named}: {r.why}")
-        redone = f"its {r.steps_redone} env steps redone, the other replicas kept theirs" if r.steps_redone else ""
-        where = f", on {r.moved.borrowed}: the node at {r.moved.address} no longer answers" if r.moved else ""
-        self.reporter.print(
-            f"m2flow: {r.replica} replaced in place ({r.state}{', in a spare process' if r.spare else ''}{where});"
-            f" {redone or 'no env step redone'},"
-            f" {r.seconds:.1f}s after the failure was seen"
-        )
-        self._note_processes()
-
-    def _record_failure(self, failure: dict) -> None:
-        """A failure, in the result and appended to the run folder's failures.jsonl as it happens."""
-        self.result.failures.append(failure)
-        with open(self.run_dir / "failures.jsonl", "a", encoding="utf-8") as log:
-            log.write(json.dumps(failure) + "\n")
-
-    def _note_processes(self) -> None:
-        """Where each replica runs now (a replacement runs in a new process), also in the run folder's
-        processes.json for tools that watch a run (a profiler, a fault injector)."""
-        self.result.nodes = {str(replica): node for replica, node in self.launch.processes.nodes.items()}
-        self.result.pids = {str(replica): pid for replica, pid in self.launch.processes.pids.items()}
-        ips = addresses()
-        where = {
-            replica: {"node": node, "address": ips.get(node), "pid": self.result.pids[replica]}
-            for replica, node in self.result.nodes.items()
-        }
-        tmp = self.run_dir / ".processes.json.tmp"
-        tmp.write_text(json.dumps(where, indent=1))
-        os.replace(tmp, self.run_dir / "processes.json")
 
     def _restore(self, replica, envs_anew: bool) -> str:
         """A replacement's state: a simulator's envs as `run.replacement_state` asks (`envs_anew`: reset, an env
@@ -315,7 +270,7 @@ class Run:
         detected_at = time.time()
         said = self._crashes_beside(exc)
         failure = failure_entry(self.next_iteration, f"{headline(exc)}; {said}" if said else headline(exc), detected_at)
-        self._record_failure(failure)
+        self.run_log.failure(failure)
         restarts = sum(1 for f in self.result.failures if not f["replaced"])
         if self.spec.run.on_failure == "stop" or restarts > self.spec.run.max_restarts:
             if restarts > 1:
