@@ -5,6 +5,7 @@ and item counts: both go through these functions, so prediction and execution cu
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from m2flow.sharding import shard_groups
@@ -28,25 +29,31 @@ def _first(inputs: Sequence[T], replicas: int, data_parallel: int) -> list[list[
     return [list(inputs)] + [[] for _ in range(replicas - 1)]
 
 
-SPLITS: dict[str, Callable[[Sequence, int, int], list[list]]] = {
-    "broadcast": _broadcast,
-    "shard": _shard,
-    "first": _first,
+def _everyone(replicas: int) -> list[int]:
+    return list(range(replicas))
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split rule: how it cuts a call's input shards over the replicas, and which replicas a sync edge copies a
+    state to (a state is not cut: a shard split sends it whole)."""
+
+    cut: Callable[[Sequence, int, int], list[list]]
+    receivers: Callable[[int], list[int]]
+    state_only: bool = False  # leaves replicas without a part of a batch: for ports a sync edge copies a state to
+
+
+SPLITS: dict[str, Split] = {
+    "broadcast": Split(_broadcast, _everyone),
+    "shard": Split(_shard, _everyone),
+    "first": Split(_first, lambda replicas: [0], state_only=True),
 }
-# the replicas a sync edge copies its state to, by its port's split (a state is not cut: a shard split sends it
-# whole); `first` is a state's only (a then-edge's batch is cut for every replica to take its part)
-STATE_RECEIVERS: dict[str, Callable[[int], list[int]]] = {
-    "broadcast": lambda replicas: list(range(replicas)),
-    "shard": lambda replicas: list(range(replicas)),
-    "first": lambda replicas: [0],
-}
-STATE_ONLY_SPLITS = frozenset({"first"})
 GATHERS: dict[str, Callable[[list], list]] = {"all": lambda outputs: outputs, "rank_zero": lambda outputs: outputs[:1]}
 
 
 def split(rule: Dispatch, inputs: Sequence[T], replicas: int, data_parallel: int) -> list[list[T]]:
     """Per replica, the input shards it receives."""
-    return SPLITS[rule.split](inputs, replicas, data_parallel)
+    return SPLITS[rule.split].cut(inputs, replicas, data_parallel)
 
 
 def gather(rule: Dispatch, outputs: list[T]) -> list[T]:
@@ -56,9 +63,14 @@ def gather(rule: Dispatch, outputs: list[T]) -> list[T]:
 
 def state_receivers(rule: Dispatch, replicas: int) -> list[int]:
     """The replicas a sync edge's state goes to, where its destination port's rule is `rule`."""
-    return STATE_RECEIVERS[rule.split](replicas)
+    return SPLITS[rule.split].receivers(replicas)
 
 
 def shards_needed(rule: Dispatch, data_parallel: int) -> int:
     """The fewest input shards a call can be split by: one per data-parallel rank when sharding."""
     return data_parallel if rule.split == "shard" else 1
+
+
+def state_only(rule: Dispatch) -> bool:
+    """Whether `rule` sends a port's input to some replicas only: a state's split, never a batch's."""
+    return SPLITS[rule.split].state_only

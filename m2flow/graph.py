@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from m2flow.contract import Agreed, WorkerInfo, describe_worker
-from m2flow.dispatch import STATE_ONLY_SPLITS, gather, shards_needed
+from m2flow.dispatch import gather, shards_needed, state_only
 from m2flow.errors import SpecError, did_you_mean
 from m2flow.resolve import resolve
 from m2flow.spec import MAX_REPLICAS, Edge, PortRef, SyncSpec, WorkflowSpec
@@ -227,15 +227,14 @@ def _check_state_splits(graph: MacroGraph) -> list[str]:
         f"flow.then[{i}] '{edge}': {edge.dst} splits its input '{rule.split}', which is for a port a sync edge copies"
         f" a state to; give workers.{edge.dst.worker}.dispatch.{edge.dst.port} split: broadcast or shard"
         for i, edge in enumerate(graph.then)
-        if (rule := graph.info[edge.dst.worker].dispatch(edge.dst.port)).split in STATE_ONLY_SPLITS
+        if state_only(rule := graph.info[edge.dst.worker].dispatch(edge.dst.port))
     ]
     return problems + [
         f"flow.sync[{i}] '{sync.edge}': {sync.edge.dst} sends the state to some replicas only ('{rule.split}'), but"
         f" {sync.edge.dst.worker}'s replicas are ranks of one group that all take part in each call; give"
         f" workers.{sync.edge.dst.worker}.dispatch.{sync.edge.dst.port} split: broadcast"
         for i, sync in enumerate(graph.sync)
-        if (info := graph.info[sync.edge.dst.worker]).group
-        and (rule := info.dispatch(sync.edge.dst.port)).split in STATE_ONLY_SPLITS
+        if (info := graph.info[sync.edge.dst.worker]).group and state_only(rule := info.dispatch(sync.edge.dst.port))
     ]
 
 
