@@ -49,11 +49,11 @@ class PhaseRecord:
 class Shared:
     """What the simulations of one placement and program share: its phases outside the loop, alike for every
     stage count of a process layout (the first simulation that runs one records it, the others replay it), and
-    the loop's classes of components, alike for every stage count."""
+    the loop's classes of components, alike for every stage count whose ports beside rendering are the same."""
 
     # by the process layout and the phase's index in the program
     outside: dict[tuple[tuple[tuple[ReplicaId, ...], ...], int], PhaseRecord] = field(default_factory=dict)
-    loop_classes: dict[tuple[tuple[ReplicaId, ...], ...], list[LoopClass]] = field(default_factory=dict)
+    loop_classes: dict[tuple, list[LoopClass]] = field(default_factory=dict)  # by process layout and ports beside
     inputs: tuple = ()  # the graph, placements, profile and phases of the simulations that share it
 
     def check(self, inputs: tuple) -> None:
@@ -64,11 +64,17 @@ class Shared:
         elif any(mine is not theirs for mine, theirs in zip(self.inputs, inputs, strict=True)):
             raise ValueError("Shared: one placement's simulations share it; these inputs are another's")
 
-    def classes(self, graph: MacroGraph, devices: dict[str, list[DeviceId]], processes: Processes) -> list[LoopClass]:
-        """The loop's classes of components for this process layout."""
-        key = tuple(tuple(group) for group in processes)
+    def classes(
+        self,
+        graph: MacroGraph,
+        devices: dict[str, list[DeviceId]],
+        processes: Processes,
+        beside_rendering: frozenset[ReplicaPort],
+    ) -> list[LoopClass]:
+        """The loop's classes of components for this process layout and these ports beside rendering."""
+        key = (tuple(tuple(group) for group in processes), beside_rendering)
         if key not in self.loop_classes:
-            self.loop_classes[key] = loop_classes(graph, devices, same_process(processes))
+            self.loop_classes[key] = loop_classes(graph, devices, same_process(processes), beside_rendering)
         return self.loop_classes[key]
 
 
@@ -248,7 +254,7 @@ class _Simulation:
             self.sched.add(port.worker, r, port.port, seconds, phase.op, [state])
 
     def loop(self, phase: Phase) -> None:
-        self.classes = self.shared.classes(self.graph, self.devices, self.processes)
+        self.classes = self.shared.classes(self.graph, self.devices, self.processes, self.beside_rendering)
         self.models = {me for loop_class in self.classes for me in loop_class.model.replicas}
         self.copies = {me: len(c.copies) for c in self.classes for me in c.model.replicas}
         self.loop_items, self.steps = simulate_loop_steps(

@@ -3,7 +3,8 @@
 Inside the loop a replica waits only on the replicas whose shards it shares, on its device's queue and on
 the neighbours in its process. The replicas these tie together form independent components. Two components
 whose replicas line up one to one, in index order (the same workers, shards of the same sizes wired the same
-way, the same devices and processes shared the same way), run the same schedule on other devices: the
+way, the same devices and processes shared the same way, the same ports beside rendering: `planners/render.py`),
+run the same schedule on other devices: the
 simulator schedules the first component of each class and copies its tasks to the rest: the same schedule as
 simulating each (per-port sums may differ in their last bits, added in another order), and on a cluster of
 like replicas the loop costs one component's tasks, not every replica's.
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 from m2flow.cluster import DeviceId
 from m2flow.graph import MacroGraph
+from m2flow.planners.render import ReplicaPort
 from m2flow.schedule import ReplicaId
 from m2flow.sharding import shard_groups
 
@@ -45,15 +47,19 @@ class LoopClass:
 
 
 def loop_classes(
-    graph: MacroGraph, devices: dict[str, list[DeviceId]], together: dict[ReplicaId, int]
+    graph: MacroGraph,
+    devices: dict[str, list[DeviceId]],
+    together: dict[ReplicaId, int],
+    beside_rendering: frozenset[ReplicaPort],
 ) -> list[LoopClass]:
-    """The loop's components grouped into classes of copies, in order of their first replica."""
+    """The loop's components grouped into classes of copies, in order of their first replica; a replica's ports in
+    `beside_rendering` cost what they cost there, so components copy one another only where theirs line up too."""
     loop = graph.loop
     n_shards = graph.workers[loop.entry.worker].count
     groups = {w: shard_groups(n_shards, graph.workers[w].count) for w in loop.workers}
     classes: dict[tuple, list[Component]] = {}
     for replicas in _components(loop.workers, groups, devices, together):
-        shape, used = _shape(replicas, groups, devices, together)
+        shape, used = _shape(replicas, groups, devices, together, beside_rendering)
         classes.setdefault(shape, []).append(Component(replicas, used))
     return [LoopClass(tuple(members)) for members in classes.values()]
 
@@ -94,6 +100,7 @@ def _shape(
     groups: dict[str, list[list[int]]],
     devices: dict[str, list[DeviceId]],
     together: dict[ReplicaId, int],
+    beside_rendering: frozenset[ReplicaPort],
 ) -> tuple[tuple, tuple[DeviceId, ...]]:
     """What the component's schedule depends on, with shards, devices and processes renamed by first use;
     and its devices in that order."""
@@ -105,5 +112,6 @@ def _shape(
         own = tuple(shards.setdefault(b, len(shards)) for b in groups[me.worker][me.replica])
         device = used.setdefault(devices[me.worker][me.replica], len(used))
         process = processes.setdefault(together[me], len(processes)) if me in together else -1
-        shape.append((me.worker, own, device, process))
+        beside = tuple(sorted(call.port for call in beside_rendering if call.replica == me))
+        shape.append((me.worker, own, device, process, beside))
     return tuple(shape), tuple(used)

@@ -22,12 +22,21 @@ from tests.conftest import ROOT
 LOOP = frozenset({"rollout.act", "env.step"})
 
 
-def camera(gpus: int = 1, cpus: int = 4, stages: int | str = "auto", mode: str = "hybrid", config="ppo_camera.yaml"):
-    """The camera job, small: two simulators of 8 envs on the cores, the policy on the GPU where there is one."""
+def camera(
+    gpus: int = 1,
+    cpus: int = 4,
+    stages: int | str = "auto",
+    mode: str = "hybrid",
+    config="ppo_camera.yaml",
+    extra: tuple[str, ...] = (),
+):
+    """The camera job, small: two simulators of 8 envs on the cores, the policy on the GPU where there is one;
+    `extra` overrides after these."""
     overrides = [f"cluster.gpus={gpus}", f"cluster.cpus={cpus}", "cluster.gpu_memory_gb=80", f"placement.mode={mode}"]
     overrides += [f"placement.pipeline_stages={stages}", "flow.loop.horizon=8", "run.iterations=20"]
     if config == "ppo_camera.yaml":
         overrides += ["workers.env.replicas=2", "workers.env.args.num_envs=8"]
+    overrides += list(extra)
     graph = build_graph(load_spec(ROOT / "configs" / config, overrides))
     return graph, Cluster.from_spec(graph.spec.cluster)
 
@@ -144,3 +153,45 @@ def test_on_two_nodes_only_the_replicas_whose_gpu_the_policy_shares_run_beside_r
     beside = beside_rendering(graph, placements, 2, cluster)
     assert beside == {ReplicaPort(ReplicaId("env", 0), "step"), ReplicaPort(ReplicaId("rollout", 0), "act")}
     assert not beside_rendering(graph, placements, 1, cluster)
+
+
+def test_components_alike_but_for_their_ports_beside_rendering_are_each_priced_as_they_run(tmp_path, monkeypatch):
+    """Two nodes, a simulator and a policy replica on each: the first node's simulator renders on a GPU no policy
+    uses, the second's on the GPU its policy replica acts on. The two loop components line up one to one (the same
+    workers, shards and device sharing), but only the second's act and step run beside rendering: the plan prices
+    each as it runs, as simulating every replica does, not the second as a copy of the first."""
+    import m2flow.planners.simulate as simulate_module
+    from m2flow.planners.symmetry import LoopClass, loop_classes
+    from m2flow.schedule import Placement, ReplicaId
+
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph, _ = camera(gpus=3, cpus=4, stages=2, extra=("workers.rollout.replicas=2",))
+    cluster = Cluster.from_spec(graph.spec.cluster.model_copy(update={"nodes": 2}))
+    save_cached(graph, {"rollout": "gpu"}, {"rollout.act": fit(0.001, 8), rendering_key("rollout.act"): fit(0.02, 8)})
+    gpu = {d.name: d for d in cluster.of_kind("gpu")}
+    cores = [next(d for d in cluster.of_kind("cpu") if d.node == node) for node in (0, 1)]
+    acting = [gpu["n0/gpu0"], gpu["n1/gpu2"]]
+    plan = make_plan(graph, cluster)  # any plan of this cluster, its placements and stages replaced
+    plan.placements = {
+        "env": Placement("env", cores, cores),
+        "rollout": Placement("rollout", acting, acting),
+        "actor": Placement("actor", [gpu["n0/gpu1"]], [gpu["n0/gpu1"]]),
+    }
+    plan.pipeline_stages, plan.processes = 2, []
+    beside = beside_rendering(graph, plan.placements, 2, plan.cluster)
+    assert ReplicaPort(ReplicaId("rollout", 1), "act") in beside
+    assert ReplicaPort(ReplicaId("rollout", 0), "act") not in beside
+    devices = {w: p.replica_devices for w, p in plan.placements.items()}
+    assert [len(k.components) for k in loop_classes(graph, devices, {}, frozenset())] == [2]  # alike but for that
+    assert [len(k.components) for k in loop_classes(graph, devices, {}, beside)] == [1, 1]
+    profile = profile_of(graph, cluster)
+    copied = simulate_plan(graph, plan, profile).prediction
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            simulate_module,
+            "loop_classes",
+            lambda *args: [LoopClass((c,)) for k in loop_classes(*args) for c in k.components],
+        )
+        every_replica = simulate_plan(graph, plan, profile).prediction
+    assert copied.port_s["rollout.act"] == pytest.approx(every_replica.port_s["rollout.act"], rel=1e-12)
+    assert copied.iteration_s == pytest.approx(every_replica.iteration_s, rel=1e-12)

@@ -100,7 +100,10 @@ def test_only_the_first_simulation_of_a_placement_and_process_layout_runs_its_ph
     monkeypatch.setattr(
         simulate_module,
         "loop_classes",
-        lambda graph, devices, together: (layouts.append(together), loop_classes(graph, devices, together))[1],
+        lambda graph, devices, together, beside: (
+            layouts.append(together),
+            loop_classes(graph, devices, together, beside),
+        )[1],
     )
     reused = Shared()
     for stages, processes in options:

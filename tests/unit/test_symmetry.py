@@ -66,9 +66,10 @@ def spin_workflow(
     return raw
 
 
-def each_alone(graph, devices, together) -> list[LoopClass]:
+def each_alone(graph, devices, together, beside_rendering) -> list[LoopClass]:
     """Every component its own class: nothing copied, every replica simulated."""
-    return [LoopClass((c,)) for loop_class in loop_classes(graph, devices, together) for c in loop_class.components]
+    classes = loop_classes(graph, devices, together, beside_rendering)
+    return [LoopClass((c,)) for loop_class in classes for c in loop_class.components]
 
 
 def plan_both_ways(raw: dict, monkeypatch) -> tuple[Plan, Plan]:
@@ -139,7 +140,7 @@ def classes_of(raw: dict) -> list[LoopClass]:
     graph, cluster = build_graph(spec), Cluster.from_spec(spec.cluster)
     plan = make_plan(graph, cluster)
     devices = {w: p.replica_devices for w, p in plan.placements.items()}
-    return loop_classes(graph, devices, {})
+    return loop_classes(graph, devices, {}, frozenset())
 
 
 def test_components_that_line_up_form_one_class_and_uneven_shard_blocks_two():
