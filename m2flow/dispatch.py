@@ -33,6 +33,10 @@ def _everyone(replicas: int) -> list[int]:
     return list(range(replicas))
 
 
+def _first_only(replicas: int) -> list[int]:
+    return [0]
+
+
 @dataclass(frozen=True)
 class Split:
     """One split rule: how it cuts a call's input shards over the replicas, and which replicas a sync edge copies a
@@ -46,7 +50,7 @@ class Split:
 SPLITS: dict[str, Split] = {
     "broadcast": Split(_broadcast, _everyone),
     "shard": Split(_shard, _everyone),
-    "first": Split(_first, lambda replicas: [0], state_only=True),
+    "first": Split(_first, _first_only, state_only=True),
 }
 GATHERS: dict[str, Callable[[list], list]] = {"all": lambda outputs: outputs, "rank_zero": lambda outputs: outputs[:1]}
 

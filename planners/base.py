@@ -273,7 +273,7 @@ def choose_processes(
 ) -> Choice:
     """The process layout and stage count predicted fastest, co-hosting only for a gain of `COLOCATE_GAIN`."""
     options = process_options(graph, placements)
-    shared = Shared()  # each layout's phases outside the loop and loop components: alike for every stage count
+    shared = Shared()  # each layout's phases outside the loop and loop components, for every stage count
     pipelined_beside = beside_rendering(graph, placements, 2, cluster)  # alike at any stage count over one
     results = [best_stages(graph, placements, profile, phases, o, shared, pipelined_beside) for o in options]
     if len(options) == 1:

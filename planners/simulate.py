@@ -9,8 +9,9 @@ slices of the same step whose inputs all exist when its process is free to call,
 those whose messages have arrived.
 Long loops are compressed: the first steps are simulated and the steady-state step time extrapolates the rest;
 and of the loop's components that are copies of one another only one is simulated (`planners/symmetry.py`).
-A phase outside the loop depends on no stage count, the loop's components on no stage count: the simulations
-of one placement's candidates with one process layout share them (`Shared`).
+A phase outside the loop depends on no stage count, the loop's components only on whether ports run beside
+rendering (`planners/render.py`: in plans of two stages or more): the simulations of one placement's candidates
+with one process layout share them (`Shared`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from m2flow.program import own_items, run_phase
 from m2flow.schedule import Phase, Placement, Plan, Prediction, ReplicaId, Task
 from m2flow.spec import PortRef
 
+Layout = tuple[tuple[ReplicaId, ...], ...]  # a process layout (`Processes`) as a key
+
 
 @dataclass
 class PhaseRecord:
@@ -52,8 +55,8 @@ class Shared:
     the loop's classes of components, alike for every stage count whose ports beside rendering are the same."""
 
     # by the process layout and the phase's index in the program
-    outside: dict[tuple[tuple[tuple[ReplicaId, ...], ...], int], PhaseRecord] = field(default_factory=dict)
-    loop_classes: dict[tuple, list[LoopClass]] = field(default_factory=dict)  # by process layout and ports beside
+    outside: dict[tuple[Layout, int], PhaseRecord] = field(default_factory=dict)
+    loop_classes: dict[tuple[Layout, frozenset[ReplicaPort]], list[LoopClass]] = field(default_factory=dict)
     inputs: tuple = ()  # the graph, placements, profile and phases of the simulations that share it
 
     def check(self, inputs: tuple) -> None:

@@ -4,10 +4,9 @@ Inside the loop a replica waits only on the replicas whose shards it shares, on 
 the neighbours in its process. The replicas these tie together form independent components. Two components
 whose replicas line up one to one, in index order (the same workers, shards of the same sizes wired the same
 way, the same devices and processes shared the same way, the same ports beside rendering: `planners/render.py`),
-run the same schedule on other devices: the
-simulator schedules the first component of each class and copies its tasks to the rest: the same schedule as
-simulating each (per-port sums may differ in their last bits, added in another order), and on a cluster of
-like replicas the loop costs one component's tasks, not every replica's.
+run the same schedule on other devices: the simulator schedules the first component of each class and copies its
+tasks to the rest: the same schedule as simulating each (per-port sums may differ in their last bits, added in
+another order), and on a cluster of like replicas the loop costs one component's tasks, not every replica's.
 """
 
 from __future__ import annotations
@@ -57,9 +56,12 @@ def loop_classes(
     loop = graph.loop
     n_shards = graph.workers[loop.entry.worker].count
     groups = {w: shard_groups(n_shards, graph.workers[w].count) for w in loop.workers}
+    ports_beside: dict[ReplicaId, list[str]] = defaultdict(list)
+    for call in sorted(beside_rendering):
+        ports_beside[call.replica].append(call.port)
     classes: dict[tuple, list[Component]] = {}
     for replicas in _components(loop.workers, groups, devices, together):
-        shape, used = _shape(replicas, groups, devices, together, beside_rendering)
+        shape, used = _shape(replicas, groups, devices, together, ports_beside)
         classes.setdefault(shape, []).append(Component(replicas, used))
     return [LoopClass(tuple(members)) for members in classes.values()]
 
@@ -100,10 +102,10 @@ def _shape(
     groups: dict[str, list[list[int]]],
     devices: dict[str, list[DeviceId]],
     together: dict[ReplicaId, int],
-    beside_rendering: frozenset[ReplicaPort],
+    ports_beside: dict[ReplicaId, list[str]],
 ) -> tuple[tuple, tuple[DeviceId, ...]]:
-    """What the component's schedule depends on, with shards, devices and processes renamed by first use;
-    and its devices in that order."""
+    """What the component's schedule depends on, with shards, devices and processes renamed by first use, and each
+    replica's ports beside rendering (`ports_beside`, in order); and its devices in that order."""
     shards: dict[int, int] = {}
     used: dict[DeviceId, int] = {}
     processes: dict[int, int] = {}
@@ -112,6 +114,5 @@ def _shape(
         own = tuple(shards.setdefault(b, len(shards)) for b in groups[me.worker][me.replica])
         device = used.setdefault(devices[me.worker][me.replica], len(used))
         process = processes.setdefault(together[me], len(processes)) if me in together else -1
-        beside = tuple(sorted(call.port for call in beside_rendering if call.replica == me))
-        shape.append((me.worker, own, device, process, beside))
+        shape.append((me.worker, own, device, process, tuple(ports_beside.get(me, ()))))
     return tuple(shape), tuple(used)

@@ -14,6 +14,8 @@ from m2flow.runtime.run_record import RunResult, failure_entry
 
 
 class RunLog:
+    """What a run writes down as it happens, beside its result: failures, a replacement's lines, its processes."""
+
     def __init__(self, result: RunResult, reporter: Reporter):
         self.result, self.reporter = result, reporter
 

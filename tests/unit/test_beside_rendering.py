@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import pytest
 
+import m2flow.planners.simulate as simulate_module
 from m2flow.cluster import Cluster
 from m2flow.config import load_spec
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.cache import save_cached
 from m2flow.planners.fit import PortFit, SizeMean
-from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of
+from m2flow.planners.profile import Profile
+from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of, render_gpus
 from m2flow.planners.simulate import simulate_plan
+from m2flow.planners.symmetry import LoopClass, loop_classes
 from m2flow.planners.trace_calls import points_from_trace, rendering_key
-from m2flow.schedule import unknown_costs
+from m2flow.schedule import Placement, ReplicaId, unknown_costs
 from tests.conftest import ROOT
 
 LOOP = frozenset({"rollout.act", "env.step"})
@@ -121,7 +124,6 @@ def test_a_cost_measured_only_beside_rendering_stands_in_for_the_port_as_unknown
 
 def test_a_profile_file_s_cost_beside_rendering_is_read_as_the_cache_s_is(tmp_path, monkeypatch):
     """`m2flow profile --from-trace` of a pipelined GPU run writes the ports beside rendering under their own keys."""
-    from m2flow.planners.profile import Profile
 
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph, _ = camera()
@@ -135,8 +137,6 @@ def test_a_profile_file_s_cost_beside_rendering_is_read_as_the_cache_s_is(tmp_pa
 def test_on_two_nodes_only_the_replicas_whose_gpu_the_policy_shares_run_beside_rendering():
     """Simulators on the second node render on its own GPU, which no policy replica uses: they and their calls
     run alone, those of the first node beside the policy's acting."""
-    from m2flow.planners.render import render_gpus
-    from m2flow.schedule import Placement, ReplicaId
 
     graph, _ = camera(gpus=2, cpus=4)
     cluster = Cluster.from_spec(graph.spec.cluster.model_copy(update={"nodes": 2}))
@@ -160,10 +160,6 @@ def test_components_alike_but_for_their_ports_beside_rendering_are_each_priced_a
     uses, the second's on the GPU its policy replica acts on. The two loop components line up one to one (the same
     workers, shards and device sharing), but only the second's act and step run beside rendering: the plan prices
     each as it runs, as simulating every replica does, not the second as a copy of the first."""
-    import m2flow.planners.simulate as simulate_module
-    from m2flow.planners.symmetry import LoopClass, loop_classes
-    from m2flow.schedule import Placement, ReplicaId
-
     monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
     graph, _ = camera(gpus=3, cpus=4, stages=2, extra=("workers.rollout.replicas=2",))
     cluster = Cluster.from_spec(graph.spec.cluster.model_copy(update={"nodes": 2}))
@@ -185,6 +181,7 @@ def test_components_alike_but_for_their_ports_beside_rendering_are_each_priced_a
     assert [len(k.components) for k in loop_classes(graph, devices, {}, frozenset())] == [2]  # alike but for that
     assert [len(k.components) for k in loop_classes(graph, devices, {}, beside)] == [1, 1]
     profile = profile_of(graph, cluster)
+    assert profile.call_s("rollout", "act", 8, beside_rendering=True) > profile.call_s("rollout", "act", 8)
     copied = simulate_plan(graph, plan, profile).prediction
     with monkeypatch.context() as patch:
         patch.setattr(

@@ -9,7 +9,15 @@ import pytest
 
 from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
-from m2flow.planners.cache import RUNS_KEPT, CachedFit, cached_fits, load_cached, save_cached
+from m2flow.planners.cache import (
+    RUNS_KEPT,
+    CachedFit,
+    cached_fits,
+    load_cached,
+    save_cached,
+    worker_key,
+    workflow_key,
+)
 from m2flow.planners.fit import fit_points
 from tests.unit.test_planner import workflow
 
@@ -137,8 +145,6 @@ def test_a_slow_run_at_one_batch_size_does_not_tilt_the_line_across_sizes(tmp_pa
 
 
 def test_the_cache_keys_leave_out_replicas_and_envs_per_replica_which_the_planner_may_set():
-    from m2flow.planners.cache import worker_key, workflow_key
-
     planned = build_graph(spec_from_dict(workflow(env_replicas=2, num_envs=4)))
     declared = build_graph(spec_from_dict(workflow(env_s=0.004, policy_s=0.004, env_replicas=1, num_envs=8)))
     assert worker_key(planned, "env", "cpu") == worker_key(declared, "env", "cpu")
