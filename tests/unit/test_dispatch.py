@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import copy
+from typing import get_args
 
 import pytest
 
 from m2flow.config import spec_from_dict
-from m2flow.dispatch import gather, split
+from m2flow.dispatch import GATHERS, SPLITS, gather, split
 from m2flow.errors import SpecError
 from m2flow.graph import build_graph
 from m2flow.spec import Dispatch
 from tests.unit.test_worker_args import MAIN
 
 SHARD, BROADCAST = Dispatch(split="shard", gather="rank_zero"), Dispatch()
+
+
+def test_every_split_and_gather_a_config_may_name_has_a_rule_and_every_rule_a_name():
+    fields = Dispatch.model_fields
+    assert set(get_args(fields["split"].annotation)) == set(SPLITS)
+    assert set(get_args(fields["gather"].annotation)) == set(GATHERS)
 
 
 def test_data_parallel_ranks_receive_disjoint_contiguous_blocks_and_none_the_whole_batch():
