@@ -25,6 +25,7 @@ from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners.base import device_kind
 from m2flow.planners.floor import iteration_floor_s
 from m2flow.planners.profile import Profile
+from m2flow.planners.render import camera_gpus
 from m2flow.schedule import Candidate, Plan
 
 PlanWith = Callable[[MacroGraph, Cluster, Profile], Plan]
@@ -128,8 +129,8 @@ class Allocation:
         return best
 
     def idle(self, plan: Plan) -> list[str]:
-        """Devices no replica uses, and why."""
-        used = plan.occupants()
+        """Devices no replica uses and no camera renders on, and why."""
+        used = set(plan.occupants()) | camera_gpus(self.graph, plan)
         notes = []
         for kind in ("gpu", "cpu"):
             idle = [d for d in self.cluster.of_kind(kind) if d not in used]

@@ -29,6 +29,11 @@ def render_gpus(graph: MacroGraph, plan: Plan) -> dict[ReplicaId, DeviceId]:
     return rendering_on(graph, plan.placements, plan.cluster)
 
 
+def camera_gpus(graph: MacroGraph, plan: Plan) -> set[DeviceId]:
+    """The GPUs that simulators with cameras render on: in use, even where no replica is placed on them."""
+    return {gpu for replica, gpu in render_gpus(graph, plan).items() if _has_cameras(graph, replica.worker)}
+
+
 class ReplicaPort(NamedTuple):
     """A port of one replica: `env[2].step`."""
 
