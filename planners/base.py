@@ -19,7 +19,8 @@ from m2flow.planners.offload import OffloadInfeasible, choose_offload, with_swap
 from m2flow.planners.processes import COLOCATE_GAIN, Processes, process_options
 from m2flow.planners.profile import Profile
 from m2flow.planners.render import ReplicaPort, beside_rendering, ports_of
-from m2flow.planners.simulate import Shared, Simulated, simulation
+from m2flow.planners.simulate import Simulated, simulation
+from m2flow.planners.simulation_cache import Shared
 from m2flow.planners.threads import threads_notes
 from m2flow.program import build_phases, part_port
 from m2flow.schedule import Candidate, MicroSchedule, Phase, Placement, Plan, Prediction

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import m2flow.planners.simulate as simulate_module
+import m2flow.planners.simulation_cache as simulation_cache
 from m2flow.cluster import Cluster
 from m2flow.config import load_spec
 from m2flow.graph import build_graph
@@ -185,7 +185,7 @@ def test_components_alike_but_for_their_ports_beside_rendering_are_each_priced_a
     copied = simulate_plan(graph, plan, profile).prediction
     with monkeypatch.context() as patch:
         patch.setattr(
-            simulate_module,
+            simulation_cache,
             "loop_classes",
             lambda *args: [LoopClass((c,)) for k in loop_classes(*args) for c in k.components],
         )

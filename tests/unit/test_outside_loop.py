@@ -1,5 +1,5 @@
 """The phases outside the loop, simulated once per placement and process layout and shared by its stage counts
-(`Shared` in planners/simulate.py)."""
+(`Shared` in planners/simulation_cache.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import math
 import pytest
 
 import m2flow.planners.simulate as simulate_module
+import m2flow.planners.simulation_cache as simulation_cache
 from m2flow.cluster import Cluster
 from m2flow.config import load_spec, spec_from_dict
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan, profile_of
 from m2flow.planners.processes import process_options
 from m2flow.planners.profile import HANDOFF_COST, replica_share
-from m2flow.planners.simulate import Shared, simulation
+from m2flow.planners.simulate import simulation
+from m2flow.planners.simulation_cache import Shared
 from m2flow.spec import PortCost
 from tests.unit.test_symmetry import spin_workflow
 
@@ -95,10 +97,10 @@ def test_only_the_first_simulation_of_a_placement_and_process_layout_runs_its_ph
     graph, plan, profile, options = each_simulation(swapping())
     ran: list[str] = []
     layouts: list[list] = []
-    run_phase, loop_classes = simulate_module.run_phase, simulate_module.loop_classes
+    run_phase, loop_classes = simulate_module.run_phase, simulation_cache.loop_classes
     monkeypatch.setattr(simulate_module, "run_phase", lambda phase, run: (ran.append(phase.op), run_phase(phase, run)))
     monkeypatch.setattr(
-        simulate_module,
+        simulation_cache,
         "loop_classes",
         lambda graph, devices, together, beside: (
             layouts.append(together),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import m2flow.planners.simulate as simulate_module
+import m2flow.planners.simulation_cache as simulation_cache
 from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
@@ -77,7 +77,7 @@ def plan_both_ways(raw: dict, monkeypatch) -> tuple[Plan, Plan]:
     graph, cluster = build_graph(spec), Cluster.from_spec(spec.cluster)
     copied = make_plan(graph, cluster)
     with monkeypatch.context() as patch:
-        patch.setattr(simulate_module, "loop_classes", each_alone)
+        patch.setattr(simulation_cache, "loop_classes", each_alone)
         simulated = make_plan(graph, cluster)
     return copied, simulated
 
@@ -184,7 +184,7 @@ def loop_tasks_simulated(raw: dict, monkeypatch, copying: bool) -> int:
     with monkeypatch.context() as patch:
         patch.setattr(TaskList, "add", counting)
         if not copying:
-            patch.setattr(simulate_module, "loop_classes", each_alone)
+            patch.setattr(simulation_cache, "loop_classes", each_alone)
         make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
     return added
 
