@@ -349,6 +349,7 @@ PLANNER_TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_cpu_dec07": partial(planner_accuracy, "planner_accuracy_cpu_dec07.json"),
     "planner_accuracy_cpu_dec07b_main": partial(planner_accuracy, "planner_accuracy_cpu_dec07b_main.json"),
     "planner_accuracy_cpu_dec07c": partial(planner_accuracy, "planner_accuracy_cpu_dec07c.json"),
+    "planner_accuracy_cpu_dec07d": partial(planner_accuracy, "planner_accuracy_cpu_dec07d.json"),
     "hop_by_plan_whole": partial(hop_by_plan, "hop_by_plan_whole.json", WHOLE_MESSAGE),
     "hop_by_plan": partial(hop_by_plan, "hop_by_plan.json", PER_ITEM),
     "planner_accuracy_cpu_dec06c_main": partial(planner_accuracy, "planner_accuracy_cpu_dec06c_main.json"),
@@ -381,6 +382,9 @@ PLANNER_TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_h100_cnn_dec07c": partial(planner_accuracy, "gpu51/planner_accuracy.json"),
     "planner_accuracy_h100_vit_dec07g": partial(planner_accuracy, "gpu52/planner_accuracy.json"),
     "planner_accuracy_h100_cnn_dec07d": partial(planner_accuracy, "gpu53/planner_accuracy.json"),
+    "planner_accuracy_h100_cnn_dec07e": partial(planner_accuracy, "gpu54/planner_accuracy_a.json"),
+    "planner_accuracy_h100_cnn_dec07f": partial(planner_accuracy, "gpu54/planner_accuracy_b.json"),
+    "planner_accuracy_h100_cnn_dec07g": partial(planner_accuracy, "gpu54/planner_accuracy_c.json"),
     "planner_accuracy_h100_cnn_by_stages": partial(planner_accuracy_by_stages, GPU_CNN_ACCURACY_SWEEPS),
     **{
         f"replay_calibration_trial_{sweep}": partial(
