@@ -6,8 +6,9 @@ the ports share devices, and what a trace shows is not a port's own cost. Its fi
 synchronously (staleness 0, within any bound) on the placement the plan chose; the re-plan then plans the
 asynchronous flow from what they measured.
 
-Between iterations, after the first traced ones (the first warms up), the measured port costs replace every other
-source — declared ones too: what the run measured beats what was written down; a port seen at one batch size keeps
+Between iterations, after the first traced ones (the first warms up: a port called there alone, such as an
+evaluation every k iterations, is fitted from those calls), the measured port costs replace every other source —
+declared ones too: what the run measured beats what was written down; a port seen at one batch size keeps
 the split between per-call and per-item cost that `m2flow profile` (at two sizes or more) or earlier runs measured,
 or else its prior's: a GPU's (mostly per call at small batches) where its work ran on one, a policy placed there or
 a simulator's cameras rendered there (`planners/profile.py`). The planner plans again in the workflow's mode; the
@@ -84,6 +85,9 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     trace = {"traceEvents": events}
     warmups = running.warmups
     points = points_from_trace(trace, skip_iterations=1, warmups=warmups)
+    # a port called in a warm-up iteration alone so far (an evaluation every k iterations runs in the first): its
+    # calls there, which may run slow, rather than its assumption or default
+    points |= {port: calls for port, calls in points_from_trace(trace, skip_iterations=0).items() if port not in points}
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
     on_gpu = ports_on_gpu(graph, running.plan)
     priors = {

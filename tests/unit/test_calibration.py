@@ -25,7 +25,7 @@ from m2flow.planners.cache import (
 from m2flow.planners.fit import PortFit, SizeMean, fit_line, residual
 from m2flow.planners.profile import CHANNEL_HOP_S, HOP_ITEM_S
 from m2flow.planners.simulate import sends_messages, simulate_plan
-from m2flow.runtime.replan import Running, calibrate_run, refit, remember, replan
+from m2flow.runtime.replan import MEASURED, Running, calibrate_run, refit, remember, replan
 from m2flow.schedule import Plan
 from m2flow.viz.tables import cached_costs_table
 from tests.unit.test_cost_cache import cached_step_fit, save_step_cost
@@ -334,3 +334,29 @@ def test_what_each_replica_of_a_sync_cost_is_cached_shown_and_predicts_the_next_
         cached_costs_table({"policy.load_weights": cached_fits(graph, {"policy": "cpu"})["policy.load_weights"]})
     )
     assert "2: 2.00/0.00" in next(line for line in console.export_text().splitlines() if "policy.load_weights" in line)
+
+
+def test_a_port_called_only_in_the_warm_up_iteration_is_priced_from_those_calls_not_its_assumption(
+    tmp_path, monkeypatch
+):
+    """`make run`'s evaluation runs in iteration 0, then one in 49: its first re-plan, after iterations 1-2, had no
+    other call of it and predicted the sync phase without it. A port called every iteration is still fitted from the
+    iterations after the warm-up alone."""
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path))
+    graph = build_graph(spec_from_dict(spin_workflow(4, 2, cpus=4, mode="hybrid", stages=2)))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    assert profile_of(graph, cluster).source["policy.load_weights"] != MEASURED
+
+    def call(worker: str, port: str, replica: int, iteration: int, seconds: float) -> dict:
+        device = plan.placements[worker].replica_devices[replica].name
+        args = {"worker": f"{worker}[{replica}]", "device": device, "items": 1, "iteration": iteration}
+        return {"ph": "X", "name": port, "cat": "sync", "ts": iteration, "dur": seconds * 1e6, "args": args}
+
+    events = [call("policy", "load_weights", r, 0, 0.4) for r in (0, 1)]  # in the warm-up iteration alone
+    events += [call("trainer", "train", r, it, 0.9 if it == 0 else 0.1) for it in range(3) for r in (0, 1)]
+    profile = refit(graph, cluster, events, Running(plan, since=0)).profile
+    assert profile.source["policy.load_weights"] == MEASURED
+    assert profile.call_s("policy", "load_weights", 1) == pytest.approx(0.4)
+    assert profile.source["trainer.train"] == MEASURED
+    assert profile.call_s("trainer", "train", 1) == pytest.approx(0.1)  # its warm-up calls left out
