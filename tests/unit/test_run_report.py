@@ -12,6 +12,7 @@ from m2flow.planners import make_plan
 from m2flow.runtime.iteration_metrics import Measured
 from m2flow.runtime.reporting import Reporter
 from m2flow.runtime.run_report import SparseRuns, measured_iterations, report_run, sparse_runs
+from m2flow.viz.tables import drift_notes
 from tests.unit.test_symmetry import spin_workflow
 
 
@@ -59,3 +60,25 @@ def test_the_report_predicts_a_sparse_port_for_the_runs_it_had_and_says_so(tmp_p
     assert report.sparse["policy.load_weights"] == SparseRuns(3, 1, 5)  # in report.json too
     said = " ".join(capsys.readouterr().err.split())
     assert "policy.load_weights: ran 1 time(s) in the 5 measured iterations, where one in 3 gives 1.67" in said
+
+
+def test_a_port_more_than_25_percent_off_its_prediction_gets_a_drift_line_naming_its_source_and_what_was_done():
+    spec = spec_from_dict(spin_workflow(4, 2, cpus=4, mode="hybrid", stages=2))  # the spin workers declare costs
+    plan = make_plan(build_graph(spec), Cluster.from_spec(spec.cluster))
+    predicted = plan.predicted.port_s
+    assert plan.predicted.cost_sources["env.step"] == "declared" and predicted["env.step"] > 0
+    iterations = 4
+    measured = {port: seconds * iterations for port, seconds in predicted.items()}  # as predicted, over 4 iterations
+    measured["env.step"] *= 1.5
+    measured["policy.act"] *= 1.2  # within 25%: no line
+    (line,) = drift_notes(plan, measured, iterations, calibrated=False)
+    assert line.startswith("drift: env.step took 1.50x its predicted time (cost declared);")
+    assert "workers.env.profile: correct it, or remove it to let m2flow measure" in line
+    (line,) = drift_notes(plan, measured, iterations, calibrated=True)
+    assert line.endswith("(the re-plan used the measured one)")
+    plan.predicted.cost_sources["env.step"] = "measured (this run)"
+    (line,) = drift_notes(plan, {**measured, "env.step": predicted["env.step"] * iterations * 0.5}, iterations, True)
+    assert line == (
+        "drift: env.step took 0.50x its predicted time (cost measured (this run)); the plan was re-planned on costs"
+        " measured in this run; they are cached for the next runs"
+    )
