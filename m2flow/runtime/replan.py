@@ -7,8 +7,9 @@ synchronously (staleness 0, within any bound) on the placement the plan chose; t
 asynchronous flow from what they measured.
 
 Between iterations, after the first traced ones (the first warms up: a port called there alone, such as an
-evaluation every k iterations, is fitted from those calls), the measured port costs replace every other source —
-declared ones too: what the run measured beats what was written down; a port seen at one batch size keeps
+evaluation every k iterations, is priced from those calls for the re-plan, not cached), the measured port costs
+replace every other source — declared ones too: what the run measured beats what was written down; a port seen at
+one batch size keeps
 the split between per-call and per-item cost that `m2flow profile` (at two sizes or more) or earlier runs measured,
 or else its prior's: a GPU's (mostly per call at small batches) where its work ran on one, a policy placed there or
 a simulator's cameras rendered there (`planners/profile.py`). The planner plans again in the workflow's mode; the
@@ -66,6 +67,8 @@ class Refit:
     unsplit: list[str] = field(default_factory=list)  # loop ports whose per-call part no run has measured
     # hop_item_s (also as the running execution's, `EXECUTION_HOP`), controller_s: those the trace could say
     calibrated: dict[str, float] = field(default_factory=dict)
+    # ports fitted from their warm-up calls alone (`refit`): priced for this run's re-plan, never cached
+    warm_up_only: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,9 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
     warmups = running.warmups
     points = points_from_trace(trace, skip_iterations=1, warmups=warmups)
     # a port called in a warm-up iteration alone so far (an evaluation every k iterations runs in the first): its
-    # calls there, which may run slow, rather than its assumption or default
-    points |= {port: calls for port, calls in points_from_trace(trace, skip_iterations=0).items() if port not in points}
+    # calls there, which may run slow, rather than its assumption or default; for this run's re-plan only
+    warm_up = {port: calls for port, calls in points_from_trace(trace, skip_iterations=0).items() if port not in points}
+    points |= warm_up
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
     on_gpu = ports_on_gpu(graph, running.plan)
     priors = {
@@ -102,7 +106,7 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
             profile.set_seen(port, replace(fit, replica_shares=latest_shares(cached.get(port), fit)), MEASURED)
             profile.split_measured.discard(port)  # this run's line, whatever `m2flow profile` measured
     calibrated = calibrate_run(graph, running, profile, trace)
-    return Refit(profile, fitted, unsplit, calibrated)
+    return Refit(profile, fitted, unsplit, calibrated, frozenset(warm_up))
 
 
 def _replica_counts(graph: MacroGraph, running: Running) -> dict[str, int]:
@@ -289,13 +293,14 @@ def remember(
     id in the cache, so that its saves at a re-plan and at its end count once (`planners.cache`). Returns what the
     cache now holds of the ports this run measured."""
     measured = refit(measured_on or graph, cluster, events, running)
-    if not measured.fitted:
+    fitted = {port: fit for port, fit in measured.fitted.items() if port not in measured.warm_up_only}
+    if not fitted:  # a warm-up's calls compile, capture and allocate: no run's cost for the next runs
         return {}
     kinds = device_kinds(graph, cluster)
-    save_cached(graph, kinds, measured.fitted, run)
+    save_cached(graph, kinds, fitted, run)
     if measured.calibrated:  # what the trace said: a hop or time it could not say is not a run's value
         save_calibration(graph, measured.calibrated, run)
-    return {port: cached for port, cached in cached_fits(graph, kinds).items() if port in measured.fitted}
+    return {port: cached for port, cached in cached_fits(graph, kinds).items() if port in fitted}
 
 
 @dataclass

@@ -12,7 +12,7 @@ from rich.console import Console
 from m2flow.cluster import Cluster
 from m2flow.config import spec_from_dict
 from m2flow.graph import build_graph
-from m2flow.planners import make_plan, profile_of
+from m2flow.planners import device_kinds, make_plan, profile_of
 from m2flow.planners.cache import (
     EXECUTION_HOP,
     EXECUTIONS_KEPT,
@@ -336,7 +336,7 @@ def test_what_each_replica_of_a_sync_cost_is_cached_shown_and_predicts_the_next_
     assert "2: 2.00/0.00" in next(line for line in console.export_text().splitlines() if "policy.load_weights" in line)
 
 
-def test_a_port_called_only_in_the_warm_up_iteration_is_priced_from_those_calls_not_its_assumption(
+def test_a_port_called_only_in_the_warm_up_iteration_is_priced_from_those_calls_for_the_replan_but_not_cached(
     tmp_path, monkeypatch
 ):
     """`make run`'s evaluation runs in iteration 0, then one in 49: its first re-plan, after iterations 1-2, had no
@@ -360,3 +360,7 @@ def test_a_port_called_only_in_the_warm_up_iteration_is_priced_from_those_calls_
     assert profile.call_s("policy", "load_weights", 1) == pytest.approx(0.4)
     assert profile.source["trainer.train"] == MEASURED
     assert profile.call_s("trainer", "train", 1) == pytest.approx(0.1)  # its warm-up calls left out
+    # for this run's re-plan only: what the next runs start from is no warm-up's
+    remember(graph, cluster, events, Running(plan, since=0), run="a run of three iterations")
+    cached = cached_fits(graph, device_kinds(graph, cluster))
+    assert "trainer.train" in cached and "policy.load_weights" not in cached
