@@ -9,12 +9,11 @@ asynchronous flow from what they measured.
 Between iterations, after the first traced ones (the first warms up: a port called there alone, such as an
 evaluation every k iterations, is priced from those calls for the re-plan, not cached), the measured port costs
 replace every other source — declared ones too: what the run measured beats what was written down; a port seen at
-one batch size keeps
-the split between per-call and per-item cost that `m2flow profile` (at two sizes or more) or earlier runs measured,
-or else its prior's: a GPU's (mostly per call at small batches) where its work ran on one, a policy placed there or
-a simulator's cameras rendered there (`planners/profile.py`). The planner plans again in the workflow's mode; the
-run moves to the new plan only if it is predicted at least `REPLAN_GAIN` faster than the current one under the same
-refit profile.
+one batch size keeps the split between per-call and per-item cost that `m2flow profile` (at two sizes or more) or
+earlier runs measured, or else its prior's: a GPU's (mostly per call at small batches) where its work ran on one, a
+policy placed there or a simulator's cameras rendered there (`planners/profile.py`). The planner plans again in the
+workflow's mode; the run moves to the new plan only if it is predicted at least `REPLAN_GAIN` faster than the
+current one under the same refit profile.
 
 A split no run has measured can decide the plan: a GPU renders half the envs in about the time it renders
 all of them, a core steps them in half the time. Where a plan at other batch sizes would be at least
@@ -67,8 +66,6 @@ class Refit:
     unsplit: list[str] = field(default_factory=list)  # loop ports whose per-call part no run has measured
     # hop_item_s (also as the running execution's, `EXECUTION_HOP`), controller_s: those the trace could say
     calibrated: dict[str, float] = field(default_factory=dict)
-    # ports fitted from their warm-up calls alone (`refit`): priced for this run's re-plan, never cached
-    warm_up_only: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -81,17 +78,19 @@ class Running:
     tried_from: Plan | None = None  # the plan a trial left (module doc)
 
 
-def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running) -> Refit:
+def refit(
+    graph: MacroGraph, cluster: Cluster, events: list[dict], running: Running, warm_up_alone: bool = True
+) -> Refit:
     """The profile with every port seen in `events` (run by `running`) set to its fitted cost, what a message between
-    processes costs per item and the controller's own time per iteration (`calibrate_run`)."""
+    processes costs per item and the controller's own time per iteration (`calibrate_run`); `warm_up_alone`: a port
+    called in a warm-up iteration alone so far too, from those calls (a re-plan's; never what is cached)."""
     profile = profile_of(graph, cluster)
     trace = {"traceEvents": events}
     warmups = running.warmups
     points = points_from_trace(trace, skip_iterations=1, warmups=warmups)
-    # a port called in a warm-up iteration alone so far (an evaluation every k iterations runs in the first): its
-    # calls there, which may run slow, rather than its assumption or default; for this run's re-plan only
-    warm_up = {port: calls for port, calls in points_from_trace(trace, skip_iterations=0).items() if port not in points}
-    points |= warm_up
+    if warm_up_alone:  # e.g. an evaluation every k iterations, run in the first: its calls there, which may run slow
+        warm_up = points_from_trace(trace, skip_iterations=0)
+        points |= {port: calls for port, calls in warm_up.items() if port not in points}
     cached = {port: entry.fit for port, entry in cached_fits(graph, device_kinds(graph, cluster)).items()}
     on_gpu = ports_on_gpu(graph, running.plan)
     priors = {
@@ -106,7 +105,7 @@ def refit(graph: MacroGraph, cluster: Cluster, events: list[dict], running: Runn
             profile.set_seen(port, replace(fit, replica_shares=latest_shares(cached.get(port), fit)), MEASURED)
             profile.split_measured.discard(port)  # this run's line, whatever `m2flow profile` measured
     calibrated = calibrate_run(graph, running, profile, trace)
-    return Refit(profile, fitted, unsplit, calibrated, frozenset(warm_up))
+    return Refit(profile, fitted, unsplit, calibrated)
 
 
 def _replica_counts(graph: MacroGraph, running: Running) -> dict[str, int]:
@@ -292,15 +291,15 @@ def remember(
     graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin); `run`: the run's
     id in the cache, so that its saves at a re-plan and at its end count once (`planners.cache`). Returns what the
     cache now holds of the ports this run measured."""
-    measured = refit(measured_on or graph, cluster, events, running)
-    fitted = {port: fit for port, fit in measured.fitted.items() if port not in measured.warm_up_only}
-    if not fitted:  # a warm-up's calls compile, capture and allocate: no run's cost for the next runs
+    # a warm-up's calls compile, capture and allocate: no run's cost for the next runs
+    measured = refit(measured_on or graph, cluster, events, running, warm_up_alone=False)
+    if not measured.fitted:
         return {}
     kinds = device_kinds(graph, cluster)
-    save_cached(graph, kinds, fitted, run)
+    save_cached(graph, kinds, measured.fitted, run)
     if measured.calibrated:  # what the trace said: a hop or time it could not say is not a run's value
         save_calibration(graph, measured.calibrated, run)
-    return {port: cached for port, cached in cached_fits(graph, kinds).items() if port in fitted}
+    return {port: cached for port, cached in cached_fits(graph, kinds).items() if port in measured.fitted}
 
 
 @dataclass
