@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -36,6 +37,8 @@ from m2flow.cluster import Cluster
 from m2flow.errors import M2FlowError, PlanError, SpecError
 from m2flow.graph import build_graph
 from m2flow.planners import make_plan
+from m2flow.planners.allocation import Layout
+from m2flow.planners.allocation import options as allocation_options
 from m2flow.runtime.replan import REPLAN_AFTER, TRIAL_LEFT
 from m2flow.schedule import Plan
 
@@ -43,13 +46,36 @@ ROOT = Path(__file__).resolve().parent.parent
 WITHIN = 0.10  # a prediction this close to the measured iteration counts as right
 NEAR_BEST = 0.05  # auto's choice this close to the measured fastest counts as right
 WARM_UP_ITERATIONS = 5  # the throwaway first run's (`warmed_up`)
+# auto as auto's choice weighs it: every mode and stage count, whatever the config fixes
+AUTO_PLACEMENT = ("placement.mode=auto", "placement.pipeline_stages=auto")
 
 
 @dataclass(frozen=True)
 class Workload:
+    """A config and its overrides; `allocated` lets the planner choose the simulator's replica count (auto weighs
+    each count, and each is a candidate at auto's mode and stages for it); `hand_layouts`: RLinf-style layouts
+    (`placement.devices` and stages), each a candidate beside auto's."""
+
     config: str
     overrides: tuple[str, ...]
     declared: str  # what the workload declares about its costs
+    allocated: tuple[str, ...] = ()
+    hand_layouts: tuple[tuple[str, ...], ...] = ()
+
+
+def allocated(envs: int) -> tuple[str, ...]:
+    """The simulator's `envs` split over as many processes as the planner chooses (`replicas: auto`)."""
+    return ("workers.env.replicas=auto", f"workers.env.args.num_envs={envs}")
+
+
+def by_hand(devices: str, stages: int) -> tuple[str, ...]:
+    """An RLinf-style layout: workers pinned to device indices by hand, pipelined in `stages`."""
+    return (f"placement.devices={devices}", f"placement.pipeline_stages={stages}")
+
+
+# on the 2-core machine, as RLinf's disaggregated pipeline: the simulators on one core, inference and training on
+# the other, two stages
+SIMULATORS_APART = by_hand("{env: 0, rollout: 1, actor: 1}", 2)
 
 
 CPU = ("cluster.gpus=0",)
@@ -65,20 +91,28 @@ ON_GPU_CAMERA = (
     "workers.env.args.video.save=false",
 )
 WORKLOADS = {
-    "main": Workload("ppo_mujoco.yaml", ("flow.loop.horizon=128", *CPU), "nothing"),
+    "main": Workload("ppo_mujoco.yaml", ("flow.loop.horizon=128", *CPU), "nothing", allocated(8), (SIMULATORS_APART,)),
     "camera": Workload(
         "ppo_camera.yaml",
         ("workers.env.replicas=2", "workers.env.args.num_envs=8", "flow.loop.horizon=32", *CPU),
         "nothing",
+        allocated(16),
+        (SIMULATORS_APART,),
     ),
     "metaworld": Workload(
-        "ppo_metaworld_camera.yaml", ("workers.env.replicas=2", "flow.loop.horizon=16", *CPU), "nothing"
+        "ppo_metaworld_camera.yaml",
+        ("workers.env.replicas=2", "flow.loop.horizon=16", *CPU),
+        "nothing",
+        allocated(16),
+        (SIMULATORS_APART,),
     ),
     # a policy whose cost is mostly per call: slicing the batch does not make it cheaper
     "spin-per-call": Workload(
         "spin_balanced.yaml",
         ("workers.policy.args.fixed_s=0.003", "workers.policy.args.per_env_s=0.0001", "flow.loop.horizon=64", *CPU),
         "nothing (the spin workers' true costs are not declared)",
+        allocated(8),
+        (by_hand("{env: 0, policy: 1, trainer: 1}", 2),),
     ),
     # on a GPU machine: camera simulators on the cores, a ViT policy's inference and training on the GPU
     "camera-vit-gpu": Workload("ppo_camera.yaml", (*ON_GPU_CAMERA, *VIT), "nothing"),
@@ -141,12 +175,22 @@ def keep_trace(spec: mf.WorkflowSpec, traces: Path | None, label: str) -> None:
             shutil.copy2(run_dir / name, kept / name)
 
 
-def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, spec: mf.WorkflowSpec, keep: Path) -> dict:
+def run_label(mode: str, stages: int, co_hosted: bool, variant: str = "") -> str:
+    """A candidate's name in its kept folders: `hybrid-S2`, `shared-S1-co-hosted`, `shared-S1-env-1-x-16`,
+    `manual-hybrid-S2-by-hand-env-0-rollout-1-actor-1`."""
+    name = f"{mode} S{stages}" + (" co-hosted" if co_hosted else "") + (f" {variant}" if variant else "")
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")
+
+
+def failed_row(
+    mode: str, stages: int, planned: Plan, exc: M2FlowError, spec: mf.WorkflowSpec, keep: Path, variant: str = ""
+) -> dict:
     """A candidate whose run failed: its error, and where its run folder is kept (`kept_run`)."""
-    kept = kept_run(spec, keep, f"{mode}-S{stages}" + ("-co-hosted" if planned.processes else ""))
+    kept = kept_run(spec, keep, run_label(mode, stages, bool(planned.processes), variant))
     return {
         "mode": mode,
         "stages": stages,
+        "variant": variant,
         "predicted_s": planned.predicted.iteration_s,
         "failed": str(exc),
         "co_hosted": bool(planned.processes),
@@ -157,7 +201,8 @@ def failed_row(mode: str, stages: int, planned: Plan, exc: M2FlowError, spec: mf
 @dataclass
 class Candidate:
     """A layout of a workload, as its first run planned it (label, co-hosting, auto's or not), and its runs: the
-    prediction as each started, the iteration time each measured, its failure if one failed."""
+    prediction as each started, the iteration time each measured, its failure if one failed. `variant` names what
+    sets it apart beyond its mode and stages: a replica count auto's search weighed, or a hand layout."""
 
     mode: str
     stages: int
@@ -166,6 +211,7 @@ class Candidate:
     spec: mf.WorkflowSpec
     is_auto: bool
     layout_key: tuple
+    variant: str = ""
     predicted: list[float] = field(default_factory=list)
     measured: list[float] = field(default_factory=list)
     failed: dict | None = None
@@ -188,9 +234,7 @@ def bench(
     the machine's speed evens out). Each run is planned as it starts, from the cache as the calibration and the runs
     before it left it, as the run itself plans: a candidate's prediction, label and co-hosting are its first run's;
     its measured time is the median of its runs. With `traces`, every run's trace is kept there (`keep_trace`)."""
-    # auto as auto's choice below weighs it: every mode and stage count, whatever the config fixes
-    auto_placement = ("placement.mode=auto", "placement.pipeline_stages=auto")
-    calibrating_spec = spec_of(workload, out, f"run.iterations={calibrating}", *auto_placement)
+    calibrating_spec = spec_of(workload, out, f"run.iterations={calibrating}", *AUTO_PLACEMENT)
     try:
         if warm_up:
             warmed_up(workload, out)
@@ -208,19 +252,29 @@ def bench(
             "auto_vs_fastest": None,
         }
     cluster = Cluster.from_spec(calibrating_spec.cluster)
-    auto = make_plan(build_graph(spec_of(workload, out, *auto_placement)), cluster)
+    auto = make_plan(build_graph(spec_of(workload, out, *workload.allocated, *AUTO_PLACEMENT)), cluster)
     runs: list[Candidate] = []
-    for mode, stages, hosting in itertools.product(("shared", "hybrid", "disaggregated"), (1, 2, 4), colocate):
-        settings = [f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={hosting}"]
+    for variant, settings in candidate_settings(workload, out, cluster, colocate):
         spec = spec_of(workload, out, *settings, f"run.iterations={iterations}", "placement.replan=false")
         try:
             planned = make_plan(build_graph(spec), cluster)
         except (PlanError, SpecError):
             continue  # infeasible here (devices, envs per slice)
         if any(planned.layout_key == c.layout_key for c in runs):
-            continue  # another colocate setting planned a layout already run
+            continue  # another setting planned a layout already run
         is_auto = planned.layout_key == auto.layout_key
-        runs.append(Candidate(mode, stages, planned.label, bool(planned.processes), spec, is_auto, planned.layout_key))
+        runs.append(
+            Candidate(
+                planned.mode,
+                planned.pipeline_stages,
+                planned.label + (f" ({variant})" if variant else ""),
+                bool(planned.processes),
+                spec,
+                is_auto,
+                planned.layout_key,
+                variant,
+            )
+        )
         run_once(name, runs[-1], planned, keep, 0, rounds, traces)
     for round_ in range(1, rounds):
         for c in runs[::-1] if round_ % 2 else runs:
@@ -238,6 +292,7 @@ def bench(
             {
                 "mode": c.mode,
                 "stages": c.stages,
+                "variant": c.variant,
                 "predicted_s": c.predicted[0],
                 "rounds_predicted_s": c.predicted,
                 "measured_s": median,
@@ -266,6 +321,29 @@ def bench(
     }
 
 
+def candidate_settings(
+    workload: Workload, out: Path, cluster: Cluster, colocate: list[str]
+) -> list[tuple[str, tuple[str, ...]]]:
+    """Each candidate's settings and its variant (what sets it apart beyond mode and stages): every mode and stage
+    count under each `placement.colocate` given, at the workload's replica counts; then every replica count auto's
+    allocation search weighs (`Workload.allocated`: `planners/allocation.py`), each at auto's mode and stages for
+    it; then each hand layout."""
+    out_settings = [
+        ("", (f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={hosting}"))
+        for mode, stages, hosting in itertools.product(("shared", "hybrid", "disaggregated"), (1, 2, 4), colocate)
+    ]
+    if workload.allocated:
+        graph = build_graph(spec_of(workload, out, *workload.allocated))
+        for worker, counts in allocation_options(graph, cluster).items():
+            for count in counts:
+                layout = Layout.of({worker: count})
+                out_settings.append((layout.label(graph), (*layout.overrides(graph), *AUTO_PLACEMENT)))
+    for hand in workload.hand_layouts:
+        devices = hand[0].partition("=")[2]
+        out_settings.append((f"by hand: {devices.strip('{}')}", hand))
+    return out_settings
+
+
 def warmed_up(workload: Workload, out: Path) -> None:
     """Run `workload` once, what it measures kept in a cache of its own: this process's first run on its Ray cluster
     runs slower than the later ones (the main job's shared S=1 on the 2-core machine: medians 0.612 and 0.693 s
@@ -286,12 +364,12 @@ def run_once(
     try:
         run = mf.run(c.spec)
     except M2FlowError as exc:
-        failure = failed_row(c.mode, c.stages, planned, exc, c.spec, keep)
+        failure = failed_row(c.mode, c.stages, planned, exc, c.spec, keep, c.variant)
         c.failed = {**failure, "predicted_s": c.predicted[0], "rounds_predicted_s": c.predicted, "rounds_s": c.measured}
         c.failed["failed_round"] = round_ + 1
         print(f"  {name:14s} {c.label:24s}  FAILED{which}: {str(exc).splitlines()[0][:300]}", flush=True)
         return
-    keep_trace(c.spec, traces, f"{c.mode}-S{c.stages}{'-co-hosted' if c.co_hosted else ''}-round{round_ + 1}")
+    keep_trace(c.spec, traces, f"{run_label(c.mode, c.stages, c.co_hosted, c.variant)}-round{round_ + 1}")
     c.measured.append(measured_iteration_s(run))
     error = c.measured[-1] / c.predicted[-1] - 1
     print(

@@ -107,8 +107,8 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
         auto = planned("placement.pipeline_stages=auto")
         rows = []
         for row in measured["rows"]:
-            if "measured_s" not in row:
-                continue
+            if "measured_s" not in row or row.get("variant"):
+                continue  # failed; or another replica count or a hand layout, whose settings the row does not hold
             again = planned(f"placement.mode={row['mode']}", f"placement.pipeline_stages={row['stages']}")
             predicted = again.predicted.iteration_s
             rows.append(

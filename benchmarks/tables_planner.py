@@ -56,7 +56,9 @@ def planner_accuracy(rel: str, res: Results) -> Block:
         rows += [
             [
                 w["workload"],
-                f"{r['mode']} S={r['stages']}" + (" co-hosted" if r.get("co_hosted") else ""),
+                f"{r['mode']} S={r['stages']}"
+                + (" co-hosted" if r.get("co_hosted") else "")
+                + (f" ({r['variant']})" if r.get("variant") else ""),
                 _with_rounds(r["predicted_s"], r.get("rounds_predicted_s", [])),
                 _with_rounds(r["measured_s"], r.get("rounds_s", [])) if "measured_s" in r else "failed",
                 pct(r["error"]) if "measured_s" in r else "",
@@ -80,6 +82,12 @@ def planner_accuracy(rel: str, res: Results) -> Block:
             " its first round's (each round's in brackets, each round's own error beside), `relaid`: a later round"
             " planned another process layout"
             if by_round
+            else ""
+        )
+        + (
+            "; beside the modes and stage counts, each other replica count auto's allocation weighs (at auto's mode"
+            " and stages for it) and an RLinf-style layout by hand (`by hand`, `placement.devices`)"
+            if any(r.get("variant") for w in data["workloads"] for r in w["rows"])
             else ""
         )
         + f"; `{data['summary']}`*"

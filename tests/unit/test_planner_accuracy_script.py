@@ -188,6 +188,42 @@ def test_rounds_run_every_candidate_as_planned_right_before_in_alternating_order
         assert len(row["rounds_s"]) == 3 and row["measured_s"] == sorted(row["rounds_s"])[1] != sum(row["rounds_s"]) / 3
 
 
+def test_beside_the_modes_the_sweep_runs_each_other_replica_count_auto_weighs_and_the_hand_layout(
+    benchmarks, tmp_path, monkeypatch
+):
+    """The camera workload on the 2-core machine: 16 envs in 2 simulator processes or 1 (auto's allocation search
+    weighs both); the count the modes already ran is not run again, the other is, at auto's mode for it; the
+    RLinf-style hand layout runs through the manual planner."""
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path / "cache"))
+    runs = []
+
+    def run(spec):
+        runs.append(spec)
+        calibrated = SimpleNamespace(notes=[], label="shared S=1", predicted=SimpleNamespace(cost_sources={}))
+        return SimpleNamespace(plan=calibrated, history=[{"time/iteration_s": 1.0}] * 3)
+
+    monkeypatch.setattr(benchmarks.accuracy.mf, "run", run)
+    workload = benchmarks.accuracy.WORKLOADS["camera"]
+    result = benchmarks.accuracy.bench("camera", workload, 3, 3, ["auto"], tmp_path / "runs", tmp_path, warm_up=False)
+    pairs = list(zip(result["rows"], runs[1:], strict=True))  # runs[0]: the calibrating run
+    variants = {row["variant"]: (row, spec) for row, spec in pairs}
+    assert set(variants) == {"", "env 1 x 16", "by hand: env: 0, rollout: 1, actor: 1"}
+    _, one_process = variants["env 1 x 16"]
+    assert one_process.workers["env"].replicas == 1 and one_process.workers["env"].args["num_envs"] == 16
+    assert one_process.placement.mode == "auto"
+    by_hand, hand_spec = variants["by hand: env: 0, rollout: 1, actor: 1"]
+    assert by_hand["mode"].startswith("manual") and by_hand["stages"] == 2
+    assert hand_spec.placement.devices == {"env": 0, "rollout": 1, "actor": 1}
+    assert all(spec.workers["env"].replicas == 2 for row, spec in pairs if not row["variant"])
+    assert sum(row["auto"] for row in result["rows"]) == 1
+    benchmarks.io.save_result(
+        "planner_accuracy", {"args": {"iterations": 3}, "workloads": [result], "summary": "s"}, tmp_path
+    )
+    text = "\n".join(benchmarks.tables.planner_accuracy("planner_accuracy.json", benchmarks.io.Results(tmp_path)).lines)
+    assert "| camera | manual (hybrid) S=2 (by hand: env: 0, rollout: 1, actor: 1) |" in text
+    assert " (env 1 x 16) |" in text and "an RLinf-style layout by hand" in text
+
+
 def test_a_warm_up_run_caching_apart_comes_before_the_calibrating_run_which_weighs_every_mode_and_stage_count(
     benchmarks, tmp_path, monkeypatch
 ):
