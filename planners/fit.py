@@ -205,6 +205,17 @@ def merged(earlier: PortFit | None, fit: PortFit) -> PortFit:
     )
 
 
+def scaled(fit: PortFit, factor: float) -> PortFit:
+    """`fit` with every cost `factor` times as long: its line and its mean at each size (its calls, sizes, scatter
+    and replicas' shares as they were)."""
+    return replace(
+        fit,
+        fixed_s=fit.fixed_s * factor,
+        per_item_s=fit.per_item_s * factor,
+        by_size=tuple(replace(row, mean_s=row.mean_s * factor) for row in fit.by_size),
+    )
+
+
 def latest_shares(earlier: PortFit | None, fit: PortFit) -> ReplicaShares:
     """The replicas' shares of a port's cost at each replica count, as the latest fit that measured them there has
     them."""

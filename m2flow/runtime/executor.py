@@ -22,6 +22,7 @@ from m2flow.errors import M2FlowError, PlanError, WaitTimeout, WorkerError
 from m2flow.graph import MacroGraph, build_graph
 from m2flow.planners import make_plan
 from m2flow.planners.cache import CachedFit, new_run
+from m2flow.planners.run_level import RunTotals
 from m2flow.runtime.checkpoint import latest_checkpoint, read_meta
 from m2flow.runtime.controller import Controller
 from m2flow.runtime.crashes import crashes_of
@@ -400,7 +401,9 @@ class Run:
             if said:
                 self.reporter.print(said)
         else:
-            cached = remember(self.graph, self.cluster, self.trace.events, self._running(self.plan), run=self.cache_run)
+            totals = RunTotals(self.controller.measured.port_s, frozenset(h["iteration"] for h in ran))
+            running = self._running(self.plan)
+            cached = remember(self.graph, self.cluster, self.trace.events, running, run=self.cache_run, totals=totals)
         if ran:
             measured, events = self.controller.measured, self.trace.events
             report = report_run(self.plan, measured, events, ran, self.replanned, self.reporter)

@@ -42,6 +42,7 @@ from m2flow.planners.fit import PortFit, fit_points, latest_shares, merged
 from m2flow.planners.merging import MERGE_NOTE, merge_notes, merge_slices
 from m2flow.planners.profile import Profile, ports_on_gpu
 from m2flow.planners.render import beside_rendering, ports_of
+from m2flow.planners.run_level import RunTotals, at_run_level
 from m2flow.planners.simulate import sends_messages, simulate_plan
 from m2flow.planners.trace_calls import controller_seconds, points_from_trace, port_of_key, replica_points
 from m2flow.program import build_phases
@@ -286,20 +287,24 @@ def remember(
     running: Running,
     measured_on: MacroGraph | None = None,
     run: str | None = None,
+    totals: RunTotals | None = None,
 ) -> dict[str, CachedFit]:
     """Cache what this run measured, for `m2flow plan` and the next runs of the same workers; `measured_on`: the
     graph the measured iterations ran, if not `graph` (an asynchronous flow's synchronous twin); `run`: the run's
-    id in the cache, so that its saves at a re-plan and at its end count once (`planners.cache`). Returns what the
-    cache now holds of the ports this run measured."""
+    id in the cache, so that its saves at a re-plan and at its end count once (`planners.cache`); `totals`: each
+    port's seconds over every iteration the running workers measured, to set the loop's fits, traced call by call
+    in a few iterations, to the whole run's level (`planners/run_level.py`). Returns what the cache now holds of the
+    ports this run measured."""
     # a warm-up's calls compile, capture and allocate: no run's cost for the next runs
     measured = refit(measured_on or graph, cluster, events, running, warm_up_alone=False)
     if not measured.fitted:
         return {}
+    fitted = at_run_level(measured.fitted, events, totals) if totals is not None else measured.fitted
     kinds = device_kinds(graph, cluster)
-    save_cached(graph, kinds, measured.fitted, run)
+    save_cached(graph, kinds, fitted, run)
     if measured.calibrated:  # what the trace said: a hop or time it could not say is not a run's value
         save_calibration(graph, measured.calibrated, run)
-    return {port: cached for port, cached in cached_fits(graph, kinds).items() if port in measured.fitted}
+    return {port: cached for port, cached in cached_fits(graph, kinds).items() if port in fitted}
 
 
 @dataclass

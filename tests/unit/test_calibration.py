@@ -24,6 +24,7 @@ from m2flow.planners.cache import (
 )
 from m2flow.planners.fit import PortFit, SizeMean, fit_line, residual
 from m2flow.planners.profile import CHANNEL_HOP_S, HOP_ITEM_S
+from m2flow.planners.run_level import RunTotals, at_run_level
 from m2flow.planners.simulate import sends_messages, simulate_plan
 from m2flow.runtime.replan import MEASURED, Running, calibrate_run, refit, remember, replan
 from m2flow.schedule import Plan
@@ -160,6 +161,34 @@ def test_a_co_hosted_run_caches_its_measured_costs_and_controller_time_but_no_ho
     cached = remember(graph, cluster, events, Running(plan, since=0), run="a co-hosted run")
     assert cached["env.step"].fit.by_size == (SizeMean(4, pytest.approx(4e-4), 3),)
     assert set(load_calibration(graph)) == {"controller_s"}  # no prior hop cached as if this run measured it
+
+
+def test_a_loop_port_is_cached_at_the_level_its_whole_run_measured_in_the_shape_its_traced_calls_gave(
+    tmp_path, monkeypatch
+):
+    """A run traces its loop call by call in its first iterations only: here iterations 1-2 (0 warms up) step in
+    5 ms, while over its 10 measured iterations a step took 4 ms on average (`RunTotals`, the controller's). The
+    cached step costs 4 ms, its split between the per-call and per-item parts as its calls gave it; the act, which
+    took the same over the run as in its traced calls, as they were; a run whose every measured iteration was
+    traced call by call, as its calls were."""
+    graph = build_graph(spec_from_dict(spin_workflow(1, 1, cpus=2, mode="hybrid", stages=1, trainers=1)))
+    cluster = Cluster.from_spec(graph.spec.cluster)
+    plan = make_plan(graph, cluster)
+    events = loop_calls(range(3), 1, lambda envs: 0.005)  # per iteration 5 steps of 5 ms and 5 acts of 2 ms
+    totals = RunTotals({"env.step": 10 * 5 * 0.004, "policy.act": 10 * 5 * 0.002}, frozenset(range(1, 11)))
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path / "traced calls alone"))
+    alone = remember(graph, cluster, events, Running(plan, since=0), run="a run")
+    monkeypatch.setenv("M2FLOW_COST_CACHE", str(tmp_path / "at the whole run's level"))
+    leveled = remember(graph, cluster, events, Running(plan, since=0), run="a run", totals=totals)
+    assert alone["env.step"].fit.by_size == (SizeMean(8, pytest.approx(0.005), 10),)
+    assert leveled["env.step"].fit.by_size == (SizeMean(8, pytest.approx(0.004), 10),)
+    step, step_alone = leveled["env.step"].fit, alone["env.step"].fit
+    assert step.fixed_s == pytest.approx(0.8 * step_alone.fixed_s) and step_alone.fixed_s > 0
+    assert step.per_item_s == pytest.approx(0.8 * step_alone.per_item_s) and step_alone.per_item_s > 0
+    assert leveled["policy.act"].fit.by_size == (SizeMean(8, pytest.approx(0.002), 10),)
+    fits = {port: entry.fit for port, entry in alone.items()}
+    every_one_traced = RunTotals({"env.step": 2 * 5 * 0.004}, frozenset({1, 2}))
+    assert at_run_level(fits, events, every_one_traced) == fits
 
 
 def test_a_damaged_calibration_entry_falls_back_to_its_values_instead_of_failing_the_save(tmp_path, monkeypatch):
