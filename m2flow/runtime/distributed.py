@@ -13,6 +13,7 @@ from m2flow.errors import WorkerError
 
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PORT = 10000
+PORT_TAKEN = "EADDRINUSE"  # how torch's store says the port it was to listen on is bound already
 
 
 def free_port() -> int:
@@ -75,6 +76,11 @@ def meet(group: str, address: str, port: int, rank: int, world: int, meet_s: flo
     try:
         return dist.TCPStore(address, port, world, is_master=rank == 0, timeout=datetime.timedelta(seconds=meet_s))
     except (RuntimeError, TimeoutError) as exc:
+        if rank == 0 and PORT_TAKEN in str(exc):
+            raise WorkerError(
+                f"{group}: rank 0 could not host its process group's store at {address}:{port}: another process"
+                f" took the port after it was found free ({exc}); start the run again (the next draws another port)"
+            ) from None
         raise WorkerError(
             f"{group}: rank {rank} of {world} could not meet its process group at {address}:{port} within"
             f" {meet_s:g}s ({exc}); did another of its replicas fail to start? Its log says why"

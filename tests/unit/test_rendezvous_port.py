@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 import m2flow.runtime.distributed as distributed
+from m2flow.errors import WorkerError
 
 
 def test_a_rendezvous_port_is_free_and_outside_the_kernels_ephemeral_range():
@@ -30,3 +33,17 @@ def test_with_no_port_outside_the_ephemeral_range_any_free_port_is_given(tmp_pat
 def test_an_unreadable_range_is_taken_as_linuxs_default(tmp_path, monkeypatch):
     monkeypatch.setattr(distributed, "EPHEMERAL", tmp_path / "missing")
     assert distributed.ephemeral_range() == (32768, 60999)
+
+
+def test_a_store_port_taken_before_rank_0_listens_is_named_as_taken_not_as_a_peer_that_failed_to_start():
+    """A sweep's camera run failed so: port 61452, drawn outside the ephemeral range and free when drawn, was bound
+    by the time its group's store listened."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(WorkerError) as failed:
+            distributed.meet("sync actor.weights -> env.evaluate", "127.0.0.1", port, 0, 2, 5.0)
+    message = str(failed.value)
+    assert f"could not host its process group's store at 127.0.0.1:{port}" in message
+    assert "took the port after it was found free" in message and "fail to start" not in message
