@@ -347,6 +347,7 @@ TABLES: dict[str, Callable[[Results], Block]] = {
     "make_run_table_04ecb42": partial(make_run_table, "make_run_table_04ecb42/make_run_table.json"),
     "make_run_table_904683f": partial(make_run_table, "make_run_table_904683f/make_run_table.json"),
     "make_run_table_bbb2a4a": partial(make_run_table, "make_run_table_bbb2a4a/make_run_table.json"),
+    "make_run_table_b87a762": partial(make_run_table, "make_run_table_b87a762/make_run_table.json"),
     "make_run_table_before_6dcebe7": partial(make_run_table, "make_run_table_before_6dcebe7/make_run_table.json"),
     "cost_cache_quiet": partial(cost_cache, "cost_cache_quiet.json"),
     "cost_cache_disturbed": partial(cost_cache, "cost_cache_disturbed.json"),

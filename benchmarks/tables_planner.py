@@ -358,6 +358,7 @@ PLANNER_TABLES: dict[str, Callable[[Results], Block]] = {
     "planner_accuracy_cpu_dec07b_main": partial(planner_accuracy, "planner_accuracy_cpu_dec07b_main.json"),
     "planner_accuracy_cpu_dec07c": partial(planner_accuracy, "planner_accuracy_cpu_dec07c.json"),
     "planner_accuracy_cpu_dec07d": partial(planner_accuracy, "planner_accuracy_cpu_dec07d.json"),
+    "planner_accuracy_cpu_dec08": partial(planner_accuracy, "planner_accuracy_cpu_dec08.json"),
     "hop_by_plan_whole": partial(hop_by_plan, "hop_by_plan_whole.json", WHOLE_MESSAGE),
     "hop_by_plan": partial(hop_by_plan, "hop_by_plan.json", PER_ITEM),
     "planner_accuracy_cpu_dec06c_main": partial(planner_accuracy, "planner_accuracy_cpu_dec06c_main.json"),
