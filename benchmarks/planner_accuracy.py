@@ -1,10 +1,11 @@
 """Does the planner hold without being told the costs? Workloads with no declared costs, calibrated the way a
 user's first run calibrates (m2flow measures the unknown ports in its first iterations, re-plans — trying a plan
 at other batch sizes where a cost split it could not measure decides — and caches what it measured), then every
-candidate plan run side by side: its prediction from the cached costs beside its measured iteration time, and
-where auto's choice ranks. The calibrating run weighs every mode and stage count, as auto's choice does, and a
-throwaway first run of each workload (`warmed_up`) comes before it: this process runs every run of the sweep, and
-its first on the Ray cluster runs slower than the next ones.
+candidate plan run side by side (`candidate_settings`: every mode and stage count, each other replica count auto's
+allocation weighs, an RLinf-style layout by hand): its prediction from the cached costs beside its measured
+iteration time, and where auto's choice ranks. The calibrating run weighs every mode and stage count, as auto's
+choice does, and a throwaway first run of each workload (`warmed_up`) comes before it: this process runs every run
+of the sweep, and its first on the Ray cluster runs slower than the next ones.
 
     python benchmarks/planner_accuracy.py [--workloads main camera metaworld spin-per-call] [--iterations 5]
         [--calibration-iterations 9] [--colocate auto true false] [--rounds 1]
