@@ -6,8 +6,11 @@ iterations alone carries whatever slowed or sped them: on the 2-core machine thr
 `env.step` at 0.42-0.50 ms a call from their first iterations while each measured 0.38-0.42 ms over its 195
 (`make_run_table_904683f`, `_bbb2a4a`), and the next run's plan was off by as much. The port keeps the shape its
 calls gave (the per-call and per-item parts) and takes the level of the whole run: scaled by its seconds per
-iteration over every measured iteration against those over the iterations traced call by call. Ports called
-outside the loop are traced call by call in every iteration: their fit is the whole run's already.
+iteration over every measured iteration against those over the iterations traced call by call, both the running
+workers' (since their last start). Where those workers traced no measured iteration (a switch at the last re-plan),
+the fit stays as its calls gave it; sizes it holds from an earlier plan's iterations take the running workers'
+factor too. Ports called outside the loop are traced call by call in every iteration: their fit is the whole run's
+already.
 
 Pure computation over m2flow's own trace events; no Ray, no torch.
 """
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from m2flow.planners.fit import PortFit, scaled
-from m2flow.planners.trace_calls import port_of_key, traced_replica
+from m2flow.planners.trace_calls import STARTED, port_of_key, traced_replica
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,13 @@ class RunTotals:
     iterations: frozenset[int]
 
 
-def traced_loop_seconds(events: list[dict], iterations: frozenset[int]) -> dict[str, dict[int, float]]:
-    """Per loop port (`worker.port`), its calls' wall seconds in each of `iterations` that traced them one by one."""
+def _traced_loop_seconds(events: list[dict], iterations: frozenset[int]) -> dict[str, dict[int, float]]:
+    """Per loop port (`worker.port`), the running workers' calls' wall seconds in each of `iterations` that traced
+    them one by one: those after the last start of the workers (a restart from a checkpoint runs, and may trace,
+    an iteration again; what the workers before it traced is not in the totals)."""
+    starts = [i for i, event in enumerate(events) if event.get("cat") == STARTED]
     seconds: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    for event in events:
+    for event in events[starts[-1] + 1 if starts else 0 :]:
         args = event.get("args", {})
         if event.get("ph") != "X" or event.get("cat") != "loop" or event["name"].endswith("(busy)"):
             continue  # not a loop call, or an iteration's one-bar summary of a replica's loop
@@ -46,7 +52,7 @@ def traced_loop_seconds(events: list[dict], iterations: frozenset[int]) -> dict[
 def at_run_level(fitted: dict[str, PortFit], events: list[dict], totals: RunTotals) -> dict[str, PortFit]:
     """`fitted` with each loop port's fit scaled to the whole run's level (module doc); a port the run measured
     in no more iterations than it traced call by call, or not at all, as it was."""
-    traced = traced_loop_seconds(events, totals.iterations)
+    traced = _traced_loop_seconds(events, totals.iterations)
     out = dict(fitted)
     for key, fit in fitted.items():
         port = port_of_key(key)  # a port's calls beside rendering and alone: one level, from all its calls

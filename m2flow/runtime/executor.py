@@ -401,7 +401,7 @@ class Run:
             if said:
                 self.reporter.print(said)
         else:
-            totals = RunTotals(self.controller.measured.port_s, frozenset(h["iteration"] for h in ran))
+            totals = RunTotals(dict(self.controller.measured.port_s), frozenset(h["iteration"] for h in ran))
             running = self._running(self.plan)
             cached = remember(self.graph, self.cluster, self.trace.events, running, run=self.cache_run, totals=totals)
         if ran:

@@ -26,6 +26,7 @@ from m2flow.planners.fit import PortFit, SizeMean, fit_line, residual
 from m2flow.planners.profile import CHANNEL_HOP_S, HOP_ITEM_S
 from m2flow.planners.run_level import RunTotals, at_run_level
 from m2flow.planners.simulate import sends_messages, simulate_plan
+from m2flow.planners.trace_calls import STARTED
 from m2flow.runtime.replan import MEASURED, Running, calibrate_run, refit, remember, replan
 from m2flow.schedule import Plan
 from m2flow.viz.tables import cached_costs_table
@@ -189,6 +190,18 @@ def test_a_loop_port_is_cached_at_the_level_its_whole_run_measured_in_the_shape_
     fits = {port: entry.fit for port, entry in alone.items()}
     every_one_traced = RunTotals({"env.step": 2 * 5 * 0.004}, frozenset({1, 2}))
     assert at_run_level(fits, events, every_one_traced) == fits
+
+
+def test_a_restart_s_workers_level_a_loop_port_by_their_own_traced_calls_not_also_by_those_before_the_restart():
+    """Restarted from a checkpoint, the workers run (and trace) iterations 1-2 again: the level is read from their
+    calls alone (2 ms steps), not from both attempts' added up."""
+    before = loop_calls(range(3), 1, lambda envs: 0.005)
+    restart = {"ph": "i", "name": "workers started: hybrid S=1", "cat": STARTED, "args": {"iteration": 0}}
+    events = [*before, restart, *loop_calls(range(3), 1, lambda envs: 0.002)]
+    fit = PortFit(fixed_s=0.0, per_item_s=0.0005, calls=10, batch_sizes=(8,), by_size=(SizeMean(8, 0.004, 10),))
+    totals = RunTotals({"env.step": 10 * 5 * 0.004}, frozenset(range(1, 11)))
+    leveled = at_run_level({"env.step": fit}, events, totals)["env.step"]
+    assert leveled.by_size[0].mean_s == pytest.approx(0.008)  # 4 ms over the run, 2 ms in the traced calls: 2x
 
 
 def test_a_damaged_calibration_entry_falls_back_to_its_values_instead_of_failing_the_save(tmp_path, monkeypatch):
