@@ -327,9 +327,10 @@ def candidate_settings(
 ) -> list[tuple[str, tuple[str, ...]]]:
     """Each candidate's settings and its variant (what sets it apart beyond mode and stages): every mode and stage
     count under each `placement.colocate` given, at the workload's replica counts; then every replica count auto's
-    allocation search weighs (`Workload.allocated`: `planners/allocation.py`), each at auto's mode and stages for
-    it; then each hand layout."""
-    out_settings = [
+    allocation search weighs (`Workload.allocated`: `planners/allocation.py`), each at the mode and stages auto plans
+    for it now, from the cache auto's choice is planned from (the runs before its turn do not move it); then each
+    hand layout."""
+    settings = [
         ("", (f"placement.mode={mode}", f"placement.pipeline_stages={stages}", f"placement.colocate={hosting}"))
         for mode, stages, hosting in itertools.product(("shared", "hybrid", "disaggregated"), (1, 2, 4), colocate)
     ]
@@ -338,11 +339,18 @@ def candidate_settings(
         for worker, counts in allocation_options(graph, cluster).items():
             for count in counts:
                 layout = Layout.of({worker: count})
-                out_settings.append((layout.label(graph), (*layout.overrides(graph), *AUTO_PLACEMENT)))
+                try:
+                    auto = make_plan(
+                        build_graph(spec_of(workload, out, *layout.overrides(graph), *AUTO_PLACEMENT)), cluster
+                    )
+                except (PlanError, SpecError):
+                    continue  # no plan of this count fits here
+                pinned = (f"placement.mode={auto.mode}", f"placement.pipeline_stages={auto.pipeline_stages}")
+                settings.append((layout.label(graph), (*layout.overrides(graph), *pinned)))
     for hand in workload.hand_layouts:
         devices = hand[0].partition("=")[2]
-        out_settings.append((f"by hand: {devices.strip('{}')}", hand))
-    return out_settings
+        settings.append((f"by hand: {devices.strip('{}')}", hand))
+    return settings
 
 
 def warmed_up(workload: Workload, out: Path) -> None:

@@ -104,7 +104,7 @@ def replay(sweep: Path, gpus: int, cpus: int, trial: str | None = None) -> dict:
         def planned(*settings: str) -> Plan:
             return make_plan(build_graph(spec_of(workload, tmp, *settings, *hardware)), cluster, profile)
 
-        auto = planned("placement.pipeline_stages=auto")
+        auto = planned(*workload.allocated, "placement.pipeline_stages=auto")  # auto as the sweep planned it
         rows = []
         for row in measured["rows"]:
             if "measured_s" not in row or row.get("variant"):

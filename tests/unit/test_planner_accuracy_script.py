@@ -152,15 +152,18 @@ def test_rounds_run_every_candidate_as_planned_right_before_in_alternating_order
     events, runs = [], []
     real_make_plan = benchmarks.accuracy.make_plan
 
+    def layout(spec):  # what sets a candidate apart: its placement, and its replica count (another's, alike placed)
+        return spec.placement, spec.workers["env"].replicas
+
     def make_plan(graph, cluster, **kwargs):
         plan = real_make_plan(graph, cluster, **kwargs)
-        events.append(("plan", graph.spec.placement, len(runs)))
+        events.append(("plan", layout(graph.spec), len(runs)))
         return dataclasses.replace(plan, predicted=dataclasses.replace(plan.predicted, iteration_s=float(len(runs))))
 
     def run(spec):
-        events.append(("run", spec.placement, len(runs)))
-        runs.append(spec.placement)
-        if len(runs) > 1 and spec.placement == runs[1] and runs.count(spec.placement) == 2:
+        events.append(("run", layout(spec), len(runs)))
+        runs.append(layout(spec))
+        if len(runs) > 1 and runs[-1] == runs[1] and runs.count(runs[-1]) == 2:
             raise WorkerError("env[0] failed in step")  # the first candidate, in its second round
         calibrated = SimpleNamespace(notes=[], label="shared S=1", predicted=SimpleNamespace(cost_sources={}))
         seconds = 1.0 + len(runs) ** 2 / 100  # later runs ever slower: the median of three is not their mean
@@ -210,7 +213,8 @@ def test_beside_the_modes_the_sweep_runs_each_other_replica_count_auto_weighs_an
     assert set(variants) == {"", "env 1 x 16", "by hand: env: 0, rollout: 1, actor: 1"}
     _, one_process = variants["env 1 x 16"]
     assert one_process.workers["env"].replicas == 1 and one_process.workers["env"].args["num_envs"] == 16
-    assert one_process.placement.mode == "auto"
+    one_row = variants["env 1 x 16"][0]  # at the mode and stages auto planned for one process before any run
+    assert (one_process.placement.mode, one_process.placement.pipeline_stages) == (one_row["mode"], one_row["stages"])
     by_hand, hand_spec = variants["by hand: env: 0, rollout: 1, actor: 1"]
     assert by_hand["mode"].startswith("manual") and by_hand["stages"] == 2
     assert hand_spec.placement.devices == {"env": 0, "rollout": 1, "actor": 1}
